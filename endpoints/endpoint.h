@@ -1,0 +1,92 @@
+/* The endpoint interface. An endpoint consumes one source and hands every
+ * message to its host (the gateway), which queues it for the sink.
+ *
+ * Lifecycle, driven by the gateway:
+ *   create(settings, host)   parse-time objects only; no connection yet
+ *   start(ep)                begin consuming on the endpoint's own thread;
+ *                            for ActiveGuard endpoints this runs on promotion
+ *                            and must return only once the subscription is
+ *                            confirmed (0) or has failed (<0)
+ *   stop(ep)                 stop consuming promptly (shut the socket down to
+ *                            interrupt a blocking read); returns only once the
+ *                            consumer thread has stopped. start may follow again.
+ *   destroy(ep)              after stop; frees everything
+ * start/stop pairs may repeat (each promotion/demotion). */
+#ifndef BATON_ENDPOINT_H
+#define BATON_ENDPOINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "src/common/message.h"
+#include "src/common/settings.h"
+#include "src/common/stats.h"
+
+struct locker;
+struct redis_opts;
+
+enum guard_kind { GUARD_AUTO = 0, GUARD_ACTIVE, GUARD_ONCE, GUARD_NONE };
+const char *guard_kind_name(enum guard_kind k);
+
+/* What the gateway gives each endpoint. All pointers stay valid until after
+ * destroy. Function pointers are thread safe. */
+struct endpoint_host {
+    const char *name;        /* endpoint name from its file */
+    const char *type;        /* endpoint type */
+    const char *owner;       /* tenant id or NULL */
+    const char *key_prefix;  /* guard key prefix ("baton") */
+    const char *scope;       /* guard scope: "<type>:<owner>:<name>" (owner skipped if empty) */
+    enum guard_kind guard;   /* resolved guard (never GUARD_AUTO) */
+    struct locker *locker;   /* NULL in single-process mode */
+    /* Connection options of the locker's Redis (NULL when no redis locker),
+     * for endpoints that keep shared state (CDC checkpoints). */
+    const struct redis_opts *locker_redis;
+    /* ActiveGuard lease key (NULL unless guard == GUARD_ACTIVE). The fencing
+     * epoch lives at "<lease_key>:epoch". */
+    const char *lease_key;
+    int64_t lease_ttl_ms;
+    struct ep_stats *stats;
+    void *gw; /* gateway private */
+
+    /* Queue a message for the sink; takes ownership. Counts received. Returns
+     * 0 when queued, -1 when it was dropped (not leader now, or queue full
+     * with drop_oldest evicting it; counted, logged, message_finish called).
+     * With the block policy it may wait for room (returns -1 if the endpoint
+     * is being stopped). */
+    int (*emit)(struct endpoint_host *h, struct message *m);
+    /* Lease still valid right now (always true when unguarded). */
+    bool (*leader_now)(const struct endpoint_host *h);
+    /* Current fencing epoch (0 when unguarded). */
+    uint64_t (*epoch)(const struct endpoint_host *h);
+    /* The leader lost its source for longer than the lease ttl: release the
+     * lease so another replica can try. Safe to call from the consumer thread. */
+    void (*source_lost)(struct endpoint_host *h, const char *reason);
+    /* True once the gateway started shutting down. */
+    bool (*stopping)(const struct endpoint_host *h);
+};
+
+struct endpoint_ops {
+    const char *type;
+    const struct setting_def *settings; /* type-specific settings table */
+    size_t settings_size;               /* sizeof the struct the table fills */
+    /* The default guard for guard = "auto". settings may be consulted (mqtt:
+     * none with shared_group, active otherwise). */
+    enum guard_kind (*auto_guard)(const void *settings);
+    /* Optional cross-field validation after the table checks. guard is the
+     * resolved guard; force tells whether "force_guard = true" was given.
+     * Return 0 or -1 with msg filled (the loader adds file and line). */
+    int (*validate)(const void *settings, enum guard_kind guard, bool force, char *msg, size_t msglen);
+    /* settings stay owned by the gateway and outlive the endpoint. */
+    void *(*create)(const void *settings, struct endpoint_host *host, char *err, size_t errlen);
+    int (*start)(void *ep);
+    void (*stop)(void *ep);
+    void (*destroy)(void *ep);
+};
+
+/* The registry: every endpoint type that exists. */
+const struct endpoint_ops *endpoint_lookup(const char *type);
+/* NULL-terminated list, for --help and docs. */
+extern const struct endpoint_ops *const endpoint_registry[];
+
+#endif

@@ -1,0 +1,105 @@
+/* Locker: the distributed lock contract baton's guards are built on.
+ *
+ * An opaque struct locker behind a const struct locker_ops table. Every
+ * implementation is thread safe. Keys always expire. Tokens are 128 random
+ * bits (hex). "Held elsewhere" is a normal answer, never an error; a backend
+ * or connection failure is always LOCKER_ERR, never "held elsewhere" and never
+ * a false "acquired".
+ *
+ * Fencing epoch: every successful acquisition also advances a per-key epoch
+ * stored beside the lock (key "<lock key>:epoch"), atomically with the SET NX
+ * PX, as new = max(stored + 1, backend clock in ms * 1000); so it is strictly
+ * increasing across leaders even when the backend lost its data. */
+#ifndef BATON_LOCKER_H
+#define BATON_LOCKER_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "src/common/util.h"
+
+enum locker_status {
+    LOCKER_OK = 0,         /* acquired / released / renewed */
+    LOCKER_HELD = 1,       /* try_lock: held by someone else */
+    LOCKER_LOST = 2,       /* renew: the key is gone or holds another token */
+    LOCKER_ERR = -1,       /* backend or connection error (transient) */
+    LOCKER_MISMATCH = -2,  /* unlock: the key holds another token (or none) */
+    LOCKER_CANCELLED = -3, /* lock: cancelled */
+    LOCKER_EXHAUSTED = -4, /* lock_with_retry: max retries reached */
+    LOCKER_UNSUPPORTED = -5,
+};
+const char *locker_status_name(int status);
+
+struct lock_grant {
+    char token[RANDOM_TOKEN_LEN];
+    uint64_t epoch;
+    /* Monotonic time (ms) at which the acquiring request was sent: the lease
+     * deadline is computed from it, so it always falls before the expiry. */
+    int64_t sent_mono_ms;
+};
+
+#define LOCKER_ERR_MAX 256
+
+struct locker;
+
+struct locker_ops {
+    const char *name; /* "redis", "local" */
+    /* Never blocks beyond one backend round trip. */
+    int (*try_lock)(struct locker *l, const char *key, int64_t ttl_ms,
+                    struct lock_grant *out, char err[LOCKER_ERR_MAX]);
+    /* Compare-and-delete. LOCKER_MISMATCH when the token does not match. */
+    int (*unlock)(struct locker *l, const char *key, const char *token,
+                  char err[LOCKER_ERR_MAX]);
+    /* Compare-and-PEXPIRE; NULL when the backend cannot renew (the guard then
+     * falls back to release-and-reacquire). *sent_mono_ms receives when the
+     * request was sent. LOCKER_LOST when the key is gone or another's. */
+    int (*renew)(struct locker *l, const char *key, const char *token, int64_t ttl_ms,
+                 int64_t *sent_mono_ms, char err[LOCKER_ERR_MAX]);
+    /* Optional (NULL = not supported): tell waiting standbys the key was
+     * released, and wait (up to timeout_ms) for such an announcement.
+     * wait_release returns true when one arrived for key. */
+    int (*announce_release)(struct locker *l, const char *key, char err[LOCKER_ERR_MAX]);
+    bool (*wait_release)(struct locker *l, const char *key, int64_t timeout_ms);
+    /* Optional: a counter that changes whenever the backend connection broke
+     * or was re-established; the guard compares it between calls to notice a
+     * restart at once. NULL = never changes. */
+    uint64_t (*generation)(struct locker *l);
+    /* Optional: true when the key currently holds token (used after a
+     * reconnect to verify the lease survived). */
+    int (*check)(struct locker *l, const char *key, const char *token, char err[LOCKER_ERR_MAX]);
+    void (*destroy)(struct locker *l);
+};
+
+struct locker {
+    const struct locker_ops *ops;
+};
+
+/* Convenience wrappers (NULL-safe on optional ops). */
+int locker_try_lock(struct locker *l, const char *key, int64_t ttl_ms, struct lock_grant *out,
+                    char err[LOCKER_ERR_MAX]);
+int locker_unlock(struct locker *l, const char *key, const char *token, char err[LOCKER_ERR_MAX]);
+int locker_renew(struct locker *l, const char *key, const char *token, int64_t ttl_ms,
+                 int64_t *sent_mono_ms, char err[LOCKER_ERR_MAX]);
+bool locker_can_renew(const struct locker *l);
+/* Blocks until acquired or *cancel becomes true (LOCKER_CANCELLED), trying
+ * every retry_ms; backend errors are retried too (logged, rate limited). */
+int locker_lock(struct locker *l, const char *key, int64_t ttl_ms, int64_t retry_ms,
+                const atomic_bool *cancel, struct lock_grant *out, char err[LOCKER_ERR_MAX]);
+/* At most 1 + max_retries attempts, interval_ms apart: LOCKER_OK, or
+ * LOCKER_EXHAUSTED, or LOCKER_ERR when the last attempt failed with an error. */
+int locker_lock_with_retry(struct locker *l, const char *key, int64_t ttl_ms,
+                           int64_t interval_ms, int max_retries, const atomic_bool *cancel,
+                           struct lock_grant *out, int *attempts, char err[LOCKER_ERR_MAX]);
+void locker_destroy(struct locker *l);
+
+/* In-process backend: a map with expiry and lazy sweeping; supports renew,
+ * announce/wait_release and epochs. */
+struct locker *locker_local_create(void);
+
+/* Redis backend, see guard/redis_conn.h for the connection options. */
+struct redis_opts;
+struct locker *locker_redis_create(const struct redis_opts *opts, char err[LOCKER_ERR_MAX]);
+
+#endif

@@ -1,0 +1,36 @@
+/* OnceGuard: message-level deduplication across replicas. One SET NX per
+ * delivery identity; the winner proceeds, the others skip at once.
+ * Key: <prefix>:once:<scope>:<key>. The key must come from the delivery
+ * identity (a planned cron slot, a message id), never from a local clock
+ * reading at execution time. Thread safe. */
+#ifndef BATON_ONCE_GUARD_H
+#define BATON_ONCE_GUARD_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct locker;
+
+struct once_guard_options {
+    const char *prefix; /* NULL = "baton" */
+    int64_t ttl_ms;     /* 0 = 1 hour; must exceed the guarded action */
+    bool fail_open;     /* backend failure: false = skip (default), true = allow */
+    const char *log_name; /* endpoint name for log lines, may be NULL */
+};
+
+struct once_guard_stats {
+    atomic_ullong allowed;
+    atomic_ullong skipped;        /* held elsewhere */
+    atomic_ullong backend_errors; /* each also counted in allowed or skipped per policy */
+};
+
+/* locker NULL = single-process mode: always allow. The guard keeps its own
+ * copies of scope and prefix; it does not own the locker. */
+struct once_guard *once_guard_create(struct locker *locker, const char *scope,
+                                     const struct once_guard_options *opts);
+bool once_guard_allow(struct once_guard *g, const char *key);
+const struct once_guard_stats *once_guard_stats(const struct once_guard *g);
+void once_guard_destroy(struct once_guard *g);
+
+#endif

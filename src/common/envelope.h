@@ -1,0 +1,53 @@
+/* The message envelope: one JSON object per message.
+ *
+ *   {"endpoint":"orders","type":"redis_psub","epoch":7,"id":"...",
+ *    "received_at":"2026-12-02T14:00:00.123Z", <source fields>,
+ *    "payload":"..."}                      (valid UTF-8)
+ *    ... "payload":"AAEC","payload_encoding":"base64"}   (otherwise)
+ *
+ * Usage (an endpoint keeps one struct envelope per consumer thread and
+ * reuses its buffer, so building costs no allocation in steady state):
+ *   envelope_begin(&e, name, type, epoch, id_or_NULL, clock_wall_ms());
+ *   envelope_str(&e, "channel", ch, chlen);
+ *   envelope_key(&e, "headers"); jbuf_...(&e.buf, ...);  // nested values
+ *   envelope_payload(&e, data, n);            // optional, at most once
+ *   struct message *m = envelope_finish(&e);  // copies; e stays reusable
+ */
+#ifndef BATON_ENVELOPE_H
+#define BATON_ENVELOPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "src/common/json.h"
+#include "src/common/message.h"
+
+struct envelope {
+    struct jbuf buf;
+    bool first;
+    uint64_t epoch;
+    char id[MESSAGE_ID_MAX];
+};
+
+void envelope_init(struct envelope *e);
+void envelope_free(struct envelope *e);
+void envelope_begin(struct envelope *e, const char *endpoint, const char *type,
+                    uint64_t epoch, const char *id, int64_t received_wall_ms);
+/* Writes `"key":` (with the comma when needed); the caller writes the value
+ * into e->buf with the jbuf_* writers. */
+void envelope_key(struct envelope *e, const char *key);
+void envelope_str(struct envelope *e, const char *key, const char *s, size_t n);
+void envelope_strz(struct envelope *e, const char *key, const char *s);
+void envelope_i64(struct envelope *e, const char *key, int64_t v);
+void envelope_u64(struct envelope *e, const char *key, uint64_t v);
+void envelope_bool(struct envelope *e, const char *key, bool v);
+/* Bytes as a JSON string when valid UTF-8, else base64 plus
+ * "<key>_encoding":"base64". */
+void envelope_bytes(struct envelope *e, const char *key, const void *data, size_t n);
+void envelope_payload(struct envelope *e, const void *data, size_t n);
+/* Closes the object and returns a new message (epoch and id filled in,
+ * received_mono_us = now). */
+struct message *envelope_finish(struct envelope *e);
+
+#endif

@@ -1,0 +1,45 @@
+/* One forwarded message: its envelope (one JSON object, no newline) plus what
+ * the forwarding path needs. One allocation per message: the JSON is stored
+ * inline after the header. Ownership: whoever holds the pointer; the queue
+ * and the forwarder pass it along; the forwarder calls message_finish(). */
+#ifndef BATON_MESSAGE_H
+#define BATON_MESSAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum msg_outcome {
+    MSG_DELIVERED = 0,          /* the sink accepted it */
+    MSG_DROPPED_QUEUE_FULL,     /* evicted by drop_oldest */
+    MSG_DROPPED_NOT_LEADER,     /* the lease deadline had passed */
+    MSG_DROPPED_SINK_FAILED,    /* the sink gave up after its retries */
+    MSG_DROPPED_SHUTDOWN,       /* the drain deadline passed at exit */
+};
+const char *msg_outcome_name(enum msg_outcome o);
+
+struct message;
+/* Called exactly once per message, from the forwarder thread (or the thread
+ * that dropped it), before the message is freed. Endpoints use it to ack
+ * (RabbitMQ after_sink, MQTT QoS 1/2) or to advance a checkpoint. */
+typedef void (*message_done_fn)(void *arg, const struct message *m, enum msg_outcome o);
+
+#define MESSAGE_ID_MAX 96
+
+struct message {
+    struct message *next;      /* queue link, owned by the queue */
+    uint64_t epoch;            /* lease fencing epoch (0 = unguarded) */
+    int64_t received_mono_us;  /* when the endpoint received it */
+    message_done_fn done;      /* optional */
+    void *done_arg;
+    uint64_t seq;              /* endpoint-defined (delivery tag, offset) */
+    char id[MESSAGE_ID_MAX];   /* "" when the source has none */
+    size_t len;                /* strlen(json) */
+    char json[];               /* NUL terminated */
+};
+
+/* Copies json (len bytes) into a new message; aborts on OOM. */
+struct message *message_new(const char *json, size_t len);
+/* Calls m->done (if any) with the outcome, then frees m. NULL is a no-op. */
+void message_finish(struct message *m, enum msg_outcome o);
+
+#endif

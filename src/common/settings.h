@@ -1,0 +1,79 @@
+/* Configuration as data: each endpoint type and each sink type declares its
+ * settings in one table; validation, defaults and error messages come from it.
+ *
+ *   struct my_settings { char *host; int64_t port; struct strlist patterns; };
+ *   static const struct setting_def my_defs[] = {
+ *       { "host", SETTING_STRING, offsetof(struct my_settings, host),
+ *         .def = "127.0.0.1", .help = "source host name or address" },
+ *       { "port", SETTING_INT, offsetof(struct my_settings, port),
+ *         .def = "6379", .min = 1, .max = 65535, .help = "TCP port" },
+ *       { "patterns", SETTING_STRLIST, offsetof(struct my_settings, patterns),
+ *         .help = "list of PSUBSCRIBE patterns" },
+ *       SETTINGS_END
+ *   };
+ */
+#ifndef BATON_SETTINGS_H
+#define BATON_SETTINGS_H
+
+#include <libconfig.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum setting_type {
+    SETTING_BOOL,    /* bool */
+    SETTING_INT,     /* int64_t; accepts libconfig int and int64 */
+    SETTING_DOUBLE,  /* double; accepts ints too */
+    SETTING_STRING,  /* char * (malloc'd; NULL when absent without default) */
+    SETTING_STRLIST, /* struct strlist; accepts a list/array of strings or one string */
+    SETTING_ENUM,    /* int: index into choices */
+};
+
+struct strlist {
+    char **v;
+    size_t n;
+};
+
+struct setting_def {
+    const char *name;
+    enum setting_type type;
+    size_t offset;              /* where the value goes in the settings struct */
+    bool required;
+    const char *def;            /* default as text; NULL = none */
+    int64_t min, max;           /* SETTING_INT inclusive range; min == max == 0: unbounded */
+    const char *const *choices; /* SETTING_ENUM: NULL-terminated list */
+    const char *help;           /* what is expected, used in error messages */
+};
+#define SETTINGS_END { .name = NULL }
+
+/* Where and what went wrong. Every config error carries file and line. */
+struct config_error {
+    char file[512];
+    int line;        /* 0 when unknown (e.g. unreadable file) */
+    char msg[512];
+};
+/* Formats "file:line: msg" (or "file: msg" when line is 0). */
+void config_error_set(struct config_error *err, const char *file, int line,
+                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void config_error_format(const struct config_error *err, char *buf, size_t len);
+
+/* Fills out (a zeroed struct) from group according to defs: defaults,
+ * required keys, types, ranges, enum choices. Keys in group that are neither
+ * in defs nor in also_allowed (NULL-terminated, may be NULL) are errors.
+ * what names the object in messages ("endpoint 'orders'", "sink 'out'").
+ * Returns 0 or -1 with err filled. On error out may hold partial values:
+ * call settings_free anyway. */
+int settings_parse(const struct setting_def *defs, const config_setting_t *group,
+                   const char *const *also_allowed, const char *what, void *out,
+                   struct config_error *err);
+/* Frees strings and lists that settings_parse allocated. */
+void settings_free(const struct setting_def *defs, void *out);
+void strlist_free(struct strlist *l);
+
+/* Resolves a secret given as either the name of an environment variable or
+ * the path of a file (first line, trailing newline stripped). Neither set:
+ * *out = NULL, returns 0. Both set, variable unset, file unreadable: -1 with
+ * msg filled (naming the variable or file). *out is malloc'd. */
+int secret_resolve(const char *env_name, const char *file, char **out, char *msg, size_t msglen);
+
+#endif

@@ -1,0 +1,32 @@
+/* Per-endpoint counters, written by endpoints and the forwarding path with
+ * relaxed atomics, read by the metrics/status listener. */
+#ifndef BATON_STATS_H
+#define BATON_STATS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define STATS_LATENCY_BUCKETS 12
+/* Upper bounds in seconds of the sink latency histogram buckets. */
+extern const double stats_latency_bounds[STATS_LATENCY_BUCKETS];
+
+struct ep_stats {
+    atomic_ullong received;            /* handed to emit() by the endpoint */
+    atomic_ullong forwarded;           /* accepted by the sink */
+    atomic_ullong dropped_queue_full;
+    atomic_ullong dropped_not_leader;
+    atomic_ullong dropped_sink_failed;
+    atomic_ullong dropped_shutdown;
+    atomic_ullong sink_errors;         /* failed attempts, including retried ones */
+    atomic_llong queue_depth;
+    atomic_ullong source_errors;       /* connection losses, decode errors, ... */
+    atomic_ullong malformed;           /* source messages that could not be decoded */
+    /* sink latency (received -> accepted) histogram */
+    atomic_ullong latency_bucket[STATS_LATENCY_BUCKETS + 1]; /* last = +Inf */
+    atomic_ullong latency_count;
+    atomic_ullong latency_sum_us;
+};
+
+void stats_observe_latency(struct ep_stats *s, int64_t us);
+
+#endif

@@ -1,0 +1,45 @@
+/* Small helpers shared by every component: clocks, randomness, sleeping. */
+#ifndef BATON_UTIL_H
+#define BATON_UTIL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* CLOCK_MONOTONIC in milliseconds / microseconds. */
+int64_t clock_mono_ms(void);
+int64_t clock_mono_us(void);
+/* CLOCK_REALTIME in milliseconds since the epoch. */
+int64_t clock_wall_ms(void);
+/* Formats a wall-clock time as RFC 3339 UTC with milliseconds:
+ * "2026-12-02T14:00:00.123Z". buf must hold 32 bytes. */
+void clock_format_rfc3339(int64_t wall_ms, char *buf, size_t len);
+
+/* Fills buf with len bytes from the OS (getrandom). Returns 0 or -1. */
+int random_bytes(void *buf, size_t len);
+/* 128 random bits as 32 lowercase hex characters plus NUL (33 bytes). */
+#define RANDOM_TOKEN_LEN 33
+int random_token(char out[RANDOM_TOKEN_LEN]);
+/* Uniform in [0, n) from a thread-local xorshift seeded from the OS; for
+ * jitter only, never for tokens. */
+uint32_t random_jitter(uint32_t n);
+
+/* Sleeps up to ms milliseconds, returning early (true) once *cancel becomes
+ * true; checks at least every 20 ms. cancel may be NULL. */
+bool sleep_ms_cancellable(int64_t ms, const atomic_bool *cancel);
+
+/* Exponential backoff with full jitter: min(cap, base * 2^attempt) scaled by a
+ * random factor in [0.5, 1.0]. */
+int64_t backoff_ms(unsigned attempt, int64_t base_ms, int64_t cap_ms);
+
+/* strdup that aborts on OOM (baton treats OOM as fatal, like redis). */
+char *xstrdup(const char *s);
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+
+/* hostname, cached; never NULL. */
+const char *util_hostname(void);
+
+#endif

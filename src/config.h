@@ -1,0 +1,83 @@
+/* Configuration loading: the main file (libconfig) plus one file per endpoint
+ * in endpoints_dir (*.cfg, name order). Every error names file and line. */
+#ifndef BATON_CONFIG_H
+#define BATON_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "endpoints/endpoint.h"
+#include "guard/redis_conn.h"
+#include "src/common/log.h"
+#include "src/common/settings.h"
+#include "src/queue.h"
+#include "src/sink.h"
+
+struct lease_config {
+    int64_t ttl_ms;          /* default 3000 */
+    int64_t renew_ms;        /* default ttl / 3 */
+    int64_t retry_ms;        /* default 250 */
+    int64_t balance_step_ms; /* leader balancing step, default retry / 2 (issue 8) */
+};
+
+struct sink_config {
+    char *name;
+    char *type;
+    const struct sink_ops *ops;
+    void *settings; /* filled from ops->settings */
+    char *file;
+    int line;
+};
+
+struct endpoint_config {
+    char *name;
+    char *type;
+    char *file;                     /* the endpoint's own file */
+    const struct endpoint_ops *ops;
+    void *settings;                 /* filled from ops->settings */
+    char *sink_name;
+    const struct sink_config *sink; /* points into baton_config.sinks */
+    bool enabled;
+    enum guard_kind guard;          /* resolved: never GUARD_AUTO */
+    bool force_guard;
+    int64_t queue_size;             /* default 10000 */
+    enum queue_policy queue_policy; /* default block */
+    int64_t batch_max;              /* messages per sink send, default 256 */
+    struct lease_config lease;      /* main lease, overridden by lease_*_ms keys */
+    int64_t once_ttl_ms;            /* OnceGuard ttl, default 3600000 */
+    bool once_fail_open;            /* default false */
+};
+
+struct baton_config {
+    char *path;           /* main file as given */
+    char *owner;          /* NULL when absent */
+    bool has_locker;      /* false: single-process mode */
+    struct redis_opts locker_redis;
+    char *key_prefix;     /* default "baton" */
+    struct lease_config lease;
+    struct sink_config *sinks;
+    size_t n_sinks;
+    struct endpoint_config *endpoints; /* sorted by file name */
+    size_t n_endpoints;
+    char *metrics_listen; /* "127.0.0.1:9464"; NULL = no listener */
+    enum log_level log_level;
+    char *endpoints_dir;  /* resolved path */
+    int64_t drain_timeout_ms; /* shutdown drain bound, default 5000 */
+};
+
+/* Exit statuses (documented in the README). */
+enum baton_exit {
+    BATON_EXIT_OK = 0,
+    BATON_EXIT_USAGE = 64,    /* bad command line (EX_USAGE) */
+    BATON_EXIT_CONFIG = 78,   /* invalid configuration (EX_CONFIG) */
+    BATON_EXIT_RUNTIME = 70,  /* internal failure at run time (EX_SOFTWARE) */
+    BATON_EXIT_START = 69,    /* could not start (EX_UNAVAILABLE) */
+};
+
+/* Loads and validates everything (including endpoint files, sinks, secrets).
+ * Returns 0, or -1 with err filled (file, line, message). out must be zeroed;
+ * call config_free either way. */
+int config_load(const char *path, struct baton_config *out, struct config_error *err);
+void config_free(struct baton_config *c);
+
+#endif

@@ -1,0 +1,557 @@
+"""Integration test harness for baton: real brokers and real baton processes
+on 127.0.0.1, in temporary directories, on free ports, always cleaned up.
+
+Stdlib only. A test file looks like:
+
+    import sys, os
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
+    import harness as h
+
+    def test_something(t):          # t is a harness.TestContext
+        redis = t.redis()           # started now, stopped after the test
+        b = t.baton(main_cfg(...), {"ep.cfg": "..."})
+        ...
+        t.check(cond, "message")     # records a failure, keeps going
+        t.require(cond, "message")   # records a failure and stops the test
+
+    if __name__ == "__main__":
+        h.main(globals())
+
+h.main runs every test_* function (or those named on the command line),
+prints one line per test and the closing line "N passed, N failed", and
+exits non-zero on any failure.
+"""
+
+import atexit
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import http.server
+
+BATON_BIN = os.environ.get("BATON_BIN", "")
+SOURCE_DIR = os.environ.get(
+    "BATON_SOURCE_DIR",
+    os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
+BUILD_DIR = os.environ.get("BATON_BUILD_DIR", os.path.join(SOURCE_DIR, "build"))
+if not BATON_BIN:
+    BATON_BIN = os.path.join(BUILD_DIR, "baton")
+
+_cleanups = []
+
+
+def _run_cleanups():
+    while _cleanups:
+        fn = _cleanups.pop()
+        try:
+            fn()
+        except Exception:  # cleanup must go on
+            traceback.print_exc()
+
+
+atexit.register(_run_cleanups)
+
+
+def _on_signal(signum, frame):
+    _run_cleanups()
+    sys.exit(128 + signum)
+
+
+for _s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(_s, _on_signal)
+
+
+def log(*args):
+    print("   ", *args, flush=True)
+
+
+def free_port():
+    """A free TCP port on 127.0.0.1 (bind to 0, read it back, close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(pred, timeout, interval=0.02, what="condition"):
+    """Polls pred() until true or timeout seconds pass; returns the last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+def port_open(port, host="127.0.0.1"):
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def mktemp(prefix="baton-it-"):
+    d = tempfile.mkdtemp(prefix=prefix)
+    _cleanups.append(lambda: shutil.rmtree(d, ignore_errors=True))
+    return d
+
+
+# --------------------------------------------------------------------------
+# Minimal RESP client (enough for tests: commands, pub/sub publishing)
+
+class RedisError(Exception):
+    pass
+
+
+class Resp:
+    def __init__(self, port, host="127.0.0.1", timeout=5.0, password=None):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.buf = b""
+        if password:
+            self.cmd("AUTH", password)
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    @staticmethod
+    def encode(*args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            if isinstance(a, str):
+                a = a.encode()
+            elif isinstance(a, int):
+                a = str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        return b"".join(out)
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("redis closed the connection")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _exact(self, n):
+        while len(self.buf) < n + 2:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("redis closed the connection")
+            self.buf += chunk
+        data, self.buf = self.buf[:n], self.buf[n + 2:]
+        return data
+
+    def read(self):
+        line = self._line()
+        t, rest = line[:1], line[1:]
+        if t == b"+":
+            return rest.decode()
+        if t == b"-":
+            raise RedisError(rest.decode())
+        if t == b":":
+            return int(rest)
+        if t == b"$":
+            n = int(rest)
+            return None if n < 0 else self._exact(n)
+        if t == b"*":
+            n = int(rest)
+            return None if n < 0 else [self.read() for _ in range(n)]
+        raise RedisError("bad reply type %r" % t)
+
+    def cmd(self, *args):
+        self.sock.sendall(self.encode(*args))
+        return self.read()
+
+    def pipeline(self, commands):
+        """Sends many commands at once, returns the list of replies."""
+        self.sock.sendall(b"".join(self.encode(*c) for c in commands))
+        return [self.read() for _ in commands]
+
+
+# --------------------------------------------------------------------------
+# Brokers
+
+class RedisServer:
+    def __init__(self, port=None, extra_args=()):
+        self.port = port or free_port()
+        self.dir = mktemp("baton-redis-")
+        self.extra = list(extra_args)
+        self.proc = None
+        _cleanups.append(self.stop)
+        self.start()
+
+    def start(self):
+        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                "--save", "", "--appendonly", "no", "--dir", self.dir,
+                "--logfile", os.path.join(self.dir, "redis.log")] + self.extra
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        ok = wait_until(self._ping, 10, 0.05)
+        if not ok:
+            raise RuntimeError("redis-server did not start on port %d" % self.port)
+
+    def _ping(self):
+        try:
+            c = Resp(self.port, timeout=0.5)
+            try:
+                return c.cmd("PING") == "PONG"
+            finally:
+                c.close()
+        except (OSError, RedisError, ConnectionError):
+            return False
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def restart(self, down_s=0.0):
+        self.stop()
+        if down_s:
+            time.sleep(down_s)
+        self.start()
+
+    def client(self, **kw):
+        c = Resp(self.port, **kw)
+        _cleanups.append(c.close)
+        return c
+
+
+# --------------------------------------------------------------------------
+# baton processes
+
+class Baton:
+    """One baton process. stdout (the stdout sink) goes to out.jsonl, stderr
+    (logs) to err.log, both in the process's own directory."""
+
+    def __init__(self, workdir, main_cfg, endpoint_cfgs, name="baton", env=None,
+                 args=(), start=True):
+        self.name = name
+        self.dir = os.path.join(workdir, name)
+        os.makedirs(os.path.join(self.dir, "endpoints.d"), exist_ok=True)
+        self.cfg = os.path.join(self.dir, "baton.cfg")
+        with open(self.cfg, "w") as f:
+            f.write(main_cfg)
+        for fname, text in endpoint_cfgs.items():
+            with open(os.path.join(self.dir, "endpoints.d", fname), "w") as f:
+                f.write(text)
+        self.out_path = os.path.join(self.dir, "out.jsonl")
+        self.err_path = os.path.join(self.dir, "err.log")
+        self.env = dict(os.environ)
+        self.env.update(env or {})
+        self.args = list(args)
+        self.proc = None
+        self._off = 0
+        self._partial = b""
+        self.records = []
+        _cleanups.append(self.kill)
+        if start:
+            self.start()
+
+    def start(self):
+        self.out = open(self.out_path, "ab")
+        self.err = open(self.err_path, "ab")
+        self.proc = subprocess.Popen([BATON_BIN, "-c", self.cfg] + self.args,
+                                     stdout=self.out, stderr=self.err, env=self.env,
+                                     stdin=subprocess.DEVNULL)
+        self.out.close()
+        self.err.close()
+        return self
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig):
+        if self.alive():
+            self.proc.send_signal(sig)
+
+    def term(self, timeout=15):
+        """SIGTERM and wait; returns the exit status."""
+        if not self.proc:
+            return None
+        self.signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("%s did not exit within %ss of SIGTERM" % (self.name, timeout))
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            self.proc.kill()
+            self.proc.wait()
+
+    def wait(self, timeout):
+        return self.proc.wait(timeout)
+
+    def poll_records(self):
+        """Parses new complete lines of out.jsonl; returns the new records.
+        Each record is the parsed envelope with "_t" = time.monotonic() when
+        this harness first saw it."""
+        new = []
+        try:
+            with open(self.out_path, "rb") as f:
+                f.seek(self._off)
+                data = f.read()
+        except FileNotFoundError:
+            return new
+        self._off += len(data)
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        now = time.monotonic()
+        for line in lines:
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            rec["_t"] = now
+            new.append(rec)
+        self.records.extend(new)
+        return new
+
+    def stderr_text(self):
+        try:
+            with open(self.err_path, "r", errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+
+def run_baton(args, timeout=30, env=None):
+    """Runs the baton binary to completion (e.g. --check-config); returns
+    (exit status, stdout, stderr)."""
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run([BATON_BIN] + list(args), capture_output=True, text=True,
+                       timeout=timeout, env=e, stdin=subprocess.DEVNULL)
+    return p.returncode, p.stdout, p.stderr
+
+
+def main_cfg(redis_port=None, extra="", sinks=None, lease=None, log_level="info"):
+    """A main config text. redis_port None = no locker (single-process mode)."""
+    parts = []
+    if redis_port is not None:
+        parts.append('locker = { type = "redis"; host = "127.0.0.1"; port = %d; };' % redis_port)
+    if lease:
+        parts.append("lease = { %s };" % "; ".join("%s = %s" % kv for kv in lease.items()))
+    parts.append("sinks = ( %s );" % (sinks or '{ name = "out"; type = "stdout"; }'))
+    parts.append('log = { level = "%s"; };' % log_level)
+    parts.append(extra)
+    return "\n".join(parts) + "\n"
+
+
+# --------------------------------------------------------------------------
+# A recording HTTP receiver (the http sink's peer)
+
+class HttpReceiver:
+    """Records POST bodies. fail_first: the first N requests get fail_status.
+    stall_s: sleep before answering. Each record: (monotonic time, path,
+    headers dict, body bytes)."""
+
+    def __init__(self, fail_first=0, fail_status=503):
+        self.requests = []
+        self.fail_first = fail_first
+        self.fail_status = fail_status
+        self.stall_s = 0.0
+        self.down = False
+        self.lock = threading.Lock()
+        recv = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(n)
+                if recv.stall_s:
+                    time.sleep(recv.stall_s)
+                with recv.lock:
+                    status = 200
+                    if recv.down:
+                        status = 503
+                    elif recv.fail_first > 0:
+                        recv.fail_first -= 1
+                        status = recv.fail_status
+                    recv.requests.append((time.monotonic(), self.path,
+                                          dict(self.headers), body, status))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = "http://127.0.0.1:%d/ingest" % self.port
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        _cleanups.append(self.close)
+
+    def accepted(self):
+        """Envelopes accepted (status 200), parsed from JSON / NDJSON bodies."""
+        out = []
+        with self.lock:
+            reqs = list(self.requests)
+        for (_t, _p, _h, body, status) in reqs:
+            if status != 200:
+                continue
+            for line in body.split(b"\n"):
+                if line.strip():
+                    out.append(json.loads(line))
+        return out
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# --------------------------------------------------------------------------
+# Assertions over recorded envelopes
+
+def payload_bytes(rec):
+    p = rec.get("payload")
+    if p is None:
+        return None
+    if rec.get("payload_encoding") == "base64":
+        return base64.b64decode(p)
+    return p.encode()
+
+
+def duplicates(keys):
+    """Keys that occur more than once, with their counts."""
+    seen = {}
+    for k in keys:
+        seen[k] = seen.get(k, 0) + 1
+    return {k: n for k, n in seen.items() if n > 1}
+
+
+# --------------------------------------------------------------------------
+# Test runner
+
+class TestFailure(Exception):
+    pass
+
+
+class TestContext:
+    def __init__(self, name):
+        self.name = name
+        self.failures = []
+        self.workdir = mktemp("baton-%s-" % name)
+        self._local_cleanups = []
+        self.batons = []
+
+    def check(self, cond, msg):
+        if not cond:
+            self.failures.append(msg)
+            log("CHECK FAILED:", msg)
+        return cond
+
+    def require(self, cond, msg):
+        if not cond:
+            self.failures.append(msg)
+            raise TestFailure(msg)
+
+    def redis(self, **kw):
+        r = RedisServer(**kw)
+        self._local_cleanups.append(r.stop)
+        return r
+
+    def baton(self, main, endpoints, name=None, **kw):
+        name = name or "baton%d" % (len(self.batons) + 1)
+        b = Baton(self.workdir, main, endpoints, name=name, **kw)
+        self.batons.append(b)
+        self._local_cleanups.append(b.kill)
+        return b
+
+    def cleanup(self, fn):
+        self._local_cleanups.append(fn)
+
+    def finish(self):
+        while self._local_cleanups:
+            fn = self._local_cleanups.pop()
+            try:
+                fn()
+            except Exception:
+                traceback.print_exc()
+
+    def dump_logs(self, lines=40):
+        for b in self.batons:
+            text = b.stderr_text().splitlines()
+            log("--- %s stderr (last %d lines) ---" % (b.name, lines))
+            for line in text[-lines:]:
+                log("  " + line)
+
+
+def main(namespace):
+    tests = [(n, f) for n, f in sorted(namespace.items())
+             if n.startswith("test_") and callable(f)]
+    order = namespace.get("ORDER")
+    if order:
+        tests.sort(key=lambda nf: order.index(nf[0]) if nf[0] in order else len(order))
+    wanted = sys.argv[1:]
+    if wanted:
+        tests = [(n, f) for n, f in tests if n in wanted]
+    if not os.path.exists(BATON_BIN):
+        print("baton binary not found at %s (set BATON_BIN)" % BATON_BIN)
+        sys.exit(2)
+    passed = failed = 0
+    for name, fn in tests:
+        t = TestContext(name)
+        t0 = time.monotonic()
+        print("RUN  %s" % name, flush=True)
+        try:
+            fn(t)
+        except TestFailure:
+            pass
+        except Exception as e:  # an unexpected error fails the test
+            traceback.print_exc()
+            t.failures.append("exception: %r" % e)
+        if t.failures:
+            t.dump_logs()
+        t.finish()
+        dt = time.monotonic() - t0
+        if t.failures:
+            failed += 1
+            print("FAIL %s (%.1fs): %s" % (name, dt, "; ".join(t.failures)), flush=True)
+        else:
+            passed += 1
+            print("PASS %s (%.1fs)" % (name, dt), flush=True)
+    _run_cleanups()
+    print("%d passed, %d failed" % (passed, failed), flush=True)
+    sys.exit(1 if failed or not (passed + failed) else 0)

@@ -1,0 +1,288 @@
+/* Growable byte buffer with JSON writers. */
+#include "src/common/json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/common/util.h"
+
+void jbuf_init(struct jbuf *b, size_t initial_cap)
+{
+    b->len = 0;
+    b->cap = initial_cap ? initial_cap : 256;
+    b->data = xmalloc(b->cap);
+    b->data[0] = '\0';
+}
+
+void jbuf_free(struct jbuf *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+void jbuf_reset(struct jbuf *b)
+{
+    b->len = 0;
+    if (b->data) b->data[0] = '\0';
+}
+
+char *jbuf_steal(struct jbuf *b, size_t *len)
+{
+    jbuf_reserve(b, 0); /* make sure there is a buffer with room for the NUL */
+    char *p = b->data;
+    p[b->len] = '\0';
+    if (len) *len = b->len;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    return p;
+}
+
+/* Keeps room for extra bytes plus a terminating NUL. */
+void jbuf_reserve(struct jbuf *b, size_t extra)
+{
+    if (extra > SIZE_MAX - b->len - 1) {
+        xmalloc(SIZE_MAX); /* aborts with the OOM message */
+    }
+    size_t need = b->len + extra + 1;
+    if (b->data && need <= b->cap) return;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+    b->data = xrealloc(b->data, cap);
+    b->cap = cap;
+}
+
+void jbuf_raw(struct jbuf *b, const char *s, size_t n)
+{
+    jbuf_reserve(b, n);
+    if (n) memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+void jbuf_rawz(struct jbuf *b, const char *s)
+{
+    jbuf_raw(b, s, strlen(s));
+}
+
+void jbuf_char(struct jbuf *b, char c)
+{
+    jbuf_reserve(b, 1);
+    b->data[b->len++] = c;
+    b->data[b->len] = '\0';
+}
+
+/* Length of the valid UTF-8 sequence starting at s (1..4), or 0 when the
+ * bytes at s do not start a valid sequence (overlong, surrogate, > U+10FFFF,
+ * truncated, stray continuation byte). */
+static size_t utf8_seq_len(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    if (c < 0x80) return 1;
+    if (c < 0xC2) return 0; /* continuation byte or overlong 2-byte lead */
+    if (c < 0xE0) {
+        if (n < 2 || (s[1] & 0xC0) != 0x80) return 0;
+        return 2;
+    }
+    if (c < 0xF0) {
+        if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
+        if (c == 0xE0 && s[1] < 0xA0) return 0; /* overlong */
+        if (c == 0xED && s[1] >= 0xA0) return 0; /* surrogates U+D800..DFFF */
+        return 3;
+    }
+    if (c < 0xF5) {
+        if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
+            return 0;
+        if (c == 0xF0 && s[1] < 0x90) return 0; /* overlong */
+        if (c == 0xF4 && s[1] >= 0x90) return 0; /* > U+10FFFF */
+        return 4;
+    }
+    return 0;
+}
+
+bool utf8_valid(const void *data, size_t n)
+{
+    const unsigned char *s = data;
+    size_t i = 0;
+    while (i < n) {
+        /* fast path over ASCII */
+        while (i < n && s[i] < 0x80) i++;
+        if (i >= n) break;
+        size_t l = utf8_seq_len(s + i, n - i);
+        if (l == 0) return false;
+        i += l;
+    }
+    return true;
+}
+
+void jbuf_str(struct jbuf *b, const char *str, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *s = (const unsigned char *)str;
+    /* Worst case per input byte: \u00XX (6 bytes) or U+FFFD (3 bytes). */
+    jbuf_reserve(b, n + 2);
+    b->data[b->len++] = '"';
+    size_t i = 0;
+    while (i < n) {
+        /* copy a run of bytes needing no escape */
+        size_t start = i;
+        while (i < n && s[i] >= 0x20 && s[i] < 0x80 && s[i] != '"' && s[i] != '\\') i++;
+        if (i > start) {
+            jbuf_reserve(b, i - start + 1);
+            memcpy(b->data + b->len, s + start, i - start);
+            b->len += i - start;
+        }
+        if (i >= n) break;
+        unsigned char c = s[i];
+        char esc[8];
+        size_t elen = 0;
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            elen = 2;
+            i++;
+        } else if (c < 0x20) {
+            esc[0] = '\\';
+            elen = 2;
+            switch (c) {
+            case '\n': esc[1] = 'n'; break;
+            case '\r': esc[1] = 'r'; break;
+            case '\t': esc[1] = 't'; break;
+            case '\b': esc[1] = 'b'; break;
+            case '\f': esc[1] = 'f'; break;
+            default:
+                memcpy(esc, "\\u00", 4);
+                esc[4] = hex[c >> 4];
+                esc[5] = hex[c & 0xf];
+                elen = 6;
+            }
+            i++;
+        } else {
+            size_t l = utf8_seq_len(s + i, n - i);
+            if (l == 0) {
+                memcpy(esc, "\xEF\xBF\xBD", 3); /* U+FFFD */
+                elen = 3;
+                i++;
+            } else {
+                memcpy(esc, s + i, l);
+                elen = l;
+                i += l;
+            }
+        }
+        jbuf_reserve(b, elen + 1);
+        memcpy(b->data + b->len, esc, elen);
+        b->len += elen;
+    }
+    jbuf_reserve(b, 1);
+    b->data[b->len++] = '"';
+    b->data[b->len] = '\0';
+}
+
+void jbuf_strz(struct jbuf *b, const char *s)
+{
+    if (!s) {
+        jbuf_null(b);
+        return;
+    }
+    jbuf_str(b, s, strlen(s));
+}
+
+void jbuf_i64(struct jbuf *b, int64_t v)
+{
+    char tmp[24];
+    int n = snprintf(tmp, sizeof tmp, "%lld", (long long)v);
+    jbuf_raw(b, tmp, (size_t)n);
+}
+
+void jbuf_u64(struct jbuf *b, uint64_t v)
+{
+    char tmp[24];
+    int n = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
+    jbuf_raw(b, tmp, (size_t)n);
+}
+
+void jbuf_double(struct jbuf *b, double v)
+{
+    if (!isfinite(v)) {
+        jbuf_null(b);
+        return;
+    }
+    char tmp[40];
+    /* shortest of %.15g .. %.17g that round-trips */
+    int n = 0;
+    for (int prec = 15; prec <= 17; prec++) {
+        n = snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+        if (strtod(tmp, NULL) == v) break;
+    }
+    /* %g never uses a locale-specific decimal point other than the C
+     * locale's unless setlocale was called; normalise just in case. */
+    for (int i = 0; i < n; i++)
+        if (tmp[i] == ',') tmp[i] = '.';
+    jbuf_raw(b, tmp, (size_t)n);
+}
+
+void jbuf_bool(struct jbuf *b, bool v)
+{
+    if (v)
+        jbuf_raw(b, "true", 4);
+    else
+        jbuf_raw(b, "false", 5);
+}
+
+void jbuf_null(struct jbuf *b)
+{
+    jbuf_raw(b, "null", 4);
+}
+
+size_t base64_encoded_len(size_t n)
+{
+    return ((n + 2) / 3) * 4;
+}
+
+void base64_encode(const void *data, size_t n, char *out)
+{
+    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *s = data;
+    size_t i = 0, o = 0;
+    for (; i + 3 <= n; i += 3) {
+        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
+        out[o++] = tbl[(v >> 18) & 63];
+        out[o++] = tbl[(v >> 12) & 63];
+        out[o++] = tbl[(v >> 6) & 63];
+        out[o++] = tbl[v & 63];
+    }
+    if (n - i == 1) {
+        uint32_t v = (uint32_t)s[i] << 16;
+        out[o++] = tbl[(v >> 18) & 63];
+        out[o++] = tbl[(v >> 12) & 63];
+        out[o++] = '=';
+        out[o++] = '=';
+    } else if (n - i == 2) {
+        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8;
+        out[o++] = tbl[(v >> 18) & 63];
+        out[o++] = tbl[(v >> 12) & 63];
+        out[o++] = tbl[(v >> 6) & 63];
+        out[o++] = '=';
+    }
+}
+
+void jbuf_base64(struct jbuf *b, const void *data, size_t n)
+{
+    size_t el = base64_encoded_len(n);
+    jbuf_reserve(b, el + 2);
+    b->data[b->len++] = '"';
+    base64_encode(data, n, b->data + b->len);
+    b->len += el;
+    b->data[b->len++] = '"';
+    b->data[b->len] = '\0';
+}
+
+void jbuf_key(struct jbuf *b, bool *first, const char *key)
+{
+    if (!*first) jbuf_char(b, ',');
+    *first = false;
+    jbuf_strz(b, key);
+    jbuf_char(b, ':');
+}

@@ -1,0 +1,37 @@
+/* Forwarded messages: one allocation, JSON stored inline. */
+#include "src/common/message.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/common/util.h"
+
+const char *msg_outcome_name(enum msg_outcome o)
+{
+    switch (o) {
+    case MSG_DELIVERED: return "delivered";
+    case MSG_DROPPED_QUEUE_FULL: return "queue_full";
+    case MSG_DROPPED_NOT_LEADER: return "not_leader";
+    case MSG_DROPPED_SINK_FAILED: return "sink_failed";
+    case MSG_DROPPED_SHUTDOWN: return "shutdown";
+    }
+    return "unknown";
+}
+
+struct message *message_new(const char *json, size_t len)
+{
+    if (len > SIZE_MAX - sizeof(struct message) - 1) xmalloc(SIZE_MAX); /* aborts */
+    struct message *m = xmalloc(sizeof *m + len + 1);
+    memset(m, 0, sizeof *m);
+    if (len) memcpy(m->json, json, len);
+    m->json[len] = '\0';
+    m->len = len;
+    return m;
+}
+
+void message_finish(struct message *m, enum msg_outcome o)
+{
+    if (!m) return;
+    if (m->done) m->done(m->done_arg, m, o);
+    free(m);
+}

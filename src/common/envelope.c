@@ -1,0 +1,126 @@
+/* The message envelope: one JSON object per message, built in a reusable
+ * buffer and copied into one message allocation. */
+#include "src/common/envelope.h"
+
+#include <string.h>
+
+#include "src/common/util.h"
+
+/* Largest buffer kept between envelopes. */
+#define ENVELOPE_KEEP_MAX ((size_t)4 << 20)
+
+void envelope_init(struct envelope *e)
+{
+    jbuf_init(&e->buf, 1024);
+    e->first = true;
+    e->epoch = 0;
+    e->id[0] = '\0';
+}
+
+void envelope_free(struct envelope *e)
+{
+    jbuf_free(&e->buf);
+}
+
+void envelope_begin(struct envelope *e, const char *endpoint, const char *type, uint64_t epoch,
+                    const char *id, int64_t received_wall_ms)
+{
+    jbuf_reset(&e->buf);
+    e->first = true;
+    e->epoch = epoch;
+    e->id[0] = '\0';
+    if (id) {
+        /* truncated to MESSAGE_ID_MAX-1 bytes, without cutting a UTF-8
+         * sequence in half */
+        size_t n = strlen(id);
+        if (n >= MESSAGE_ID_MAX) {
+            n = MESSAGE_ID_MAX - 1;
+            while (n > 0 && ((unsigned char)id[n] & 0xC0) == 0x80) n--;
+        }
+        memcpy(e->id, id, n);
+        e->id[n] = '\0';
+    }
+    jbuf_char(&e->buf, '{');
+    envelope_strz(e, "endpoint", endpoint ? endpoint : "");
+    envelope_strz(e, "type", type ? type : "");
+    envelope_u64(e, "epoch", epoch);
+    if (id && *id) envelope_strz(e, "id", id); /* the full id, not the truncated copy */
+    char ts[32];
+    clock_format_rfc3339(received_wall_ms, ts, sizeof ts);
+    envelope_strz(e, "received_at", ts);
+}
+
+void envelope_key(struct envelope *e, const char *key)
+{
+    jbuf_key(&e->buf, &e->first, key);
+}
+
+void envelope_str(struct envelope *e, const char *key, const char *s, size_t n)
+{
+    envelope_key(e, key);
+    jbuf_str(&e->buf, s ? s : "", s ? n : 0);
+}
+
+void envelope_strz(struct envelope *e, const char *key, const char *s)
+{
+    envelope_key(e, key);
+    jbuf_strz(&e->buf, s);
+}
+
+void envelope_i64(struct envelope *e, const char *key, int64_t v)
+{
+    envelope_key(e, key);
+    jbuf_i64(&e->buf, v);
+}
+
+void envelope_u64(struct envelope *e, const char *key, uint64_t v)
+{
+    envelope_key(e, key);
+    jbuf_u64(&e->buf, v);
+}
+
+void envelope_bool(struct envelope *e, const char *key, bool v)
+{
+    envelope_key(e, key);
+    jbuf_bool(&e->buf, v);
+}
+
+void envelope_bytes(struct envelope *e, const char *key, const void *data, size_t n)
+{
+    if (!data) n = 0;
+    envelope_key(e, key);
+    if (n == 0 || utf8_valid(data, n)) {
+        jbuf_str(&e->buf, data ? data : "", n);
+        return;
+    }
+    jbuf_base64(&e->buf, data, n);
+    /* ,"<key>_encoding":"base64" -- the key escaped as jbuf_key does */
+    jbuf_char(&e->buf, ',');
+    jbuf_str(&e->buf, key, strlen(key));
+    e->buf.len--; /* reopen the quoted key */
+    jbuf_rawz(&e->buf, "_encoding\":\"base64\"");
+}
+
+void envelope_payload(struct envelope *e, const void *data, size_t n)
+{
+    envelope_bytes(e, "payload", data, n);
+}
+
+struct message *envelope_finish(struct envelope *e)
+{
+    jbuf_char(&e->buf, '}');
+    struct message *m = message_new(e->buf.data, e->buf.len);
+    m->epoch = e->epoch;
+    memcpy(m->id, e->id, sizeof m->id);
+    m->received_mono_us = clock_mono_us();
+    /* keep the buffer (and its capacity) for the next envelope, unless an
+     * exceptionally large message grew it: do not pin that memory */
+    if (e->buf.cap > ENVELOPE_KEEP_MAX) {
+        jbuf_free(&e->buf);
+        jbuf_init(&e->buf, 1024);
+    } else {
+        jbuf_reset(&e->buf);
+    }
+    e->first = true;
+    return m;
+}

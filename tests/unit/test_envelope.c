@@ -1,0 +1,308 @@
+/* Unit tests: the message envelope (field order, payload encodings, size). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/common/envelope.h"
+#include "src/common/util.h"
+
+static int done_calls;
+static enum msg_outcome done_outcome;
+static void on_done(void *arg, const struct message *m, enum msg_outcome o)
+{
+    (void)m;
+    done_calls++;
+    done_outcome = o;
+    *(int *)arg += 1;
+}
+
+/* Minimal JSON string decoder for the checks below: s points just after the
+ * opening quote; returns the decoded bytes (malloc'd) and their count, and
+ * sets *end to the closing quote. Fails the test on malformed input. */
+static unsigned char *json_unescape(const char *s, size_t *out_len, const char **end)
+{
+    size_t cap = strlen(s) + 1, n = 0;
+    unsigned char *out = malloc(cap);
+    assert_non_null(out);
+    const char *p = s;
+    while (*p != '"') {
+        assert_true(*p != '\0');
+        unsigned char c = (unsigned char)*p;
+        assert_true(c >= 0x20); /* raw control characters are invalid JSON */
+        if (c != '\\') {
+            out[n++] = c;
+            p++;
+            continue;
+        }
+        p++;
+        switch (*p) {
+        case '"': out[n++] = '"'; break;
+        case '\\': out[n++] = '\\'; break;
+        case '/': out[n++] = '/'; break;
+        case 'n': out[n++] = '\n'; break;
+        case 'r': out[n++] = '\r'; break;
+        case 't': out[n++] = '\t'; break;
+        case 'b': out[n++] = '\b'; break;
+        case 'f': out[n++] = '\f'; break;
+        case 'u': {
+            char hex[5] = {p[1], p[2], p[3], p[4], 0};
+            unsigned v = (unsigned)strtoul(hex, NULL, 16);
+            assert_true(v < 0x80); /* the encoder only escapes ASCII controls */
+            out[n++] = (unsigned char)v;
+            p += 4;
+            break;
+        }
+        default: fail_msg("bad escape \\%c", *p);
+        }
+        p++;
+    }
+    *end = p;
+    *out_len = n;
+    return out;
+}
+
+static int b64val(char c)
+{
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+}
+
+static unsigned char *b64_decode(const char *s, size_t len, size_t *out_len)
+{
+    assert_int_equal(len % 4, 0);
+    unsigned char *out = malloc(len / 4 * 3 + 1);
+    size_t n = 0;
+    for (size_t i = 0; i < len; i += 4) {
+        int a = b64val(s[i]), b = b64val(s[i + 1]);
+        assert_true(a >= 0 && b >= 0);
+        out[n++] = (unsigned char)(a << 2 | b >> 4);
+        if (s[i + 2] == '=') break;
+        int c = b64val(s[i + 2]);
+        assert_true(c >= 0);
+        out[n++] = (unsigned char)((b & 15) << 4 | c >> 2);
+        if (s[i + 3] == '=') break;
+        int d = b64val(s[i + 3]);
+        assert_true(d >= 0);
+        out[n++] = (unsigned char)((c & 3) << 6 | d);
+    }
+    *out_len = n;
+    return out;
+}
+
+/* 2026-12-02T14:00:00.123Z */
+static const int64_t T0 = 1796220000123LL;
+
+static void test_field_order_utf8(void **state)
+{
+    (void)state;
+    struct envelope e;
+    envelope_init(&e);
+    envelope_begin(&e, "orders", "redis_psub", 7, "id-1", T0);
+    envelope_strz(&e, "channel", "orders.eu");
+    envelope_i64(&e, "n", -3);
+    envelope_bool(&e, "redelivered", false);
+    envelope_key(&e, "headers");
+    jbuf_rawz(&e.buf, "{}");
+    envelope_payload(&e, "h\xc3\xa9\n\"x\"", 7);
+    struct message *m = envelope_finish(&e);
+    assert_string_equal(m->json,
+                        "{\"endpoint\":\"orders\",\"type\":\"redis_psub\",\"epoch\":7,\"id\":\"id-1\","
+                        "\"received_at\":\"2026-12-02T14:00:00.123Z\",\"channel\":\"orders.eu\","
+                        "\"n\":-3,\"redelivered\":false,\"headers\":{},"
+                        "\"payload\":\"h\xc3\xa9\\n\\\"x\\\"\"}");
+    assert_int_equal(m->len, strlen(m->json));
+    assert_int_equal(m->epoch, 7);
+    assert_string_equal(m->id, "id-1");
+    assert_true(m->received_mono_us > 0);
+    assert_null(m->next);
+    int calls = 0;
+    m->done = on_done;
+    m->done_arg = &calls;
+    message_finish(m, MSG_DELIVERED);
+    assert_int_equal(calls, 1);
+    assert_int_equal(done_outcome, MSG_DELIVERED);
+    /* the envelope is reusable: no id -> no id field, epoch 0 */
+    envelope_begin(&e, "tick", "schedule", 0, NULL, 0);
+    m = envelope_finish(&e);
+    assert_string_equal(m->json, "{\"endpoint\":\"tick\",\"type\":\"schedule\",\"epoch\":0,"
+                                 "\"received_at\":\"1970-01-01T00:00:00.000Z\"}");
+    assert_string_equal(m->id, "");
+    message_finish(m, MSG_DROPPED_SHUTDOWN);
+    envelope_begin(&e, "tick", "schedule", 0, "", 0);
+    m = envelope_finish(&e);
+    assert_null(strstr(m->json, "\"id\""));
+    message_finish(m, MSG_DELIVERED);
+    envelope_free(&e);
+}
+
+static void test_base64_path(void **state)
+{
+    (void)state;
+    struct envelope e;
+    envelope_init(&e);
+    envelope_begin(&e, "bin", "mqtt", 1, NULL, T0);
+    envelope_bytes(&e, "key", "\x00\x01\xff", 3);
+    envelope_payload(&e, "\xc0\x80", 2); /* overlong: not valid UTF-8 */
+    struct message *m = envelope_finish(&e);
+    assert_non_null(strstr(m->json, ",\"key\":\"AAH/\",\"key_encoding\":\"base64\","));
+    const char *tail = ",\"payload\":\"wIA=\",\"payload_encoding\":\"base64\"}";
+    assert_int_equal(strcmp(m->json + m->len - strlen(tail), tail), 0);
+    message_finish(m, MSG_DELIVERED);
+    /* NUL bytes are valid UTF-8: JSON string with \u0000 */
+    envelope_begin(&e, "bin", "mqtt", 1, NULL, T0);
+    envelope_payload(&e, "a\0b", 3);
+    m = envelope_finish(&e);
+    assert_non_null(strstr(m->json, "\"payload\":\"a\\u0000b\"}"));
+    assert_null(strstr(m->json, "payload_encoding"));
+    message_finish(m, MSG_DELIVERED);
+    /* empty payload */
+    envelope_begin(&e, "bin", "mqtt", 1, NULL, T0);
+    envelope_payload(&e, NULL, 0);
+    m = envelope_finish(&e);
+    assert_non_null(strstr(m->json, "\"payload\":\"\"}"));
+    message_finish(m, MSG_DELIVERED);
+    envelope_free(&e);
+}
+
+static void test_escaped_names_and_long_id(void **state)
+{
+    (void)state;
+    struct envelope e;
+    envelope_init(&e);
+    char id[200];
+    memset(id, 'x', sizeof id - 1);
+    id[sizeof id - 1] = '\0';
+    envelope_begin(&e, "we\"ird\n", "t", 2, id, T0);
+    struct message *m = envelope_finish(&e);
+    assert_true(strncmp(m->json, "{\"endpoint\":\"we\\\"ird\\n\",", 24) == 0);
+    /* the envelope carries the full id; the message header a truncated copy */
+    assert_non_null(strstr(m->json, id));
+    assert_int_equal(strlen(m->id), MESSAGE_ID_MAX - 1);
+    message_finish(m, MSG_DELIVERED);
+    envelope_free(&e);
+}
+
+static const char *find_payload(const struct message *m)
+{
+    const char *p = strstr(m->json, ",\"payload\":\"");
+    assert_non_null(p);
+    return p + strlen(",\"payload\":\"");
+}
+
+static void test_16mib_payload_utf8(void **state)
+{
+    (void)state;
+    size_t n = (size_t)16 << 20;
+    unsigned char *data = malloc(n);
+    assert_non_null(data);
+    /* a mix of ASCII, every control character, quotes, backslashes and
+     * multi-byte sequences, all valid UTF-8 */
+    static const char *const pieces[] = {"abc", "\"", "\\", "\xc3\xa9", "\xe2\x82\xac",
+                                         "\xf0\x9f\x98\x80", "\x00", "\x1f", "\n", "\t", " "};
+    size_t i = 0, k = 0;
+    while (i < n) {
+        const char *pc = pieces[k % (sizeof pieces / sizeof pieces[0])];
+        size_t pl = (k % 11 == 6) ? 1 : strlen(pc); /* "\x00" has strlen 0 */
+        if (i + pl > n) pc = "a", pl = 1;
+        if (k % 13 == 0) {
+            data[i] = (unsigned char)(k % 32); /* every control character */
+            pl = 1;
+        } else {
+            memcpy(data + i, pc, pl);
+        }
+        i += pl;
+        k++;
+    }
+    assert_true(utf8_valid(data, n));
+    struct envelope e;
+    envelope_init(&e);
+    envelope_begin(&e, "big", "redis_psub", 3, "m1", T0);
+    envelope_payload(&e, data, n);
+    struct message *m = envelope_finish(&e);
+    printf("16 MiB UTF-8 payload -> %zu byte envelope\n", m->len);
+    assert_null(strstr(m->json, "payload_encoding"));
+    const char *end = NULL;
+    size_t dn = 0;
+    unsigned char *dec = json_unescape(find_payload(m), &dn, &end);
+    assert_string_equal(end, "\"}");
+    assert_int_equal(dn, n);
+    assert_memory_equal(dec, data, n);
+    free(dec);
+    message_finish(m, MSG_DELIVERED);
+    /* the buffer was released (not pinned) and the envelope still works */
+    assert_true(e.buf.cap < n);
+    envelope_begin(&e, "big", "redis_psub", 3, NULL, T0);
+    envelope_payload(&e, "ok", 2);
+    m = envelope_finish(&e);
+    assert_non_null(strstr(m->json, "\"payload\":\"ok\"}"));
+    message_finish(m, MSG_DELIVERED);
+    envelope_free(&e);
+    free(data);
+}
+
+static void test_16mib_payload_binary(void **state)
+{
+    (void)state;
+    size_t n = ((size_t)16 << 20) + 1; /* odd length: exercises padding */
+    unsigned char *data = malloc(n);
+    assert_non_null(data);
+    assert_int_equal(random_bytes(data, n), 0);
+    data[0] = 0xff; /* certainly invalid UTF-8 */
+    struct envelope e;
+    envelope_init(&e);
+    envelope_begin(&e, "big", "rabbitmq", 9, NULL, T0);
+    envelope_payload(&e, data, n);
+    struct message *m = envelope_finish(&e);
+    printf("16 MiB binary payload -> %zu byte envelope\n", m->len);
+    const char *p = find_payload(m);
+    const char *q = strchr(p, '"');
+    assert_non_null(q);
+    assert_string_equal(q, "\",\"payload_encoding\":\"base64\"}");
+    size_t dn = 0;
+    unsigned char *dec = b64_decode(p, (size_t)(q - p), &dn);
+    assert_int_equal(dn, n);
+    assert_memory_equal(dec, data, n);
+    free(dec);
+    message_finish(m, MSG_DELIVERED);
+    envelope_free(&e);
+    free(data);
+}
+
+static void test_outcome_names(void **state)
+{
+    (void)state;
+    assert_string_equal(msg_outcome_name(MSG_DELIVERED), "delivered");
+    assert_string_equal(msg_outcome_name(MSG_DROPPED_QUEUE_FULL), "queue_full");
+    assert_string_equal(msg_outcome_name(MSG_DROPPED_NOT_LEADER), "not_leader");
+    assert_string_equal(msg_outcome_name(MSG_DROPPED_SINK_FAILED), "sink_failed");
+    assert_string_equal(msg_outcome_name(MSG_DROPPED_SHUTDOWN), "shutdown");
+    message_finish(NULL, MSG_DELIVERED); /* no-op */
+    struct message *m = message_new("{}", 2);
+    assert_string_equal(m->json, "{}");
+    assert_int_equal(m->len, 2);
+    assert_null(m->done);
+    message_finish(m, MSG_DELIVERED);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_field_order_utf8),
+        cmocka_unit_test(test_base64_path),
+        cmocka_unit_test(test_escaped_names_and_long_id),
+        cmocka_unit_test(test_16mib_payload_utf8),
+        cmocka_unit_test(test_16mib_payload_binary),
+        cmocka_unit_test(test_outcome_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

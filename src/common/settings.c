@@ -1,0 +1,454 @@
+/* Settings tables: parsing a libconfig group into a struct, driven by a
+ * NULL-terminated array of struct setting_def. See settings.h. */
+#include "src/common/settings.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void config_error_set(struct config_error *err, const char *file, int line, const char *fmt, ...)
+{
+    if (!err) return;
+    snprintf(err->file, sizeof err->file, "%s", file ? file : "");
+    err->line = line > 0 ? line : 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+}
+
+void config_error_format(const struct config_error *err, char *buf, size_t len)
+{
+    if (!buf || len == 0) return;
+    if (!err) {
+        buf[0] = '\0';
+        return;
+    }
+    if (err->file[0] && err->line > 0)
+        snprintf(buf, len, "%s:%d: %s", err->file, err->line, err->msg);
+    else if (err->file[0])
+        snprintf(buf, len, "%s: %s", err->file, err->msg);
+    else
+        snprintf(buf, len, "%s", err->msg);
+}
+
+void strlist_free(struct strlist *l)
+{
+    if (!l) return;
+    for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+    l->v = NULL;
+    l->n = 0;
+}
+
+/* OOM is fatal in baton; this file keeps its own helpers so that it depends
+ * on nothing but libconfig. */
+static void *oom_check(void *p)
+{
+    if (!p) {
+        fputs("baton: out of memory\n", stderr);
+        abort();
+    }
+    return p;
+}
+
+static char *dup_str(const char *s)
+{
+    return oom_check(strdup(s));
+}
+
+static void strlist_push(struct strlist *l, const char *s)
+{
+    l->v = oom_check(realloc(l->v, (l->n + 1) * sizeof *l->v));
+    l->v[l->n++] = dup_str(s);
+}
+
+static const char *type_word(int config_type)
+{
+    switch (config_type) {
+    case CONFIG_TYPE_GROUP: return "a group";
+    case CONFIG_TYPE_INT:
+    case CONFIG_TYPE_INT64: return "an integer";
+    case CONFIG_TYPE_FLOAT: return "a number with a fraction";
+    case CONFIG_TYPE_STRING: return "a string";
+    case CONFIG_TYPE_BOOL: return "a boolean";
+    case CONFIG_TYPE_ARRAY: return "an array";
+    case CONFIG_TYPE_LIST: return "a list";
+    }
+    return "nothing";
+}
+
+static const char *expected_word(enum setting_type t)
+{
+    switch (t) {
+    case SETTING_BOOL: return "a boolean (true or false)";
+    case SETTING_INT: return "an integer";
+    case SETTING_DOUBLE: return "a number";
+    case SETTING_STRING: return "a string";
+    case SETTING_STRLIST: return "a string or a list of strings";
+    case SETTING_ENUM: return "a string";
+    }
+    return "?";
+}
+
+/* Where a setting (or failing that, the group holding it) comes from. A
+ * file-level (root) group has no line of its own: its first member's file
+ * and line 1 stand in. */
+static void where(const config_setting_t *s, const char **file, int *line)
+{
+    *file = s ? config_setting_source_file(s) : NULL;
+    *line = s ? config_setting_source_line(s) : 0;
+    if (s && (!*file || *line == 0) && config_setting_is_group(s) && config_setting_length(s) > 0) {
+        const config_setting_t *first = config_setting_get_elem(s, 0);
+        if (!*file) *file = config_setting_source_file(first);
+        if (*line == 0) *line = 1;
+    }
+    if (*line == 0 && *file) *line = 1;
+}
+
+static void set_err(struct config_error *err, const config_setting_t *s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(struct config_error *err, const config_setting_t *s, const char *fmt, ...)
+{
+    if (!err) return;
+    const char *file;
+    int line;
+    where(s, &file, &line);
+    char msg[sizeof err->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    config_error_set(err, file, line, "%s", msg);
+}
+
+/* "auto, active, once, none" */
+static void join_choices(const char *const *choices, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; choices && choices[i]; i++) {
+        int n = snprintf(buf + used, len - used, "%s%s", i ? ", " : "", choices[i]);
+        if (n < 0 || (size_t)n >= len - used) break;
+        used += (size_t)n;
+    }
+}
+
+static const char *help_suffix(const struct setting_def *d, char *buf, size_t len)
+{
+    if (d->help && d->help[0])
+        snprintf(buf, len, " (%s)", d->help);
+    else
+        buf[0] = '\0';
+    return buf;
+}
+
+static bool int_bounded(const struct setting_def *d)
+{
+    return !(d->min == 0 && d->max == 0);
+}
+
+static int check_range(const struct setting_def *d, const config_setting_t *s, int64_t v,
+                       const char *what, struct config_error *err)
+{
+    if (!int_bounded(d) || (v >= d->min && v <= d->max)) return 0;
+    char h[200];
+    set_err(err, s, "%s: %s = %" PRId64 " is out of range %" PRId64 "..%" PRId64 "%s", what, d->name,
+            v, d->min, d->max, help_suffix(d, h, sizeof h));
+    return -1;
+}
+
+static int enum_index(const struct setting_def *d, const char *v)
+{
+    for (int i = 0; d->choices && d->choices[i]; i++)
+        if (strcmp(d->choices[i], v) == 0) return i;
+    return -1;
+}
+
+/* Applies the default text of d. Returns 0, or -1 when the table itself is
+ * wrong (a programming error, reported like a config error). */
+static int apply_default(const struct setting_def *d, void *out, const config_setting_t *group,
+                         const char *what, struct config_error *err)
+{
+    char *p = (char *)out + d->offset;
+    const char *t = d->def;
+    char *end;
+    switch (d->type) {
+    case SETTING_BOOL:
+        if (strcmp(t, "true") == 0) *(bool *)p = true;
+        else if (strcmp(t, "false") == 0) *(bool *)p = false;
+        else goto bad;
+        return 0;
+    case SETTING_INT: {
+        errno = 0;
+        long long v = strtoll(t, &end, 0);
+        if (errno || end == t || *end) goto bad;
+        *(int64_t *)p = v;
+        return 0;
+    }
+    case SETTING_DOUBLE: {
+        errno = 0;
+        double v = strtod(t, &end);
+        if (errno || end == t || *end) goto bad;
+        *(double *)p = v;
+        return 0;
+    }
+    case SETTING_STRING:
+        *(char **)p = dup_str(t);
+        return 0;
+    case SETTING_STRLIST: {
+        /* comma-separated */
+        struct strlist *l = (struct strlist *)p;
+        const char *s = t;
+        while (*s) {
+            const char *c = strchr(s, ',');
+            size_t n = c ? (size_t)(c - s) : strlen(s);
+            char *item = oom_check(strndup(s, n));
+            strlist_push(l, item);
+            free(item);
+            s += n;
+            if (*s == ',') s++;
+        }
+        return 0;
+    }
+    case SETTING_ENUM: {
+        int i = enum_index(d, t);
+        if (i < 0) goto bad;
+        *(int *)p = i;
+        return 0;
+    }
+    }
+bad:
+    set_err(err, group, "%s: internal error: bad default \"%s\" for '%s'", what, t, d->name);
+    return -1;
+}
+
+static int parse_one(const struct setting_def *d, const config_setting_t *s, void *out,
+                     const char *what, struct config_error *err)
+{
+    char *p = (char *)out + d->offset;
+    int t = config_setting_type(s);
+    char h[200];
+    switch (d->type) {
+    case SETTING_BOOL:
+        if (t != CONFIG_TYPE_BOOL) break;
+        *(bool *)p = config_setting_get_bool(s) != 0;
+        return 0;
+    case SETTING_INT: {
+        if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64) break;
+        int64_t v = t == CONFIG_TYPE_INT ? config_setting_get_int(s) : config_setting_get_int64(s);
+        if (check_range(d, s, v, what, err)) return -1;
+        *(int64_t *)p = v;
+        return 0;
+    }
+    case SETTING_DOUBLE:
+        if (t == CONFIG_TYPE_FLOAT)
+            *(double *)p = config_setting_get_float(s);
+        else if (t == CONFIG_TYPE_INT)
+            *(double *)p = config_setting_get_int(s);
+        else if (t == CONFIG_TYPE_INT64)
+            *(double *)p = (double)config_setting_get_int64(s);
+        else
+            break;
+        return 0;
+    case SETTING_STRING: {
+        if (t != CONFIG_TYPE_STRING) break;
+        char **sp = (char **)p;
+        free(*sp);
+        *sp = dup_str(config_setting_get_string(s));
+        return 0;
+    }
+    case SETTING_STRLIST: {
+        struct strlist *l = (struct strlist *)p;
+        if (t == CONFIG_TYPE_STRING) {
+            strlist_free(l);
+            strlist_push(l, config_setting_get_string(s));
+            return 0;
+        }
+        if (t != CONFIG_TYPE_LIST && t != CONFIG_TYPE_ARRAY) break;
+        strlist_free(l);
+        int n = config_setting_length(s);
+        for (int i = 0; i < n; i++) {
+            const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+            if (config_setting_type(e) != CONFIG_TYPE_STRING) {
+                set_err(err, e, "%s: '%s' expected a list of strings%s, element %d is %s", what,
+                        d->name, help_suffix(d, h, sizeof h), i + 1,
+                        type_word(config_setting_type(e)));
+                return -1;
+            }
+            strlist_push(l, config_setting_get_string(e));
+        }
+        if (d->required && l->n == 0) {
+            set_err(err, s, "%s: '%s' must not be empty%s", what, d->name,
+                    help_suffix(d, h, sizeof h));
+            return -1;
+        }
+        return 0;
+    }
+    case SETTING_ENUM: {
+        if (t != CONFIG_TYPE_STRING) break;
+        const char *v = config_setting_get_string(s);
+        int i = enum_index(d, v);
+        if (i < 0) {
+            char list[300];
+            join_choices(d->choices, list, sizeof list);
+            set_err(err, s, "%s: %s = \"%s\": expected one of %s", what, d->name, v, list);
+            return -1;
+        }
+        *(int *)p = i;
+        return 0;
+    }
+    }
+    if (d->type == SETTING_ENUM) {
+        char list[300];
+        join_choices(d->choices, list, sizeof list);
+        set_err(err, s, "%s: '%s' expected one of \"%s\" (a quoted string), got %s", what, d->name,
+                list, type_word(t));
+    } else {
+        set_err(err, s, "%s: '%s' expected %s%s, got %s", what, d->name, expected_word(d->type),
+                help_suffix(d, h, sizeof h), type_word(t));
+    }
+    return -1;
+}
+
+static bool name_in(const char *name, const struct setting_def *defs, const char *const *also)
+{
+    for (size_t i = 0; defs && defs[i].name; i++)
+        if (strcmp(defs[i].name, name) == 0) return true;
+    for (size_t i = 0; also && also[i]; i++)
+        if (strcmp(also[i], name) == 0) return true;
+    return false;
+}
+
+static void list_keys(const struct setting_def *defs, const char *const *also, char *buf, size_t len)
+{
+    size_t used = 0;
+    bool first = true;
+    buf[0] = '\0';
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0;; i++) {
+            const char *k = pass == 0 ? (defs ? defs[i].name : NULL) : (also ? also[i] : NULL);
+            if (!k) break;
+            int n = snprintf(buf + used, len - used, "%s%s", first ? "" : ", ", k);
+            if (n < 0 || (size_t)n >= len - used) {
+                /* Out of room: end with an ellipsis where it fits. */
+                if (len >= 4) memcpy(buf + len - 4, "...", 4);
+                return;
+            }
+            used += (size_t)n;
+            first = false;
+        }
+    }
+    if (first) snprintf(buf, len, "(none)");
+}
+
+int settings_parse(const struct setting_def *defs, const config_setting_t *group,
+                   const char *const *also_allowed, const char *what, void *out,
+                   struct config_error *err)
+{
+    if (!what) what = "settings";
+    if (group && !config_setting_is_group(group)) {
+        set_err(err, group, "%s: expected a group { key = value; ... }, got %s", what,
+                type_word(config_setting_type(group)));
+        return -1;
+    }
+
+    /* Unknown keys first: a misspelt key explains a "missing" one. */
+    int n = group ? config_setting_length(group) : 0;
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *s = config_setting_get_elem(group, (unsigned)i);
+        const char *name = config_setting_name(s);
+        if (name && !name_in(name, defs, also_allowed)) {
+            char keys[400];
+            list_keys(defs, also_allowed, keys, sizeof keys);
+            set_err(err, s, "%s: unknown key '%s'; valid keys: %s", what, name, keys);
+            return -1;
+        }
+    }
+
+    for (size_t i = 0; defs && defs[i].name; i++) {
+        const struct setting_def *d = &defs[i];
+        const config_setting_t *s = group ? config_setting_get_member(group, d->name) : NULL;
+        if (s) {
+            if (parse_one(d, s, out, what, err)) return -1;
+        } else if (d->required) {
+            char h[200];
+            set_err(err, group, "%s: missing required key '%s'%s", what, d->name,
+                    help_suffix(d, h, sizeof h));
+            return -1;
+        } else if (d->def) {
+            if (apply_default(d, out, group, what, err)) return -1;
+        }
+    }
+    return 0;
+}
+
+void settings_free(const struct setting_def *defs, void *out)
+{
+    if (!defs || !out) return;
+    for (size_t i = 0; defs[i].name; i++) {
+        char *p = (char *)out + defs[i].offset;
+        if (defs[i].type == SETTING_STRING) {
+            free(*(char **)p);
+            *(char **)p = NULL;
+        } else if (defs[i].type == SETTING_STRLIST) {
+            strlist_free((struct strlist *)p);
+        }
+    }
+}
+
+int secret_resolve(const char *env_name, const char *file, char **out, char *msg, size_t msglen)
+{
+    *out = NULL;
+    if (msglen) msg[0] = '\0';
+    if (env_name && file) {
+        snprintf(msg, msglen,
+                 "both an environment variable ('%s') and a file ('%s') are given for one "
+                 "secret; give only one",
+                 env_name, file);
+        return -1;
+    }
+    if (env_name) {
+        const char *v = getenv(env_name);
+        if (!v) {
+            snprintf(msg, msglen, "environment variable '%s' is not set", env_name);
+            return -1;
+        }
+        if (!v[0]) {
+            snprintf(msg, msglen, "environment variable '%s' is empty", env_name);
+            return -1;
+        }
+        *out = dup_str(v);
+        return 0;
+    }
+    if (!file) return 0;
+
+    FILE *f = fopen(file, "r");
+    if (!f) {
+        snprintf(msg, msglen, "cannot read secret file '%s': %s", file, strerror(errno));
+        return -1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len = getline(&line, &cap, f);
+    int read_errno = errno;
+    bool failed = ferror(f) != 0;
+    fclose(f);
+    if (failed) {
+        free(line);
+        snprintf(msg, msglen, "cannot read secret file '%s': %s", file, strerror(read_errno));
+        return -1;
+    }
+    if (len < 0) len = 0;
+    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
+    if (len == 0) {
+        free(line);
+        snprintf(msg, msglen, "secret file '%s' is empty (the secret is its first line)", file);
+        return -1;
+    }
+    *out = line;
+    return 0;
+}

@@ -1,0 +1,862 @@
+/* Configuration loader: the main file plus one file per endpoint in
+ * endpoints_dir (*.cfg, loaded in byte order of the file names). Every value
+ * goes through a settings table (src/common/settings.h), so defaults, checks
+ * and messages come from one place; every error names file and line. */
+#include "src/config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "src/common/util.h"
+#include "src/config_test.h"
+
+/* ---- registries (replaceable by unit tests) ---- */
+
+static const struct endpoint_ops *const *test_endpoints;
+static const struct sink_ops *const *test_sinks;
+
+void config_test_set_registries(const struct endpoint_ops *const *endpoints,
+                                const struct sink_ops *const *sinks)
+{
+    test_endpoints = endpoints;
+    test_sinks = sinks;
+}
+
+static const struct endpoint_ops *const *endpoint_types(void)
+{
+    return test_endpoints ? test_endpoints : endpoint_registry;
+}
+
+static const struct sink_ops *const *sink_types(void)
+{
+    return test_sinks ? test_sinks : sink_registry;
+}
+
+static const struct endpoint_ops *find_endpoint_type(const char *type)
+{
+    if (!test_endpoints) return endpoint_lookup(type);
+    for (size_t i = 0; test_endpoints[i]; i++)
+        if (strcmp(test_endpoints[i]->type, type) == 0) return test_endpoints[i];
+    return NULL;
+}
+
+static const struct sink_ops *find_sink_type(const char *type)
+{
+    if (!test_sinks) return sink_lookup(type);
+    for (size_t i = 0; test_sinks[i]; i++)
+        if (strcmp(test_sinks[i]->type, type) == 0) return test_sinks[i];
+    return NULL;
+}
+
+/* Joins names into buf: "a, b, c" (or "(none)"). */
+static void join_names(char *buf, size_t len, size_t n, const char *(*get)(size_t i, const void *ctx),
+                       const void *ctx)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        int w = snprintf(buf + used, len - used, "%s%s", i ? ", " : "", get(i, ctx));
+        if (w < 0 || (size_t)w >= len - used) {
+            if (len >= 4) memcpy(buf + len - 4, "...", 4);
+            return;
+        }
+        used += (size_t)w;
+    }
+    if (n == 0) snprintf(buf, len, "(none)");
+}
+
+static const char *endpoint_type_at(size_t i, const void *ctx)
+{
+    return ((const struct endpoint_ops *const *)ctx)[i]->type;
+}
+
+static const char *sink_type_at(size_t i, const void *ctx)
+{
+    return ((const struct sink_ops *const *)ctx)[i]->type;
+}
+
+static const char *sink_name_at(size_t i, const void *ctx)
+{
+    return ((const struct baton_config *)ctx)->sinks[i].name;
+}
+
+static void known_endpoint_types(char *buf, size_t len)
+{
+    const struct endpoint_ops *const *r = endpoint_types();
+    size_t n = 0;
+    while (r[n]) n++;
+    join_names(buf, len, n, endpoint_type_at, r);
+}
+
+static void known_sink_types(char *buf, size_t len)
+{
+    const struct sink_ops *const *r = sink_types();
+    size_t n = 0;
+    while (r[n]) n++;
+    join_names(buf, len, n, sink_type_at, r);
+}
+
+/* ---- small helpers ---- */
+
+static int line_of(const config_setting_t *s)
+{
+    int l = s ? config_setting_source_line(s) : 0;
+    return l > 0 ? l : 1;
+}
+
+/* Names of a settings table as a NULL-terminated array (for also_allowed). */
+static const char **def_names(const struct setting_def *defs)
+{
+    size_t n = 0;
+    while (defs && defs[n].name) n++;
+    const char **v = xcalloc(n + 1, sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = defs[i].name;
+    return v;
+}
+
+/* Names used in lock keys, scopes, headers and metric labels. */
+static bool name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 128) return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+              c == '-' || c == '.'))
+            return false;
+    }
+    return true;
+}
+
+#define NAME_RULE "1 to 128 characters out of letters, digits, '_', '-', '.'"
+
+/* "dir/rel" unless rel is absolute. */
+static char *path_join(const char *dir, const char *rel)
+{
+    if (rel[0] == '/') return xstrdup(rel);
+    size_t n = strlen(dir) + strlen(rel) + 2;
+    char *p = xmalloc(n);
+    snprintf(p, n, "%s/%s", dir, rel);
+    return p;
+}
+
+static char *dir_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) return xstrdup(".");
+    if (slash == path) return xstrdup("/");
+    char *d = xmalloc((size_t)(slash - path) + 1);
+    memcpy(d, path, (size_t)(slash - path));
+    d[slash - path] = '\0';
+    return d;
+}
+
+/* Reads one libconfig file; errors name the file (unreadable: strerror) or
+ * file and line (syntax). */
+static int read_file(config_t *cf, const char *path, struct config_error *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        config_error_set(err, path, 0, "cannot read file: %s", strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    int is_dir = fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode);
+    fclose(f);
+    if (is_dir) {
+        config_error_set(err, path, 0, "cannot read file: %s", strerror(EISDIR));
+        return -1;
+    }
+    char *dir = dir_of(path);
+    config_set_include_dir(cf, dir);
+    free(dir);
+    if (config_read_file(cf, path) != CONFIG_TRUE) {
+        if (config_error_type(cf) == CONFIG_ERR_FILE_IO) {
+            config_error_set(err, config_error_file(cf) ? config_error_file(cf) : path, 0,
+                             "cannot read file: %s", config_error_text(cf));
+        } else {
+            config_error_set(err, config_error_file(cf) ? config_error_file(cf) : path,
+                             config_error_line(cf), "cannot parse: %s (libconfig syntax: key = value;)",
+                             config_error_text(cf));
+        }
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- main file tables ---- */
+
+struct main_settings {
+    char *owner;
+    char *endpoints_dir;
+};
+static const struct setting_def main_defs[] = {
+    { "owner", SETTING_STRING, offsetof(struct main_settings, owner),
+      .help = "tenant id, " NAME_RULE },
+    { "endpoints_dir", SETTING_STRING, offsetof(struct main_settings, endpoints_dir),
+      .def = "endpoints.d", .help = "directory of endpoint files, relative to the main file" },
+    SETTINGS_END
+};
+static const char *const main_groups[] = {
+    "locker", "lease", "sinks", "metrics", "log", "shutdown", NULL,
+};
+
+static const char *const locker_types[] = { "redis", NULL };
+struct locker_settings {
+    int type;
+    char *host;
+    int64_t port;
+    int64_t db;
+    char *user;
+    char *password_env;
+    char *password_file;
+    int64_t connect_timeout_ms;
+    int64_t command_timeout_ms;
+    char *prefix;
+};
+static const struct setting_def locker_defs[] = {
+    { "type", SETTING_ENUM, offsetof(struct locker_settings, type), .def = "redis",
+      .choices = locker_types, .help = "locker backend" },
+    { "host", SETTING_STRING, offsetof(struct locker_settings, host), .def = "127.0.0.1",
+      .help = "Redis host name or address" },
+    { "port", SETTING_INT, offsetof(struct locker_settings, port), .def = "6379", .min = 1,
+      .max = 65535, .help = "Redis TCP port" },
+    { "db", SETTING_INT, offsetof(struct locker_settings, db), .def = "0", .min = 0,
+      .max = 65535, .help = "Redis database number" },
+    { "user", SETTING_STRING, offsetof(struct locker_settings, user), .help = "Redis ACL user" },
+    { "password_env", SETTING_STRING, offsetof(struct locker_settings, password_env),
+      .help = "name of the environment variable holding the Redis password" },
+    { "password_file", SETTING_STRING, offsetof(struct locker_settings, password_file),
+      .help = "file whose first line is the Redis password" },
+    { "connect_timeout_ms", SETTING_INT, offsetof(struct locker_settings, connect_timeout_ms),
+      .def = "1000", .min = 1, .max = 600000, .help = "TCP connect timeout" },
+    { "command_timeout_ms", SETTING_INT, offsetof(struct locker_settings, command_timeout_ms),
+      .def = "1000", .min = 1, .max = 600000, .help = "Redis command timeout" },
+    { "prefix", SETTING_STRING, offsetof(struct locker_settings, prefix), .def = "baton",
+      .help = "prefix of every lock key" },
+    SETTINGS_END
+};
+
+static const struct setting_def lease_defs[] = {
+    { "ttl_ms", SETTING_INT, offsetof(struct lease_config, ttl_ms), .def = "3000", .min = 10,
+      .max = 86400000, .help = "lease lifetime" },
+    { "renew_ms", SETTING_INT, offsetof(struct lease_config, renew_ms), .min = 1, .max = 86400000,
+      .help = "renewal interval, less than ttl_ms; default ttl_ms / 3" },
+    { "retry_ms", SETTING_INT, offsetof(struct lease_config, retry_ms), .def = "250", .min = 1,
+      .max = 3600000, .help = "standby retry interval" },
+    { "balance_step_ms", SETTING_INT, offsetof(struct lease_config, balance_step_ms), .min = 1,
+      .max = 3600000, .help = "leader balancing step; default retry_ms / 2" },
+    SETTINGS_END
+};
+
+struct metrics_settings {
+    char *listen;
+};
+static const struct setting_def metrics_defs[] = {
+    { "listen", SETTING_STRING, offsetof(struct metrics_settings, listen), .def = "127.0.0.1:9464",
+      .help = "host:port of the /metrics listener" },
+    SETTINGS_END
+};
+
+static const char *const log_levels[] = { "error", "warn", "info", "debug", NULL };
+struct log_settings {
+    int level;
+};
+static const struct setting_def log_defs[] = {
+    { "level", SETTING_ENUM, offsetof(struct log_settings, level), .def = "info",
+      .choices = log_levels, .help = "log level" },
+    SETTINGS_END
+};
+
+struct shutdown_settings {
+    int64_t drain_timeout_ms;
+};
+static const struct setting_def shutdown_defs[] = {
+    { "drain_timeout_ms", SETTING_INT, offsetof(struct shutdown_settings, drain_timeout_ms),
+      .def = "5000", .min = 0, .max = 3600000, .help = "how long shutdown drains queues to sinks" },
+    SETTINGS_END
+};
+
+struct sink_common {
+    char *name;
+    char *type;
+};
+static const struct setting_def sink_common_defs[] = {
+    { "name", SETTING_STRING, offsetof(struct sink_common, name), .required = true,
+      .help = "sink name, " NAME_RULE },
+    { "type", SETTING_STRING, offsetof(struct sink_common, type), .required = true,
+      .help = "sink type" },
+    SETTINGS_END
+};
+
+/* ---- endpoint common table ---- */
+
+static const char *const guard_names[] = { "auto", "active", "once", "none", NULL };
+static const char *const policy_names[] = { "block", "drop_oldest", NULL };
+struct endpoint_common {
+    char *name;
+    char *type;
+    char *sink;
+    bool enabled;
+    int guard;
+    bool force_guard;
+    int64_t queue_size;
+    int queue_policy;
+    int64_t batch_max;
+    int64_t lease_ttl_ms;   /* 0: not given */
+    int64_t lease_renew_ms; /* 0: not given */
+    int64_t lease_retry_ms; /* 0: not given */
+    int64_t once_ttl_ms;
+    bool once_fail_open;
+};
+static const struct setting_def endpoint_common_defs[] = {
+    { "name", SETTING_STRING, offsetof(struct endpoint_common, name), .required = true,
+      .help = "unique endpoint name, " NAME_RULE },
+    { "type", SETTING_STRING, offsetof(struct endpoint_common, type), .required = true,
+      .help = "endpoint type" },
+    { "sink", SETTING_STRING, offsetof(struct endpoint_common, sink), .required = true,
+      .help = "name of a sink from the main file" },
+    { "enabled", SETTING_BOOL, offsetof(struct endpoint_common, enabled), .def = "true",
+      .help = "false: validated but not started" },
+    { "guard", SETTING_ENUM, offsetof(struct endpoint_common, guard), .def = "auto",
+      .choices = guard_names, .help = "guard kind" },
+    { "force_guard", SETTING_BOOL, offsetof(struct endpoint_common, force_guard), .def = "false",
+      .help = "accept a guard the endpoint type advises against" },
+    { "queue_size", SETTING_INT, offsetof(struct endpoint_common, queue_size), .def = "10000",
+      .min = 1, .max = 100000000, .help = "messages queued between endpoint and sink" },
+    { "queue_policy", SETTING_ENUM, offsetof(struct endpoint_common, queue_policy), .def = "block",
+      .choices = policy_names, .help = "what a full queue does" },
+    { "batch_max", SETTING_INT, offsetof(struct endpoint_common, batch_max), .def = "256", .min = 1,
+      .max = 1000000, .help = "messages per sink send" },
+    { "lease_ttl_ms", SETTING_INT, offsetof(struct endpoint_common, lease_ttl_ms), .min = 10,
+      .max = 86400000, .help = "overrides the main lease ttl_ms" },
+    { "lease_renew_ms", SETTING_INT, offsetof(struct endpoint_common, lease_renew_ms), .min = 1,
+      .max = 86400000, .help = "overrides the main lease renew_ms" },
+    { "lease_retry_ms", SETTING_INT, offsetof(struct endpoint_common, lease_retry_ms), .min = 1,
+      .max = 3600000, .help = "overrides the main lease retry_ms" },
+    { "once_ttl_ms", SETTING_INT, offsetof(struct endpoint_common, once_ttl_ms), .def = "3600000",
+      .min = 1, .max = 31L * 86400000, .help = "OnceGuard key lifetime" },
+    { "once_fail_open", SETTING_BOOL, offsetof(struct endpoint_common, once_fail_open),
+      .def = "false", .help = "allow when the locker is unreachable" },
+    SETTINGS_END
+};
+
+/* ---- main file sections ---- */
+
+static int check_name(const config_setting_t *s, const char *what, const char *key, const char *v,
+                      struct config_error *err)
+{
+    if (name_ok(v)) return 0;
+    config_error_set(err, config_setting_source_file(s), line_of(s),
+                     "%s: %s = \"%s\": expected " NAME_RULE, what, key, v);
+    return -1;
+}
+
+/* A relative path in the main file is relative to the main file. */
+static char *main_relative(const char *main_path, const char *p)
+{
+    char *dir = dir_of(main_path);
+    char *r = path_join(dir, p);
+    free(dir);
+    return r;
+}
+
+static int parse_locker(struct baton_config *c, const config_setting_t *g, struct config_error *err)
+{
+    const char *file = config_setting_source_file(g);
+    const config_setting_t *pw = config_setting_is_group(g) ? config_setting_get_member(g, "password") : NULL;
+    if (pw) {
+        config_error_set(err, file, line_of(pw),
+                         "locker: 'password' is never written in the config file; use "
+                         "password_env (an environment variable name) or password_file");
+        return -1;
+    }
+    struct locker_settings ls = { 0 };
+    int rc = settings_parse(locker_defs, g, NULL, "locker", &ls, err);
+    if (rc == 0 && !ls.prefix[0]) {
+        const config_setting_t *s = config_setting_get_member(g, "prefix");
+        config_error_set(err, file, line_of(s ? s : g), "locker: prefix must not be empty");
+        rc = -1;
+    }
+    if (rc == 0 && !ls.host[0]) {
+        const config_setting_t *s = config_setting_get_member(g, "host");
+        config_error_set(err, file, line_of(s ? s : g), "locker: host must not be empty");
+        rc = -1;
+    }
+    if (rc == 0) {
+        char *pfile = ls.password_file ? main_relative(c->path, ls.password_file) : NULL;
+        char msg[512];
+        if (secret_resolve(ls.password_env, pfile, &c->locker_redis.password, msg, sizeof msg)) {
+            const config_setting_t *s = config_setting_get_member(g, ls.password_env ? "password_env"
+                                                                                   : "password_file");
+            if (ls.password_env && ls.password_file) s = config_setting_get_member(g, "password_file");
+            config_error_set(err, file, line_of(s), "locker: %s", msg);
+            rc = -1;
+        }
+        free(pfile);
+    }
+    if (rc == 0) {
+        c->has_locker = true;
+        c->locker_redis.host = ls.host;
+        ls.host = NULL;
+        c->locker_redis.port = (int)ls.port;
+        c->locker_redis.db = (int)ls.db;
+        c->locker_redis.user = ls.user;
+        ls.user = NULL;
+        c->locker_redis.connect_timeout_ms = ls.connect_timeout_ms;
+        c->locker_redis.command_timeout_ms = ls.command_timeout_ms;
+        free(c->key_prefix);
+        c->key_prefix = ls.prefix;
+        ls.prefix = NULL;
+    }
+    settings_free(locker_defs, &ls);
+    return rc;
+}
+
+static int parse_lease(struct lease_config *l, const config_setting_t *g, struct config_error *err)
+{
+    memset(l, 0, sizeof *l);
+    if (settings_parse(lease_defs, g, NULL, "lease", l, err)) return -1;
+    if (l->renew_ms == 0) l->renew_ms = l->ttl_ms / 3;
+    if (l->balance_step_ms == 0) l->balance_step_ms = l->retry_ms / 2 > 0 ? l->retry_ms / 2 : 1;
+    if (g && l->renew_ms >= l->ttl_ms) {
+        const config_setting_t *s = config_setting_get_member(g, "renew_ms");
+        config_error_set(err, config_setting_source_file(g), line_of(s ? s : g),
+                         "lease: renew_ms = %" PRId64 " must be less than ttl_ms = %" PRId64
+                         " (ttl > renew > 0)",
+                         l->renew_ms, l->ttl_ms);
+        return -1;
+    }
+    return 0;
+}
+
+/* "host:port" or "[v6]:port"; port 0..65535 (0: any free port). */
+static int check_listen(const char *v, const config_setting_t *s, struct config_error *err)
+{
+    const char *colon = strrchr(v, ':');
+    const char *why = NULL;
+    if (!colon || colon == v) {
+        why = "expected host:port";
+    } else if (v[0] == '[' && colon[-1] != ']') {
+        why = "expected [IPv6]:port";
+    } else {
+        char *end;
+        errno = 0;
+        long p = strtol(colon + 1, &end, 10);
+        if (!colon[1] || *end || errno) {
+            why = "expected host:port with a numeric port";
+        } else if (p < 0 || p > 65535) {
+            config_error_set(err, config_setting_source_file(s), line_of(s),
+                             "metrics: listen = \"%s\": port %ld is out of range 0..65535", v, p);
+            return -1;
+        }
+    }
+    if (!why) return 0;
+    config_error_set(err, config_setting_source_file(s), line_of(s), "metrics: listen = \"%s\": %s", v,
+                     why);
+    return -1;
+}
+
+static int parse_sink(struct baton_config *c, const config_setting_t *g, int index,
+                      struct config_error *err)
+{
+    const char *file = config_setting_source_file(g);
+    char what[200];
+    if (!config_setting_is_group(g)) {
+        config_error_set(err, file, line_of(g),
+                         "sinks: element %d: expected a group { name = \"...\"; type = \"...\"; }", index + 1);
+        return -1;
+    }
+    const char *pre_name = NULL;
+    config_setting_lookup_string(g, "name", &pre_name);
+    if (pre_name)
+        snprintf(what, sizeof what, "sink '%s'", pre_name);
+    else
+        snprintf(what, sizeof what, "sinks: element %d", index + 1);
+
+    struct sink_config *sc = &c->sinks[c->n_sinks++];
+    sc->file = xstrdup(file ? file : c->path);
+    sc->line = line_of(g);
+
+    /* type first: it says which other keys exist */
+    const config_setting_t *ts = config_setting_get_member(g, "type");
+    char known[300];
+    known_sink_types(known, sizeof known);
+    if (!ts || config_setting_type(ts) != CONFIG_TYPE_STRING) {
+        config_error_set(err, file, line_of(ts ? ts : g), "%s: %s 'type' (a string, one of %s)", what,
+                         ts ? "expected a string for" : "missing required key", known);
+        return -1;
+    }
+    const char *t = config_setting_get_string(ts);
+    sc->ops = find_sink_type(t);
+    if (!sc->ops) {
+        config_error_set(err, file, line_of(ts), "%s: unknown sink type '%s'; known types: %s", what, t,
+                         known);
+        return -1;
+    }
+    const char **type_keys = def_names(sc->ops->settings);
+    struct sink_common com = { 0 };
+    int rc = settings_parse(sink_common_defs, g, type_keys, what, &com, err);
+    free(type_keys);
+    if (rc == 0) rc = check_name(config_setting_get_member(g, "name"), what, "name", com.name, err);
+    sc->name = com.name;
+    sc->type = com.type;
+    if (rc) return -1;
+
+    for (size_t i = 0; i + 1 < c->n_sinks; i++) {
+        if (strcmp(c->sinks[i].name, sc->name) == 0) {
+            config_error_set(err, file, line_of(config_setting_get_member(g, "name")),
+                             "duplicate sink name '%s' (first defined at %s:%d)", sc->name,
+                             c->sinks[i].file, c->sinks[i].line);
+            return -1;
+        }
+    }
+
+    const char **common_keys = def_names(sink_common_defs);
+    sc->settings = xcalloc(1, sc->ops->settings_size ? sc->ops->settings_size : 1);
+    rc = settings_parse(sc->ops->settings, g, common_keys, what, sc->settings, err);
+    free(common_keys);
+    if (rc) return -1;
+    if (sc->ops->validate) {
+        char msg[400] = "";
+        if (sc->ops->validate(sc->settings, msg, sizeof msg)) {
+            config_error_set(err, file, line_of(g), "%s: %s", what, msg[0] ? msg : "invalid settings");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int parse_sinks(struct baton_config *c, const config_setting_t *s, struct config_error *err)
+{
+    if (config_setting_type(s) != CONFIG_TYPE_LIST) {
+        config_error_set(err, config_setting_source_file(s), line_of(s),
+                         "'sinks' expected a list ( { name = \"...\"; type = \"...\"; }, ... ), got %s",
+                         config_setting_is_group(s) ? "a group { }" : "a single value or an array");
+        return -1;
+    }
+    int n = config_setting_length(s);
+    c->sinks = xcalloc((size_t)n + 1, sizeof *c->sinks);
+    for (int i = 0; i < n; i++)
+        if (parse_sink(c, config_setting_get_elem(s, (unsigned)i), i, err)) return -1;
+    return 0;
+}
+
+/* A main-file group that must be a group when present. */
+static const config_setting_t *group_member(const config_setting_t *root, const char *name)
+{
+    return config_setting_get_member(root, name);
+}
+
+static int expect_group(const config_setting_t *s, const char *name, struct config_error *err)
+{
+    if (config_setting_is_group(s)) return 0;
+    config_error_set(err, config_setting_source_file(s), line_of(s),
+                     "'%s' expected a group %s = { key = value; ... };", name, name);
+    return -1;
+}
+
+/* ---- endpoint files ---- */
+
+struct name_site {
+    const char *file;
+    int line;
+};
+
+static int load_endpoint(struct baton_config *c, const char *path, struct name_site *sites,
+                         struct config_error *err)
+{
+    config_t cf;
+    config_init(&cf);
+    struct endpoint_config *ep = &c->endpoints[c->n_endpoints++];
+    ep->file = xstrdup(path);
+    struct endpoint_common com = { 0 };
+    const char **type_keys = NULL, **common_keys = NULL;
+    char what[200];
+    int rc = -1;
+
+    if (read_file(&cf, path, err)) goto out;
+    const config_setting_t *root = config_root_setting(&cf);
+    const char *pre_name = NULL;
+    config_setting_lookup_string(root, "name", &pre_name);
+    if (pre_name) {
+        snprintf(what, sizeof what, "endpoint '%s'", pre_name);
+    } else {
+        const char *base = strrchr(path, '/');
+        snprintf(what, sizeof what, "endpoint file '%s'", base ? base + 1 : path);
+    }
+
+    const config_setting_t *ts = config_setting_get_member(root, "type");
+    char known[300];
+    known_endpoint_types(known, sizeof known);
+    if (!ts || config_setting_type(ts) != CONFIG_TYPE_STRING) {
+        config_error_set(err, path, ts ? line_of(ts) : 1, "%s: %s 'type' (a string, one of %s)", what,
+                         ts ? "expected a string for" : "missing required key", known);
+        goto out;
+    }
+    ep->ops = find_endpoint_type(config_setting_get_string(ts));
+    if (!ep->ops) {
+        config_error_set(err, path, line_of(ts), "%s: unknown endpoint type '%s'; known types: %s", what,
+                         config_setting_get_string(ts), known);
+        goto out;
+    }
+
+    type_keys = def_names(ep->ops->settings);
+    rc = settings_parse(endpoint_common_defs, root, type_keys, what, &com, err);
+    ep->name = com.name;
+    com.name = NULL;
+    ep->type = com.type;
+    com.type = NULL;
+    ep->sink_name = com.sink;
+    com.sink = NULL;
+    if (rc) goto out;
+    rc = -1;
+    const config_setting_t *ns = config_setting_get_member(root, "name");
+    if (check_name(ns, what, "name", ep->name, err)) goto out;
+
+    for (size_t i = 0; i + 1 < c->n_endpoints; i++) {
+        if (strcmp(c->endpoints[i].name, ep->name) == 0) {
+            config_error_set(err, path, line_of(ns),
+                             "duplicate endpoint name '%s' (also defined at %s:%d)", ep->name,
+                             sites[i].file, sites[i].line);
+            goto out;
+        }
+    }
+    sites[c->n_endpoints - 1].file = ep->file;
+    sites[c->n_endpoints - 1].line = line_of(ns);
+
+    ep->settings = xcalloc(1, ep->ops->settings_size ? ep->ops->settings_size : 1);
+    common_keys = def_names(endpoint_common_defs);
+    if (settings_parse(ep->ops->settings, root, common_keys, what, ep->settings, err)) goto out;
+
+    ep->enabled = com.enabled;
+    ep->force_guard = com.force_guard;
+    ep->queue_size = com.queue_size;
+    ep->queue_policy = com.queue_policy == 1 ? QUEUE_DROP_OLDEST : QUEUE_BLOCK;
+    ep->batch_max = com.batch_max;
+    ep->once_ttl_ms = com.once_ttl_ms;
+    ep->once_fail_open = com.once_fail_open;
+
+    /* guard: auto -> the type's default for these settings */
+    const config_setting_t *gs = config_setting_get_member(root, "guard");
+    enum guard_kind g = (enum guard_kind)com.guard;
+    if (g == GUARD_AUTO) g = ep->ops->auto_guard ? ep->ops->auto_guard(ep->settings) : GUARD_ACTIVE;
+    if (g != GUARD_ACTIVE && g != GUARD_ONCE && g != GUARD_NONE) {
+        config_error_set(err, path, line_of(gs ? gs : ts),
+                         "%s: internal error: type '%s' resolved guard \"auto\" to %d", what, ep->type,
+                         (int)g);
+        goto out;
+    }
+    ep->guard = g;
+    if (ep->ops->validate) {
+        char msg[400] = "";
+        if (ep->ops->validate(ep->settings, ep->guard, ep->force_guard, msg, sizeof msg)) {
+            config_error_set(err, path, line_of(gs ? gs : ts), "%s: %s", what,
+                             msg[0] ? msg : "invalid settings");
+            goto out;
+        }
+    }
+
+    /* sink */
+    for (size_t i = 0; i < c->n_sinks; i++)
+        if (strcmp(c->sinks[i].name, ep->sink_name) == 0) ep->sink = &c->sinks[i];
+    if (!ep->sink) {
+        char names[300];
+        join_names(names, sizeof names, c->n_sinks, sink_name_at, c);
+        config_error_set(err, path, line_of(config_setting_get_member(root, "sink")),
+                         "%s: unknown sink '%s'; sinks defined in %s: %s", what, ep->sink_name, c->path,
+                         names);
+        goto out;
+    }
+
+    /* lease: the main lease, overridden per endpoint */
+    ep->lease = c->lease;
+    if (com.lease_ttl_ms) {
+        ep->lease.ttl_ms = com.lease_ttl_ms;
+        ep->lease.renew_ms = com.lease_ttl_ms / 3;
+    }
+    if (com.lease_renew_ms) ep->lease.renew_ms = com.lease_renew_ms;
+    if (com.lease_retry_ms) {
+        ep->lease.retry_ms = com.lease_retry_ms;
+        ep->lease.balance_step_ms = com.lease_retry_ms / 2 > 0 ? com.lease_retry_ms / 2 : 1;
+    }
+    if (ep->lease.renew_ms >= ep->lease.ttl_ms) {
+        const config_setting_t *s = config_setting_get_member(root, "lease_renew_ms");
+        if (!s) s = config_setting_get_member(root, "lease_ttl_ms");
+        config_error_set(err, path, line_of(s),
+                         "%s: lease renew %" PRId64 " ms must be less than lease ttl %" PRId64
+                         " ms (ttl > renew > 0; %s)",
+                         what, ep->lease.renew_ms, ep->lease.ttl_ms,
+                         com.lease_ttl_ms ? "ttl from lease_ttl_ms" : "ttl from the main file's lease");
+        goto out;
+    }
+    rc = 0;
+out:
+    free(type_keys);
+    free(common_keys);
+    settings_free(endpoint_common_defs, &com);
+    config_destroy(&cf);
+    return rc;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool is_cfg_name(const char *n)
+{
+    size_t len = strlen(n);
+    return n[0] != '.' && len > 4 && strcmp(n + len - 4, ".cfg") == 0;
+}
+
+static int load_endpoints(struct baton_config *c, const config_setting_t *dir_setting,
+                          struct config_error *err)
+{
+    DIR *d = opendir(c->endpoints_dir);
+    if (!d) {
+        config_error_set(err, c->path, dir_setting ? line_of(dir_setting) : 0,
+                         "cannot open endpoints directory '%s': %s%s", c->endpoints_dir, strerror(errno),
+                         dir_setting ? "" : " (endpoints_dir defaults to endpoints.d next to the main file)");
+        return -1;
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!is_cfg_name(de->d_name)) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            names = xrealloc(names, cap * sizeof *names);
+        }
+        names[n++] = xstrdup(de->d_name);
+    }
+    closedir(d);
+    if (n) qsort(names, n, sizeof *names, cmp_str);
+    if (n == 0) log_warn("config", NULL, "no endpoint files (*.cfg) in %s: nothing to run", c->endpoints_dir);
+
+    c->endpoints = xcalloc(n + 1, sizeof *c->endpoints);
+    struct name_site *sites = xcalloc(n + 1, sizeof *sites);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char *p = path_join(c->endpoints_dir, names[i]);
+        rc = load_endpoint(c, p, sites, err);
+        free(p);
+    }
+    free(sites);
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    return rc;
+}
+
+/* ---- entry points ---- */
+
+int config_load(const char *path, struct baton_config *out, struct config_error *err)
+{
+    struct config_error scratch;
+    if (!err) err = &scratch;
+    memset(err, 0, sizeof *err);
+    out->path = xstrdup(path);
+    out->key_prefix = xstrdup("baton");
+    out->lease = (struct lease_config){ .ttl_ms = 3000, .renew_ms = 1000, .retry_ms = 250, .balance_step_ms = 125 };
+    out->log_level = LOG_INFO;
+    out->drain_timeout_ms = 5000;
+
+    config_t cf;
+    config_init(&cf);
+    struct main_settings ms = { 0 };
+    int rc = -1;
+    if (read_file(&cf, path, err)) goto out;
+    const config_setting_t *root = config_root_setting(&cf);
+    if (settings_parse(main_defs, root, main_groups, "main file", &ms, err)) goto out;
+
+    if (ms.owner && ms.owner[0]) {
+        if (check_name(config_setting_get_member(root, "owner"), "main file", "owner", ms.owner, err))
+            goto out;
+        out->owner = ms.owner;
+        ms.owner = NULL;
+    }
+
+    const config_setting_t *s;
+    for (size_t i = 0; main_groups[i]; i++) {
+        s = group_member(root, main_groups[i]);
+        if (s && strcmp(main_groups[i], "sinks") != 0 && expect_group(s, main_groups[i], err)) goto out;
+    }
+    if ((s = group_member(root, "locker")) && parse_locker(out, s, err)) goto out;
+    if (parse_lease(&out->lease, group_member(root, "lease"), err)) goto out;
+    if ((s = group_member(root, "sinks")) && parse_sinks(out, s, err)) goto out;
+    if ((s = group_member(root, "metrics"))) {
+        struct metrics_settings m = { 0 };
+        int r = settings_parse(metrics_defs, s, NULL, "metrics", &m, err);
+        if (r == 0) {
+            const config_setting_t *ls = config_setting_get_member(s, "listen");
+            r = check_listen(m.listen, ls ? ls : s, err);
+        }
+        out->metrics_listen = m.listen;
+        if (r) goto out;
+    }
+    if ((s = group_member(root, "log"))) {
+        struct log_settings l = { 0 };
+        if (settings_parse(log_defs, s, NULL, "log", &l, err)) goto out;
+        out->log_level = (enum log_level)l.level;
+    }
+    if ((s = group_member(root, "shutdown"))) {
+        struct shutdown_settings sd = { 0 };
+        if (settings_parse(shutdown_defs, s, NULL, "shutdown", &sd, err)) goto out;
+        out->drain_timeout_ms = sd.drain_timeout_ms;
+    }
+
+    const config_setting_t *ds = config_setting_get_member(root, "endpoints_dir");
+    if (!ms.endpoints_dir[0]) {
+        config_error_set(err, path, line_of(ds), "main file: endpoints_dir must not be empty");
+        goto out;
+    }
+    out->endpoints_dir = main_relative(path, ms.endpoints_dir);
+    if (load_endpoints(out, ds, err)) goto out;
+    rc = 0;
+out:
+    settings_free(main_defs, &ms);
+    config_destroy(&cf);
+    return rc;
+}
+
+void config_free(struct baton_config *c)
+{
+    if (!c) return;
+    free(c->path);
+    free(c->owner);
+    free(c->locker_redis.host);
+    free(c->locker_redis.user);
+    if (c->locker_redis.password) {
+        explicit_bzero(c->locker_redis.password, strlen(c->locker_redis.password));
+        free(c->locker_redis.password);
+    }
+    free(c->key_prefix);
+    for (size_t i = 0; i < c->n_sinks; i++) {
+        struct sink_config *s = &c->sinks[i];
+        if (s->ops && s->settings) settings_free(s->ops->settings, s->settings);
+        free(s->settings);
+        free(s->name);
+        free(s->type);
+        free(s->file);
+    }
+    free(c->sinks);
+    for (size_t i = 0; i < c->n_endpoints; i++) {
+        struct endpoint_config *e = &c->endpoints[i];
+        if (e->ops && e->settings) settings_free(e->ops->settings, e->settings);
+        free(e->settings);
+        free(e->name);
+        free(e->type);
+        free(e->file);
+        free(e->sink_name);
+    }
+    free(c->endpoints);
+    free(c->metrics_listen);
+    free(c->endpoints_dir);
+    memset(c, 0, sizeof *c);
+}

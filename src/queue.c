@@ -1,0 +1,166 @@
+/* Bounded MPSC message queue: mutex, two condition variables, intrusive
+ * singly linked list through message->next. */
+#include "src/queue.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "src/common/util.h"
+
+struct queue {
+    pthread_mutex_t mu;
+    pthread_cond_t not_empty; /* the consumer waits here */
+    pthread_cond_t not_full;  /* blocked producers wait here */
+    struct message *head, *tail;
+    size_t depth;
+    size_t capacity;
+    enum queue_policy policy;
+    bool closed;
+};
+
+static void cond_init_mono(pthread_cond_t *c)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(c, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+struct queue *queue_create(size_t capacity, enum queue_policy policy)
+{
+    struct queue *q = xcalloc(1, sizeof *q);
+    pthread_mutex_init(&q->mu, NULL);
+    cond_init_mono(&q->not_empty);
+    cond_init_mono(&q->not_full);
+    q->capacity = capacity ? capacity : 1;
+    q->policy = policy;
+    return q;
+}
+
+static void append(struct queue *q, struct message *m)
+{
+    m->next = NULL;
+    if (q->tail)
+        q->tail->next = m;
+    else
+        q->head = m;
+    q->tail = m;
+    q->depth++;
+}
+
+static struct message *take(struct queue *q)
+{
+    struct message *m = q->head;
+    if (!m) return NULL;
+    q->head = m->next;
+    if (!q->head) q->tail = NULL;
+    m->next = NULL;
+    q->depth--;
+    return m;
+}
+
+int queue_push(struct queue *q, struct message *m, struct message **evicted)
+{
+    struct message *old = NULL;
+    if (evicted) *evicted = NULL;
+    pthread_mutex_lock(&q->mu);
+    if (q->policy == QUEUE_BLOCK) {
+        while (!q->closed && q->depth >= q->capacity) pthread_cond_wait(&q->not_full, &q->mu);
+    }
+    if (q->closed) {
+        pthread_mutex_unlock(&q->mu);
+        return -1;
+    }
+    if (q->depth >= q->capacity) old = take(q); /* drop_oldest */
+    append(q, m);
+    pthread_cond_signal(&q->not_empty);
+    pthread_mutex_unlock(&q->mu);
+    if (old) {
+        if (evicted)
+            *evicted = old;
+        else
+            message_finish(old, MSG_DROPPED_QUEUE_FULL); /* caller did not ask */
+    }
+    return 0;
+}
+
+size_t queue_pop_batch(struct queue *q, struct message **out, size_t max, int64_t timeout_ms)
+{
+    if (max == 0) return 0;
+    pthread_mutex_lock(&q->mu);
+    if (!q->head && !q->closed && timeout_ms != 0) {
+        if (timeout_ms < 0) {
+            while (!q->head && !q->closed) pthread_cond_wait(&q->not_empty, &q->mu);
+        } else {
+            struct timespec dl;
+            clock_gettime(CLOCK_MONOTONIC, &dl);
+            dl.tv_sec += timeout_ms / 1000;
+            dl.tv_nsec += (timeout_ms % 1000) * 1000000L;
+            if (dl.tv_nsec >= 1000000000L) {
+                dl.tv_sec++;
+                dl.tv_nsec -= 1000000000L;
+            }
+            while (!q->head && !q->closed) {
+                if (pthread_cond_timedwait(&q->not_empty, &q->mu, &dl) == ETIMEDOUT) break;
+            }
+        }
+    }
+    size_t n = 0;
+    while (n < max && q->head) out[n++] = take(q);
+    if (n > 0) {
+        if (n == 1)
+            pthread_cond_signal(&q->not_full);
+        else
+            pthread_cond_broadcast(&q->not_full);
+    }
+    pthread_mutex_unlock(&q->mu);
+    return n;
+}
+
+size_t queue_depth(struct queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    size_t d = q->depth;
+    pthread_mutex_unlock(&q->mu);
+    return d;
+}
+
+void queue_close(struct queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    q->closed = true;
+    pthread_cond_broadcast(&q->not_empty);
+    pthread_cond_broadcast(&q->not_full);
+    pthread_mutex_unlock(&q->mu);
+}
+
+bool queue_closed(struct queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    bool c = q->closed;
+    pthread_mutex_unlock(&q->mu);
+    return c;
+}
+
+void queue_destroy(struct queue *q)
+{
+    if (!q) return;
+    pthread_mutex_lock(&q->mu);
+    struct message *m = q->head;
+    q->head = q->tail = NULL;
+    q->depth = 0;
+    pthread_mutex_unlock(&q->mu);
+    while (m) {
+        struct message *next = m->next;
+        m->next = NULL;
+        message_finish(m, MSG_DROPPED_SHUTDOWN);
+        m = next;
+    }
+    pthread_cond_destroy(&q->not_empty);
+    pthread_cond_destroy(&q->not_full);
+    pthread_mutex_destroy(&q->mu);
+    free(q);
+}

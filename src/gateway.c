@@ -1,0 +1,688 @@
+/* The gateway: endpoints + guards + queues + forwarders + sinks.
+ *
+ * Per enabled endpoint:
+ *   endpoint thread --emit--> bounded queue --forwarder thread--> sink
+ * The forwarder checks "leader now" right before every batch it hands to the
+ * sink, so a paused or cut-off leader stops forwarding the moment its lease
+ * may have expired, whatever its socket still holds.
+ *
+ * Guards:
+ *   active  an ActiveGuard starts the endpoint on promotion and stops it on
+ *           demotion (on_demoted also drains the queue while the lease is
+ *           still valid, so a graceful handover loses nothing queued)
+ *   once    the endpoint runs everywhere and dedups per delivery identity
+ *           itself (schedule: OnceGuard on the planned slot)
+ *   none    the endpoint runs everywhere (source already single-delivery)
+ */
+#include "src/gateway.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "guard/active_guard.h"
+#include "guard/locker.h"
+#include "guard/scope.h"
+#include "src/common/log.h"
+#include "src/common/util.h"
+#include "src/queue.h"
+
+struct gw_endpoint {
+    struct gateway *gw;
+    const struct endpoint_config *cfg;
+    struct endpoint_host host;
+    struct ep_stats stats;
+    char scope[GUARD_KEY_MAX];
+    char *lease_key;
+
+    void *ep;               /* endpoint instance */
+    void *sink;             /* sink instance (one per endpoint) */
+    struct queue *q;
+    struct active_guard *guard; /* GUARD_ACTIVE only */
+
+    pthread_t fwd_thread;
+    bool fwd_started;
+    atomic_bool fwd_cancel;  /* drain deadline passed: sink retries stop */
+    atomic_llong pending;    /* queued or being sent, not yet finished */
+
+    pthread_t starter_thread; /* unguarded endpoints: start with retries */
+    bool starter_started;
+    atomic_bool running;      /* endpoint started (unguarded) */
+    atomic_bool leading;      /* counted in gw->leaders */
+    pthread_mutex_t lifecycle; /* serialises start/stop of the endpoint */
+
+    struct log_ratelimit rl_queue_full;
+    struct log_ratelimit rl_not_leader;
+    struct log_ratelimit rl_sink_failed;
+};
+
+struct gateway {
+    const struct baton_config *cfg;
+    struct locker *locker;
+    struct gw_endpoint *eps;
+    size_t n_eps;
+    atomic_bool stopping;
+    atomic_int leaders;      /* endpoints this replica leads (balancing) */
+    int64_t started_wall_ms;
+};
+
+/* ---- host callbacks (what endpoints see) ------------------------------ */
+
+static bool host_leader_now(const struct endpoint_host *h)
+{
+    const struct gw_endpoint *e = h->gw;
+    return e->guard ? active_guard_is_leader_now(e->guard) : true;
+}
+
+static uint64_t host_epoch(const struct endpoint_host *h)
+{
+    const struct gw_endpoint *e = h->gw;
+    return e->guard ? active_guard_epoch(e->guard) : 0;
+}
+
+static void drop_message(struct gw_endpoint *e, struct message *m, enum msg_outcome o)
+{
+    atomic_ullong *counter;
+    struct log_ratelimit *rl;
+    switch (o) {
+    case MSG_DROPPED_QUEUE_FULL:
+        counter = &e->stats.dropped_queue_full;
+        rl = &e->rl_queue_full;
+        break;
+    case MSG_DROPPED_NOT_LEADER:
+        counter = &e->stats.dropped_not_leader;
+        rl = &e->rl_not_leader;
+        break;
+    case MSG_DROPPED_SINK_FAILED:
+        counter = &e->stats.dropped_sink_failed;
+        rl = &e->rl_sink_failed;
+        break;
+    default:
+        counter = &e->stats.dropped_shutdown;
+        rl = NULL;
+        break;
+    }
+    unsigned long long total = atomic_fetch_add_explicit(counter, 1, memory_order_relaxed) + 1;
+    long long suppressed = 0;
+    if (rl == NULL || log_ratelimit_ok(rl, 5000, &suppressed))
+        log_warn("gateway", e->cfg->name, "dropped message%s%s (%s; %llu dropped for this reason so far, %lld warnings suppressed)",
+                 m->id[0] ? " id=" : "", m->id, msg_outcome_name(o), total, suppressed);
+    message_finish(m, o);
+}
+
+static int host_emit(struct endpoint_host *h, struct message *m)
+{
+    struct gw_endpoint *e = h->gw;
+    atomic_fetch_add_explicit(&e->stats.received, 1, memory_order_relaxed);
+    if (e->guard && !active_guard_is_leader_now(e->guard)) {
+        drop_message(e, m, MSG_DROPPED_NOT_LEADER);
+        return -1;
+    }
+    struct message *evicted = NULL;
+    atomic_fetch_add(&e->pending, 1);
+    if (queue_push(e->q, m, &evicted) != 0) {
+        atomic_fetch_sub(&e->pending, 1);
+        drop_message(e, m, MSG_DROPPED_SHUTDOWN);
+        return -1;
+    }
+    atomic_store_explicit(&e->stats.queue_depth, (long long)queue_depth(e->q), memory_order_relaxed);
+    if (evicted) {
+        atomic_fetch_sub(&e->pending, 1);
+        drop_message(e, evicted, MSG_DROPPED_QUEUE_FULL);
+    }
+    return 0;
+}
+
+static void host_source_lost(struct endpoint_host *h, const char *reason)
+{
+    struct gw_endpoint *e = h->gw;
+    atomic_fetch_add(&e->stats.source_errors, 1);
+    if (e->guard) {
+        log_warn("gateway", e->cfg->name, "source lost for longer than the lease ttl (%s): giving up the lease",
+                 reason);
+        active_guard_give_up(e->guard, reason);
+    } else {
+        log_warn("gateway", e->cfg->name, "source lost: %s", reason);
+    }
+}
+
+static bool host_stopping(const struct endpoint_host *h)
+{
+    const struct gw_endpoint *e = h->gw;
+    return atomic_load(&e->gw->stopping);
+}
+
+/* ---- forwarder -------------------------------------------------------- */
+
+static void *forwarder_main(void *arg)
+{
+    struct gw_endpoint *e = arg;
+    size_t max = (size_t)(e->cfg->batch_max > 0 ? e->cfg->batch_max : 256);
+    struct message **batch = xcalloc(max, sizeof *batch);
+    struct message **send = xcalloc(max, sizeof *send);
+    enum msg_outcome *outcome = xcalloc(max, sizeof *outcome);
+    const struct sink_ops *sops = e->cfg->sink->ops;
+
+    for (;;) {
+        size_t n = queue_pop_batch(e->q, batch, max, 200);
+        atomic_store_explicit(&e->stats.queue_depth, (long long)queue_depth(e->q), memory_order_relaxed);
+        if (n == 0) {
+            if (queue_closed(e->q)) break;
+            continue;
+        }
+        /* Lease-deadline safety: checked right before handing over. */
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (e->guard && !active_guard_is_leader_now(e->guard)) {
+                drop_message(e, batch[i], MSG_DROPPED_NOT_LEADER);
+                atomic_fetch_sub(&e->pending, 1);
+            } else {
+                send[k++] = batch[i];
+            }
+        }
+        if (k == 0) continue;
+        unsigned long long errors = 0;
+        for (size_t i = 0; i < k; i++) outcome[i] = MSG_DROPPED_SINK_FAILED;
+        sops->send(e->sink, send, k, outcome, &e->fwd_cancel, &errors);
+        if (errors) atomic_fetch_add_explicit(&e->stats.sink_errors, errors, memory_order_relaxed);
+        int64_t now = clock_mono_us();
+        for (size_t i = 0; i < k; i++) {
+            if (outcome[i] == MSG_DELIVERED) {
+                atomic_fetch_add_explicit(&e->stats.forwarded, 1, memory_order_relaxed);
+                stats_observe_latency(&e->stats, now - send[i]->received_mono_us);
+                message_finish(send[i], MSG_DELIVERED);
+            } else {
+                drop_message(e, send[i], outcome[i]);
+            }
+            atomic_fetch_sub(&e->pending, 1);
+        }
+    }
+    free(batch);
+    free(send);
+    free(outcome);
+    return NULL;
+}
+
+/* Waits until everything queued so far was finished (delivered or dropped),
+ * at most timeout_ms. Returns true when drained. */
+static bool drain_wait(struct gw_endpoint *e, int64_t timeout_ms)
+{
+    int64_t deadline = clock_mono_ms() + timeout_ms;
+    while (atomic_load(&e->pending) > 0) {
+        if (clock_mono_ms() >= deadline) return false;
+        sleep_ms_cancellable(1, NULL);
+    }
+    return true;
+}
+
+/* ---- guard callbacks ---------------------------------------------------- */
+
+static int on_promoted(void *arg, uint64_t epoch)
+{
+    struct gw_endpoint *e = arg;
+    pthread_mutex_lock(&e->lifecycle);
+    int rc = e->cfg->ops->start(e->ep);
+    pthread_mutex_unlock(&e->lifecycle);
+    if (rc != 0) {
+        log_error("gateway", e->cfg->name, "endpoint failed to start as leader (epoch %llu)",
+                  (unsigned long long)epoch);
+        return rc;
+    }
+    if (!atomic_exchange(&e->leading, true)) atomic_fetch_add(&e->gw->leaders, 1);
+    log_info("gateway", e->cfg->name, "consuming as leader (epoch %llu)", (unsigned long long)epoch);
+    return 0;
+}
+
+static void on_demoted(void *arg)
+{
+    struct gw_endpoint *e = arg;
+    int64_t t0 = clock_mono_ms();
+    pthread_mutex_lock(&e->lifecycle);
+    e->cfg->ops->stop(e->ep);
+    pthread_mutex_unlock(&e->lifecycle);
+    /* Drain what was received while the lease (if still valid) covers it;
+     * after the deadline the forwarder drops the rest as not_leader. */
+    int64_t bound = e->cfg->lease.ttl_ms;
+    if (!drain_wait(e, bound))
+        log_warn("gateway", e->cfg->name, "queue not drained within %lld ms at demotion (%lld pending)",
+                 (long long)bound, (long long)atomic_load(&e->pending));
+    if (atomic_exchange(&e->leading, false)) atomic_fetch_sub(&e->gw->leaders, 1);
+    log_info("gateway", e->cfg->name, "stopped consuming (%lld ms)", (long long)(clock_mono_ms() - t0));
+}
+
+static int64_t standby_delay(void *arg)
+{
+    struct gw_endpoint *e = arg;
+    /* Leader balancing: a replica leading k endpoints waits k steps more. */
+    int k = atomic_load(&e->gw->leaders);
+    return (int64_t)k * e->cfg->lease.balance_step_ms;
+}
+
+/* ---- unguarded endpoints ------------------------------------------------ */
+
+static void *starter_main(void *arg)
+{
+    struct gw_endpoint *e = arg;
+    for (unsigned attempt = 0; !atomic_load(&e->gw->stopping); attempt++) {
+        pthread_mutex_lock(&e->lifecycle);
+        int rc = atomic_load(&e->gw->stopping) ? 0 : e->cfg->ops->start(e->ep);
+        if (rc == 0 && !atomic_load(&e->gw->stopping)) atomic_store(&e->running, true);
+        pthread_mutex_unlock(&e->lifecycle);
+        if (rc == 0) return NULL;
+        int64_t wait = backoff_ms(attempt, 250, 10000);
+        log_warn("gateway", e->cfg->name, "endpoint failed to start; retrying in %lld ms", (long long)wait);
+        sleep_ms_cancellable(wait, &e->gw->stopping);
+    }
+    return NULL;
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struct endpoint_config *c,
+                          char *err, size_t errlen)
+{
+    e->gw = gw;
+    e->cfg = c;
+    pthread_mutex_init(&e->lifecycle, NULL);
+    if (guard_scope(e->scope, sizeof e->scope, c->type, gw->cfg->owner, c->name) < 0) {
+        snprintf(err, errlen, "endpoint '%s': guard scope too long", c->name);
+        return -1;
+    }
+    e->q = queue_create((size_t)c->queue_size, c->queue_policy);
+
+    char serr[256] = "";
+    e->sink = c->sink->ops->create(c->sink->name, c->sink->settings, serr, sizeof serr);
+    if (!e->sink) {
+        snprintf(err, errlen, "endpoint '%s': sink '%s': %s", c->name, c->sink->name, serr);
+        return -1;
+    }
+
+    if (c->guard == GUARD_ACTIVE) {
+        struct active_guard_options o = {
+            .prefix = gw->cfg->key_prefix,
+            .ttl_ms = c->lease.ttl_ms,
+            .renew_ms = c->lease.renew_ms,
+            .retry_ms = c->lease.retry_ms,
+            .standby_delay_ms = standby_delay,
+            .standby_delay_arg = e,
+            .log_name = c->name,
+        };
+        struct active_guard_callbacks cb = {.on_promoted = on_promoted, .on_demoted = on_demoted, .arg = e};
+        char gerr[256] = "";
+        e->guard = active_guard_create(gw->locker, e->scope, &o, &cb, gerr, sizeof gerr);
+        if (!e->guard) {
+            snprintf(err, errlen, "endpoint '%s': %s", c->name, gerr);
+            return -1;
+        }
+        e->lease_key = xstrdup(active_guard_key(e->guard));
+    }
+
+    struct endpoint_host *h = &e->host;
+    h->name = c->name;
+    h->type = c->type;
+    h->owner = gw->cfg->owner;
+    h->key_prefix = gw->cfg->key_prefix ? gw->cfg->key_prefix : GUARD_DEFAULT_PREFIX;
+    h->scope = e->scope;
+    h->guard = c->guard;
+    h->locker = gw->locker;
+    h->locker_redis = gw->cfg->has_locker ? &gw->cfg->locker_redis : NULL;
+    h->lease_key = e->lease_key;
+    h->lease_ttl_ms = c->lease.ttl_ms;
+    h->stats = &e->stats;
+    h->gw = e;
+    h->emit = host_emit;
+    h->leader_now = host_leader_now;
+    h->epoch = host_epoch;
+    h->source_lost = host_source_lost;
+    h->stopping = host_stopping;
+
+    char eerr[512] = "";
+    e->ep = c->ops->create(c->settings, h, eerr, sizeof eerr);
+    if (!e->ep) {
+        snprintf(err, errlen, "endpoint '%s' (%s): %s", c->name, c->type, eerr[0] ? eerr : "cannot create");
+        return -1;
+    }
+    return 0;
+}
+
+static void endpoint_teardown(struct gw_endpoint *e)
+{
+    if (e->ep) e->cfg->ops->destroy(e->ep);
+    if (e->guard) active_guard_destroy(e->guard);
+    if (e->q) queue_destroy(e->q);
+    if (e->sink) e->cfg->sink->ops->destroy(e->sink);
+    free(e->lease_key);
+    pthread_mutex_destroy(&e->lifecycle);
+}
+
+struct gateway *gateway_create(const struct baton_config *cfg, char *err, size_t errlen)
+{
+    struct gateway *gw = xcalloc(1, sizeof *gw);
+    gw->cfg = cfg;
+    gw->started_wall_ms = clock_wall_ms();
+    if (cfg->has_locker) {
+        char lerr[LOCKER_ERR_MAX] = "";
+        gw->locker = locker_redis_create(&cfg->locker_redis, lerr);
+        if (!gw->locker) {
+            snprintf(err, errlen, "locker redis %s:%d: %s", cfg->locker_redis.host, cfg->locker_redis.port,
+                     lerr);
+            free(gw);
+            return NULL;
+        }
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < cfg->n_endpoints; i++)
+        if (cfg->endpoints[i].enabled) n++;
+    gw->eps = xcalloc(n ? n : 1, sizeof *gw->eps);
+    for (size_t i = 0; i < cfg->n_endpoints; i++) {
+        if (!cfg->endpoints[i].enabled) {
+            log_info("gateway", cfg->endpoints[i].name, "disabled in %s", cfg->endpoints[i].file);
+            continue;
+        }
+        struct gw_endpoint *e = &gw->eps[gw->n_eps++];
+        if (endpoint_setup(gw, e, &cfg->endpoints[i], err, errlen) != 0) {
+            gateway_destroy(gw);
+            return NULL;
+        }
+    }
+    return gw;
+}
+
+int gateway_start(struct gateway *gw)
+{
+    for (size_t i = 0; i < gw->n_eps; i++) {
+        struct gw_endpoint *e = &gw->eps[i];
+        if (pthread_create(&e->fwd_thread, NULL, forwarder_main, e) != 0) return -1;
+        e->fwd_started = true;
+    }
+    for (size_t i = 0; i < gw->n_eps; i++) {
+        struct gw_endpoint *e = &gw->eps[i];
+        log_info("gateway", e->cfg->name, "type %s, guard %s, sink %s%s", e->cfg->type,
+                 guard_kind_name(e->cfg->guard), e->cfg->sink->name,
+                 e->guard ? (gw->locker ? ", competing for the lease" : ", single-process mode") : "");
+        if (e->guard) {
+            if (active_guard_start(e->guard) != 0) return -1;
+        } else {
+            if (pthread_create(&e->starter_thread, NULL, starter_main, e) != 0) return -1;
+            e->starter_started = true;
+        }
+    }
+    return 0;
+}
+
+void gateway_stop(struct gateway *gw)
+{
+    atomic_store(&gw->stopping, true);
+    int64_t t0 = clock_mono_ms();
+    /* 1. Stop consuming and release leases (guards drain while still valid). */
+    for (size_t i = 0; i < gw->n_eps; i++) {
+        struct gw_endpoint *e = &gw->eps[i];
+        if (e->guard) {
+            active_guard_stop(e->guard);
+        } else {
+            if (e->starter_started) {
+                pthread_join(e->starter_thread, NULL);
+                e->starter_started = false;
+            }
+            pthread_mutex_lock(&e->lifecycle);
+            if (atomic_exchange(&e->running, false)) e->cfg->ops->stop(e->ep);
+            pthread_mutex_unlock(&e->lifecycle);
+        }
+    }
+    /* 2. Drain every queue to its sink within the drain bound. */
+    int64_t deadline = t0 + gw->cfg->drain_timeout_ms;
+    for (size_t i = 0; i < gw->n_eps; i++) {
+        struct gw_endpoint *e = &gw->eps[i];
+        int64_t left = deadline - clock_mono_ms();
+        if (!drain_wait(e, left > 0 ? left : 0)) {
+            log_warn("gateway", e->cfg->name, "drain timeout: %lld messages not delivered",
+                     (long long)atomic_load(&e->pending));
+            atomic_store(&e->fwd_cancel, true);
+        }
+        queue_close(e->q);
+    }
+    for (size_t i = 0; i < gw->n_eps; i++) {
+        struct gw_endpoint *e = &gw->eps[i];
+        atomic_store(&e->fwd_cancel, true);
+        if (e->fwd_started) {
+            pthread_join(e->fwd_thread, NULL);
+            e->fwd_started = false;
+        }
+    }
+    log_info("gateway", NULL, "stopped in %lld ms", (long long)(clock_mono_ms() - t0));
+}
+
+void gateway_destroy(struct gateway *gw)
+{
+    if (!gw) return;
+    for (size_t i = 0; i < gw->n_eps; i++) endpoint_teardown(&gw->eps[i]);
+    free(gw->eps);
+    if (gw->locker) locker_destroy(gw->locker);
+    free(gw);
+}
+
+/* ---- introspection ------------------------------------------------------ */
+
+/* One round trip to the locker backend: a token check on a key nobody holds.
+ * 0 when it answered (or there is no locker). */
+static int gateway_locker_probe(struct gateway *gw, char *reason, size_t len)
+{
+    if (!gw->locker) return 0;
+    char err[LOCKER_ERR_MAX] = "";
+    char key[GUARD_KEY_MAX];
+    guard_key(key, sizeof key, gw->cfg->key_prefix, "probe", util_hostname(), NULL);
+    int rc = gw->locker->ops->check ? gw->locker->ops->check(gw->locker, key, "probe", err)
+                                    : locker_unlock(gw->locker, key, "probe", err);
+    if (rc == LOCKER_ERR) {
+        if (reason) snprintf(reason, len, "locker unreachable: %s", err);
+        return -1;
+    }
+    return 0;
+}
+
+static const char *role_name(const struct gw_endpoint *e)
+{
+    if (!e->guard) return "single";
+    const struct active_guard_stats *s = active_guard_stats(e->guard);
+    switch (atomic_load(&s->role)) {
+    case ROLE_LEADER: return active_guard_is_leader_now(e->guard) ? "leader" : "standby";
+    case ROLE_SINGLE: return "single";
+    default: return "standby";
+    }
+}
+
+static void metric_head(struct jbuf *b, const char *name, const char *type, const char *help)
+{
+    char line[512];
+    int n = snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    jbuf_raw(b, line, (size_t)n);
+}
+
+/* Label values: endpoint names are validated identifiers, but escape anyway. */
+static void label_value(struct jbuf *b, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"') jbuf_char(b, '\\');
+        if (*v == '\n') {
+            jbuf_rawz(b, "\\n");
+            continue;
+        }
+        jbuf_char(b, *v);
+    }
+}
+
+static void metric_ep(struct jbuf *b, const char *name, const struct gw_endpoint *e, const char *extra_label,
+                      unsigned long long v)
+{
+    jbuf_rawz(b, name);
+    jbuf_rawz(b, "{endpoint=\"");
+    label_value(b, e->cfg->name);
+    jbuf_rawz(b, "\"");
+    if (extra_label) {
+        jbuf_char(b, ',');
+        jbuf_rawz(b, extra_label);
+    }
+    jbuf_rawz(b, "} ");
+    jbuf_u64(b, v);
+    jbuf_char(b, '\n');
+}
+
+#define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
+
+void gateway_render_metrics(struct gateway *gw, struct jbuf *b)
+{
+    metric_head(b, "baton_build_info", "gauge", "Build information.");
+    jbuf_rawz(b, "baton_build_info{version=\"" BATON_VERSION "\"} 1\n");
+    metric_head(b, "baton_locker_up", "gauge", "1 when the locker backend answered its last request (1 without a locker).");
+    jbuf_rawz(b, "baton_locker_up ");
+    jbuf_rawz(b, gateway_locker_probe(gw, NULL, 0) == 0 ? "1\n" : "0\n");
+
+    metric_head(b, "baton_endpoint_leader", "gauge", "1 while this replica may forward for the endpoint.");
+    for (size_t i = 0; i < gw->n_eps; i++)
+        metric_ep(b, "baton_endpoint_leader", &gw->eps[i], NULL,
+                  gw->eps[i].guard ? active_guard_is_leader_now(gw->eps[i].guard) : 1);
+    metric_head(b, "baton_lease_epoch", "gauge", "Fencing epoch of the current or last lease.");
+    for (size_t i = 0; i < gw->n_eps; i++)
+        metric_ep(b, "baton_lease_epoch", &gw->eps[i], NULL,
+                  gw->eps[i].guard ? LOAD(active_guard_stats(gw->eps[i].guard)->epoch) : 0);
+    struct {
+        const char *name, *help;
+        size_t off;
+    } guard_counters[] = {
+        {"baton_promotions_total", "Promotions to leader.", offsetof(struct active_guard_stats, promotions)},
+        {"baton_demotions_total", "Demotions from leader.", offsetof(struct active_guard_stats, demotions)},
+        {"baton_lease_renew_failures_total", "Failed lease renewals.",
+         offsetof(struct active_guard_stats, renew_failures)},
+    };
+    for (size_t c = 0; c < sizeof guard_counters / sizeof guard_counters[0]; c++) {
+        metric_head(b, guard_counters[c].name, "counter", guard_counters[c].help);
+        for (size_t i = 0; i < gw->n_eps; i++) {
+            unsigned long long v = 0;
+            if (gw->eps[i].guard) {
+                const char *base = (const char *)active_guard_stats(gw->eps[i].guard);
+                v = atomic_load((const atomic_ullong *)(base + guard_counters[c].off));
+            }
+            metric_ep(b, guard_counters[c].name, &gw->eps[i], NULL, v);
+        }
+    }
+    metric_head(b, "baton_messages_received_total", "counter", "Messages received from the source.");
+    for (size_t i = 0; i < gw->n_eps; i++)
+        metric_ep(b, "baton_messages_received_total", &gw->eps[i], NULL, LOAD(gw->eps[i].stats.received));
+    metric_head(b, "baton_messages_forwarded_total", "counter", "Messages accepted by the sink.");
+    for (size_t i = 0; i < gw->n_eps; i++)
+        metric_ep(b, "baton_messages_forwarded_total", &gw->eps[i], NULL, LOAD(gw->eps[i].stats.forwarded));
+    metric_head(b, "baton_messages_dropped_total", "counter", "Messages dropped, by reason.");
+    for (size_t i = 0; i < gw->n_eps; i++) {
+        const struct ep_stats *s = &gw->eps[i].stats;
+        metric_ep(b, "baton_messages_dropped_total", &gw->eps[i], "reason=\"queue_full\"", LOAD(s->dropped_queue_full));
+        metric_ep(b, "baton_messages_dropped_total", &gw->eps[i], "reason=\"not_leader\"", LOAD(s->dropped_not_leader));
+        metric_ep(b, "baton_messages_dropped_total", &gw->eps[i], "reason=\"sink_failed\"", LOAD(s->dropped_sink_failed));
+        metric_ep(b, "baton_messages_dropped_total", &gw->eps[i], "reason=\"shutdown\"", LOAD(s->dropped_shutdown));
+    }
+    metric_head(b, "baton_queue_depth", "gauge", "Messages waiting for the sink.");
+    for (size_t i = 0; i < gw->n_eps; i++)
+        metric_ep(b, "baton_queue_depth", &gw->eps[i], NULL, queue_depth(gw->eps[i].q));
+    metric_head(b, "baton_sink_errors_total", "counter", "Failed sink attempts, including retried ones.");
+    for (size_t i = 0; i < gw->n_eps; i++)
+        metric_ep(b, "baton_sink_errors_total", &gw->eps[i], NULL, LOAD(gw->eps[i].stats.sink_errors));
+    metric_head(b, "baton_source_errors_total", "counter", "Source connection losses and errors.");
+    for (size_t i = 0; i < gw->n_eps; i++)
+        metric_ep(b, "baton_source_errors_total", &gw->eps[i], NULL, LOAD(gw->eps[i].stats.source_errors));
+
+    metric_head(b, "baton_sink_latency_seconds", "histogram", "Time from receipt to sink acceptance.");
+    for (size_t i = 0; i < gw->n_eps; i++) {
+        const struct ep_stats *s = &gw->eps[i].stats;
+        unsigned long long cum = 0;
+        char le[64];
+        for (int k = 0; k <= STATS_LATENCY_BUCKETS; k++) {
+            cum += LOAD(s->latency_bucket[k]);
+            if (k < STATS_LATENCY_BUCKETS)
+                snprintf(le, sizeof le, "le=\"%g\"", stats_latency_bounds[k]);
+            else
+                snprintf(le, sizeof le, "le=\"+Inf\"");
+            metric_ep(b, "baton_sink_latency_seconds_bucket", &gw->eps[i], le, cum);
+        }
+        char line[256];
+        int n = snprintf(line, sizeof line, "baton_sink_latency_seconds_sum{endpoint=\"");
+        jbuf_raw(b, line, (size_t)n);
+        label_value(b, gw->eps[i].cfg->name);
+        n = snprintf(line, sizeof line, "\"} %.6f\n", (double)LOAD(s->latency_sum_us) / 1e6);
+        jbuf_raw(b, line, (size_t)n);
+        metric_ep(b, "baton_sink_latency_seconds_count", &gw->eps[i], NULL, LOAD(s->latency_count));
+    }
+}
+
+void gateway_render_status(struct gateway *gw, struct jbuf *b)
+{
+    bool first = true;
+    jbuf_char(b, '{');
+    jbuf_key(b, &first, "host");
+    jbuf_strz(b, util_hostname());
+    jbuf_key(b, &first, "locker");
+    jbuf_strz(b, gw->locker ? "redis" : "none");
+    jbuf_key(b, &first, "endpoints");
+    jbuf_char(b, '[');
+    for (size_t i = 0; i < gw->n_eps; i++) {
+        const struct gw_endpoint *e = &gw->eps[i];
+        bool f = true;
+        if (i) jbuf_char(b, ',');
+        jbuf_char(b, '{');
+        jbuf_key(b, &f, "name");
+        jbuf_strz(b, e->cfg->name);
+        jbuf_key(b, &f, "type");
+        jbuf_strz(b, e->cfg->type);
+        jbuf_key(b, &f, "guard");
+        jbuf_strz(b, guard_kind_name(e->cfg->guard));
+        jbuf_key(b, &f, "role");
+        jbuf_strz(b, role_name(e));
+        if (e->guard) {
+            const struct active_guard_stats *s = active_guard_stats(e->guard);
+            jbuf_key(b, &f, "epoch");
+            jbuf_u64(b, LOAD(s->epoch));
+            jbuf_key(b, &f, "lease_key");
+            jbuf_strz(b, e->lease_key);
+            int64_t since = atomic_load(&s->leader_since_ms);
+            if (since) {
+                char ts[40];
+                clock_format_rfc3339(since, ts, sizeof ts);
+                jbuf_key(b, &f, "since");
+                jbuf_strz(b, ts);
+            }
+            jbuf_key(b, &f, "promotions");
+            jbuf_u64(b, LOAD(s->promotions));
+            jbuf_key(b, &f, "demotions");
+            jbuf_u64(b, LOAD(s->demotions));
+        }
+        jbuf_key(b, &f, "received");
+        jbuf_u64(b, LOAD(e->stats.received));
+        jbuf_key(b, &f, "forwarded");
+        jbuf_u64(b, LOAD(e->stats.forwarded));
+        jbuf_key(b, &f, "dropped");
+        jbuf_u64(b, LOAD(e->stats.dropped_queue_full) + LOAD(e->stats.dropped_not_leader) +
+                        LOAD(e->stats.dropped_sink_failed) + LOAD(e->stats.dropped_shutdown));
+        jbuf_key(b, &f, "queue_depth");
+        jbuf_u64(b, queue_depth(e->q));
+        jbuf_char(b, '}');
+    }
+    jbuf_char(b, ']');
+    jbuf_char(b, '}');
+}
+
+int gateway_ready(struct gateway *gw, char *reason, size_t len)
+{
+    if (gateway_locker_probe(gw, reason, len) != 0) return -1;
+    for (size_t i = 0; i < gw->n_eps; i++) {
+        const struct gw_endpoint *e = &gw->eps[i];
+        if (e->cfg->sink->ops->check) {
+            char msg[256] = "";
+            if (e->cfg->sink->ops->check(e->sink, msg, sizeof msg) != 0) {
+                snprintf(reason, len, "sink '%s' of endpoint '%s' unreachable: %s", e->cfg->sink->name,
+                         e->cfg->name, msg);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}

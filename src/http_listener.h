@@ -1,0 +1,22 @@
+/* The operations HTTP listener (libmicrohttpd, its own thread):
+ *   GET /metrics  Prometheus text format
+ *   GET /healthz  200 "ok" while the process runs
+ *   GET /readyz   200 when the locker and every sink are reachable, else 503
+ *                 with {"ready":false,"reason":"..."}
+ *   GET /status   JSON: every endpoint with role, epoch, since, counts
+ * Listens on "host:port" (loopback by default in the example config). */
+#ifndef BATON_HTTP_LISTENER_H
+#define BATON_HTTP_LISTENER_H
+
+#include <stddef.h>
+
+struct gateway;
+struct http_listener;
+
+struct http_listener *http_listener_start(const char *listen, struct gateway *gw, char *err, size_t errlen);
+/* NULL is a no-op. */
+void http_listener_stop(struct http_listener *l);
+/* Parses "host:port" (IPv4 literal or "localhost"). Returns 0 or -1. */
+int http_listen_parse(const char *listen, char *host, size_t hostlen, int *port);
+
+#endif

@@ -72,7 +72,7 @@ static const char *type_word(int config_type)
     case CONFIG_TYPE_GROUP: return "a group";
     case CONFIG_TYPE_INT:
     case CONFIG_TYPE_INT64: return "an integer";
-    case CONFIG_TYPE_FLOAT: return "a number with a fraction";
+    case CONFIG_TYPE_FLOAT: return "a floating-point number";
     case CONFIG_TYPE_STRING: return "a string";
     case CONFIG_TYPE_BOOL: return "a boolean";
     case CONFIG_TYPE_ARRAY: return "an array";

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian 12 machine:
+#   installs dependencies (idempotent), builds with -Werror, runs unit tests
+#   and integration tests (real redis-server, rabbitmq-server, mariadb-server
+#   and mosquitto started by the tests on 127.0.0.1, stopped afterwards).
+#
+#   bash tests/run.sh              everything
+#   bash tests/run.sh -L unit      only one label (any ctest arguments)
+#
+# Environment: BUILD_DIR (default build), BATON_CMAKE_ARGS (extra cmake args).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+
+bash "$ROOT/.ci/deps.sh"
+cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBATON_WERROR=ON ${BATON_CMAKE_ARGS:-} >/dev/null
+cmake --build "$BUILD_DIR" -j"$(nproc)"
+
+cd "$BUILD_DIR"
+if [ $# -gt 0 ]; then
+  exec ctest --output-on-failure "$@"
+fi
+# Unit tests in parallel; integration tests one at a time (they measure
+# failover timings on a 2-core machine).
+ctest --output-on-failure -L unit -j"$(nproc)"
+ctest --output-on-failure -L integration

@@ -1,18 +1,645 @@
-/* PLACEHOLDER: replaced by the real redis_psub endpoint. */
-#include "endpoints/endpoint.h"
+/* redis_psub: Redis PSUBSCRIBE / SUBSCRIBE under ActiveGuard.
+ *
+ * Redis pub/sub broadcasts every message to every subscriber, so N replicas
+ * would each forward it: only the leader subscribes. start() (on promotion)
+ * spawns the consumer thread, which connects, subscribes and confirms every
+ * pattern and channel before start() returns 0. stop() (on demotion) sets a
+ * flag, shuts the socket down to interrupt the read and joins the thread.
+ *
+ * The consumer loop is a bare hiredis loop: parse every reply already
+ * buffered (redisGetReplyFromReader), then poll(2) and read once. Per
+ * message it builds the envelope into a reused buffer and allocates the one
+ * message (envelope_finish); the forwarder batches the sink writes, so there
+ * is no syscall per message. When the socket stays silent for
+ * ping_interval_ms a PING goes out; no answer within the next interval means
+ * the connection is dead (a stopped or partitioned server never sends FIN).
+ *
+ * Connection lost while leader: reconnect with backoff; unreachable for
+ * longer than the lease ttl -> host->source_lost() (the guard releases the
+ * lease so another replica can try) and the thread ends. Unguarded
+ * (guard = none, forced): start() returns 0 at once and the thread retries
+ * forever. Messages published while nobody is subscribed are lost: Redis
+ * pub/sub keeps nothing. */
+#include "endpoints/redis_psub.h"
 
-static const struct setting_def defs[] = { SETTINGS_END };
-static enum guard_kind auto_guard(const void *s) { (void)s; return GUARD_ACTIVE; }
-static void *create(const void *s, struct endpoint_host *h, char *err, size_t n)
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "guard/redis_conn.h"
+#include "src/common/log.h"
+#include "src/common/util.h"
+
+#define COMPONENT "redis_psub"
+#define TYPE_NAME "redis_psub"
+
+static const struct setting_def psub_defs[] = {
+    {"host", SETTING_STRING, offsetof(struct redis_psub_settings, host), .def = "127.0.0.1",
+     .help = "host name or address of the source Redis"},
+    {"port", SETTING_INT, offsetof(struct redis_psub_settings, port), .def = "6379", .min = 1,
+     .max = 65535, .help = "TCP port of the source Redis"},
+    {"db", SETTING_INT, offsetof(struct redis_psub_settings, db), .def = "0", .min = 0,
+     .max = 1000000, .help = "database number to SELECT (pub/sub itself ignores it)"},
+    {"user", SETTING_STRING, offsetof(struct redis_psub_settings, user),
+     .help = "ACL user name for AUTH (optional)"},
+    {"password_env", SETTING_STRING, offsetof(struct redis_psub_settings, password_env),
+     .help = "name of the environment variable holding the password"},
+    {"password_file", SETTING_STRING, offsetof(struct redis_psub_settings, password_file),
+     .help = "path of a file whose first line is the password"},
+    {"connect_timeout_ms", SETTING_INT, offsetof(struct redis_psub_settings, connect_timeout_ms),
+     .def = "1000", .min = 1, .max = 600000, .help = "TCP connect timeout in ms"},
+    {"command_timeout_ms", SETTING_INT, offsetof(struct redis_psub_settings, command_timeout_ms),
+     .def = "1000", .min = 1, .max = 600000,
+     .help = "timeout in ms of AUTH, SELECT and the subscription confirmations"},
+    {"patterns", SETTING_STRLIST, offsetof(struct redis_psub_settings, patterns),
+     .help = "glob patterns to PSUBSCRIBE to, e.g. [\"orders.*\"]"},
+    {"channels", SETTING_STRLIST, offsetof(struct redis_psub_settings, channels),
+     .help = "channel names to SUBSCRIBE to"},
+    {"reconnect_backoff_ms", SETTING_INT,
+     offsetof(struct redis_psub_settings, reconnect_backoff_ms), .def = "100", .min = 1,
+     .max = 600000, .help = "first reconnect delay in ms (doubles up to the max, jittered)"},
+    {"reconnect_backoff_max_ms", SETTING_INT,
+     offsetof(struct redis_psub_settings, reconnect_backoff_max_ms), .def = "2000", .min = 1,
+     .max = 3600000, .help = "largest reconnect delay in ms"},
+    {"ping_interval_ms", SETTING_INT, offsetof(struct redis_psub_settings, ping_interval_ms),
+     .def = "1000", .min = 0, .max = 3600000,
+     .help = "PING after this many ms of silence; no answer within the next interval = "
+             "connection dead (0 = never)"},
+    SETTINGS_END,
+};
+
+/* ------------------------------------------------------------------------ */
+/* Pure pieces: reply decoding and envelope building */
+
+static bool is_str(const redisReply *r)
 {
-    (void)s; (void)h;
-    if (n) err[0] = 0;
+    return r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
+}
+
+static bool str_eq(const redisReply *r, const char *lit, size_t n)
+{
+    return (size_t)r->len == n && memcmp(r->str, lit, n) == 0;
+}
+#define STR_EQ(r, lit) str_eq((r), lit, sizeof(lit) - 1)
+
+static enum psub_kind malformed(struct psub_event *ev, const char *why)
+{
+    ev->kind = PSUB_MALFORMED;
+    ev->payload = why;
+    ev->payload_len = strlen(why);
+    return ev->kind;
+}
+
+enum psub_kind redis_psub_decode(const redisReply *r, struct psub_event *ev)
+{
+    memset(ev, 0, sizeof *ev);
+    if (r->type == REDIS_REPLY_ERROR) {
+        ev->kind = PSUB_ERROR;
+        ev->payload = r->str ? r->str : "";
+        ev->payload_len = r->str ? (size_t)r->len : 0;
+        return ev->kind;
+    }
+    if (r->type == REDIS_REPLY_STATUS && r->str && STR_EQ(r, "PONG")) {
+        ev->kind = PSUB_PONG;
+        return ev->kind;
+    }
+    if (r->type != REDIS_REPLY_ARRAY) return malformed(ev, "reply is not an array");
+    if (r->elements < 1 || !r->element || !is_str(r->element[0]))
+        return malformed(ev, "array does not start with a kind string");
+    const redisReply *k = r->element[0];
+    /* the hot path first: pmessage, then message */
+    if (STR_EQ(k, "pmessage")) {
+        if (r->elements != 4 || !is_str(r->element[1]) || !is_str(r->element[2]) ||
+            !is_str(r->element[3]))
+            return malformed(ev, "pmessage without pattern, channel and payload strings");
+        ev->kind = PSUB_PMESSAGE;
+        ev->pattern = r->element[1]->str;
+        ev->pattern_len = (size_t)r->element[1]->len;
+        ev->channel = r->element[2]->str;
+        ev->channel_len = (size_t)r->element[2]->len;
+        ev->payload = r->element[3]->str;
+        ev->payload_len = (size_t)r->element[3]->len;
+        return ev->kind;
+    }
+    if (STR_EQ(k, "message")) {
+        if (r->elements != 3 || !is_str(r->element[1]) || !is_str(r->element[2]))
+            return malformed(ev, "message without channel and payload strings");
+        ev->kind = PSUB_MESSAGE;
+        ev->channel = r->element[1]->str;
+        ev->channel_len = (size_t)r->element[1]->len;
+        ev->payload = r->element[2]->str;
+        ev->payload_len = (size_t)r->element[2]->len;
+        return ev->kind;
+    }
+    bool sub = STR_EQ(k, "subscribe"), psub = STR_EQ(k, "psubscribe");
+    bool unsub = STR_EQ(k, "unsubscribe"), punsub = STR_EQ(k, "punsubscribe");
+    if (sub || psub || unsub || punsub) {
+        if (r->elements != 3 || r->element[2]->type != REDIS_REPLY_INTEGER)
+            return malformed(ev, "subscription confirmation without name and count");
+        const redisReply *n = r->element[1];
+        if (is_str(n)) {
+            ev->channel = n->str;
+            ev->channel_len = (size_t)n->len;
+        } else if (n->type != REDIS_REPLY_NIL) {
+            return malformed(ev, "subscription confirmation name is not a string");
+        }
+        ev->kind = (sub || psub) ? PSUB_SUBSCRIBED : PSUB_UNSUBSCRIBED;
+        ev->pattern_sub = (psub || punsub) ? 1 : 0;
+        return ev->kind;
+    }
+    if (STR_EQ(k, "pong")) {
+        ev->kind = PSUB_PONG;
+        return ev->kind;
+    }
+    return malformed(ev, "unknown push kind");
+}
+
+void redis_psub_envelope(struct envelope *e, const char *endpoint, uint64_t epoch,
+                         int64_t received_wall_ms, const struct psub_event *ev)
+{
+    envelope_begin(e, endpoint, TYPE_NAME, epoch, NULL, received_wall_ms);
+    envelope_str(e, "channel", ev->channel, ev->channel_len);
+    if (ev->kind == PSUB_PMESSAGE) envelope_str(e, "pattern", ev->pattern, ev->pattern_len);
+    envelope_payload(e, ev->payload, ev->payload_len);
+}
+
+static int check_list(const struct strlist *l, const char *key, char *msg, size_t msglen)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        if (!l->v[i] || !l->v[i][0]) {
+            snprintf(msg, msglen, "'%s' element %zu is an empty string", key, i + 1);
+            return -1;
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(l->v[i], l->v[j]) == 0) {
+                snprintf(msg, msglen, "'%s' lists \"%s\" twice", key, l->v[i]);
+                return -1;
+            }
+        }
+    }
     return 0;
 }
-static int start(void *ep) { (void)ep; return -1; }
-static void stop(void *ep) { (void)ep; }
-static void destroy(void *ep) { (void)ep; }
+
+int redis_psub_validate(const struct redis_psub_settings *s, enum guard_kind guard, bool force,
+                        char *msg, size_t msglen)
+{
+    if (s->patterns.n == 0 && s->channels.n == 0) {
+        snprintf(msg, msglen,
+                 "nothing to subscribe to: set 'patterns' (PSUBSCRIBE, e.g. [\"orders.*\"]) "
+                 "and/or 'channels' (SUBSCRIBE), at least one non-empty");
+        return -1;
+    }
+    if (check_list(&s->patterns, "patterns", msg, msglen)) return -1;
+    if (check_list(&s->channels, "channels", msg, msglen)) return -1;
+    if (s->reconnect_backoff_max_ms < s->reconnect_backoff_ms) {
+        snprintf(msg, msglen,
+                 "'reconnect_backoff_max_ms' (%" PRId64 ") must be >= 'reconnect_backoff_ms' "
+                 "(%" PRId64 ")",
+                 s->reconnect_backoff_max_ms, s->reconnect_backoff_ms);
+        return -1;
+    }
+    if (s->password_env && s->password_file) {
+        snprintf(msg, msglen, "set either 'password_env' or 'password_file', not both");
+        return -1;
+    }
+    if (guard == GUARD_ONCE) {
+        snprintf(msg, msglen,
+                 "guard \"once\" cannot work for redis_psub: pub/sub messages carry no id to "
+                 "deduplicate on; use guard \"active\" (the default)");
+        return -1;
+    }
+    if (guard == GUARD_NONE && !force) {
+        snprintf(msg, msglen,
+                 "guard \"none\": Redis pub/sub delivers every message to every replica, so each "
+                 "replica would forward it; use guard \"active\" (the default), or set "
+                 "force_guard = true if only one replica runs");
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The endpoint */
+
+enum start_state { START_PENDING = 0, START_OK = 1, START_FAILED = -1 };
+
+struct psub {
+    const struct redis_psub_settings *s;
+    struct endpoint_host *host;
+    struct redis_opts ro;
+    char where[300]; /* "host:port db N" for log lines */
+    bool guarded;
+
+    /* PSUBSCRIBE / SUBSCRIBE argument vectors, built once */
+    const char **pargv, **cargv;
+    size_t *pargvlen, *cargvlen;
+    int pargc, cargc;
+
+    pthread_mutex_t lock; /* guards fd, start_state */
+    pthread_cond_t cond;
+    int fd;               /* socket of the live connection, -1 when none */
+    enum start_state start_state;
+    char start_err[256];
+
+    atomic_bool stop;
+    bool running; /* thread created and not joined (start/stop thread only) */
+    pthread_t thread;
+
+    struct envelope env; /* consumer thread only */
+    struct log_ratelimit rl_retry, rl_bad;
+};
+
+static void set_start_state(struct psub *p, enum start_state st, const char *err)
+{
+    pthread_mutex_lock(&p->lock);
+    if (p->start_state == START_PENDING) {
+        p->start_state = st;
+        if (err) snprintf(p->start_err, sizeof p->start_err, "%s", err);
+        pthread_cond_broadcast(&p->cond);
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+static void handle_message(struct psub *p, const struct psub_event *ev)
+{
+    struct endpoint_host *h = p->host;
+    redis_psub_envelope(&p->env, h->name, h->epoch(h), clock_wall_ms(), ev);
+    h->emit(h, envelope_finish(&p->env)); /* a drop is counted and logged there */
+}
+
+static void count_bad(struct psub *p, const char *what, const struct psub_event *ev)
+{
+    struct endpoint_host *h = p->host;
+    long long supp = 0;
+    if (ev->kind == PSUB_MALFORMED)
+        atomic_fetch_add_explicit(&h->stats->malformed, 1, memory_order_relaxed);
+    else
+        atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
+    if (log_ratelimit_ok(&p->rl_bad, 5000, &supp))
+        log_warn(COMPONENT, h->name, "%s from %s: %.*s (%lld more suppressed)", what, p->where,
+                 (int)(ev->payload_len > 200 ? 200 : ev->payload_len),
+                 ev->payload ? ev->payload : "", supp);
+}
+
+/* Handles one reply on a subscribed connection. Returns 1 for a message, 0
+ * otherwise; *pong set when it was a PING answer. */
+static int handle_reply(struct psub *p, const redisReply *r, bool *pong)
+{
+    struct psub_event ev;
+    switch (redis_psub_decode(r, &ev)) {
+    case PSUB_PMESSAGE:
+    case PSUB_MESSAGE: handle_message(p, &ev); return 1;
+    case PSUB_PONG: *pong = true; return 0;
+    case PSUB_SUBSCRIBED: return 0;
+    case PSUB_UNSUBSCRIBED:
+        /* nobody unsubscribes this connection but us; tell it anyway */
+        log_warn(COMPONENT, p->host->name, "unexpected %sunsubscribe confirmation for \"%.*s\"",
+                 ev.pattern_sub ? "p" : "", (int)ev.channel_len, ev.channel ? ev.channel : "");
+        return 0;
+    case PSUB_ERROR: count_bad(p, "error reply", &ev); return 0;
+    case PSUB_MALFORMED: count_bad(p, "unexpected reply", &ev); return 0;
+    }
+    return 0;
+}
+
+static void conn_close(struct psub *p, redisContext *c)
+{
+    if (!c) return;
+    pthread_mutex_lock(&p->lock);
+    p->fd = -1;
+    pthread_mutex_unlock(&p->lock);
+    redisFree(c);
+}
+
+static bool flush_output(redisContext *c)
+{
+    int done = 0;
+    while (!done)
+        if (redisBufferWrite(c, &done) != REDIS_OK) return false;
+    return true;
+}
+
+/* Connects and subscribes; returns the context once every pattern and
+ * channel is confirmed, or NULL with err filled. */
+static redisContext *conn_open(struct psub *p, char *err, size_t errlen)
+{
+    redisContext *c = redis_conn_open(&p->ro, err, errlen);
+    if (!c) return NULL;
+    pthread_mutex_lock(&p->lock);
+    bool stopping = atomic_load(&p->stop);
+    if (!stopping) p->fd = c->fd; /* from now on stop() can interrupt us */
+    pthread_mutex_unlock(&p->lock);
+    if (stopping) {
+        snprintf(err, errlen, "stopping");
+        redisFree(c);
+        return NULL;
+    }
+    if (p->pargc > 1) redisAppendCommandArgv(c, p->pargc, p->pargv, p->pargvlen);
+    if (p->cargc > 1) redisAppendCommandArgv(c, p->cargc, p->cargv, p->cargvlen);
+    if (!flush_output(c)) {
+        snprintf(err, errlen, "redis %s: sending the subscription: %s", p->where, c->errstr);
+        conn_close(p, c);
+        return NULL;
+    }
+    /* one confirmation per pattern and per channel; messages of the first
+     * subscriptions may arrive between them and are forwarded as usual */
+    int want_p = p->pargc - 1, want_c = p->cargc - 1;
+    while (want_p > 0 || want_c > 0) {
+        void *rv = NULL;
+        if (redisGetReply(c, &rv) != REDIS_OK || !rv) {
+            snprintf(err, errlen, "redis %s: waiting for the subscription confirmation: %s",
+                     p->where, c->errstr[0] ? c->errstr : "connection lost");
+            conn_close(p, c);
+            return NULL;
+        }
+        redisReply *r = rv;
+        struct psub_event ev;
+        enum psub_kind k = redis_psub_decode(r, &ev);
+        if (k == PSUB_SUBSCRIBED) {
+            if (ev.pattern_sub) want_p--;
+            else want_c--;
+        } else if (k == PSUB_MESSAGE || k == PSUB_PMESSAGE) {
+            handle_message(p, &ev);
+        } else {
+            snprintf(err, errlen, "redis %s: subscription %s: %.*s", p->where,
+                     k == PSUB_ERROR ? "refused" : "answered unexpectedly",
+                     (int)(ev.payload_len > 160 ? 160 : ev.payload_len),
+                     ev.payload ? ev.payload : "");
+            freeReplyObject(r);
+            conn_close(p, c);
+            return NULL;
+        }
+        freeReplyObject(r);
+    }
+    return c;
+}
+
+/* Reads until the connection fails or stop is set. err says why it ended. */
+static void conn_run(struct psub *p, redisContext *c, char *err, size_t errlen)
+{
+    struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+    int timeout = p->s->ping_interval_ms > 0 ? (int)p->s->ping_interval_ms : -1;
+    bool ping_out = false;
+    for (;;) {
+        /* everything hiredis already holds, before blocking again */
+        for (;;) {
+            void *rv = NULL;
+            if (redisGetReplyFromReader(c, &rv) != REDIS_OK) {
+                snprintf(err, errlen, "redis %s: protocol error: %s", p->where, c->errstr);
+                return;
+            }
+            if (!rv) break;
+            bool pong = false;
+            handle_reply(p, rv, &pong);
+            if (pong) ping_out = false;
+            freeReplyObject(rv);
+        }
+        if (atomic_load_explicit(&p->stop, memory_order_relaxed)) {
+            snprintf(err, errlen, "stopping");
+            return;
+        }
+        int n = poll(&pfd, 1, timeout);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            snprintf(err, errlen, "redis %s: poll: %s", p->where, strerror(errno));
+            return;
+        }
+        if (n == 0) {
+            if (ping_out) {
+                snprintf(err, errlen, "redis %s: no answer to PING within %d ms", p->where,
+                         timeout);
+                return;
+            }
+            redisAppendCommand(c, "PING");
+            if (!flush_output(c)) {
+                snprintf(err, errlen, "redis %s: sending PING: %s", p->where, c->errstr);
+                return;
+            }
+            ping_out = true;
+            continue;
+        }
+        if (redisBufferRead(c) != REDIS_OK) {
+            snprintf(err, errlen, "redis %s: %s", p->where,
+                     c->errstr[0] ? c->errstr : "connection lost");
+            return;
+        }
+    }
+}
+
+static void *consumer_main(void *arg)
+{
+    struct psub *p = arg;
+    struct endpoint_host *h = p->host;
+    const char *name = h->name;
+    bool first = true;
+    unsigned attempt = 0;
+    int64_t lost_since = 0; /* monotonic ms when the source became unreachable; 0 = reachable */
+    char err[384];
+
+    while (!atomic_load(&p->stop)) {
+        redisContext *c = conn_open(p, err, sizeof err);
+        if (c) {
+            if (first) {
+                first = false;
+                set_start_state(p, START_OK, NULL);
+                log_info(COMPONENT, name, "subscribed on %s: %d pattern(s), %d channel(s)",
+                         p->where, p->pargc - 1, p->cargc - 1);
+            } else {
+                log_info(COMPONENT, name,
+                         "resubscribed on %s after %" PRId64 " ms (messages published "
+                         "meanwhile are lost: pub/sub keeps nothing)",
+                         p->where, clock_mono_ms() - lost_since);
+            }
+            attempt = 0;
+            lost_since = 0;
+            conn_run(p, c, err, sizeof err);
+            conn_close(p, c);
+            if (atomic_load(&p->stop)) break;
+            atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
+            lost_since = clock_mono_ms();
+            log_warn(COMPONENT, name, "connection lost: %s; reconnecting", err);
+            sleep_ms_cancellable(backoff_ms(attempt++, p->s->reconnect_backoff_ms,
+                                            p->s->reconnect_backoff_max_ms),
+                                 &p->stop);
+            continue;
+        }
+        if (atomic_load(&p->stop)) break;
+        if (first && p->guarded) {
+            /* start() reports it; the guard demotes and tries again later */
+            set_start_state(p, START_FAILED, err);
+            return NULL;
+        }
+        if (first) {
+            first = false;
+            set_start_state(p, START_OK, NULL); /* unguarded: retry in the background */
+        }
+        atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
+        int64_t now = clock_mono_ms();
+        if (!lost_since) lost_since = now;
+        if (p->guarded && now - lost_since >= h->lease_ttl_ms) {
+            char reason[800];
+            snprintf(reason, sizeof reason,
+                     "source %s unreachable for %" PRId64 " ms (lease ttl %" PRId64 " ms): %s",
+                     p->where, now - lost_since, h->lease_ttl_ms, err);
+            log_error(COMPONENT, name, "%s; giving up the lease so another replica can try",
+                      reason);
+            h->source_lost(h, reason);
+            break; /* the guard calls stop(), which joins us */
+        }
+        int64_t d = backoff_ms(attempt++, p->s->reconnect_backoff_ms,
+                               p->s->reconnect_backoff_max_ms);
+        if (p->guarded) {
+            int64_t left = lost_since + h->lease_ttl_ms - now;
+            if (d > left) d = left > 1 ? left : 1;
+        }
+        long long supp = 0;
+        if (log_ratelimit_ok(&p->rl_retry, 5000, &supp))
+            log_warn(COMPONENT, name, "cannot subscribe: %s; retrying in %" PRId64
+                     " ms (%lld similar lines suppressed)", err, d, supp);
+        sleep_ms_cancellable(d, &p->stop);
+    }
+    if (first) set_start_state(p, START_FAILED, "stopped before subscribing");
+    return NULL;
+}
+
+static void build_argv(const char *cmd, const struct strlist *l, const char ***argv,
+                       size_t **argvlen, int *argc)
+{
+    *argc = (int)l->n + 1;
+    *argv = xcalloc(l->n + 1, sizeof **argv);
+    *argvlen = xcalloc(l->n + 1, sizeof **argvlen);
+    (*argv)[0] = cmd;
+    (*argvlen)[0] = strlen(cmd);
+    for (size_t i = 0; i < l->n; i++) {
+        (*argv)[i + 1] = l->v[i];
+        (*argvlen)[i + 1] = strlen(l->v[i]);
+    }
+}
+
+static void psub_destroy(void *ep);
+
+static void *psub_create(const void *settings, struct endpoint_host *host, char *err,
+                         size_t errlen)
+{
+    const struct redis_psub_settings *s = settings;
+    char msg[400];
+    if (redis_psub_validate(s, host->guard, true, msg, sizeof msg)) {
+        snprintf(err, errlen, "endpoint '%s': %s", host->name, msg);
+        return NULL;
+    }
+    char *password = NULL;
+    if (secret_resolve(s->password_env, s->password_file, &password, msg, sizeof msg)) {
+        snprintf(err, errlen, "endpoint '%s': password: %s", host->name, msg);
+        return NULL;
+    }
+    struct psub *p = xcalloc(1, sizeof *p);
+    p->s = s;
+    p->host = host;
+    p->guarded = host->guard == GUARD_ACTIVE;
+    p->ro.host = xstrdup(s->host ? s->host : "127.0.0.1");
+    p->ro.port = (int)s->port;
+    p->ro.db = (int)s->db;
+    p->ro.user = s->user ? xstrdup(s->user) : NULL;
+    p->ro.password = password;
+    p->ro.connect_timeout_ms = s->connect_timeout_ms;
+    p->ro.command_timeout_ms = s->command_timeout_ms;
+    snprintf(p->where, sizeof p->where, "%s:%d db %d", p->ro.host, p->ro.port, p->ro.db);
+    build_argv("PSUBSCRIBE", &s->patterns, &p->pargv, &p->pargvlen, &p->pargc);
+    build_argv("SUBSCRIBE", &s->channels, &p->cargv, &p->cargvlen, &p->cargc);
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->cond, NULL);
+    p->fd = -1;
+    atomic_init(&p->stop, false);
+    envelope_init(&p->env);
+    return p;
+}
+
+static int psub_start(void *ep)
+{
+    struct psub *p = ep;
+    const char *name = p->host->name;
+    if (p->running) {
+        log_error(COMPONENT, name, "start called while already running");
+        return -1;
+    }
+    atomic_store(&p->stop, false);
+    p->start_state = START_PENDING;
+    p->start_err[0] = '\0';
+    p->fd = -1;
+    int rc = pthread_create(&p->thread, NULL, consumer_main, p);
+    if (rc != 0) {
+        log_error(COMPONENT, name, "cannot create the consumer thread: %s", strerror(rc));
+        return -1;
+    }
+    p->running = true;
+    pthread_mutex_lock(&p->lock);
+    while (p->start_state == START_PENDING) pthread_cond_wait(&p->cond, &p->lock);
+    enum start_state st = p->start_state;
+    pthread_mutex_unlock(&p->lock);
+    if (st == START_FAILED) {
+        pthread_join(p->thread, NULL);
+        p->running = false;
+        log_error(COMPONENT, name, "cannot subscribe: %s", p->start_err);
+        return -1;
+    }
+    return 0;
+}
+
+static void psub_stop(void *ep)
+{
+    struct psub *p = ep;
+    if (!p->running) return;
+    atomic_store(&p->stop, true);
+    pthread_mutex_lock(&p->lock);
+    if (p->fd >= 0) shutdown(p->fd, SHUT_RDWR); /* wakes the poll/read at once */
+    pthread_mutex_unlock(&p->lock);
+    pthread_join(p->thread, NULL);
+    p->running = false;
+    log_info(COMPONENT, p->host->name, "unsubscribed from %s", p->where);
+}
+
+static void psub_destroy(void *ep)
+{
+    struct psub *p = ep;
+    if (!p) return;
+    psub_stop(p);
+    envelope_free(&p->env);
+    free(p->pargv);
+    free(p->pargvlen);
+    free(p->cargv);
+    free(p->cargvlen);
+    redis_opts_clear(&p->ro);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->cond);
+    free(p);
+}
+
+static enum guard_kind psub_auto_guard(const void *settings)
+{
+    (void)settings;
+    return GUARD_ACTIVE;
+}
+
+static int psub_validate(const void *settings, enum guard_kind guard, bool force, char *msg,
+                         size_t msglen)
+{
+    return redis_psub_validate(settings, guard, force, msg, msglen);
+}
+
 const struct endpoint_ops ep_redis_psub_ops = {
-    .type = "redis_psub", .settings = defs, .settings_size = 1, .auto_guard = auto_guard,
-    .create = create, .start = start, .stop = stop, .destroy = destroy,
+    .type = TYPE_NAME,
+    .settings = psub_defs,
+    .settings_size = sizeof(struct redis_psub_settings),
+    .auto_guard = psub_auto_guard,
+    .validate = psub_validate,
+    .create = psub_create,
+    .start = psub_start,
+    .stop = psub_stop,
+    .destroy = psub_destroy,
 };

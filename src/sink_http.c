@@ -1,0 +1,540 @@
+/* http sink (libcurl): POST each envelope (or an NDJSON batch) to a URL over
+ * a kept-alive connection, retrying with exponential backoff and jitter on
+ * connection errors, timeouts, 5xx and 429; other 4xx fail at once.
+ *
+ * Headers: Content-Type, X-Baton-Endpoint (from the envelope), X-Baton-Epoch
+ * and X-Baton-Id (from the message; omitted when the id is empty), plus the
+ * static ones from `headers` and `headers_env`. In a batch (batch_max > 1)
+ * X-Baton-Epoch is the highest epoch in the batch, X-Baton-Id the first
+ * message's id and X-Baton-Count the number of lines. Header values are
+ * percent-encoded outside printable ASCII, so a source id can never inject a
+ * header. */
+#include <ctype.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "src/common/json.h"
+#include "src/common/log.h"
+#include "src/common/util.h"
+#include "src/sink_impl.h"
+
+struct http_settings {
+    char *url;
+    int64_t timeout_ms;
+    int64_t connect_timeout_ms;
+    int64_t retries;
+    int64_t backoff_ms;
+    int64_t backoff_max_ms;
+    struct strlist headers;
+    struct strlist headers_env;
+    int64_t batch_max;
+};
+
+static const struct setting_def http_defs[] = {
+    {"url", SETTING_STRING, offsetof(struct http_settings, url), .required = true,
+     .help = "http:// or https:// URL to POST to"},
+    {"timeout_ms", SETTING_INT, offsetof(struct http_settings, timeout_ms), .def = "5000",
+     .min = 1, .max = 3600000, .help = "whole-request timeout in ms"},
+    {"connect_timeout_ms", SETTING_INT, offsetof(struct http_settings, connect_timeout_ms),
+     .def = "2000", .min = 1, .max = 600000, .help = "connect timeout in ms"},
+    {"retries", SETTING_INT, offsetof(struct http_settings, retries), .def = "5", .min = 0,
+     .max = 1000, .help = "retries after the first attempt"},
+    {"backoff_ms", SETTING_INT, offsetof(struct http_settings, backoff_ms), .def = "100",
+     .min = 1, .max = 3600000, .help = "first retry delay in ms (doubles per retry, jittered)"},
+    {"backoff_max_ms", SETTING_INT, offsetof(struct http_settings, backoff_max_ms),
+     .def = "5000", .min = 1, .max = 3600000, .help = "largest retry delay in ms"},
+    {"headers", SETTING_STRLIST, offsetof(struct http_settings, headers),
+     .help = "list of \"Name: value\" headers sent with every request"},
+    {"headers_env", SETTING_STRLIST, offsetof(struct http_settings, headers_env),
+     .help = "list of \"Name=ENVVAR\": header Name with the value of environment variable "
+             "ENVVAR"},
+    {"batch_max", SETTING_INT, offsetof(struct http_settings, batch_max), .def = "1", .min = 1,
+     .max = 100000, .help = "messages per POST; > 1 sends an NDJSON body"},
+    SETTINGS_END,
+};
+
+struct http_sink {
+    char *name;
+    char *url;
+    long timeout_ms, connect_timeout_ms;
+    unsigned retries;
+    int64_t backoff_ms, backoff_max_ms;
+    size_t batch_max;
+    struct curl_slist *static_headers; /* static + env headers, "Name: value" */
+    bool custom_content_type;
+    CURL *curl;
+    char errbuf[CURL_ERROR_SIZE];
+    struct jbuf body;       /* NDJSON batch body, reused */
+    char resp[256];         /* start of the last response body, for logs */
+    size_t resp_len;
+    const atomic_bool *cancel; /* during send() */
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+static void curl_init_once(void)
+{
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/* RFC 7230 token characters. */
+static bool is_tchar(unsigned char c)
+{
+    return isalnum(c) || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+static bool valid_header_name(const char *s, size_t n)
+{
+    if (n == 0) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!is_tchar((unsigned char)s[i])) return false;
+    return true;
+}
+
+static bool valid_header_value(const char *s)
+{
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if ((c < 0x20 && c != '\t') || c == 0x7f) return false;
+    }
+    return true;
+}
+
+static bool reserved_header(const char *s, size_t n)
+{
+    return (n >= 8 && strncasecmp(s, "X-Baton-", 8) == 0) ||
+           (n == 14 && strncasecmp(s, "Content-Length", 14) == 0);
+}
+
+static int http_validate(const void *settings, char *msg, size_t msglen)
+{
+    const struct http_settings *s = settings;
+    if (!s->url || (strncasecmp(s->url, "http://", 7) != 0 && strncasecmp(s->url, "https://", 8) != 0)) {
+        snprintf(msg, msglen, "'url' expected an http:// or https:// URL, got '%s'",
+                 s->url ? s->url : "");
+        return -1;
+    }
+    size_t hostpart = strncasecmp(s->url, "https://", 8) == 0 ? 8 : 7;
+    if (s->url[hostpart] == '\0' || s->url[hostpart] == '/') {
+        snprintf(msg, msglen, "'url' has no host: '%s'", s->url);
+        return -1;
+    }
+    if (strpbrk(s->url, " \t\r\n")) {
+        snprintf(msg, msglen, "'url' must not contain whitespace: '%s'", s->url);
+        return -1;
+    }
+    if (s->backoff_max_ms < s->backoff_ms) {
+        snprintf(msg, msglen, "'backoff_max_ms' (%lld) must be >= 'backoff_ms' (%lld)",
+                 (long long)s->backoff_max_ms, (long long)s->backoff_ms);
+        return -1;
+    }
+    for (size_t i = 0; i < s->headers.n; i++) {
+        const char *h = s->headers.v[i];
+        const char *colon = strchr(h, ':');
+        if (!colon || !valid_header_name(h, (size_t)(colon - h))) {
+            snprintf(msg, msglen, "'headers' element %zu: expected \"Name: value\", got '%s'", i + 1,
+                     h);
+            return -1;
+        }
+        if (reserved_header(h, (size_t)(colon - h))) {
+            snprintf(msg, msglen, "'headers' element %zu: header '%.*s' is set by baton", i + 1,
+                     (int)(colon - h), h);
+            return -1;
+        }
+        if (!valid_header_value(colon + 1)) {
+            snprintf(msg, msglen, "'headers' element %zu: value contains control characters", i + 1);
+            return -1;
+        }
+    }
+    for (size_t i = 0; i < s->headers_env.n; i++) {
+        const char *h = s->headers_env.v[i];
+        const char *eq = strchr(h, '=');
+        if (!eq || !valid_header_name(h, (size_t)(eq - h)) || eq[1] == '\0') {
+            snprintf(msg, msglen, "'headers_env' element %zu: expected \"Name=ENVVAR\", got '%s'",
+                     i + 1, h);
+            return -1;
+        }
+        if (reserved_header(h, (size_t)(eq - h))) {
+            snprintf(msg, msglen, "'headers_env' element %zu: header '%.*s' is set by baton", i + 1,
+                     (int)(eq - h), h);
+            return -1;
+        }
+        for (const char *v = eq + 1; *v; v++) {
+            if (!(isalnum((unsigned char)*v) || *v == '_')) {
+                snprintf(msg, msglen, "'headers_env' element %zu: '%s' is not an environment variable name",
+                         i + 1, eq + 1);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    struct http_sink *k = userdata;
+    size_t n = size * nmemb;
+    size_t room = sizeof k->resp - 1 - k->resp_len;
+    size_t take = n < room ? n : room;
+    memcpy(k->resp + k->resp_len, ptr, take);
+    k->resp_len += take;
+    k->resp[k->resp_len] = '\0';
+    return n;
+}
+
+static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    struct http_sink *k = userdata;
+    return (k->cancel && atomic_load(k->cancel)) ? 1 : 0; /* non-zero aborts */
+}
+
+static void http_destroy(void *sink)
+{
+    struct http_sink *k = sink;
+    if (!k) return;
+    if (k->curl) curl_easy_cleanup(k->curl);
+    curl_slist_free_all(k->static_headers);
+    jbuf_free(&k->body);
+    free(k->name);
+    free(k->url);
+    free(k);
+}
+
+static bool append_header(struct curl_slist **list, const char *h)
+{
+    struct curl_slist *n = curl_slist_append(*list, h);
+    if (!n) return false;
+    *list = n;
+    return true;
+}
+
+static void *http_create(const char *name, const void *settings, char *err, size_t errlen)
+{
+    const struct http_settings *s = settings;
+    if (http_validate(s, err, errlen) != 0) return NULL;
+    pthread_once(&curl_once, curl_init_once);
+    if (curl_init_rc != CURLE_OK) {
+        snprintf(err, errlen, "sink '%s': curl_global_init failed: %s", name,
+                 curl_easy_strerror(curl_init_rc));
+        return NULL;
+    }
+    struct http_sink *k = xcalloc(1, sizeof *k);
+    k->name = xstrdup(name ? name : "http");
+    k->url = xstrdup(s->url);
+    k->timeout_ms = (long)s->timeout_ms;
+    k->connect_timeout_ms = (long)s->connect_timeout_ms;
+    k->retries = (unsigned)s->retries;
+    k->backoff_ms = s->backoff_ms;
+    k->backoff_max_ms = s->backoff_max_ms;
+    k->batch_max = s->batch_max > 0 ? (size_t)s->batch_max : 1;
+    jbuf_init(&k->body, k->batch_max > 1 ? 4096 : 16);
+
+    for (size_t i = 0; i < s->headers.n; i++) {
+        const char *h = s->headers.v[i];
+        const char *colon = strchr(h, ':');
+        if (colon - h == 12 && strncasecmp(h, "Content-Type", 12) == 0) k->custom_content_type = true;
+        if (!append_header(&k->static_headers, h)) goto oom;
+    }
+    for (size_t i = 0; i < s->headers_env.n; i++) {
+        const char *h = s->headers_env.v[i];
+        const char *eq = strchr(h, '=');
+        const char *val = getenv(eq + 1);
+        if (!val) {
+            snprintf(err, errlen,
+                     "sink '%s': headers_env '%s': environment variable '%s' is not set", k->name,
+                     h, eq + 1);
+            http_destroy(k);
+            return NULL;
+        }
+        if (!valid_header_value(val)) {
+            snprintf(err, errlen,
+                     "sink '%s': headers_env '%s': environment variable '%s' holds control "
+                     "characters",
+                     k->name, h, eq + 1);
+            http_destroy(k);
+            return NULL;
+        }
+        size_t nl = (size_t)(eq - h);
+        if (nl == 12 && strncasecmp(h, "Content-Type", 12) == 0) k->custom_content_type = true;
+        size_t len = nl + 2 + strlen(val) + 1;
+        char *line = xmalloc(len);
+        snprintf(line, len, "%.*s: %s", (int)nl, h, val);
+        bool ok = append_header(&k->static_headers, line);
+        free(line);
+        if (!ok) goto oom;
+    }
+    /* no "Expect: 100-continue" round trip for large bodies */
+    if (!append_header(&k->static_headers, "Expect:")) goto oom;
+
+    k->curl = curl_easy_init();
+    if (!k->curl) {
+        snprintf(err, errlen, "sink '%s': curl_easy_init failed", k->name);
+        http_destroy(k);
+        return NULL;
+    }
+    CURL *c = k->curl;
+    curl_easy_setopt(c, CURLOPT_URL, k->url);
+    curl_easy_setopt(c, CURLOPT_POST, 1L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, k->timeout_ms);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, k->connect_timeout_ms);
+    curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, k->errbuf);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, k);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, k);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_USERAGENT, "baton/" BATON_VERSION);
+    return k;
+oom:
+    snprintf(err, errlen, "sink '%s': out of memory building headers", k->name);
+    http_destroy(k);
+    return NULL;
+}
+
+/* "Name: value" with value percent-encoded outside visible ASCII. */
+static bool add_header_encoded(struct curl_slist **list, const char *name, const char *value)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    char line[64 + 3 * 256 + 1];
+    size_t n = (size_t)snprintf(line, sizeof line, "%s: ", name);
+    for (const unsigned char *p = (const unsigned char *)value; *p && n + 4 < sizeof line; p++) {
+        if (*p > 0x20 && *p < 0x7f && *p != '%') {
+            line[n++] = (char)*p;
+        } else {
+            line[n++] = '%';
+            line[n++] = hex[*p >> 4];
+            line[n++] = hex[*p & 15];
+        }
+    }
+    line[n] = '\0';
+    return append_header(list, line);
+}
+
+/* Builds the per-request header list. NULL on OOM. */
+static struct curl_slist *request_headers(struct http_sink *k, struct message *const *msgs,
+                                          size_t n)
+{
+    struct curl_slist *h = NULL;
+    bool ok = true;
+    if (!k->custom_content_type)
+        ok = append_header(&h, n > 1 || k->batch_max > 1 ? "Content-Type: application/x-ndjson"
+                                                         : "Content-Type: application/json");
+    char ep[256];
+    if (ok && sink_envelope_endpoint(msgs[0], ep, sizeof ep) > 0)
+        ok = add_header_encoded(&h, "X-Baton-Endpoint", ep);
+    uint64_t epoch = 0;
+    for (size_t i = 0; i < n; i++)
+        if (msgs[i]->epoch > epoch) epoch = msgs[i]->epoch;
+    char num[64];
+    snprintf(num, sizeof num, "X-Baton-Epoch: %llu", (unsigned long long)epoch);
+    if (ok) ok = append_header(&h, num);
+    if (ok && msgs[0]->id[0]) ok = add_header_encoded(&h, "X-Baton-Id", msgs[0]->id);
+    if (ok && k->batch_max > 1) {
+        snprintf(num, sizeof num, "X-Baton-Count: %zu", n);
+        ok = append_header(&h, num);
+    }
+    for (struct curl_slist *s = k->static_headers; ok && s; s = s->next)
+        ok = append_header(&h, s->data);
+    if (!ok) {
+        curl_slist_free_all(h);
+        return NULL;
+    }
+    return h;
+}
+
+enum attempt_result { ATTEMPT_OK, ATTEMPT_RETRY, ATTEMPT_FATAL };
+
+static bool curl_error_retryable(CURLcode rc)
+{
+    switch (rc) {
+    case CURLE_UNSUPPORTED_PROTOCOL:
+    case CURLE_URL_MALFORMAT:
+    case CURLE_NOT_BUILT_IN:
+    case CURLE_BAD_FUNCTION_ARGUMENT:
+    case CURLE_OUT_OF_MEMORY:
+    case CURLE_ABORTED_BY_CALLBACK: /* cancelled */
+        return false;
+    default:
+        return true; /* connect, resolve, timeout, send/recv, TLS, empty reply */
+    }
+}
+
+/* One POST. what describes the failure for the log. */
+static enum attempt_result post_once(struct http_sink *k, const char *body, size_t len,
+                                     struct curl_slist *hdrs, long *status, char *what,
+                                     size_t whatlen)
+{
+    k->errbuf[0] = '\0';
+    k->resp_len = 0;
+    k->resp[0] = '\0';
+    *status = 0;
+    curl_easy_setopt(k->curl, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(k->curl, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(k->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    CURLcode rc = curl_easy_perform(k->curl);
+    if (rc != CURLE_OK) {
+        snprintf(what, whatlen, "%s", k->errbuf[0] ? k->errbuf : curl_easy_strerror(rc));
+        return curl_error_retryable(rc) ? ATTEMPT_RETRY : ATTEMPT_FATAL;
+    }
+    curl_easy_getinfo(k->curl, CURLINFO_RESPONSE_CODE, status);
+    if (*status >= 200 && *status < 300) return ATTEMPT_OK;
+    /* keep the response excerpt printable on one line */
+    for (size_t i = 0; i < k->resp_len; i++)
+        if ((unsigned char)k->resp[i] < 0x20) k->resp[i] = ' ';
+    snprintf(what, whatlen, "HTTP %ld%s%.200s", *status, k->resp_len ? ": " : "", k->resp);
+    if (*status == 429 || *status >= 500) return ATTEMPT_RETRY;
+    return ATTEMPT_FATAL; /* other 4xx, 3xx (redirects are not followed) */
+}
+
+/* Delivers one request (one message or one NDJSON batch) with retries.
+ * Returns true when accepted. */
+static bool deliver(struct http_sink *k, struct message *const *msgs, size_t n, const char *body,
+                    size_t len, const atomic_bool *cancel, unsigned long long *attempt_errors)
+{
+    char ep[128];
+    sink_envelope_endpoint(msgs[0], ep, sizeof ep);
+    const char *epn = ep[0] ? ep : NULL;
+    struct curl_slist *hdrs = request_headers(k, msgs, n);
+    if (!hdrs) {
+        log_error("sink_http", epn, "sink '%s': out of memory building request headers", k->name);
+        (*attempt_errors)++;
+        return false;
+    }
+    char what[400] = "";
+    long status = 0;
+    bool ok = false;
+    unsigned attempt = 0;
+    int64_t t0 = clock_mono_ms();
+    for (;;) {
+        enum attempt_result r = post_once(k, body, len, hdrs, &status, what, sizeof what);
+        if (r == ATTEMPT_OK) {
+            ok = true;
+            if (attempt > 0)
+                log_info("sink_http", epn, "sink '%s': delivered id '%s' after %u retries", k->name,
+                         msgs[0]->id, attempt);
+            break;
+        }
+        (*attempt_errors)++;
+        if (r == ATTEMPT_FATAL) {
+            log_error("sink_http", epn,
+                      "sink '%s': POST %s failed, not retried: %s; dropping %zu message(s), "
+                      "id '%s'%s",
+                      k->name, k->url, what, n, msgs[0]->id, n > 1 ? " and following" : "");
+            break;
+        }
+        if (attempt >= k->retries || (cancel && atomic_load(cancel))) {
+            log_error("sink_http", epn,
+                      "sink '%s': POST %s failed after %u attempts in %lld ms%s: %s; dropping "
+                      "%zu message(s), id '%s'%s",
+                      k->name, k->url, attempt + 1, (long long)(clock_mono_ms() - t0),
+                      (cancel && atomic_load(cancel)) ? " (shutdown)" : "", what, n, msgs[0]->id,
+                      n > 1 ? " and following" : "");
+            break;
+        }
+        int64_t delay = backoff_ms(attempt, k->backoff_ms, k->backoff_max_ms);
+        curl_off_t retry_after = 0;
+        if (status == 429 || status == 503) {
+            if (curl_easy_getinfo(k->curl, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK &&
+                retry_after > 0) {
+                int64_t ra = (int64_t)retry_after * 1000;
+                if (ra > k->backoff_max_ms) ra = k->backoff_max_ms;
+                if (ra > delay) delay = ra;
+            }
+        }
+        log_warn("sink_http", epn, "sink '%s': POST attempt %u failed: %s; retrying in %lld ms",
+                 k->name, attempt + 1, what, (long long)delay);
+        if (sleep_ms_cancellable(delay, cancel)) {
+            log_error("sink_http", epn,
+                      "sink '%s': shutdown while retrying: %s; dropping %zu message(s), id '%s'%s",
+                      k->name, what, n, msgs[0]->id, n > 1 ? " and following" : "");
+            break;
+        }
+        attempt++;
+    }
+    curl_easy_setopt(k->curl, CURLOPT_HTTPHEADER, NULL);
+    curl_slist_free_all(hdrs);
+    return ok;
+}
+
+static void http_send(void *sink, struct message *const *msgs, size_t n, enum msg_outcome *outcome,
+                      const atomic_bool *cancel, unsigned long long *attempt_errors)
+{
+    struct http_sink *k = sink;
+    unsigned long long errors = 0;
+    k->cancel = cancel;
+    if (k->batch_max <= 1) {
+        for (size_t i = 0; i < n; i++) {
+            bool ok = deliver(k, &msgs[i], 1, msgs[i]->json, msgs[i]->len, cancel, &errors);
+            outcome[i] = ok ? MSG_DELIVERED : MSG_DROPPED_SINK_FAILED;
+        }
+    } else {
+        for (size_t i = 0; i < n; i += k->batch_max) {
+            size_t cnt = n - i < k->batch_max ? n - i : k->batch_max;
+            jbuf_reset(&k->body);
+            for (size_t j = 0; j < cnt; j++) {
+                jbuf_raw(&k->body, msgs[i + j]->json, msgs[i + j]->len);
+                jbuf_char(&k->body, '\n');
+            }
+            bool ok = deliver(k, &msgs[i], cnt, k->body.data, k->body.len, cancel, &errors);
+            for (size_t j = 0; j < cnt; j++)
+                outcome[i + j] = ok ? MSG_DELIVERED : MSG_DROPPED_SINK_FAILED;
+        }
+        /* do not pin a huge batch buffer */
+        if (k->body.cap > ((size_t)8 << 20)) {
+            jbuf_free(&k->body);
+            jbuf_init(&k->body, 4096);
+        }
+    }
+    k->cancel = NULL;
+    if (attempt_errors) *attempt_errors = errors;
+}
+
+static int http_check(void *sink, char *msg, size_t msglen)
+{
+    struct http_sink *k = sink;
+    /* own handle: check() runs on the status thread while send() may be
+     * using k->curl on the forwarder thread */
+    CURL *c = curl_easy_init();
+    if (!c) {
+        snprintf(msg, msglen, "sink '%s': curl_easy_init failed", k->name);
+        return -1;
+    }
+    char eb[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(c, CURLOPT_URL, k->url);
+    curl_easy_setopt(c, CURLOPT_CONNECT_ONLY, 1L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, k->connect_timeout_ms);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, k->connect_timeout_ms);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, eb);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    CURLcode rc = curl_easy_perform(c);
+    curl_easy_cleanup(c);
+    if (rc != CURLE_OK) {
+        snprintf(msg, msglen, "sink '%s': %s unreachable: %s", k->name, k->url,
+                 eb[0] ? eb : curl_easy_strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+const struct sink_ops sink_http_ops = {
+    .type = "http",
+    .settings = http_defs,
+    .settings_size = sizeof(struct http_settings),
+    .validate = http_validate,
+    .create = http_create,
+    .send = http_send,
+    .check = http_check,
+    .destroy = http_destroy,
+};

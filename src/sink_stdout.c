@@ -1,0 +1,176 @@
+/* stdout sink: one envelope per line. A batch goes out with as few
+ * writev(2) calls as possible under one process-wide mutex, so lines from
+ * different endpoints' forwarders never interleave. No stdio buffering: a
+ * batch is on the file descriptor when send() returns. */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "src/common/log.h"
+#include "src/common/util.h"
+#include "src/sink_impl.h"
+
+#ifndef IOV_MAX
+#define IOV_MAX 1024
+#endif
+#define STDOUT_IOV_CHUNK (IOV_MAX < 1024 ? IOV_MAX : 1024)
+
+struct stdout_settings {
+    int64_t fd;
+};
+
+static const struct setting_def stdout_defs[] = {
+    {"fd", SETTING_INT, offsetof(struct stdout_settings, fd), .def = "1", .min = 1,
+     .max = 1048576, .help = "file descriptor to write to (1 = stdout; 2 = stderr)"},
+    SETTINGS_END,
+};
+
+struct stdout_sink {
+    char *name;
+    int fd;
+    struct log_ratelimit rl;
+};
+
+/* One lock for every instance: they share the descriptor. */
+static pthread_mutex_t stdout_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *stdout_create(const char *name, const void *settings, char *err, size_t errlen)
+{
+    const struct stdout_settings *s = settings;
+    struct stdout_sink *k = xcalloc(1, sizeof *k);
+    k->name = xstrdup(name ? name : "stdout");
+    k->fd = s ? (int)s->fd : STDOUT_FILENO;
+    if (k->fd <= 0) k->fd = STDOUT_FILENO;
+    return k;
+}
+
+static void stdout_destroy(void *sink)
+{
+    struct stdout_sink *k = sink;
+    if (!k) return;
+    free(k->name);
+    free(k);
+}
+
+/* Waits for a non-blocking descriptor to become writable. */
+static int wait_writable(int fd, const atomic_bool *cancel)
+{
+    for (;;) {
+        if (cancel && atomic_load(cancel)) return -1;
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int r = poll(&p, 1, 100);
+        if (r > 0) return 0;
+        if (r < 0 && errno != EINTR) return -1;
+    }
+}
+
+static const char newline = '\n';
+
+/* Writes the lines of msgs[0..n). Returns how many messages went out whole;
+ * *err receives errno when fewer than n did. Call with stdout_mu held. */
+static size_t write_lines(int fd, struct message *const *msgs, size_t n, const atomic_bool *cancel,
+                          int *err)
+{
+    struct iovec iov[STDOUT_IOV_CHUNK];
+    size_t done = 0; /* messages fully written */
+    *err = 0;
+    while (done < n) {
+        /* fill one chunk: json + "\n" per message */
+        size_t cnt = 0, k = done;
+        while (k < n && cnt + 2 <= STDOUT_IOV_CHUNK) {
+            iov[cnt].iov_base = (void *)msgs[k]->json;
+            iov[cnt++].iov_len = msgs[k]->len;
+            iov[cnt].iov_base = (void *)&newline;
+            iov[cnt++].iov_len = 1;
+            k++;
+        }
+        size_t first = 0; /* first iovec not yet fully written */
+        while (first < cnt) {
+            ssize_t w = writev(fd, iov + first, (int)(cnt - first));
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                    if (wait_writable(fd, cancel) == 0) continue;
+                    *err = EAGAIN;
+                    return done;
+                }
+                *err = errno;
+                return done;
+            }
+            size_t left = (size_t)w;
+            while (first < cnt && left >= iov[first].iov_len) {
+                left -= iov[first].iov_len;
+                first++;
+                if (first % 2 == 0) done++; /* a newline completed a message */
+            }
+            if (first < cnt) {
+                iov[first].iov_base = (char *)iov[first].iov_base + left;
+                iov[first].iov_len -= left;
+            }
+        }
+    }
+    return done;
+}
+
+static void stdout_send(void *sink, struct message *const *msgs, size_t n,
+                        enum msg_outcome *outcome, const atomic_bool *cancel,
+                        unsigned long long *attempt_errors)
+{
+    struct stdout_sink *k = sink;
+    if (attempt_errors) *attempt_errors = 0;
+    if (n == 0) return;
+    int err = 0;
+    pthread_mutex_lock(&stdout_mu);
+    size_t done = write_lines(k->fd, msgs, n, cancel, &err);
+    if (done < n && err != EPIPE && err != EBADF && err != EAGAIN) {
+        /* A line may have been cut: terminate it, so the next batch starts
+         * on a fresh line (best effort). */
+        ssize_t w = write(k->fd, &newline, 1);
+        (void)w;
+    }
+    pthread_mutex_unlock(&stdout_mu);
+    for (size_t i = 0; i < n; i++) outcome[i] = i < done ? MSG_DELIVERED : MSG_DROPPED_SINK_FAILED;
+    if (done < n) {
+        if (attempt_errors) *attempt_errors = 1;
+        long long suppressed = 0;
+        if (log_ratelimit_ok(&k->rl, 1000, &suppressed)) {
+            char ep[128];
+            sink_envelope_endpoint(msgs[done], ep, sizeof ep);
+            log_error("sink_stdout", ep[0] ? ep : NULL,
+                      "sink '%s': write to fd %d failed: %s (errno %d); %zu of %zu messages "
+                      "dropped (first id '%s')%s",
+                      k->name, k->fd, strerror(err), err, n - done, n, msgs[done]->id,
+                      suppressed ? " (earlier failures suppressed)" : "");
+        }
+    }
+}
+
+static int stdout_check(void *sink, char *msg, size_t msglen)
+{
+    struct stdout_sink *k = sink;
+    struct pollfd p = {.fd = k->fd, .events = POLLOUT};
+    if (poll(&p, 1, 0) >= 0 && (p.revents & (POLLERR | POLLNVAL))) {
+        snprintf(msg, msglen, "sink '%s': fd %d is %s", k->name, k->fd,
+                 (p.revents & POLLNVAL) ? "not open" : "in an error state");
+        return -1;
+    }
+    return 0;
+}
+
+const struct sink_ops sink_stdout_ops = {
+    .type = "stdout",
+    .settings = stdout_defs,
+    .settings_size = sizeof(struct stdout_settings),
+    .validate = NULL,
+    .create = stdout_create,
+    .send = stdout_send,
+    .check = stdout_check,
+    .destroy = stdout_destroy,
+};

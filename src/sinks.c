@@ -1,0 +1,50 @@
+/* The sink registry: every sink type baton knows. */
+#include <string.h>
+
+#include "src/sink.h"
+#include "src/sink_impl.h"
+
+const struct sink_ops *const sink_registry[] = {
+    &sink_stdout_ops,
+    &sink_http_ops,
+    NULL,
+};
+
+const struct sink_ops *sink_lookup(const char *type)
+{
+    if (!type) return NULL;
+    for (size_t i = 0; sink_registry[i]; i++)
+        if (strcmp(sink_registry[i]->type, type) == 0) return sink_registry[i];
+    return NULL;
+}
+
+size_t sink_envelope_endpoint(const struct message *m, char *out, size_t outlen)
+{
+    static const char prefix[] = "{\"endpoint\":\"";
+    if (!out || outlen == 0) return 0;
+    out[0] = '\0';
+    if (!m || m->len < sizeof prefix - 1 || memcmp(m->json, prefix, sizeof prefix - 1) != 0)
+        return 0;
+    const char *p = m->json + sizeof prefix - 1;
+    const char *end = m->json + m->len;
+    size_t n = 0;
+    while (p < end && *p != '"') {
+        char c = *p++;
+        if (c == '\\' && p < end) {
+            char e = *p++;
+            if (e == '"' || e == '\\' || e == '/') {
+                c = e;
+            } else {
+                if (n + 1 < outlen) out[n++] = '\\';
+                c = e;
+            }
+        }
+        if (n + 1 < outlen) out[n++] = c;
+    }
+    if (p >= end) { /* unterminated */
+        out[0] = '\0';
+        return 0;
+    }
+    out[n] = '\0';
+    return n;
+}

@@ -1,0 +1,319 @@
+/* Unit tests: redis_psub reply decoding, envelope building, settings
+ * validation, create() errors. No server: replies are built by hand. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "endpoints/redis_psub.h"
+
+/* ---- hand-built replies (freed with free_reply, not freeReplyObject) ---- */
+
+static redisReply *rstr(int type, const char *s, size_t n)
+{
+    redisReply *r = calloc(1, sizeof *r);
+    r->type = type;
+    r->str = malloc(n + 1);
+    memcpy(r->str, s, n);
+    r->str[n] = 0;
+    r->len = (int)n;
+    return r;
+}
+static redisReply *bulk(const char *s) { return rstr(REDIS_REPLY_STRING, s, strlen(s)); }
+static redisReply *rint(long long v)
+{
+    redisReply *r = calloc(1, sizeof *r);
+    r->type = REDIS_REPLY_INTEGER;
+    r->integer = v;
+    return r;
+}
+static redisReply *rnil(void)
+{
+    redisReply *r = calloc(1, sizeof *r);
+    r->type = REDIS_REPLY_NIL;
+    return r;
+}
+static redisReply *arr(size_t n, ...)
+{
+    redisReply *r = calloc(1, sizeof *r);
+    r->type = REDIS_REPLY_ARRAY;
+    r->elements = n;
+    r->element = calloc(n ? n : 1, sizeof *r->element);
+    va_list ap;
+    va_start(ap, n);
+    for (size_t i = 0; i < n; i++) r->element[i] = va_arg(ap, redisReply *);
+    va_end(ap);
+    return r;
+}
+static void free_reply(redisReply *r)
+{
+    if (!r) return;
+    for (size_t i = 0; i < r->elements; i++) free_reply(r->element[i]);
+    free(r->element);
+    free(r->str);
+    free(r);
+}
+
+static void test_decode_pmessage(void **state)
+{
+    (void)state;
+    redisReply *r = arr(4, bulk("pmessage"), bulk("orders.*"), bulk("orders.created"), bulk("{\"a\":1}"));
+    struct psub_event ev;
+    assert_int_equal(redis_psub_decode(r, &ev), PSUB_PMESSAGE);
+    assert_int_equal(ev.pattern_len, 8);
+    assert_memory_equal(ev.pattern, "orders.*", 8);
+    assert_int_equal(ev.channel_len, 14);
+    assert_memory_equal(ev.channel, "orders.created", 14);
+    assert_int_equal(ev.payload_len, 7);
+    assert_memory_equal(ev.payload, "{\"a\":1}", 7);
+    free_reply(r);
+}
+
+static void test_decode_message_binary_payload(void **state)
+{
+    (void)state;
+    redisReply *r = arr(3, bulk("message"), bulk("audit"), rstr(REDIS_REPLY_STRING, "a\0\xff", 3));
+    struct psub_event ev;
+    assert_int_equal(redis_psub_decode(r, &ev), PSUB_MESSAGE);
+    assert_null(ev.pattern);
+    assert_int_equal(ev.payload_len, 3);
+    assert_memory_equal(ev.payload, "a\0\xff", 3);
+    free_reply(r);
+}
+
+static void test_decode_confirmations(void **state)
+{
+    (void)state;
+    struct psub_event ev;
+    redisReply *r = arr(3, bulk("psubscribe"), bulk("a.*"), rint(1));
+    assert_int_equal(redis_psub_decode(r, &ev), PSUB_SUBSCRIBED);
+    assert_int_equal(ev.pattern_sub, 1);
+    assert_int_equal(ev.channel_len, 3);
+    free_reply(r);
+    r = arr(3, bulk("subscribe"), bulk("chan"), rint(2));
+    assert_int_equal(redis_psub_decode(r, &ev), PSUB_SUBSCRIBED);
+    assert_int_equal(ev.pattern_sub, 0);
+    free_reply(r);
+    r = arr(3, bulk("punsubscribe"), rnil(), rint(0));
+    assert_int_equal(redis_psub_decode(r, &ev), PSUB_UNSUBSCRIBED);
+    assert_int_equal(ev.pattern_sub, 1);
+    assert_null(ev.channel);
+    free_reply(r);
+}
+
+static void test_decode_pong_and_error(void **state)
+{
+    (void)state;
+    struct psub_event ev;
+    redisReply *r = arr(2, bulk("pong"), bulk(""));
+    assert_int_equal(redis_psub_decode(r, &ev), PSUB_PONG);
+    free_reply(r);
+    r = rstr(REDIS_REPLY_STATUS, "PONG", 4);
+    assert_int_equal(redis_psub_decode(r, &ev), PSUB_PONG);
+    free_reply(r);
+    r = rstr(REDIS_REPLY_ERROR, "NOPERM this user has no permissions", 35);
+    assert_int_equal(redis_psub_decode(r, &ev), PSUB_ERROR);
+    assert_int_equal(ev.payload_len, 35);
+    assert_memory_equal(ev.payload, "NOPERM", 6);
+    free_reply(r);
+}
+
+/* Every malformed shape is reported, never dereferenced past its end. */
+static void test_decode_malformed(void **state)
+{
+    (void)state;
+    struct psub_event ev;
+    redisReply *cases[] = {
+        rint(5),
+        rnil(),
+        rstr(REDIS_REPLY_STATUS, "OK", 2),
+        arr(0),
+        arr(1, rint(1)),
+        arr(1, bulk("pmessage")),
+        arr(3, bulk("pmessage"), bulk("p"), bulk("c")),
+        arr(4, bulk("pmessage"), bulk("p"), rint(1), bulk("x")),
+        arr(4, bulk("pmessage"), bulk("p"), bulk("c"), arr(0)),
+        arr(2, bulk("message"), bulk("c")),
+        arr(4, bulk("message"), bulk("c"), bulk("x"), bulk("y")),
+        arr(3, bulk("message"), rnil(), bulk("x")),
+        arr(3, bulk("subscribe"), bulk("c"), bulk("1")),
+        arr(2, bulk("psubscribe"), bulk("c")),
+        arr(3, bulk("subscribe"), rint(1), rint(1)),
+        arr(3, bulk("messages"), bulk("c"), bulk("x")),
+        arr(3, bulk("MESSAGE"), bulk("c"), bulk("x")),
+        arr(4, bulk("pmessag"), bulk("p"), bulk("c"), bulk("x")),
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        enum psub_kind k = redis_psub_decode(cases[i], &ev);
+        if (k != PSUB_MALFORMED) fail_msg("case %zu decoded as %d, expected MALFORMED", i, (int)k);
+        assert_non_null(ev.payload);
+        assert_int_equal(strlen(ev.payload), ev.payload_len);
+        free_reply(cases[i]);
+    }
+}
+
+static char *envelope_of(const struct psub_event *ev, uint64_t epoch)
+{
+    struct envelope e;
+    envelope_init(&e);
+    redis_psub_envelope(&e, "orders", epoch, 1764684000123LL, ev);
+    struct message *m = envelope_finish(&e);
+    char *s = strdup(m->json);
+    assert_int_equal(m->epoch, epoch);
+    assert_string_equal(m->id, "");
+    message_finish(m, MSG_DELIVERED);
+    envelope_free(&e);
+    return s;
+}
+
+static void test_envelope_pmessage(void **state)
+{
+    (void)state;
+    redisReply *r = arr(4, bulk("pmessage"), bulk("o.*"), bulk("o.\"new\""), bulk("seq=1 \xc3\xa9"));
+    struct psub_event ev;
+    redis_psub_decode(r, &ev);
+    char *s = envelope_of(&ev, 42);
+    assert_string_equal(s, "{\"endpoint\":\"orders\",\"type\":\"redis_psub\",\"epoch\":42,"
+                           "\"received_at\":\"2025-12-02T14:00:00.123Z\","
+                           "\"channel\":\"o.\\\"new\\\"\",\"pattern\":\"o.*\","
+                           "\"payload\":\"seq=1 \xc3\xa9\"}");
+    free(s);
+    free_reply(r);
+}
+
+static void test_envelope_message_base64_no_pattern(void **state)
+{
+    (void)state;
+    redisReply *r = arr(3, bulk("message"), bulk("bin"), rstr(REDIS_REPLY_STRING, "\x00\x01\xfe", 3));
+    struct psub_event ev;
+    redis_psub_decode(r, &ev);
+    char *s = envelope_of(&ev, 0);
+    assert_null(strstr(s, "\"pattern\""));
+    assert_null(strstr(s, "\"id\""));
+    assert_non_null(strstr(s, "\"channel\":\"bin\""));
+    assert_non_null(strstr(s, "\"payload\":\"AAH+\",\"payload_encoding\":\"base64\""));
+    free(s);
+    free_reply(r);
+}
+
+/* ---- validation ---- */
+
+static char *one[] = {(char *)"a.*"};
+static char *two_same[] = {(char *)"a.*", (char *)"a.*"};
+static char *with_empty[] = {(char *)"x", (char *)""};
+
+static struct redis_psub_settings base(void)
+{
+    struct redis_psub_settings s = {0};
+    s.host = (char *)"127.0.0.1";
+    s.port = 6379;
+    s.connect_timeout_ms = s.command_timeout_ms = 1000;
+    s.reconnect_backoff_ms = 100;
+    s.reconnect_backoff_max_ms = 2000;
+    s.ping_interval_ms = 1000;
+    s.patterns.v = one;
+    s.patterns.n = 1;
+    return s;
+}
+
+static void test_validate(void **state)
+{
+    (void)state;
+    char msg[400];
+    struct redis_psub_settings s = base();
+    assert_int_equal(redis_psub_validate(&s, GUARD_ACTIVE, false, msg, sizeof msg), 0);
+
+    s.patterns.n = 0;
+    assert_int_equal(redis_psub_validate(&s, GUARD_ACTIVE, false, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "'patterns'"));
+    assert_non_null(strstr(msg, "'channels'"));
+    s.channels.v = one;
+    s.channels.n = 1;
+    assert_int_equal(redis_psub_validate(&s, GUARD_ACTIVE, false, msg, sizeof msg), 0);
+
+    s = base();
+    s.patterns.v = two_same;
+    s.patterns.n = 2;
+    assert_int_equal(redis_psub_validate(&s, GUARD_ACTIVE, false, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "twice"));
+
+    s = base();
+    s.channels.v = with_empty;
+    s.channels.n = 2;
+    assert_int_equal(redis_psub_validate(&s, GUARD_ACTIVE, false, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "'channels' element 2 is an empty string"));
+
+    s = base();
+    s.reconnect_backoff_max_ms = 50;
+    assert_int_equal(redis_psub_validate(&s, GUARD_ACTIVE, false, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "reconnect_backoff_max_ms"));
+
+    s = base();
+    s.password_env = (char *)"X";
+    s.password_file = (char *)"/y";
+    assert_int_equal(redis_psub_validate(&s, GUARD_ACTIVE, false, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "not both"));
+
+    s = base();
+    assert_int_equal(redis_psub_validate(&s, GUARD_ONCE, true, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "no id"));
+    assert_int_equal(redis_psub_validate(&s, GUARD_NONE, false, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "force_guard"));
+    assert_int_equal(redis_psub_validate(&s, GUARD_NONE, true, msg, sizeof msg), 0);
+}
+
+/* ---- create() errors and a create/destroy cycle without a server ---- */
+
+static struct ep_stats stats;
+static struct endpoint_host host = {
+    .name = "orders", .type = "redis_psub", .guard = GUARD_ACTIVE, .lease_ttl_ms = 3000,
+    .stats = &stats,
+};
+
+static void test_create_errors_and_cycle(void **state)
+{
+    (void)state;
+    const struct endpoint_ops *ops = endpoint_lookup("redis_psub");
+    assert_non_null(ops);
+    assert_int_equal(ops->auto_guard(NULL), GUARD_ACTIVE);
+    char err[512];
+    struct redis_psub_settings s = base();
+    s.password_env = (char *)"BATON_TEST_SURELY_UNSET_VARIABLE";
+    unsetenv(s.password_env);
+    assert_null(ops->create(&s, &host, err, sizeof err));
+    assert_non_null(strstr(err, "BATON_TEST_SURELY_UNSET_VARIABLE"));
+
+    s = base();
+    s.patterns.n = 0;
+    assert_null(ops->create(&s, &host, err, sizeof err));
+    assert_non_null(strstr(err, "nothing to subscribe to"));
+
+    s = base();
+    setenv("BATON_TEST_PSUB_PW", "secret", 1);
+    s.password_env = (char *)"BATON_TEST_PSUB_PW";
+    void *ep = ops->create(&s, &host, err, sizeof err);
+    assert_non_null(ep);
+    ops->stop(ep); /* never started: a no-op */
+    ops->destroy(ep);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_decode_pmessage),
+        cmocka_unit_test(test_decode_message_binary_payload),
+        cmocka_unit_test(test_decode_confirmations),
+        cmocka_unit_test(test_decode_pong_and_error),
+        cmocka_unit_test(test_decode_malformed),
+        cmocka_unit_test(test_envelope_pmessage),
+        cmocka_unit_test(test_envelope_message_base64_no_pattern),
+        cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_create_errors_and_cycle),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -14,7 +14,13 @@
 
 /* Variadic list of const char * segments terminated by NULL (use the macro). */
 int guard_scope_join(char *buf, size_t len, const char *first, ...);
-#define guard_scope(buf, len, ...) guard_scope_join(buf, len, __VA_ARGS__, (const char *)0)
+/* The same over an array of n segments, where NULL entries are skipped rather
+ * than ending the list. The macro uses it so that an absent (NULL) segment in
+ * the middle, such as an unset owner, never cuts the scope short. */
+int guard_scope_join_n(char *buf, size_t len, const char *const *segs, size_t n);
+#define guard_scope(buf, len, ...)                                                 \
+    guard_scope_join_n(buf, len, (const char *const[]){__VA_ARGS__},               \
+                       sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *))
 /* <prefix>:<kind>:<scope>[:<key>] (key may be NULL). prefix NULL = "baton". */
 int guard_key(char *buf, size_t len, const char *prefix, const char *kind,
               const char *scope, const char *key);

@@ -1,0 +1,147 @@
+/* Locker: status names and the NULL-safe wrappers shared by every backend,
+ * plus the blocking lock() and lock_with_retry() built on try_lock(). */
+#include "guard/locker.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "src/common/log.h"
+
+const char *locker_status_name(int status)
+{
+    switch (status) {
+    case LOCKER_OK: return "ok";
+    case LOCKER_HELD: return "held";
+    case LOCKER_LOST: return "lost";
+    case LOCKER_ERR: return "error";
+    case LOCKER_MISMATCH: return "token mismatch";
+    case LOCKER_CANCELLED: return "cancelled";
+    case LOCKER_EXHAUSTED: return "retries exhausted";
+    case LOCKER_UNSUPPORTED: return "unsupported";
+    default: return "unknown";
+    }
+}
+
+static bool args_ok(struct locker *l, const char *key, char err[LOCKER_ERR_MAX])
+{
+    if (l == NULL || l->ops == NULL) {
+        snprintf(err, LOCKER_ERR_MAX, "no locker");
+        return false;
+    }
+    if (key == NULL || key[0] == '\0') {
+        snprintf(err, LOCKER_ERR_MAX, "%s locker: empty key", l->ops->name);
+        return false;
+    }
+    return true;
+}
+
+int locker_try_lock(struct locker *l, const char *key, int64_t ttl_ms, struct lock_grant *out,
+                    char err[LOCKER_ERR_MAX])
+{
+    err[0] = '\0';
+    if (!args_ok(l, key, err)) return LOCKER_ERR;
+    if (ttl_ms <= 0) {
+        snprintf(err, LOCKER_ERR_MAX, "%s locker: ttl must be > 0 (got %lld ms) for %s",
+                 l->ops->name, (long long)ttl_ms, key);
+        return LOCKER_ERR;
+    }
+    return l->ops->try_lock(l, key, ttl_ms, out, err);
+}
+
+int locker_unlock(struct locker *l, const char *key, const char *token, char err[LOCKER_ERR_MAX])
+{
+    err[0] = '\0';
+    if (!args_ok(l, key, err)) return LOCKER_ERR;
+    if (token == NULL) token = "";
+    return l->ops->unlock(l, key, token, err);
+}
+
+int locker_renew(struct locker *l, const char *key, const char *token, int64_t ttl_ms,
+                 int64_t *sent_mono_ms, char err[LOCKER_ERR_MAX])
+{
+    err[0] = '\0';
+    if (!args_ok(l, key, err)) return LOCKER_ERR;
+    if (l->ops->renew == NULL) {
+        snprintf(err, LOCKER_ERR_MAX, "%s locker cannot renew", l->ops->name);
+        return LOCKER_UNSUPPORTED;
+    }
+    if (ttl_ms <= 0) {
+        snprintf(err, LOCKER_ERR_MAX, "%s locker: ttl must be > 0 (got %lld ms) for %s",
+                 l->ops->name, (long long)ttl_ms, key);
+        return LOCKER_ERR;
+    }
+    int64_t sent_dummy;
+    return l->ops->renew(l, key, token ? token : "", ttl_ms,
+                         sent_mono_ms ? sent_mono_ms : &sent_dummy, err);
+}
+
+bool locker_can_renew(const struct locker *l)
+{
+    return l != NULL && l->ops != NULL && l->ops->renew != NULL;
+}
+
+int locker_lock(struct locker *l, const char *key, int64_t ttl_ms, int64_t retry_ms,
+                const atomic_bool *cancel, struct lock_grant *out, char err[LOCKER_ERR_MAX])
+{
+    struct log_ratelimit rl = {0, 0};
+    if (retry_ms <= 0) retry_ms = 1;
+    for (;;) {
+        if (cancel != NULL && atomic_load(cancel)) {
+            snprintf(err, LOCKER_ERR_MAX, "lock on %s cancelled", key ? key : "(null)");
+            return LOCKER_CANCELLED;
+        }
+        int rc = locker_try_lock(l, key, ttl_ms, out, err);
+        if (rc == LOCKER_OK) return rc;
+        if (rc != LOCKER_HELD) {
+            if (l == NULL || l->ops == NULL || key == NULL || key[0] == '\0' || ttl_ms <= 0)
+                return rc; /* bad arguments never get better */
+            long long suppressed = 0;
+            if (log_ratelimit_ok(&rl, 5000, &suppressed))
+                log_warn("locker", NULL, "lock %s: %s (retrying every %lld ms, %lld suppressed)",
+                         key, err, (long long)retry_ms, suppressed);
+        }
+        if (sleep_ms_cancellable(retry_ms, cancel)) {
+            snprintf(err, LOCKER_ERR_MAX, "lock on %s cancelled", key);
+            return LOCKER_CANCELLED;
+        }
+    }
+}
+
+int locker_lock_with_retry(struct locker *l, const char *key, int64_t ttl_ms,
+                           int64_t interval_ms, int max_retries, const atomic_bool *cancel,
+                           struct lock_grant *out, int *attempts, char err[LOCKER_ERR_MAX])
+{
+    int n = 0, rc = LOCKER_ERR;
+    if (max_retries < 0) max_retries = 0;
+    if (interval_ms < 0) interval_ms = 0;
+    err[0] = '\0';
+    for (;;) {
+        if (cancel != NULL && atomic_load(cancel)) {
+            rc = LOCKER_CANCELLED;
+            snprintf(err, LOCKER_ERR_MAX, "lock on %s cancelled", key ? key : "(null)");
+            break;
+        }
+        n++;
+        rc = locker_try_lock(l, key, ttl_ms, out, err);
+        if (rc == LOCKER_OK) break;
+        if (n > max_retries) {
+            if (rc == LOCKER_HELD) {
+                rc = LOCKER_EXHAUSTED;
+                snprintf(err, LOCKER_ERR_MAX, "%s still held after %d attempts", key, n);
+            }
+            break;
+        }
+        if (interval_ms > 0 && sleep_ms_cancellable(interval_ms, cancel)) {
+            rc = LOCKER_CANCELLED;
+            snprintf(err, LOCKER_ERR_MAX, "lock on %s cancelled", key ? key : "(null)");
+            break;
+        }
+    }
+    if (attempts != NULL) *attempts = n;
+    return rc;
+}
+
+void locker_destroy(struct locker *l)
+{
+    if (l != NULL && l->ops != NULL && l->ops->destroy != NULL) l->ops->destroy(l);
+}

@@ -1,0 +1,288 @@
+/* Local locker (guard/locker_local.c) and the generic wrappers in
+ * guard/locker.c: exclusivity, expiry, token CAS, racing threads, retries. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "guard/locker.h"
+#include "src/common/util.h"
+
+static void test_exclusive_and_token_format(void **state)
+{
+    struct locker *l = locker_local_create();
+    struct lock_grant a, b;
+    char err[LOCKER_ERR_MAX];
+    assert_int_equal(locker_try_lock(l, "k", 5000, &a, err), LOCKER_OK);
+    assert_int_equal(strlen(a.token), 32);
+    for (int i = 0; i < 32; i++) assert_non_null(strchr("0123456789abcdef", a.token[i]));
+    assert_int_equal(locker_try_lock(l, "k", 5000, &b, err), LOCKER_HELD);
+    /* another key is independent */
+    assert_int_equal(locker_try_lock(l, "k2", 5000, &b, err), LOCKER_OK);
+    assert_string_not_equal(a.token, b.token);
+    assert_int_equal(locker_unlock(l, "k", a.token, err), LOCKER_OK);
+    assert_int_equal(locker_try_lock(l, "k", 5000, &b, err), LOCKER_OK);
+    assert_true(b.epoch > a.epoch);
+    locker_destroy(l);
+}
+
+static void test_expiry(void **state)
+{
+    struct locker *l = locker_local_create();
+    struct lock_grant a, b;
+    char err[LOCKER_ERR_MAX];
+    int64_t t0 = clock_mono_ms();
+    assert_int_equal(locker_try_lock(l, "exp", 100, &a, err), LOCKER_OK);
+    assert_true(a.sent_mono_ms >= t0 && a.sent_mono_ms <= clock_mono_ms());
+    assert_int_equal(locker_try_lock(l, "exp", 100, &b, err), LOCKER_HELD);
+    usleep(150 * 1000);
+    assert_int_equal(locker_try_lock(l, "exp", 100, &b, err), LOCKER_OK);
+    assert_true(b.epoch > a.epoch);
+    /* the expired holder can neither renew nor release the new lease */
+    int64_t sent;
+    assert_int_equal(locker_renew(l, "exp", a.token, 100, &sent, err), LOCKER_LOST);
+    assert_int_equal(locker_unlock(l, "exp", a.token, err), LOCKER_MISMATCH);
+    assert_int_equal(locker_unlock(l, "exp", b.token, err), LOCKER_OK);
+    locker_destroy(l);
+}
+
+static void test_token_mismatch_and_renew(void **state)
+{
+    struct locker *l = locker_local_create();
+    struct lock_grant a;
+    char err[LOCKER_ERR_MAX];
+    int64_t sent = 0;
+    assert_int_equal(locker_try_lock(l, "m", 150, &a, err), LOCKER_OK);
+    assert_int_equal(locker_unlock(l, "m", "00000000000000000000000000000000", err),
+                     LOCKER_MISMATCH);
+    assert_true(strstr(err, "m") != NULL);
+    assert_int_equal(locker_renew(l, "m", "deadbeef", 150, &sent, err), LOCKER_LOST);
+    assert_int_equal(l->ops->check(l, "m", a.token, err), LOCKER_OK);
+    assert_int_equal(l->ops->check(l, "m", "deadbeef", err), LOCKER_LOST);
+    /* renewing keeps it alive past the original ttl */
+    for (int i = 0; i < 4; i++) {
+        usleep(80 * 1000);
+        assert_int_equal(locker_renew(l, "m", a.token, 150, &sent, err), LOCKER_OK);
+        assert_true(sent > 0);
+    }
+    struct lock_grant b;
+    assert_int_equal(locker_try_lock(l, "m", 150, &b, err), LOCKER_HELD);
+    assert_int_equal(locker_unlock(l, "m", a.token, err), LOCKER_OK);
+    assert_int_equal(locker_unlock(l, "m", a.token, err), LOCKER_MISMATCH);
+    assert_int_equal(l->ops->check(l, "m", a.token, err), LOCKER_LOST);
+    locker_destroy(l);
+}
+
+static void test_bad_arguments(void **state)
+{
+    struct locker *l = locker_local_create();
+    struct lock_grant a;
+    char err[LOCKER_ERR_MAX];
+    assert_int_equal(locker_try_lock(l, "", 100, &a, err), LOCKER_ERR);
+    assert_true(strlen(err) > 0);
+    assert_int_equal(locker_try_lock(l, NULL, 100, &a, err), LOCKER_ERR);
+    assert_int_equal(locker_try_lock(l, "k", 0, &a, err), LOCKER_ERR);
+    assert_int_equal(locker_try_lock(NULL, "k", 100, &a, err), LOCKER_ERR);
+    assert_string_equal(locker_status_name(LOCKER_HELD), "held");
+    assert_true(locker_can_renew(l));
+    assert_false(locker_can_renew(NULL));
+    locker_destroy(l);
+    locker_destroy(NULL);
+}
+
+#define RACERS 50
+struct race {
+    struct locker *l;
+    pthread_barrier_t *barrier;
+    int rc;
+};
+
+static void *racer(void *arg)
+{
+    struct race *r = arg;
+    struct lock_grant g;
+    char err[LOCKER_ERR_MAX];
+    pthread_barrier_wait(r->barrier);
+    r->rc = locker_try_lock(r->l, "race", 10000, &g, err);
+    return NULL;
+}
+
+static void test_fifty_threads_one_winner(void **state)
+{
+    for (int round = 0; round < 5; round++) {
+        struct locker *l = locker_local_create();
+        pthread_barrier_t barrier;
+        pthread_barrier_init(&barrier, NULL, RACERS);
+        pthread_t th[RACERS];
+        struct race r[RACERS];
+        for (int i = 0; i < RACERS; i++) {
+            r[i] = (struct race){.l = l, .barrier = &barrier, .rc = 99};
+            assert_int_equal(pthread_create(&th[i], NULL, racer, &r[i]), 0);
+        }
+        int won = 0, held = 0;
+        for (int i = 0; i < RACERS; i++) {
+            pthread_join(th[i], NULL);
+            if (r[i].rc == LOCKER_OK) won++;
+            if (r[i].rc == LOCKER_HELD) held++;
+        }
+        assert_int_equal(won, 1);
+        assert_int_equal(held, RACERS - 1);
+        pthread_barrier_destroy(&barrier);
+        locker_destroy(l);
+    }
+}
+
+static void test_lock_with_retry_counts(void **state)
+{
+    struct locker *l = locker_local_create();
+    struct lock_grant a, b;
+    char err[LOCKER_ERR_MAX];
+    int attempts = 0;
+    assert_int_equal(locker_try_lock(l, "r", 10000, &a, err), LOCKER_OK);
+    int64_t t0 = clock_mono_ms();
+    assert_int_equal(locker_lock_with_retry(l, "r", 1000, 20, 3, NULL, &b, &attempts, err),
+                     LOCKER_EXHAUSTED);
+    int64_t took = clock_mono_ms() - t0;
+    assert_int_equal(attempts, 4);
+    assert_true(took >= 60); /* three intervals between four attempts */
+    assert_int_equal(locker_lock_with_retry(l, "r", 1000, 0, 0, NULL, &b, &attempts, err),
+                     LOCKER_EXHAUSTED);
+    assert_int_equal(attempts, 1);
+    /* free key: first attempt wins */
+    assert_int_equal(locker_lock_with_retry(l, "r2", 1000, 20, 3, NULL, &b, &attempts, err),
+                     LOCKER_OK);
+    assert_int_equal(attempts, 1);
+    /* lease expiring during retries: wins on a later attempt */
+    assert_int_equal(locker_try_lock(l, "r3", 70, &a, err), LOCKER_OK);
+    assert_int_equal(locker_lock_with_retry(l, "r3", 1000, 30, 10, NULL, &b, &attempts, err),
+                     LOCKER_OK);
+    assert_true(attempts >= 2 && attempts <= 5);
+    printf("lock_with_retry: won r3 after %d attempts\n", attempts);
+    /* error on the last attempt is reported as an error */
+    assert_int_equal(locker_lock_with_retry(l, "", 1000, 1, 2, NULL, &b, &attempts, err),
+                     LOCKER_ERR);
+    assert_int_equal(attempts, 3);
+    /* cancelled before the first attempt */
+    atomic_bool cancel = true;
+    assert_int_equal(locker_lock_with_retry(l, "r", 1000, 10, 3, &cancel, &b, &attempts, err),
+                     LOCKER_CANCELLED);
+    locker_destroy(l);
+}
+
+struct canceller {
+    atomic_bool *flag;
+    int64_t after_ms;
+};
+
+static void *cancel_later(void *arg)
+{
+    struct canceller *c = arg;
+    usleep((useconds_t)c->after_ms * 1000);
+    atomic_store(c->flag, true);
+    return NULL;
+}
+
+static void test_lock_blocks_until_free_or_cancelled(void **state)
+{
+    struct locker *l = locker_local_create();
+    struct lock_grant a, b;
+    char err[LOCKER_ERR_MAX];
+    assert_int_equal(locker_try_lock(l, "b", 120, &a, err), LOCKER_OK);
+    int64_t t0 = clock_mono_ms();
+    assert_int_equal(locker_lock(l, "b", 10000, 10, NULL, &b, err), LOCKER_OK);
+    int64_t took = clock_mono_ms() - t0;
+    assert_true(took >= 100 && took < 2000);
+    atomic_bool cancel = false;
+    struct canceller c = {&cancel, 100};
+    pthread_t th;
+    pthread_create(&th, NULL, cancel_later, &c);
+    t0 = clock_mono_ms();
+    assert_int_equal(locker_lock(l, "b", 10000, 10, &cancel, &a, err), LOCKER_CANCELLED);
+    took = clock_mono_ms() - t0;
+    pthread_join(th, NULL);
+    assert_true(took >= 90 && took < 2000);
+    locker_destroy(l);
+}
+
+struct waiter {
+    struct locker *l;
+    const char *key;
+    bool fired;
+    int64_t took;
+};
+
+static void *wait_for_release(void *arg)
+{
+    struct waiter *w = arg;
+    int64_t t0 = clock_mono_ms();
+    w->fired = w->l->ops->wait_release(w->l, w->key, 2000);
+    w->took = clock_mono_ms() - t0;
+    return NULL;
+}
+
+static void test_announce_wakes_waiters_of_that_key(void **state)
+{
+    struct locker *l = locker_local_create();
+    char err[LOCKER_ERR_MAX];
+    struct waiter w1 = {l, "x", false, 0}, w2 = {l, "y", false, 0};
+    pthread_t t1, t2;
+    pthread_create(&t1, NULL, wait_for_release, &w1);
+    pthread_create(&t2, NULL, wait_for_release, &w2);
+    usleep(50 * 1000);
+    assert_int_equal(l->ops->announce_release(l, "x", err), LOCKER_OK);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    assert_true(w1.fired);
+    assert_true(w1.took < 1000);
+    assert_false(w2.fired);
+    assert_true(w2.took >= 1900);
+    /* nothing announced: times out */
+    assert_false(l->ops->wait_release(l, "x", 30));
+    locker_destroy(l);
+}
+
+static void test_epochs_increase_and_sweep(void **state)
+{
+    struct locker *l = locker_local_create();
+    char err[LOCKER_ERR_MAX];
+    uint64_t last = 0;
+    for (int i = 0; i < 2000; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "sweep:%d", i % 7);
+        struct lock_grant g;
+        int rc = locker_try_lock(l, key, 1, &g, err);
+        if (rc != LOCKER_OK) continue;
+        assert_true(g.epoch > last);
+        last = g.epoch;
+    }
+    assert_true(last >= (uint64_t)clock_wall_ms() * 1000u - 60000000u);
+    /* many short-lived keys: lazily swept, no leak (valgrind checks) */
+    for (int i = 0; i < 1000; i++) {
+        char key[32];
+        struct lock_grant g;
+        snprintf(key, sizeof key, "many:%d", i);
+        assert_int_equal(locker_try_lock(l, key, 1, &g, err), LOCKER_OK);
+    }
+    locker_destroy(l);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exclusive_and_token_format),
+        cmocka_unit_test(test_expiry),
+        cmocka_unit_test(test_token_mismatch_and_renew),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_fifty_threads_one_winner),
+        cmocka_unit_test(test_lock_with_retry_counts),
+        cmocka_unit_test(test_lock_blocks_until_free_or_cancelled),
+        cmocka_unit_test(test_announce_wakes_waiters_of_that_key),
+        cmocka_unit_test(test_epochs_increase_and_sweep),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,591 @@
+/* Redis locker (hiredis, blocking API).
+ *
+ * Main connection: one redisContext under a mutex, used for every command.
+ * A command that finds it broken (no reply, I/O error, timeout) frees it,
+ * bumps the generation and returns LOCKER_ERR with the reason; the next call
+ * reconnects (and bumps the generation again). Acquire, unlock, renew and
+ * check are Lua scripts loaded with SCRIPT LOAD on each connect and called by
+ * EVALSHA, falling back to EVAL (and reloading) on NOSCRIPT.
+ *
+ * Subscriber connection: created lazily (first wait_release, or first renew so
+ * that a leader notices a Redis restart between renewals), owned by its own
+ * thread, which SUBSCRIBEs to "<key>:released" for each key someone waits on,
+ * wakes those waiters, and reconnects quietly with backoff. When it sees its
+ * connection break it bumps the generation too: the guard then verifies its
+ * lease at once instead of at the next renewal. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "guard/locker.h"
+#include "guard/redis_conn.h"
+#include "guard/redis_conn_private.h"
+#include "src/common/log.h"
+#include "src/common/util.h"
+
+#define EPOCH_KEY_MIN_TTL_MS (24LL * 3600 * 1000)
+#define RELEASED_SUFFIX ":released"
+#define SUB_POLL_MS 200
+
+enum { S_ACQUIRE, S_UNLOCK, S_RENEW, S_CHECK, S_COUNT };
+
+/* KEYS[1] lock key, KEYS[2] epoch key; ARGV[1] token, ARGV[2] ttl ms,
+ * ARGV[3] epoch key ttl ms. Returns 0 when held elsewhere, else the epoch:
+ * max(stored + 1, TIME in ms * 1000). Types are checked before any write so a
+ * wrong-typed key never leaves a half-done acquisition behind. */
+static const char SCRIPT_ACQUIRE[] =
+    "if redis.replicate_commands then redis.replicate_commands() end\n"
+    "local t1 = redis.call('TYPE', KEYS[1]).ok\n"
+    "if t1 ~= 'none' and t1 ~= 'string' then\n"
+    "  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a ' .. t1)\n"
+    "end\n"
+    "local t2 = redis.call('TYPE', KEYS[2]).ok\n"
+    "if t2 ~= 'none' and t2 ~= 'string' then\n"
+    "  return redis.error_reply('WRONGTYPE epoch key ' .. KEYS[2] .. ' holds a ' .. t2)\n"
+    "end\n"
+    "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end\n"
+    "local now = redis.call('TIME')\n"
+    "local floor = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000\n"
+    "local e = (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) + 1\n"
+    "if floor > e then e = floor end\n"
+    "redis.call('SET', KEYS[2], string.format('%.0f', e), 'PX', ARGV[3])\n"
+    "return e\n";
+
+/* 1 = done, 0 = key absent, 2 = key holds another token. GET raises
+ * WRONGTYPE on a non-string key. */
+static const char SCRIPT_UNLOCK[] =
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if v == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end\n"
+    "if v then return 2 end\n"
+    "return 0\n";
+static const char SCRIPT_RENEW[] =
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end\n"
+    "if v then return 2 end\n"
+    "return 0\n";
+static const char SCRIPT_CHECK[] =
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if v == ARGV[1] then return 1 end\n"
+    "if v then return 2 end\n"
+    "return 0\n";
+
+static const char *const SCRIPTS[S_COUNT] = {SCRIPT_ACQUIRE, SCRIPT_UNLOCK, SCRIPT_RENEW,
+                                             SCRIPT_CHECK};
+
+struct sub_channel {
+    struct sub_channel *next;
+    char *key;
+    bool subscribed; /* on the current subscriber connection */
+};
+
+struct sub_waiter {
+    struct sub_waiter *next;
+    const char *key;
+    bool fired;
+};
+
+struct redis_locker {
+    struct locker base;
+    struct redis_opts opts;
+    char where[128];
+
+    pthread_mutex_t mu; /* main connection */
+    redisContext *c;
+    char sha[S_COUNT][41];
+    bool ever_connected;
+    struct log_ratelimit rl_break;
+    atomic_ullong generation;
+
+    pthread_mutex_t sub_mu;
+    pthread_cond_t sub_cv; /* CLOCK_MONOTONIC */
+    bool sub_started;
+    pthread_t sub_thread;
+    atomic_bool sub_stop;
+    int wake_pipe[2];
+    struct sub_channel *channels;
+    struct sub_waiter *waiters;
+};
+
+/* ---- main connection ------------------------------------------------------ */
+
+static void conn_broken(struct redis_locker *rl, const char *what, char err[LOCKER_ERR_MAX])
+{
+    snprintf(err, LOCKER_ERR_MAX, "redis %s: %s: %.100s", rl->where, what,
+             rl->c && rl->c->errstr[0] ? rl->c->errstr : "connection lost");
+    long long suppressed = 0;
+    if (log_ratelimit_ok(&rl->rl_break, 2000, &suppressed))
+        log_warn("locker", NULL, "%s; reconnecting on the next call (%lld similar suppressed)",
+                 err, suppressed);
+    if (rl->c) redisFree(rl->c);
+    rl->c = NULL;
+    atomic_fetch_add(&rl->generation, 1);
+}
+
+/* Best effort: a script whose load failed is sent with EVAL. */
+static void load_scripts(struct redis_locker *rl)
+{
+    for (int i = 0; i < S_COUNT && rl->c; i++) {
+        rl->sha[i][0] = '\0';
+        redisReply *r = redisCommand(rl->c, "SCRIPT LOAD %s", SCRIPTS[i]);
+        if (r == NULL) {
+            char err[LOCKER_ERR_MAX];
+            conn_broken(rl, "SCRIPT LOAD", err);
+            return;
+        }
+        if (r->type == REDIS_REPLY_STRING && r->len == 40)
+            memcpy(rl->sha[i], r->str, 41);
+        else
+            log_warn("locker", NULL, "redis %s: SCRIPT LOAD failed (%s); using EVAL", rl->where,
+                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        freeReplyObject(r);
+    }
+}
+
+static bool ensure_conn(struct redis_locker *rl, char err[LOCKER_ERR_MAX])
+{
+    if (rl->c) return true;
+    rl->c = redis_conn_open(&rl->opts, err, LOCKER_ERR_MAX);
+    if (rl->c == NULL) return false;
+    atomic_fetch_add(&rl->generation, 1);
+    if (rl->ever_connected) log_info("locker", NULL, "redis %s: reconnected", rl->where);
+    rl->ever_connected = true;
+    load_scripts(rl);
+    if (rl->c == NULL) {
+        snprintf(err, LOCKER_ERR_MAX, "redis %s: connection lost while loading scripts",
+                 rl->where);
+        return false;
+    }
+    return true;
+}
+
+/* Runs script idx with the given keys and args (mu held). Returns the reply
+ * (never an error reply: those become LOCKER_ERR with the reason in err) or
+ * NULL. *sent receives the monotonic time just before the request that
+ * produced the reply was sent. */
+static redisReply *run_script(struct redis_locker *rl, int idx, int nkeys, int nargs,
+                              const char **ka, const char *what, int64_t *sent,
+                              char err[LOCKER_ERR_MAX])
+{
+    if (!ensure_conn(rl, err)) return NULL;
+    const char *argv[8];
+    char nk[8];
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    int argc = 3 + nargs;
+    for (int i = 0; i < nargs; i++) argv[3 + i] = ka[i];
+    argv[2] = nk;
+    bool by_sha = rl->sha[idx][0] != '\0';
+    redisReply *r = NULL;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        argv[0] = by_sha ? "EVALSHA" : "EVAL";
+        argv[1] = by_sha ? rl->sha[idx] : SCRIPTS[idx];
+        if (sent) *sent = clock_mono_ms();
+        r = redisCommandArgv(rl->c, argc, argv, NULL);
+        if (r == NULL) {
+            conn_broken(rl, what, err);
+            return NULL;
+        }
+        if (by_sha && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+            freeReplyObject(r);
+            r = NULL;
+            by_sha = false;
+            rl->sha[idx][0] = '\0';
+            continue;
+        }
+        break;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(err, LOCKER_ERR_MAX, "redis %s: %s %s: %s", rl->where, what, ka[0], r->str);
+        freeReplyObject(r);
+        return NULL;
+    }
+    if (!by_sha && rl->sha[idx][0] == '\0') {
+        /* reload after NOSCRIPT (Redis restarted or SCRIPT FLUSH) */
+        redisReply *lr = redisCommand(rl->c, "SCRIPT LOAD %s", SCRIPTS[idx]);
+        if (lr == NULL) {
+            char ignored[LOCKER_ERR_MAX];
+            conn_broken(rl, "SCRIPT LOAD", ignored);
+        } else {
+            if (lr->type == REDIS_REPLY_STRING && lr->len == 40) memcpy(rl->sha[idx], lr->str, 41);
+            freeReplyObject(lr);
+        }
+    }
+    if (r->type != REDIS_REPLY_INTEGER) {
+        snprintf(err, LOCKER_ERR_MAX, "redis %s: %s %s: unexpected reply type %d", rl->where,
+                 what, ka[0], r->type);
+        freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* ---- subscriber ------------------------------------------------------------ */
+
+static void wake_sub(struct redis_locker *rl)
+{
+    char b = 1;
+    ssize_t n = write(rl->wake_pipe[1], &b, 1);
+    (void)n; /* a full pipe already means "wake up" */
+}
+
+static void drain_pipe(int fd)
+{
+    char buf[64];
+    while (read(fd, buf, sizeof buf) > 0) {
+    }
+}
+
+static void sub_deliver(struct redis_locker *rl, redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
+    redisReply *kind = r->element[0], *chan = r->element[1];
+    if (kind->type != REDIS_REPLY_STRING || strcmp(kind->str, "message") != 0) return;
+    if (chan->type != REDIS_REPLY_STRING) return;
+    size_t sl = strlen(RELEASED_SUFFIX);
+    if (chan->len <= sl || strcmp(chan->str + chan->len - sl, RELEASED_SUFFIX) != 0) return;
+    size_t kl = chan->len - sl;
+    pthread_mutex_lock(&rl->sub_mu);
+    for (struct sub_waiter *w = rl->waiters; w; w = w->next)
+        if (strlen(w->key) == kl && memcmp(w->key, chan->str, kl) == 0) w->fired = true;
+    pthread_cond_broadcast(&rl->sub_cv);
+    pthread_mutex_unlock(&rl->sub_mu);
+}
+
+/* Sends SUBSCRIBE for channels not yet subscribed on sc. false = broken. */
+static bool sub_flush_subscriptions(struct redis_locker *rl, redisContext *sc)
+{
+    bool any = false;
+    pthread_mutex_lock(&rl->sub_mu);
+    for (struct sub_channel *ch = rl->channels; ch; ch = ch->next) {
+        if (ch->subscribed) continue;
+        redisAppendCommand(sc, "SUBSCRIBE %s" RELEASED_SUFFIX, ch->key);
+        ch->subscribed = true;
+        any = true;
+    }
+    pthread_mutex_unlock(&rl->sub_mu);
+    if (!any) return true;
+    int done = 0;
+    while (!done)
+        if (redisBufferWrite(sc, &done) != REDIS_OK) return false;
+    return true;
+}
+
+static void sub_wait(struct redis_locker *rl, int64_t ms)
+{
+    struct pollfd p = {.fd = rl->wake_pipe[0], .events = POLLIN};
+    if (poll(&p, 1, (int)ms) > 0) drain_pipe(rl->wake_pipe[0]);
+}
+
+static void *sub_main(void *arg)
+{
+    struct redis_locker *rl = arg;
+    redisContext *sc = NULL;
+    unsigned attempt = 0;
+    while (!atomic_load(&rl->sub_stop)) {
+        if (sc == NULL) {
+            char err[LOCKER_ERR_MAX];
+            sc = redis_conn_open(&rl->opts, err, sizeof err);
+            if (sc == NULL) {
+                log_debug("locker", NULL, "release subscriber: %s", err);
+                sub_wait(rl, backoff_ms(attempt < 10 ? attempt : 10, 50, 1000));
+                attempt++;
+                continue;
+            }
+            attempt = 0;
+            pthread_mutex_lock(&rl->sub_mu);
+            for (struct sub_channel *ch = rl->channels; ch; ch = ch->next) ch->subscribed = false;
+            pthread_mutex_unlock(&rl->sub_mu);
+        }
+        bool broken = !sub_flush_subscriptions(rl, sc);
+        if (!broken) {
+            struct pollfd p[2] = {{.fd = sc->fd, .events = POLLIN},
+                                  {.fd = rl->wake_pipe[0], .events = POLLIN}};
+            int n = poll(p, 2, SUB_POLL_MS);
+            if (n < 0 && errno != EINTR) broken = true;
+            if (n > 0 && (p[1].revents & POLLIN)) drain_pipe(rl->wake_pipe[0]);
+            if (n > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+                if (redisBufferRead(sc) != REDIS_OK) {
+                    broken = true;
+                } else {
+                    void *reply = NULL;
+                    while (redisReaderGetReply(sc->reader, &reply) == REDIS_OK && reply) {
+                        sub_deliver(rl, reply);
+                        freeReplyObject(reply);
+                        reply = NULL;
+                    }
+                    if (sc->reader->err) broken = true;
+                }
+            }
+        }
+        if (broken) {
+            log_debug("locker", NULL, "release subscriber on redis %s: connection broke (%s)",
+                      rl->where, sc->errstr[0] ? sc->errstr : "closed");
+            redisFree(sc);
+            sc = NULL;
+            atomic_fetch_add(&rl->generation, 1);
+        }
+    }
+    if (sc) redisFree(sc);
+    return NULL;
+}
+
+/* sub_mu held. */
+static bool sub_ensure_started_locked(struct redis_locker *rl)
+{
+    if (rl->sub_started) return true;
+    if (pthread_create(&rl->sub_thread, NULL, sub_main, rl) != 0) {
+        log_error("locker", NULL, "redis %s: cannot start the release subscriber thread",
+                  rl->where);
+        return false;
+    }
+    rl->sub_started = true;
+    return true;
+}
+
+/* ---- ops ------------------------------------------------------------------- */
+
+static int redis_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
+                          struct lock_grant *out, char err[LOCKER_ERR_MAX])
+{
+    struct redis_locker *rl = (struct redis_locker *)l;
+    char token[RANDOM_TOKEN_LEN];
+    if (random_token(token) != 0) {
+        snprintf(err, LOCKER_ERR_MAX, "redis locker: no randomness for a token (%s)", key);
+        return LOCKER_ERR;
+    }
+    size_t kl = strlen(key);
+    char *ekey = xmalloc(kl + 7);
+    memcpy(ekey, key, kl);
+    memcpy(ekey + kl, ":epoch", 7);
+    char ttl[24], ettl[24];
+    int64_t et = ttl_ms * 2 > EPOCH_KEY_MIN_TTL_MS ? ttl_ms * 2 : EPOCH_KEY_MIN_TTL_MS;
+    snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
+    snprintf(ettl, sizeof ettl, "%lld", (long long)et);
+    const char *ka[5] = {key, ekey, token, ttl, ettl};
+    int64_t sent = 0;
+
+    pthread_mutex_lock(&rl->mu);
+    redisReply *r = run_script(rl, S_ACQUIRE, 2, 5, ka, "acquire", &sent, err);
+    pthread_mutex_unlock(&rl->mu);
+    free(ekey);
+    if (r == NULL) return LOCKER_ERR;
+    long long v = r->integer;
+    freeReplyObject(r);
+    if (v == 0) return LOCKER_HELD;
+    if (v < 0) {
+        snprintf(err, LOCKER_ERR_MAX, "redis %s: acquire %s: bad epoch %lld", rl->where, key, v);
+        return LOCKER_ERR;
+    }
+    if (out) {
+        memcpy(out->token, token, sizeof token);
+        out->epoch = (uint64_t)v;
+        out->sent_mono_ms = sent;
+    }
+    return LOCKER_OK;
+}
+
+/* Runs a token-comparing script: 1 -> ok_rc, 0 -> absent_rc, 2 -> other_rc. */
+static int token_script(struct redis_locker *rl, int idx, const char *what, const char *key,
+                        const char *token, const char *arg, int64_t *sent, int ok_rc,
+                        int absent_rc, char err[LOCKER_ERR_MAX])
+{
+    const char *ka[3] = {key, token, arg};
+    pthread_mutex_lock(&rl->mu);
+    redisReply *r = run_script(rl, idx, 1, arg ? 3 : 2, ka, what, sent, err);
+    pthread_mutex_unlock(&rl->mu);
+    if (r == NULL) return LOCKER_ERR;
+    long long v = r->integer;
+    freeReplyObject(r);
+    if (v == 1) return ok_rc;
+    snprintf(err, LOCKER_ERR_MAX, "redis %s: %s %s: %s", rl->where, what, key,
+             v == 2 ? "held with another token" : "not held (expired or released)");
+    return absent_rc;
+}
+
+static int redis_unlock(struct locker *l, const char *key, const char *token,
+                        char err[LOCKER_ERR_MAX])
+{
+    return token_script((struct redis_locker *)l, S_UNLOCK, "unlock", key, token, NULL, NULL,
+                        LOCKER_OK, LOCKER_MISMATCH, err);
+}
+
+static int redis_renew(struct locker *l, const char *key, const char *token, int64_t ttl_ms,
+                       int64_t *sent_mono_ms, char err[LOCKER_ERR_MAX])
+{
+    struct redis_locker *rl = (struct redis_locker *)l;
+    /* a renewing leader wants to notice a Redis restart between renewals */
+    pthread_mutex_lock(&rl->sub_mu);
+    sub_ensure_started_locked(rl);
+    pthread_mutex_unlock(&rl->sub_mu);
+    char ttl[24];
+    snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
+    return token_script(rl, S_RENEW, "renew", key, token, ttl, sent_mono_ms, LOCKER_OK,
+                        LOCKER_LOST, err);
+}
+
+static int redis_check(struct locker *l, const char *key, const char *token,
+                       char err[LOCKER_ERR_MAX])
+{
+    return token_script((struct redis_locker *)l, S_CHECK, "check", key, token, NULL, NULL,
+                        LOCKER_OK, LOCKER_LOST, err);
+}
+
+static int redis_announce(struct locker *l, const char *key, char err[LOCKER_ERR_MAX])
+{
+    struct redis_locker *rl = (struct redis_locker *)l;
+    int rc = LOCKER_OK;
+    pthread_mutex_lock(&rl->mu);
+    if (!ensure_conn(rl, err)) {
+        rc = LOCKER_ERR;
+    } else {
+        redisReply *r = redisCommand(rl->c, "PUBLISH %s" RELEASED_SUFFIX " released", key);
+        if (r == NULL) {
+            conn_broken(rl, "publish", err);
+            rc = LOCKER_ERR;
+        } else {
+            if (r->type == REDIS_REPLY_ERROR) {
+                snprintf(err, LOCKER_ERR_MAX, "redis %s: publish %s: %s", rl->where, key, r->str);
+                rc = LOCKER_ERR;
+            }
+            freeReplyObject(r);
+        }
+    }
+    pthread_mutex_unlock(&rl->mu);
+    return rc;
+}
+
+static bool redis_wait_release(struct locker *l, const char *key, int64_t timeout_ms)
+{
+    struct redis_locker *rl = (struct redis_locker *)l;
+    struct sub_waiter w = {.key = key, .fired = false};
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    if (timeout_ms < 0) timeout_ms = 0;
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&rl->sub_mu);
+    if (!sub_ensure_started_locked(rl)) {
+        pthread_mutex_unlock(&rl->sub_mu);
+        sleep_ms_cancellable(timeout_ms, NULL);
+        return false;
+    }
+    struct sub_channel *ch = rl->channels;
+    while (ch && strcmp(ch->key, key) != 0) ch = ch->next;
+    if (ch == NULL) {
+        ch = xcalloc(1, sizeof *ch);
+        ch->key = xstrdup(key);
+        ch->next = rl->channels;
+        rl->channels = ch;
+        wake_sub(rl);
+    }
+    w.next = rl->waiters;
+    rl->waiters = &w;
+    while (!w.fired && !atomic_load(&rl->sub_stop))
+        if (pthread_cond_timedwait(&rl->sub_cv, &rl->sub_mu, &ts) != 0) break;
+    for (struct sub_waiter **pp = &rl->waiters; *pp; pp = &(*pp)->next)
+        if (*pp == &w) {
+            *pp = w.next;
+            break;
+        }
+    bool fired = w.fired;
+    pthread_mutex_unlock(&rl->sub_mu);
+    return fired;
+}
+
+static uint64_t redis_generation(struct locker *l)
+{
+    return atomic_load(&((struct redis_locker *)l)->generation);
+}
+
+static void redis_destroy(struct locker *l)
+{
+    struct redis_locker *rl = (struct redis_locker *)l;
+    atomic_store(&rl->sub_stop, true);
+    pthread_mutex_lock(&rl->sub_mu);
+    bool started = rl->sub_started;
+    pthread_cond_broadcast(&rl->sub_cv);
+    pthread_mutex_unlock(&rl->sub_mu);
+    if (started) {
+        wake_sub(rl);
+        pthread_join(rl->sub_thread, NULL);
+    }
+    while (rl->channels) {
+        struct sub_channel *next = rl->channels->next;
+        free(rl->channels->key);
+        free(rl->channels);
+        rl->channels = next;
+    }
+    close(rl->wake_pipe[0]);
+    close(rl->wake_pipe[1]);
+    if (rl->c) redisFree(rl->c);
+    redis_opts_clear(&rl->opts);
+    pthread_cond_destroy(&rl->sub_cv);
+    pthread_mutex_destroy(&rl->sub_mu);
+    pthread_mutex_destroy(&rl->mu);
+    free(rl);
+}
+
+static const struct locker_ops redis_ops = {
+    .name = "redis",
+    .try_lock = redis_try_lock,
+    .unlock = redis_unlock,
+    .renew = redis_renew,
+    .announce_release = redis_announce,
+    .wait_release = redis_wait_release,
+    .generation = redis_generation,
+    .check = redis_check,
+    .destroy = redis_destroy,
+};
+
+struct locker *locker_redis_create(const struct redis_opts *opts, char err[LOCKER_ERR_MAX])
+{
+    err[0] = '\0';
+    struct redis_locker *rl = xcalloc(1, sizeof *rl);
+    rl->base.ops = &redis_ops;
+    redis_opts_copy(&rl->opts, opts);
+    snprintf(rl->where, sizeof rl->where, "%.100s:%d",
+             rl->opts.host && rl->opts.host[0] ? rl->opts.host : "127.0.0.1",
+             rl->opts.port > 0 ? rl->opts.port : 6379);
+    if (pipe2(rl->wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+        snprintf(err, LOCKER_ERR_MAX, "redis locker: pipe: %s", strerror(errno));
+        redis_opts_clear(&rl->opts);
+        free(rl);
+        return NULL;
+    }
+    pthread_mutex_init(&rl->mu, NULL);
+    pthread_mutex_init(&rl->sub_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&rl->sub_cv, &ca);
+    pthread_condattr_destroy(&ca);
+
+    /* Connect now: a refused AUTH or SELECT is a configuration error and fails
+     * creation; an unreachable server is transient (every call then reports
+     * LOCKER_ERR with the reason until it is back). */
+    bool refused = false;
+    char cerr[LOCKER_ERR_MAX];
+    rl->c = redis_conn_open_ex(&rl->opts, cerr, sizeof cerr, &refused);
+    if (rl->c == NULL) {
+        if (refused) {
+            snprintf(err, LOCKER_ERR_MAX, "%s", cerr);
+            redis_destroy(&rl->base);
+            return NULL;
+        }
+        log_warn("locker", NULL, "%s (will keep retrying)", cerr);
+    } else {
+        rl->ever_connected = true;
+        atomic_fetch_add(&rl->generation, 1);
+        load_scripts(rl);
+    }
+    return &rl->base;
+}

@@ -1,0 +1,95 @@
+/* OnceGuard: one SET NX per delivery identity; the winner proceeds. */
+#include "guard/once_guard.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "guard/locker.h"
+#include "guard/scope.h"
+#include "src/common/log.h"
+#include "src/common/util.h"
+
+#define ONCE_DEFAULT_TTL_MS (3600LL * 1000)
+
+struct once_guard {
+    struct locker *locker; /* not owned */
+    char *scope;
+    char *prefix;
+    char *log_name;
+    int64_t ttl_ms;
+    bool fail_open;
+    struct log_ratelimit rl;
+    struct once_guard_stats stats;
+};
+
+struct once_guard *once_guard_create(struct locker *locker, const char *scope,
+                                     const struct once_guard_options *opts)
+{
+    struct once_guard *g = xcalloc(1, sizeof *g);
+    g->locker = locker;
+    g->scope = xstrdup(scope ? scope : "");
+    g->prefix = xstrdup(opts && opts->prefix && opts->prefix[0] ? opts->prefix
+                                                                 : GUARD_DEFAULT_PREFIX);
+    g->log_name = opts && opts->log_name ? xstrdup(opts->log_name) : NULL;
+    g->ttl_ms = opts && opts->ttl_ms > 0 ? opts->ttl_ms : ONCE_DEFAULT_TTL_MS;
+    g->fail_open = opts ? opts->fail_open : false;
+    return g;
+}
+
+/* Backend failure (or a key that cannot be built): decided by the policy. */
+static bool on_failure(struct once_guard *g, const char *key, const char *why)
+{
+    atomic_fetch_add(&g->stats.backend_errors, 1);
+    if (g->fail_open)
+        atomic_fetch_add(&g->stats.allowed, 1);
+    else
+        atomic_fetch_add(&g->stats.skipped, 1);
+    long long suppressed = 0;
+    if (log_ratelimit_ok(&g->rl, 1000, &suppressed))
+        log_warn("once_guard", g->log_name, "%s %s: %s (%s; %lld similar suppressed)", g->scope,
+                 key ? key : "(null)", why,
+                 g->fail_open ? "fail-open: allowed" : "fail-closed: skipped", suppressed);
+    return g->fail_open;
+}
+
+bool once_guard_allow(struct once_guard *g, const char *key)
+{
+    if (g == NULL) return false;
+    if (g->locker == NULL) {
+        atomic_fetch_add(&g->stats.allowed, 1);
+        return true;
+    }
+    if (key == NULL || key[0] == '\0') return on_failure(g, key, "empty delivery key");
+    char full[GUARD_KEY_MAX];
+    if (guard_key(full, sizeof full, g->prefix, "once", g->scope, key) < 0)
+        return on_failure(g, key, "key too long");
+    struct lock_grant grant;
+    char err[LOCKER_ERR_MAX];
+    int rc = locker_try_lock(g->locker, full, g->ttl_ms, &grant, err);
+    if (rc == LOCKER_OK) {
+        atomic_fetch_add(&g->stats.allowed, 1);
+        log_debug("once_guard", g->log_name, "%s: allowed (epoch %llu)", full,
+                  (unsigned long long)grant.epoch);
+        return true;
+    }
+    if (rc == LOCKER_HELD) {
+        atomic_fetch_add(&g->stats.skipped, 1);
+        log_debug("once_guard", g->log_name, "%s: already taken elsewhere, skipped", full);
+        return false;
+    }
+    return on_failure(g, key, err[0] ? err : locker_status_name(rc));
+}
+
+const struct once_guard_stats *once_guard_stats(const struct once_guard *g)
+{
+    return &g->stats;
+}
+
+void once_guard_destroy(struct once_guard *g)
+{
+    if (g == NULL) return;
+    free(g->scope);
+    free(g->prefix);
+    free(g->log_name);
+    free(g);
+}

@@ -1,0 +1,16 @@
+/* Private to guard/: redis_conn_open telling a server's refusal (AUTH,
+ * SELECT: a configuration error, retrying will not help) from a network
+ * failure (transient). */
+#ifndef BATON_REDIS_CONN_PRIVATE_H
+#define BATON_REDIS_CONN_PRIVATE_H
+
+#include <stdbool.h>
+
+#include "guard/redis_conn.h"
+
+/* As redis_conn_open; *refused (may be NULL) is set true when the server
+ * answered but rejected AUTH or SELECT. */
+redisContext *redis_conn_open_ex(const struct redis_opts *o, char *err, size_t errlen,
+                                 bool *refused);
+
+#endif

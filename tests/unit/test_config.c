@@ -1,0 +1,749 @@
+/* Configuration loader: bad configurations (each asserting the reported
+ * file, line and message), good ones (parsed values and defaults), file
+ * ordering, guard resolution, lease overrides and secrets.
+ *
+ * Each case writes its files into a fresh temporary directory. The endpoint
+ * and sink types are test-only ops tables registered through
+ * config_test_set_registries, so these tests depend on no real endpoint or
+ * sink module. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "src/config.h"
+#include "src/config_test.h"
+
+/* ---- test-only endpoint types ---- */
+
+struct sched_settings {
+    char *cron;
+    char *timezone;
+    char *payload;
+};
+static const struct setting_def sched_defs[] = {
+    { "cron", SETTING_STRING, offsetof(struct sched_settings, cron), .required = true,
+      .help = "6-field cron expression" },
+    { "timezone", SETTING_STRING, offsetof(struct sched_settings, timezone), .def = "UTC",
+      .help = "IANA time zone" },
+    { "payload", SETTING_STRING, offsetof(struct sched_settings, payload), .help = "extra payload" },
+    SETTINGS_END
+};
+static enum guard_kind sched_auto(const void *s)
+{
+    (void)s;
+    return GUARD_ONCE;
+}
+static int sched_validate(const void *settings, enum guard_kind g, bool force, char *msg, size_t len)
+{
+    const struct sched_settings *s = settings;
+    if (!s->cron[0]) {
+        snprintf(msg, len, "cron must not be empty");
+        return -1;
+    }
+    if (g == GUARD_ACTIVE && !force) {
+        snprintf(msg, len, "schedule runs on every replica; guard active needs force_guard = true");
+        return -1;
+    }
+    return 0;
+}
+static const struct endpoint_ops test_schedule = {
+    .type = "schedule", .settings = sched_defs, .settings_size = sizeof(struct sched_settings),
+    .auto_guard = sched_auto, .validate = sched_validate,
+};
+
+struct psub_settings {
+    char *host;
+    int64_t port;
+    struct strlist patterns;
+};
+static const struct setting_def psub_defs[] = {
+    { "host", SETTING_STRING, offsetof(struct psub_settings, host), .def = "127.0.0.1" },
+    { "port", SETTING_INT, offsetof(struct psub_settings, port), .def = "6379", .min = 1, .max = 65535,
+      .help = "TCP port" },
+    { "patterns", SETTING_STRLIST, offsetof(struct psub_settings, patterns), .required = true,
+      .help = "PSUBSCRIBE patterns" },
+    SETTINGS_END
+};
+static enum guard_kind psub_auto(const void *s)
+{
+    (void)s;
+    return GUARD_ACTIVE;
+}
+static const struct endpoint_ops test_psub = {
+    .type = "psub", .settings = psub_defs, .settings_size = sizeof(struct psub_settings),
+    .auto_guard = psub_auto,
+};
+
+struct mq_settings {
+    char *topic;
+    char *shared_group;
+};
+static const struct setting_def mq_defs[] = {
+    { "topic", SETTING_STRING, offsetof(struct mq_settings, topic), .required = true, .help = "topic" },
+    { "shared_group", SETTING_STRING, offsetof(struct mq_settings, shared_group), .help = "$share group" },
+    SETTINGS_END
+};
+static enum guard_kind mq_auto(const void *settings)
+{
+    const struct mq_settings *s = settings;
+    return s->shared_group ? GUARD_NONE : GUARD_ACTIVE;
+}
+static int mq_validate(const void *settings, enum guard_kind g, bool force, char *msg, size_t len)
+{
+    const struct mq_settings *s = settings;
+    if (s->shared_group && g != GUARD_NONE && !force) {
+        snprintf(msg, len, "a guard on a $share subscription turns at-least-once into at-most-once; "
+                           "set force_guard = true to insist");
+        return -1;
+    }
+    return 0;
+}
+static const struct endpoint_ops test_mq = {
+    .type = "mq", .settings = mq_defs, .settings_size = sizeof(struct mq_settings),
+    .auto_guard = mq_auto, .validate = mq_validate,
+};
+
+static const struct endpoint_ops *const test_endpoint_types[] = { &test_schedule, &test_psub, &test_mq, NULL };
+
+/* ---- test-only sink types ---- */
+
+static const struct setting_def stdout_defs[] = { SETTINGS_END };
+static const struct sink_ops test_stdout = { .type = "stdout", .settings = stdout_defs, .settings_size = 0 };
+
+struct http_settings {
+    char *url;
+    int64_t timeout_ms;
+    struct strlist headers;
+};
+static const struct setting_def http_defs[] = {
+    { "url", SETTING_STRING, offsetof(struct http_settings, url), .required = true, .help = "POST target" },
+    { "timeout_ms", SETTING_INT, offsetof(struct http_settings, timeout_ms), .def = "5000", .min = 1,
+      .max = 600000 },
+    { "headers", SETTING_STRLIST, offsetof(struct http_settings, headers), .help = "static headers" },
+    SETTINGS_END
+};
+static int http_validate(const void *settings, char *msg, size_t len)
+{
+    const struct http_settings *s = settings;
+    if (strncmp(s->url, "http://", 7) != 0 && strncmp(s->url, "https://", 8) != 0) {
+        snprintf(msg, len, "url = \"%s\": expected http:// or https://", s->url);
+        return -1;
+    }
+    return 0;
+}
+static const struct sink_ops test_http = {
+    .type = "http", .settings = http_defs, .settings_size = sizeof(struct http_settings),
+    .validate = http_validate,
+};
+
+static const struct sink_ops *const test_sink_types[] = { &test_stdout, &test_http, NULL };
+
+/* ---- file trees ---- */
+
+#define DIR_MARK "<dir>"
+#define LINK_MARK "->" /* "->target": a symlink */
+
+struct file {
+    const char *name; /* relative to the case directory */
+    const char *text;
+};
+
+struct tree {
+    char root[64];
+    char main[128];
+};
+
+static void write_tree(struct tree *t, const struct file *files, bool endpoints_dir)
+{
+    snprintf(t->root, sizeof t->root, "/tmp/baton-test-config-XXXXXX");
+    assert_non_null(mkdtemp(t->root));
+    snprintf(t->main, sizeof t->main, "%s/baton.cfg", t->root);
+    char p[512];
+    if (endpoints_dir) {
+        snprintf(p, sizeof p, "%s/endpoints.d", t->root);
+        assert_int_equal(mkdir(p, 0755), 0);
+    }
+    for (size_t i = 0; files && files[i].name; i++) {
+        snprintf(p, sizeof p, "%s/%s", t->root, files[i].name);
+        if (strcmp(files[i].text, DIR_MARK) == 0) {
+            assert_int_equal(mkdir(p, 0755), 0);
+        } else if (strncmp(files[i].text, LINK_MARK, 2) == 0) {
+            assert_int_equal(symlink(files[i].text + 2, p), 0);
+        } else {
+            FILE *f = fopen(p, "w");
+            if (!f) fail_msg("cannot write %s", p);
+            fputs(files[i].text, f);
+            fclose(f);
+        }
+    }
+}
+
+static void remove_tree(struct tree *t)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->root);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* ---- bad configurations ---- */
+
+#define SINKS_OUT "sinks = ( { name = \"out\"; type = \"stdout\"; } );\n"
+#define EP_A "name = \"a\";\ntype = \"schedule\";\nsink = \"out\";\ncron = \"* * * * * *\";\n"
+
+struct bad_case {
+    const char *title;
+    struct file files[6];
+    const char *err_file; /* relative to the case directory */
+    int line;             /* 0: none expected */
+    const char *want;
+    const char *want2;    /* optional second substring */
+};
+
+static const struct bad_case bad_cases[] = {
+    { "main: syntax error",
+      { { "baton.cfg", "owner = \"t\";\nsinks = ( { name \"out\"; type = \"stdout\"; } );\n" } },
+      "baton.cfg", 2, "cannot parse: syntax error", NULL },
+    { "main: unknown top-level key",
+      { { "baton.cfg", SINKS_OUT "ownr = \"t\";\n" } },
+      "baton.cfg", 2, "main file: unknown key 'ownr'; valid keys: owner, endpoints_dir, locker, lease, sinks", NULL },
+    { "main: owner with a colon",
+      { { "baton.cfg", SINKS_OUT "owner = \"a:b\";\n" } },
+      "baton.cfg", 2, "owner = \"a:b\": expected 1 to 128 characters out of letters, digits", NULL },
+    { "locker: unknown key",
+      { { "baton.cfg", SINKS_OUT "locker = {\n  host = \"127.0.0.1\";\n  hots = \"x\";\n};\n" } },
+      "baton.cfg", 4, "locker: unknown key 'hots'; valid keys: type, host, port, db, user, password_env", NULL },
+    { "locker: port out of range",
+      { { "baton.cfg", SINKS_OUT "locker = {\n  port = 70000;\n};\n" } },
+      "baton.cfg", 3, "locker: port = 70000 is out of range 1..65535", NULL },
+    { "locker: port of the wrong type",
+      { { "baton.cfg", SINKS_OUT "locker = {\n  port = \"6379\";\n};\n" } },
+      "baton.cfg", 3, "locker: 'port' expected an integer", "got a string" },
+    { "locker: literal password",
+      { { "baton.cfg", SINKS_OUT "locker = {\n  host = \"h\";\n  password = \"hunter2\";\n};\n" } },
+      "baton.cfg", 4, "'password' is never written in the config file; use password_env", NULL },
+    { "locker: password_env names an unset variable",
+      { { "baton.cfg", SINKS_OUT "locker = {\n  password_env = \"BATON_TEST_UNSET_PW\";\n};\n" } },
+      "baton.cfg", 3, "environment variable 'BATON_TEST_UNSET_PW' is not set", NULL },
+    { "locker: password_file missing",
+      { { "baton.cfg", SINKS_OUT "locker = {\n\n  password_file = \"secrets/redis\";\n};\n" } },
+      "baton.cfg", 4, "cannot read secret file", "secrets/redis': No such file or directory" },
+    { "locker: both password_env and password_file",
+      { { "baton.cfg", SINKS_OUT "locker = {\n  password_env = \"HOME\";\n  password_file = \"/etc/hostname\";\n};\n" } },
+      "baton.cfg", 4, "give only one", NULL },
+    { "locker: unknown type",
+      { { "baton.cfg", SINKS_OUT "locker = {\n  type = \"etcd\";\n};\n" } },
+      "baton.cfg", 3, "locker: type = \"etcd\": expected one of redis", NULL },
+    { "locker: not a group",
+      { { "baton.cfg", SINKS_OUT "locker = \"redis://x\";\n" } },
+      "baton.cfg", 2, "'locker' expected a group", NULL },
+    { "lease: ttl equal to renew",
+      { { "baton.cfg", SINKS_OUT "lease = {\n  ttl_ms = 1000;\n  renew_ms = 1000;\n};\n" } },
+      "baton.cfg", 4, "lease: renew_ms = 1000 must be less than ttl_ms = 1000", NULL },
+    { "lease: retry 0",
+      { { "baton.cfg", SINKS_OUT "lease = { retry_ms = 0; };\n" } },
+      "baton.cfg", 2, "lease: retry_ms = 0 is out of range 1..3600000", NULL },
+    { "lease: unknown key",
+      { { "baton.cfg", SINKS_OUT "lease = {\n ttl = 3000;\n};\n" } },
+      "baton.cfg", 3, "lease: unknown key 'ttl'; valid keys: ttl_ms, renew_ms, retry_ms, balance_step_ms", NULL },
+    { "sinks: a group instead of a list",
+      { { "baton.cfg", "owner = \"t\";\nsinks = { name = \"out\"; type = \"stdout\"; };\n" } },
+      "baton.cfg", 2, "'sinks' expected a list ( {", NULL },
+    { "sinks: element not a group",
+      { { "baton.cfg", "sinks = (\n  \"out\",\n  \"x\"\n);\n" } },
+      "baton.cfg", 2, "sinks: element 1: expected a group", NULL },
+    { "sinks: unknown sink type",
+      { { "baton.cfg", "sinks = (\n  { name = \"k\";\n    type = \"kafka\"; }\n);\n" } },
+      "baton.cfg", 3, "sink 'k': unknown sink type 'kafka'; known types: stdout, http", NULL },
+    { "sinks: missing type",
+      { { "baton.cfg", "sinks = (\n  { name = \"k\"; }\n);\n" } },
+      "baton.cfg", 2, "sink 'k': missing required key 'type' (a string, one of stdout, http)", NULL },
+    { "main: empty endpoints_dir",
+      { { "baton.cfg", SINKS_OUT "endpoints_dir = \"\";\n" } },
+      "baton.cfg", 2, "main file: endpoints_dir must not be empty", NULL },
+    { "sinks: http sink missing required url",
+      { { "baton.cfg", "sinks = (\n  { name = \"out\"; type = \"stdout\"; },\n  { name = \"hook\";\n    type = \"http\"; }\n);\n" } },
+      "baton.cfg", 3, "sink 'hook': missing required key 'url' (POST target)", NULL },
+    { "sinks: sink type validation",
+      { { "baton.cfg", "sinks = (\n  { name = \"hook\"; type = \"http\"; url = \"ftp://x\"; }\n);\n" } },
+      "baton.cfg", 2, "sink 'hook': url = \"ftp://x\": expected http:// or https://", NULL },
+    { "sinks: key of another sink type",
+      { { "baton.cfg", "sinks = (\n  { name = \"out\"; type = \"stdout\";\n    url = \"http://x\"; }\n);\n" } },
+      "baton.cfg", 3, "sink 'out': unknown key 'url'; valid keys: name, type", NULL },
+    { "sinks: duplicate name",
+      { { "baton.cfg", "sinks = (\n  { name = \"out\"; type = \"stdout\"; },\n  { name = \"out\"; type = \"http\"; url = \"http://h/\"; }\n);\n" } },
+      "baton.cfg", 3, "duplicate sink name 'out' (first defined at ", "baton.cfg:2)" },
+    { "sinks: bad name",
+      { { "baton.cfg", "sinks = (\n  { name = \"my sink\"; type = \"stdout\"; }\n);\n" } },
+      "baton.cfg", 2, "name = \"my sink\": expected 1 to 128 characters", NULL },
+    { "metrics: listen without port",
+      { { "baton.cfg", SINKS_OUT "metrics = {\n  listen = \"127.0.0.1\";\n};\n" } },
+      "baton.cfg", 3, "metrics: listen = \"127.0.0.1\": expected host:port", NULL },
+    { "metrics: listen port out of range",
+      { { "baton.cfg", SINKS_OUT "metrics = {\n  listen = \"127.0.0.1:70000\";\n};\n" } },
+      "baton.cfg", 3, "port 70000 is out of range 0..65535", NULL },
+    { "log: unknown level",
+      { { "baton.cfg", SINKS_OUT "log = {\n  level = \"verbose\";\n};\n" } },
+      "baton.cfg", 3, "log: level = \"verbose\": expected one of error, warn, info, debug", NULL },
+    { "shutdown: negative drain timeout",
+      { { "baton.cfg", SINKS_OUT "shutdown = { drain_timeout_ms = -1; };\n" } },
+      "baton.cfg", 2, "shutdown: drain_timeout_ms = -1 is out of range 0..3600000", NULL },
+    { "endpoints_dir missing",
+      { { "baton.cfg", SINKS_OUT "endpoints_dir = \"nope.d\";\n" } },
+      "baton.cfg", 2, "cannot open endpoints directory", "nope.d': No such file or directory" },
+    { "endpoint: syntax error",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", "name = \"a\";\ntype = \"schedule\";\nsink = ;\n" } },
+      "endpoints.d/a.cfg", 3, "cannot parse: syntax error", NULL },
+    { "endpoint: empty file (missing type)",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", "" } },
+      "endpoints.d/a.cfg", 1, "endpoint file 'a.cfg': missing required key 'type' (a string, one of schedule, psub, mq)", NULL },
+    { "endpoint: unknown type",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", "name = \"a\";\ntype = \"kafka\";\n" } },
+      "endpoints.d/a.cfg", 2, "endpoint 'a': unknown endpoint type 'kafka'; known types: schedule, psub, mq", NULL },
+    { "endpoint: type not a string",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", "name = \"a\";\ntype = 5;\n" } },
+      "endpoints.d/a.cfg", 2, "endpoint 'a': expected a string for 'type'", NULL },
+    { "endpoint: misspelt type-specific key",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", "name = \"a\";\ntype = \"schedule\";\nsink = \"out\";\ncrn = \"* * * * * *\";\n" } },
+      "endpoints.d/a.cfg", 4, "endpoint 'a': unknown key 'crn'; valid keys: name, type, sink, enabled, guard", "cron, timezone, payload" },
+    { "endpoint: missing required type-specific key",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", "name = \"a\";\ntype = \"schedule\";\nsink = \"out\";\n" } },
+      "endpoints.d/a.cfg", 1, "endpoint 'a': missing required key 'cron' (6-field cron expression)", NULL },
+    { "endpoint: missing name",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/x.cfg", "type = \"schedule\";\nsink = \"out\";\ncron = \"* * * * * *\";\n" } },
+      "endpoints.d/x.cfg", 1, "endpoint file 'x.cfg': missing required key 'name'", NULL },
+    { "endpoint: bad name",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", "name = \"a/b\";\ntype = \"schedule\";\nsink = \"out\";\ncron = \"* * * * * *\";\n" } },
+      "endpoints.d/a.cfg", 1, "name = \"a/b\": expected 1 to 128 characters", NULL },
+    { "endpoint: bad guard",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", EP_A "guard = \"sometimes\";\n" } },
+      "endpoints.d/a.cfg", 5, "endpoint 'a': guard = \"sometimes\": expected one of auto, active, once, none", NULL },
+    { "endpoint: bad queue policy",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", EP_A "queue_policy = \"drop_newest\";\n" } },
+      "endpoints.d/a.cfg", 5, "queue_policy = \"drop_newest\": expected one of block, drop_oldest", NULL },
+    { "endpoint: queue_size 0",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", EP_A "queue_size = 0;\n" } },
+      "endpoints.d/a.cfg", 5, "queue_size = 0 is out of range 1..100000000", NULL },
+    { "endpoint: enabled not a boolean",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", EP_A "enabled = \"yes\";\n" } },
+      "endpoints.d/a.cfg", 5, "'enabled' expected a boolean (true or false)", "got a string" },
+    { "endpoint: type-specific value of the wrong type",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", "name = \"a\";\ntype = \"psub\";\nsink = \"out\";\npatterns = [\"x.*\"];\nport = \"6379\";\n" } },
+      "endpoints.d/a.cfg", 5, "endpoint 'a': 'port' expected an integer (TCP port), got a string", NULL },
+    { "endpoint: unknown sink",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", "name = \"a\";\ntype = \"schedule\";\nsink = \"nope\";\ncron = \"* * * * * *\";\n" } },
+      "endpoints.d/a.cfg", 3, "endpoint 'a': unknown sink 'nope'; sinks defined in ", "baton.cfg: out" },
+    { "endpoint: sink reference without any sinks",
+      { { "baton.cfg", "owner = \"t\";\n" }, { "endpoints.d/a.cfg", EP_A } },
+      "endpoints.d/a.cfg", 3, "unknown sink 'out'", "(none)" },
+    { "endpoint: duplicate name across files",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", EP_A },
+        { "endpoints.d/b.cfg", "# copy\ntype = \"schedule\";\nname = \"a\";\nsink = \"out\";\ncron = \"0 * * * * *\";\n" } },
+      "endpoints.d/b.cfg", 3, "duplicate endpoint name 'a' (also defined at ", "endpoints.d/a.cfg:1)" },
+    { "endpoint: lease renew not below the main ttl",
+      { { "baton.cfg", SINKS_OUT "lease = { ttl_ms = 3000; };\n" }, { "endpoints.d/a.cfg", EP_A "\nlease_renew_ms = 5000;\n" } },
+      "endpoints.d/a.cfg", 6, "endpoint 'a': lease renew 5000 ms must be less than lease ttl 3000 ms", NULL },
+    { "endpoint: type validation (guard on a shared subscription)",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/m.cfg", "name = \"m\";\ntype = \"mq\";\nsink = \"out\";\ntopic = \"t\";\nshared_group = \"g\";\nguard = \"active\";\n" } },
+      "endpoints.d/m.cfg", 6, "endpoint 'm': a guard on a $share subscription", "force_guard = true" },
+    { "endpoint: disabled endpoints are validated too",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", "name = \"a\";\ntype = \"schedule\";\nsink = \"out\";\nenabled = false;\ncron = 5;\n" } },
+      "endpoints.d/a.cfg", 5, "'cron' expected a string", NULL },
+    { "endpoint: a directory named *.cfg",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", DIR_MARK } },
+      "endpoints.d/a.cfg", 0, "cannot read file: Is a directory", NULL },
+    { "endpoint: dangling symlink",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", LINK_MARK "/nonexistent/baton-x.cfg" } },
+      "endpoints.d/a.cfg", 0, "cannot read file: No such file or directory", NULL },
+    { "endpoint: libconfig duplicate key",
+      { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", EP_A "name = \"b\";\n" } },
+      "endpoints.d/a.cfg", 5, "duplicate setting name", NULL },
+};
+
+static void test_bad_configs(void **state)
+{
+    (void)state;
+    unsetenv("BATON_TEST_UNSET_PW");
+    size_t n = sizeof bad_cases / sizeof bad_cases[0];
+    size_t failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct bad_case *bc = &bad_cases[i];
+        struct tree t;
+        write_tree(&t, bc->files, true);
+        struct baton_config c = { 0 };
+        struct config_error err = { 0 };
+        int rc = config_load(t.main, &c, &err);
+        config_free(&c);
+        char want_file[512], line[1200];
+        snprintf(want_file, sizeof want_file, "%s/%s", t.root, bc->err_file);
+        config_error_format(&err, line, sizeof line);
+        print_message("  [%2zu] %-55s -> %s\n", i + 1, bc->title, line + (strncmp(line, t.root, strlen(t.root)) == 0 ? strlen(t.root) + 1 : 0));
+        bool ok = rc == -1 && strcmp(err.file, want_file) == 0 && err.line == bc->line &&
+                  strstr(err.msg, bc->want) && (!bc->want2 || strstr(err.msg, bc->want2));
+        if (!ok) {
+            failed++;
+            print_error("FAILED case %zu (%s): rc=%d file=%s line=%d msg=%s; wanted %s:%d '%s' '%s'\n", i + 1,
+                        bc->title, rc, err.file, err.line, err.msg, bc->err_file, bc->line, bc->want,
+                        bc->want2 ? bc->want2 : "");
+        }
+        remove_tree(&t);
+    }
+    print_message("  %zu bad configurations, %zu failed\n", n, failed);
+    assert_true(n >= 25);
+    assert_int_equal(failed, 0);
+}
+
+static void test_missing_main_file(void **state)
+{
+    (void)state;
+    struct baton_config c = { 0 };
+    struct config_error err = { 0 };
+    assert_int_equal(config_load("/nonexistent/baton-test/baton.cfg", &c, &err), -1);
+    config_free(&c);
+    assert_string_equal(err.file, "/nonexistent/baton-test/baton.cfg");
+    assert_int_equal(err.line, 0);
+    assert_non_null(strstr(err.msg, "cannot read file: No such file or directory"));
+}
+
+static void test_missing_default_endpoints_dir(void **state)
+{
+    (void)state;
+    const struct file files[] = { { "baton.cfg", SINKS_OUT }, { NULL, NULL } };
+    struct tree t;
+    write_tree(&t, files, false);
+    struct baton_config c = { 0 };
+    struct config_error err = { 0 };
+    assert_int_equal(config_load(t.main, &c, &err), -1);
+    config_free(&c);
+    assert_string_equal(err.file, t.main);
+    assert_non_null(strstr(err.msg, "cannot open endpoints directory"));
+    assert_non_null(strstr(err.msg, "endpoints_dir defaults to endpoints.d next to the main file"));
+    remove_tree(&t);
+}
+
+/* ---- good configurations ---- */
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    const struct file files[] = { { "baton.cfg", "# nothing but comments\n" }, { NULL, NULL } };
+    struct tree t;
+    write_tree(&t, files, true);
+    struct baton_config c = { 0 };
+    struct config_error err = { 0 };
+    if (config_load(t.main, &c, &err)) fail_msg("%s:%d: %s", err.file, err.line, err.msg);
+    assert_string_equal(c.path, t.main);
+    assert_null(c.owner);
+    assert_false(c.has_locker);
+    assert_null(c.locker_redis.host);
+    assert_string_equal(c.key_prefix, "baton");
+    assert_int_equal(c.lease.ttl_ms, 3000);
+    assert_int_equal(c.lease.renew_ms, 1000);
+    assert_int_equal(c.lease.retry_ms, 250);
+    assert_int_equal(c.lease.balance_step_ms, 125);
+    assert_int_equal(c.n_sinks, 0);
+    assert_int_equal(c.n_endpoints, 0); /* empty directory: allowed, warned */
+    assert_null(c.metrics_listen);
+    assert_int_equal(c.log_level, LOG_INFO);
+    assert_int_equal(c.drain_timeout_ms, 5000);
+    char want[256];
+    snprintf(want, sizeof want, "%s/endpoints.d", t.root);
+    assert_string_equal(c.endpoints_dir, want);
+    config_free(&c);
+    assert_null(c.path);
+    remove_tree(&t);
+}
+
+static const char full_main[] =
+    "owner = \"tenant1\";\n"
+    "locker = {\n"
+    "  type = \"redis\"; host = \"10.0.0.5\"; port = 6380; db = 3;\n"
+    "  user = \"baton\";\n"
+    "  password_env = \"BATON_TEST_REDIS_PW\";\n"
+    "  connect_timeout_ms = 1500; command_timeout_ms = 700;\n"
+    "  prefix = \"bt\";\n"
+    "};\n"
+    "lease = { ttl_ms = 6000; retry_ms = 300; };\n"
+    "sinks = ( { name = \"out\"; type = \"stdout\"; },\n"
+    "          { name = \"hook\"; type = \"http\"; url = \"http://127.0.0.1:8080/in\"; headers = [\"A: b\"]; } );\n"
+    "metrics = { listen = \"[::1]:0\"; };\n"
+    "log = { level = \"debug\"; };\n"
+    "endpoints_dir = \"eps\";\n"
+    "shutdown = { drain_timeout_ms = 0; };\n";
+
+static void test_full_config(void **state)
+{
+    (void)state;
+    const struct file files[] = {
+        { "baton.cfg", full_main },
+        { "eps", DIR_MARK },
+        { "eps/20-orders.cfg",
+          "name = \"orders\"; type = \"psub\"; sink = \"hook\"; enabled = false;\n"
+          "patterns = (\"orders.*\", \"refunds.*\"); port = 7000;\n"
+          "queue_size = 5; queue_policy = \"drop_oldest\"; batch_max = 1;\n"
+          "lease_ttl_ms = 9000; lease_retry_ms = 100;\n"
+          "once_ttl_ms = 1000; once_fail_open = true;\n" },
+        { "eps/10-tick.cfg", "name = \"tick\"; type = \"schedule\"; sink = \"out\"; cron = \"*/5 * * * * *\";\n"
+                             "guard = \"none\"; lease_renew_ms = 500;\n" },
+        { "eps/30-shared.cfg", "name = \"shared\"; type = \"mq\"; sink = \"out\"; topic = \"t\"; shared_group = \"g\";\n" },
+        { NULL, NULL },
+    };
+    struct tree t;
+    write_tree(&t, files, false);
+    setenv("BATON_TEST_REDIS_PW", "pw-from-env", 1);
+    struct baton_config c = { 0 };
+    struct config_error err = { 0 };
+    if (config_load(t.main, &c, &err)) fail_msg("%s:%d: %s", err.file, err.line, err.msg);
+
+    assert_string_equal(c.owner, "tenant1");
+    assert_true(c.has_locker);
+    assert_string_equal(c.locker_redis.host, "10.0.0.5");
+    assert_int_equal(c.locker_redis.port, 6380);
+    assert_int_equal(c.locker_redis.db, 3);
+    assert_string_equal(c.locker_redis.user, "baton");
+    assert_string_equal(c.locker_redis.password, "pw-from-env");
+    assert_int_equal(c.locker_redis.connect_timeout_ms, 1500);
+    assert_int_equal(c.locker_redis.command_timeout_ms, 700);
+    assert_string_equal(c.key_prefix, "bt");
+    assert_int_equal(c.lease.ttl_ms, 6000);
+    assert_int_equal(c.lease.renew_ms, 2000); /* ttl / 3 */
+    assert_int_equal(c.lease.retry_ms, 300);
+    assert_int_equal(c.lease.balance_step_ms, 150); /* retry / 2 */
+    assert_string_equal(c.metrics_listen, "[::1]:0");
+    assert_int_equal(c.log_level, LOG_DEBUG);
+    assert_int_equal(c.drain_timeout_ms, 0);
+
+    assert_int_equal(c.n_sinks, 2);
+    assert_string_equal(c.sinks[0].name, "out");
+    assert_string_equal(c.sinks[0].type, "stdout");
+    assert_ptr_equal(c.sinks[0].ops, &test_stdout);
+    assert_int_equal(c.sinks[0].line, 10);
+    assert_string_equal(c.sinks[0].file, t.main);
+    assert_string_equal(c.sinks[1].name, "hook");
+    assert_ptr_equal(c.sinks[1].ops, &test_http);
+    const struct http_settings *hs = c.sinks[1].settings;
+    assert_string_equal(hs->url, "http://127.0.0.1:8080/in");
+    assert_int_equal(hs->timeout_ms, 5000);
+    assert_int_equal(hs->headers.n, 1);
+    assert_string_equal(hs->headers.v[0], "A: b");
+
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/eps", t.root);
+    assert_string_equal(c.endpoints_dir, dir);
+    assert_int_equal(c.n_endpoints, 3);
+
+    /* file name order: 10-tick, 20-orders, 30-shared */
+    const struct endpoint_config *tick = &c.endpoints[0], *orders = &c.endpoints[1], *shared = &c.endpoints[2];
+    assert_string_equal(tick->name, "tick");
+    assert_string_equal(orders->name, "orders");
+    assert_string_equal(shared->name, "shared");
+
+    char f[300];
+    snprintf(f, sizeof f, "%s/eps/20-orders.cfg", t.root);
+    assert_string_equal(orders->file, f);
+    assert_string_equal(orders->type, "psub");
+    assert_ptr_equal(orders->ops, &test_psub);
+    assert_string_equal(orders->sink_name, "hook");
+    assert_ptr_equal(orders->sink, &c.sinks[1]);
+    assert_false(orders->enabled);
+    assert_int_equal(orders->guard, GUARD_ACTIVE); /* auto -> psub default */
+    assert_false(orders->force_guard);
+    assert_int_equal(orders->queue_size, 5);
+    assert_int_equal(orders->queue_policy, QUEUE_DROP_OLDEST);
+    assert_int_equal(orders->batch_max, 1);
+    assert_int_equal(orders->lease.ttl_ms, 9000);
+    assert_int_equal(orders->lease.renew_ms, 3000);
+    assert_int_equal(orders->lease.retry_ms, 100);
+    assert_int_equal(orders->lease.balance_step_ms, 50);
+    assert_int_equal(orders->once_ttl_ms, 1000);
+    assert_true(orders->once_fail_open);
+    const struct psub_settings *ps = orders->settings;
+    assert_string_equal(ps->host, "127.0.0.1");
+    assert_int_equal(ps->port, 7000);
+    assert_int_equal(ps->patterns.n, 2);
+    assert_string_equal(ps->patterns.v[1], "refunds.*");
+
+    /* defaults of the common keys */
+    assert_true(tick->enabled);
+    assert_int_equal(tick->guard, GUARD_NONE); /* explicit */
+    assert_ptr_equal(tick->sink, &c.sinks[0]);
+    assert_int_equal(tick->queue_size, 10000);
+    assert_int_equal(tick->queue_policy, QUEUE_BLOCK);
+    assert_int_equal(tick->batch_max, 256);
+    assert_int_equal(tick->once_ttl_ms, 3600000);
+    assert_false(tick->once_fail_open);
+    assert_int_equal(tick->lease.ttl_ms, 6000);   /* main */
+    assert_int_equal(tick->lease.renew_ms, 500);  /* override */
+    assert_int_equal(tick->lease.retry_ms, 300);
+    assert_int_equal(tick->lease.balance_step_ms, 150);
+    const struct sched_settings *ss = tick->settings;
+    assert_string_equal(ss->cron, "*/5 * * * * *");
+    assert_string_equal(ss->timezone, "UTC");
+    assert_null(ss->payload);
+
+    assert_int_equal(shared->guard, GUARD_NONE); /* auto consults the settings */
+
+    config_free(&c);
+    unsetenv("BATON_TEST_REDIS_PW");
+    remove_tree(&t);
+}
+
+static void test_file_selection_and_order(void **state)
+{
+    (void)state;
+    const struct file files[] = {
+        { "baton.cfg", SINKS_OUT },
+        { "endpoints.d/b.cfg", "name = \"b\"; type = \"schedule\"; sink = \"out\"; cron = \"1 * * * * *\";\n" },
+        { "endpoints.d/a.cfg", "name = \"a\"; type = \"schedule\"; sink = \"out\"; cron = \"2 * * * * *\";\n" },
+        { "endpoints.d/10.cfg", "name = \"ten\"; type = \"schedule\"; sink = \"out\"; cron = \"3 * * * * *\";\n" },
+        { "endpoints.d/B.cfg", "name = \"B\"; type = \"schedule\"; sink = \"out\"; cron = \"4 * * * * *\";\n" },
+        { "endpoints.d/notes.txt", "this is not libconfig" },
+        { "endpoints.d/a.cfg.bak", "neither is this" },
+        { "endpoints.d/.hidden.cfg", "nor this" },
+        { "endpoints.d/.cfg", "nor this" },
+        { NULL, NULL },
+    };
+    struct tree t;
+    write_tree(&t, files, true);
+    struct baton_config c = { 0 };
+    struct config_error err = { 0 };
+    if (config_load(t.main, &c, &err)) fail_msg("%s:%d: %s", err.file, err.line, err.msg);
+    assert_int_equal(c.n_endpoints, 4);
+    assert_string_equal(c.endpoints[0].name, "ten"); /* "10.cfg" < "B.cfg" < "a.cfg" < "b.cfg" */
+    assert_string_equal(c.endpoints[1].name, "B");
+    assert_string_equal(c.endpoints[2].name, "a");
+    assert_string_equal(c.endpoints[3].name, "b");
+    for (size_t i = 0; i < c.n_endpoints; i++) assert_int_equal(c.endpoints[i].guard, GUARD_ONCE);
+    config_free(&c);
+    remove_tree(&t);
+}
+
+static void test_guard_resolution(void **state)
+{
+    (void)state;
+    struct {
+        const char *text;
+        enum guard_kind want;
+    } cases[] = {
+        { "name = \"x\"; type = \"schedule\"; sink = \"out\"; cron = \"c\";\n", GUARD_ONCE },
+        { "name = \"x\"; type = \"schedule\"; sink = \"out\"; cron = \"c\"; guard = \"auto\";\n", GUARD_ONCE },
+        { "name = \"x\"; type = \"schedule\"; sink = \"out\"; cron = \"c\"; guard = \"none\";\n", GUARD_NONE },
+        { "name = \"x\"; type = \"schedule\"; sink = \"out\"; cron = \"c\"; guard = \"active\"; force_guard = true;\n", GUARD_ACTIVE },
+        { "name = \"x\"; type = \"psub\"; sink = \"out\"; patterns = \"p\";\n", GUARD_ACTIVE },
+        { "name = \"x\"; type = \"psub\"; sink = \"out\"; patterns = \"p\"; guard = \"once\";\n", GUARD_ONCE },
+        { "name = \"x\"; type = \"mq\"; sink = \"out\"; topic = \"t\";\n", GUARD_ACTIVE },
+        { "name = \"x\"; type = \"mq\"; sink = \"out\"; topic = \"t\"; shared_group = \"g\";\n", GUARD_NONE },
+        { "name = \"x\"; type = \"mq\"; sink = \"out\"; topic = \"t\"; shared_group = \"g\"; guard = \"active\"; force_guard = true;\n", GUARD_ACTIVE },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct file files[] = { { "baton.cfg", SINKS_OUT }, { "endpoints.d/x.cfg", cases[i].text }, { NULL, NULL } };
+        struct tree t;
+        write_tree(&t, files, true);
+        struct baton_config c = { 0 };
+        struct config_error err = { 0 };
+        if (config_load(t.main, &c, &err)) fail_msg("case %zu: %s:%d: %s", i, err.file, err.line, err.msg);
+        assert_int_equal(c.n_endpoints, 1);
+        if (c.endpoints[0].guard != cases[i].want)
+            fail_msg("case %zu: guard %s, wanted %s", i, guard_kind_name(c.endpoints[0].guard),
+                     guard_kind_name(cases[i].want));
+        assert_int_equal(c.endpoints[0].force_guard, strstr(cases[i].text, "force_guard = true") != NULL);
+        config_free(&c);
+        remove_tree(&t);
+    }
+}
+
+static void test_password_file_relative_to_main(void **state)
+{
+    (void)state;
+    const struct file files[] = {
+        { "baton.cfg", SINKS_OUT "locker = { password_file = \"secrets/redis\"; };\n" },
+        { "secrets", DIR_MARK },
+        { "secrets/redis", "from-file\n" },
+        { NULL, NULL },
+    };
+    struct tree t;
+    write_tree(&t, files, true);
+    struct baton_config c = { 0 };
+    struct config_error err = { 0 };
+    if (config_load(t.main, &c, &err)) fail_msg("%s:%d: %s", err.file, err.line, err.msg);
+    assert_true(c.has_locker);
+    assert_string_equal(c.locker_redis.password, "from-file");
+    assert_string_equal(c.locker_redis.host, "127.0.0.1");
+    assert_int_equal(c.locker_redis.port, 6379);
+    assert_int_equal(c.locker_redis.db, 0);
+    assert_null(c.locker_redis.user);
+    assert_int_equal(c.locker_redis.connect_timeout_ms, 1000);
+    assert_int_equal(c.locker_redis.command_timeout_ms, 1000);
+    assert_string_equal(c.key_prefix, "baton");
+    config_free(&c);
+    remove_tree(&t);
+}
+
+static void test_absolute_endpoints_dir_and_metrics_default(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/baton-test-config-eps-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char main_text[512];
+    snprintf(main_text, sizeof main_text, SINKS_OUT "endpoints_dir = \"%s\";\nmetrics = { };\nowner = \"\";\n", dir);
+    const struct file files[] = { { "baton.cfg", main_text }, { NULL, NULL } };
+    struct tree t;
+    write_tree(&t, files, false);
+    struct baton_config c = { 0 };
+    struct config_error err = { 0 };
+    if (config_load(t.main, &c, &err)) fail_msg("%s:%d: %s", err.file, err.line, err.msg);
+    assert_string_equal(c.endpoints_dir, dir);
+    assert_string_equal(c.metrics_listen, "127.0.0.1:9464");
+    assert_null(c.owner); /* empty owner = none */
+    config_free(&c);
+    remove_tree(&t);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+/* Loading is repeatable and leaves nothing behind (run under valgrind). */
+static void test_repeat_load_error_paths_free(void **state)
+{
+    (void)state;
+    for (int r = 0; r < 3; r++) {
+        for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+            struct tree t;
+            write_tree(&t, bad_cases[i].files, true);
+            struct baton_config c = { 0 };
+            assert_int_equal(config_load(t.main, &c, NULL), -1);
+            config_free(&c);
+            config_free(&c); /* idempotent */
+            remove_tree(&t);
+        }
+    }
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    config_test_set_registries(test_endpoint_types, test_sink_types);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_configs),
+        cmocka_unit_test(test_missing_main_file),
+        cmocka_unit_test(test_missing_default_endpoints_dir),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_full_config),
+        cmocka_unit_test(test_file_selection_and_order),
+        cmocka_unit_test(test_guard_resolution),
+        cmocka_unit_test(test_password_file_relative_to_main),
+        cmocka_unit_test(test_absolute_endpoints_dir_and_metrics_default),
+        cmocka_unit_test(test_repeat_load_error_paths_free),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}

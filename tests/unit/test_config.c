@@ -209,7 +209,7 @@ struct bad_case {
 
 static const struct bad_case bad_cases[] = {
     { "main: syntax error",
-      { { "baton.cfg", "owner = \"t\";\nsinks = ( { name \"out\"; type = \"stdout\"; } );\n" } },
+      { { "baton.cfg", "owner = \"t\";\nsinks = ( { name = \"out\"; type = stdout; } );\n" } },
       "baton.cfg", 2, "cannot parse: syntax error", NULL },
     { "main: unknown top-level key",
       { { "baton.cfg", SINKS_OUT "ownr = \"t\";\n" } },

@@ -98,6 +98,12 @@ def main():
         replicas.append(b)
         print("  started %s: pid %d, status on http://127.0.0.1:%d/status" % (b.name, b.pid, mport))
 
+    time.sleep(0.5)
+    for b in replicas:
+        if not b.alive():
+            print("%s exited at start (status %s):\n%s" % (b.name, b.proc.returncode, b.stderr_text()))
+            return 1
+
     pub = Publisher(redis.port, args.rate)
     pub.start()
     sensors_sent = 0

@@ -124,3 +124,49 @@ class Publisher:
             elif delay < -1.0:
                 next_t = time.monotonic()  # far behind (server was down): no burst
         self._done.set()
+
+
+# --------------------------------------------------------------------------
+# Reading back what baton processes forwarded
+
+def rfc3339_ms(s):
+    """"2026-12-02T14:00:00.123Z" -> wall-clock ms since the epoch."""
+    import calendar
+    date, _, rest = s.partition("T")
+    y, mo, d = (int(x) for x in date.split("-"))
+    hms = rest.rstrip("Z")
+    hh, mm, ss = hms.split(":")
+    sec, _, frac = ss.partition(".")
+    frac = (frac + "000")[:3]
+    return (calendar.timegm((y, mo, d, int(hh), int(mm), int(sec))) * 1000 + int(frac))
+
+
+def forwarded(baton, channel="chan.x"):
+    """[(seq, sent_ms, received_ms)] forwarded by one baton process on channel,
+    in output order (polls its out.jsonl first)."""
+    baton.poll_records()
+    out = []
+    for r in baton.records:
+        if r.get("channel") != channel:
+            continue
+        p = parse_payload(r.get("payload"))
+        if p is None:
+            continue
+        out.append((p[0], p[1], rfc3339_ms(r["received_at"])))
+    return out
+
+
+def log_times(baton, needle):
+    """Wall-clock ms of every stderr line of baton containing needle."""
+    out = []
+    for line in baton.stderr_text().splitlines():
+        if needle in line:
+            try:
+                out.append(rfc3339_ms(line.split(" ", 1)[0]))
+            except (ValueError, IndexError):
+                pass
+    return out
+
+
+def now_ms():
+    return int(time.time() * 1000)

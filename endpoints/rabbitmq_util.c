@@ -149,8 +149,8 @@ int rmq_queue_name_expand(const char *tmpl, const struct rmq_name_vars *v, char 
             piece = p, n = 1, p++;
         }
         if (o + n > limit) {
-            snprintf(err, errlen, "queue template \"%s\": name longer than %zu bytes", tmpl,
-                     limit);
+            snprintf(err, errlen, "queue name longer than %zu bytes (template \"%.60s%s\")",
+                     limit, tmpl, strlen(tmpl) > 60 ? "..." : "");
             return -1;
         }
         if (out) memcpy(out + o, piece, n);

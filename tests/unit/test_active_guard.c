@@ -1,0 +1,549 @@
+/* ActiveGuard state machine (guard/active_guard.c) against the local locker
+ * and a flaky locker (a wrapper around the local one whose renew, check and
+ * generation are steered by the test). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "guard/active_guard.h"
+#include "guard/locker.h"
+#include "src/common/log.h"
+#include "src/common/util.h"
+
+/* ---- event journal shared by the flaky locker and the callbacks ---------- */
+
+static pthread_mutex_t journal_mu = PTHREAD_MUTEX_INITIALIZER;
+static char journal[4096];
+
+static void note(char c)
+{
+    pthread_mutex_lock(&journal_mu);
+    size_t n = strlen(journal);
+    if (n + 1 < sizeof journal) {
+        journal[n] = c;
+        journal[n + 1] = '\0';
+    }
+    pthread_mutex_unlock(&journal_mu);
+}
+
+static void journal_get(char *out, size_t len)
+{
+    pthread_mutex_lock(&journal_mu);
+    snprintf(out, len, "%s", journal);
+    pthread_mutex_unlock(&journal_mu);
+}
+
+static void journal_reset(void)
+{
+    pthread_mutex_lock(&journal_mu);
+    journal[0] = '\0';
+    pthread_mutex_unlock(&journal_mu);
+}
+
+/* ---- flaky locker -------------------------------------------------------- */
+
+enum { PASS = 0, FAIL_ERR = 1, FAIL_LOST = 2, HANG = 3 };
+
+struct flaky {
+    struct locker base;
+    struct locker *inner; /* local */
+    atomic_int renew_mode, check_mode;
+    atomic_int hang_ms;
+    atomic_ullong gen;
+    atomic_int renews, checks, unlocks, announces;
+};
+
+static int fl_try(struct locker *l, const char *key, int64_t ttl, struct lock_grant *out,
+                  char err[LOCKER_ERR_MAX])
+{
+    struct flaky *f = (struct flaky *)l;
+    int rc = f->inner->ops->try_lock(f->inner, key, ttl, out, err);
+    if (rc == LOCKER_OK) note('L');
+    return rc;
+}
+
+static int fl_unlock(struct locker *l, const char *key, const char *token,
+                     char err[LOCKER_ERR_MAX])
+{
+    struct flaky *f = (struct flaky *)l;
+    atomic_fetch_add(&f->unlocks, 1);
+    note('U');
+    return f->inner->ops->unlock(f->inner, key, token, err);
+}
+
+static int fl_renew(struct locker *l, const char *key, const char *token, int64_t ttl,
+                    int64_t *sent, char err[LOCKER_ERR_MAX])
+{
+    struct flaky *f = (struct flaky *)l;
+    atomic_fetch_add(&f->renews, 1);
+    switch (atomic_load(&f->renew_mode)) {
+    case FAIL_ERR:
+        *sent = clock_mono_ms();
+        snprintf(err, LOCKER_ERR_MAX, "injected: connection reset");
+        return LOCKER_ERR;
+    case FAIL_LOST:
+        *sent = clock_mono_ms();
+        snprintf(err, LOCKER_ERR_MAX, "injected: key gone");
+        return LOCKER_LOST;
+    case HANG:
+        *sent = clock_mono_ms();
+        usleep((useconds_t)atomic_load(&f->hang_ms) * 1000);
+        snprintf(err, LOCKER_ERR_MAX, "injected: timeout");
+        return LOCKER_ERR;
+    default:
+        return f->inner->ops->renew(f->inner, key, token, ttl, sent, err);
+    }
+}
+
+static int fl_check(struct locker *l, const char *key, const char *token,
+                    char err[LOCKER_ERR_MAX])
+{
+    struct flaky *f = (struct flaky *)l;
+    atomic_fetch_add(&f->checks, 1);
+    int m = atomic_load(&f->check_mode);
+    if (m == FAIL_ERR) {
+        snprintf(err, LOCKER_ERR_MAX, "injected: still down");
+        return LOCKER_ERR;
+    }
+    if (m == FAIL_LOST) {
+        snprintf(err, LOCKER_ERR_MAX, "injected: key gone");
+        return LOCKER_LOST;
+    }
+    return f->inner->ops->check(f->inner, key, token, err);
+}
+
+static int fl_announce(struct locker *l, const char *key, char err[LOCKER_ERR_MAX])
+{
+    struct flaky *f = (struct flaky *)l;
+    atomic_fetch_add(&f->announces, 1);
+    note('A');
+    return f->inner->ops->announce_release(f->inner, key, err);
+}
+
+static bool fl_wait(struct locker *l, const char *key, int64_t timeout)
+{
+    struct flaky *f = (struct flaky *)l;
+    return f->inner->ops->wait_release(f->inner, key, timeout);
+}
+
+static uint64_t fl_gen(struct locker *l)
+{
+    return atomic_load(&((struct flaky *)l)->gen);
+}
+
+static void fl_destroy(struct locker *l)
+{
+    struct flaky *f = (struct flaky *)l;
+    locker_destroy(f->inner);
+    free(f);
+}
+
+static const struct locker_ops flaky_ops = {
+    .name = "flaky",
+    .try_lock = fl_try,
+    .unlock = fl_unlock,
+    .renew = fl_renew,
+    .announce_release = fl_announce,
+    .wait_release = fl_wait,
+    .generation = fl_gen,
+    .check = fl_check,
+    .destroy = fl_destroy,
+};
+
+static const struct locker_ops norenew_ops = {
+    .name = "norenew",
+    .try_lock = fl_try,
+    .unlock = fl_unlock,
+    .renew = NULL,
+    .announce_release = fl_announce,
+    .wait_release = fl_wait,
+    .destroy = fl_destroy,
+};
+
+static struct flaky *flaky_create(const struct locker_ops *ops)
+{
+    struct flaky *f = calloc(1, sizeof *f);
+    f->base.ops = ops;
+    f->inner = locker_local_create();
+    return f;
+}
+
+/* ---- callbacks ------------------------------------------------------------ */
+
+struct consumer {
+    atomic_int promoted, demoted;
+    atomic_int fail_promote;
+    atomic_ullong last_epoch;
+    atomic_bool running;
+};
+
+static int on_promoted(void *arg, uint64_t epoch)
+{
+    struct consumer *c = arg;
+    atomic_fetch_add(&c->promoted, 1);
+    atomic_store(&c->last_epoch, epoch);
+    note('P');
+    if (atomic_load(&c->fail_promote)) return -1;
+    atomic_store(&c->running, true);
+    return 0;
+}
+
+static void on_demoted(void *arg)
+{
+    struct consumer *c = arg;
+    atomic_fetch_add(&c->demoted, 1);
+    atomic_store(&c->running, false);
+    note('D');
+}
+
+static struct active_guard *make_guard(struct locker *l, struct consumer *c, int64_t ttl,
+                                       int64_t renew, int64_t retry)
+{
+    struct active_guard_options o = {.ttl_ms = ttl, .renew_ms = renew, .retry_ms = retry,
+                                     .log_name = "test"};
+    struct active_guard_callbacks cb = {on_promoted, on_demoted, c};
+    char err[256];
+    struct active_guard *g = active_guard_create(l, "test:scope", &o, &cb, err, sizeof err);
+    assert_non_null(g);
+    return g;
+}
+
+/* Polls cond every 5 ms up to timeout_ms; returns the elapsed ms or -1. */
+#define WAIT_FOR(cond, timeout_ms)                                      \
+    ({                                                                  \
+        int64_t t0_ = clock_mono_ms(), r_ = -1;                         \
+        while (clock_mono_ms() - t0_ < (timeout_ms)) {                  \
+            if (cond) {                                                 \
+                r_ = clock_mono_ms() - t0_;                             \
+                break;                                                  \
+            }                                                           \
+            usleep(5000);                                               \
+        }                                                               \
+        r_;                                                             \
+    })
+
+#define STAT(g, f) atomic_load(&active_guard_stats(g)->f)
+
+/* ---- tests ----------------------------------------------------------------- */
+
+static void test_interval_validation(void **state)
+{
+    char err[256];
+    struct active_guard_options o = {0};
+    struct active_guard *g = active_guard_create(NULL, "s", &o, NULL, err, sizeof err);
+    assert_non_null(g); /* defaults: 3000 / 1000 / 250 */
+    active_guard_destroy(g);
+    struct {
+        int64_t ttl, renew, retry, margin;
+        bool ok;
+    } cases[] = {
+        {1000, 1000, 100, 0, false}, /* renew == ttl */
+        {1000, 1500, 100, 0, false}, /* renew > ttl */
+        {1000, -1, 100, 0, false},
+        {-5, 0, 100, 0, false},
+        {1000, 300, -1, 0, false},
+        {1000, 300, 100, 800, false}, /* deadline before the next renewal */
+        {1000, 300, 100, -1, false},
+        {1000, 0, 0, 0, true},        /* renew = ttl / 3 */
+        {1000, 900, 100, 50, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct active_guard_options oc = {.ttl_ms = cases[i].ttl, .renew_ms = cases[i].renew,
+                                          .retry_ms = cases[i].retry,
+                                          .safety_margin_ms = cases[i].margin};
+        err[0] = '\0';
+        g = active_guard_create(NULL, "s", &oc, NULL, err, sizeof err);
+        if (cases[i].ok) {
+            assert_non_null(g);
+        } else {
+            assert_null(g);
+            assert_true(strlen(err) > 0);
+        }
+        active_guard_destroy(g);
+    }
+    assert_null(active_guard_create(NULL, "s", &(struct active_guard_options){.ttl_ms = 100,
+                                                                            .renew_ms = 200},
+                                    NULL, err, sizeof err));
+    assert_non_null(strstr(err, "renew"));
+}
+
+static void test_no_locker_single(void **state)
+{
+    struct consumer c = {0};
+    struct active_guard *g = make_guard(NULL, &c, 0, 0, 0);
+    assert_true(active_guard_is_leader_now(g));
+    assert_int_equal(active_guard_start(g), 0);
+    assert_true(WAIT_FOR(atomic_load(&c.promoted) == 1, 2000) >= 0);
+    usleep(50 * 1000);
+    assert_int_equal(atomic_load(&c.promoted), 1);
+    assert_int_equal(atomic_load(&c.last_epoch), 0);
+    assert_int_equal(STAT(g, role), ROLE_SINGLE);
+    assert_true(active_guard_is_leader_now(g));
+    active_guard_stop(g);
+    assert_int_equal(atomic_load(&c.demoted), 1);
+    active_guard_stop(g); /* idempotent */
+    assert_int_equal(atomic_load(&c.demoted), 1);
+    assert_string_equal(active_guard_key(g), "baton:active:test:scope");
+    active_guard_destroy(g);
+}
+
+static void test_one_leader_and_handover_on_stop(void **state)
+{
+    struct locker *l = locker_local_create();
+    struct consumer c1 = {0}, c2 = {0};
+    struct active_guard *g1 = make_guard(l, &c1, 600, 200, 5000);
+    struct active_guard *g2 = make_guard(l, &c2, 600, 200, 5000);
+    active_guard_start(g1);
+    assert_true(WAIT_FOR(active_guard_is_leader_now(g1), 2000) >= 0);
+    active_guard_start(g2);
+    /* over several renew periods: g1 keeps leading, g2 stays standby */
+    for (int i = 0; i < 40; i++) {
+        assert_true(active_guard_is_leader_now(g1));
+        assert_false(active_guard_is_leader_now(g2));
+        usleep(20 * 1000);
+    }
+    assert_int_equal(STAT(g1, role), ROLE_LEADER);
+    assert_int_equal(STAT(g2, role), ROLE_STANDBY);
+    uint64_t e1 = active_guard_epoch(g1);
+    assert_true(e1 > 0);
+    assert_int_equal(atomic_load(&c1.last_epoch), e1);
+    /* graceful stop: g2 takes over long before its 5 s retry, thanks to the
+     * release announcement */
+    int64_t t0 = clock_mono_ms();
+    active_guard_stop(g1);
+    assert_false(active_guard_is_leader_now(g1));
+    assert_int_equal(atomic_load(&c1.demoted), 1);
+    int64_t took = WAIT_FOR(active_guard_is_leader_now(g2), 3000);
+    assert_true(took >= 0);
+    printf("handover after stop: %lld ms (retry interval 5000 ms)\n",
+           (long long)(clock_mono_ms() - t0));
+    assert_true(clock_mono_ms() - t0 < 1000);
+    assert_true(active_guard_epoch(g2) > e1);
+    active_guard_stop(g2);
+    /* both stopped: the key is free */
+    struct lock_grant gr;
+    char err[LOCKER_ERR_MAX];
+    assert_int_equal(locker_try_lock(l, active_guard_key(g2), 1000, &gr, err), LOCKER_OK);
+    active_guard_destroy(g1);
+    active_guard_destroy(g2);
+    locker_destroy(l);
+}
+
+static void test_stop_releases_in_order(void **state)
+{
+    struct flaky *f = flaky_create(&flaky_ops);
+    struct consumer c = {0};
+    journal_reset();
+    struct active_guard *g = make_guard(&f->base, &c, 600, 200, 100);
+    active_guard_start(g);
+    assert_true(WAIT_FOR(atomic_load(&c.running), 2000) >= 0);
+    active_guard_stop(g);
+    char j[256];
+    journal_get(j, sizeof j);
+    assert_string_equal(j, "LPDUA"); /* lock, promoted, demoted, unlock, announce */
+    assert_int_equal(STAT(g, promotions), 1);
+    assert_int_equal(STAT(g, demotions), 1);
+    struct lock_grant gr;
+    char err[LOCKER_ERR_MAX];
+    assert_int_equal(locker_try_lock(f->inner, active_guard_key(g), 100, &gr, err), LOCKER_OK);
+    active_guard_destroy(g);
+    locker_destroy(&f->base);
+}
+
+static void test_renew_lost_demotes(void **state)
+{
+    struct flaky *f = flaky_create(&flaky_ops);
+    struct consumer c = {0};
+    journal_reset();
+    struct active_guard *g = make_guard(&f->base, &c, 600, 100, 5000);
+    active_guard_start(g);
+    assert_true(WAIT_FOR(atomic_load(&c.running), 2000) >= 0);
+    atomic_store(&f->renew_mode, FAIL_LOST);
+    assert_true(WAIT_FOR(atomic_load(&c.demoted) == 1, 2000) >= 0);
+    assert_false(active_guard_is_leader_now(g));
+    assert_false(atomic_load(&c.running));
+    assert_true(STAT(g, renew_failures) >= 1);
+    assert_int_equal(STAT(g, demotions), 1);
+    active_guard_stop(g);
+    active_guard_destroy(g);
+    locker_destroy(&f->base);
+}
+
+static void test_renew_errors_demote_at_the_deadline(void **state)
+{
+    struct flaky *f = flaky_create(&flaky_ops);
+    struct consumer c = {0};
+    journal_reset();
+    /* ttl 600, margin 30 -> deadline = last successful renew + 570 */
+    struct active_guard *g = make_guard(&f->base, &c, 600, 100, 50);
+    active_guard_start(g);
+    assert_true(WAIT_FOR(atomic_load(&c.running), 2000) >= 0);
+    usleep(150 * 1000);
+    atomic_store(&f->renew_mode, FAIL_ERR);
+    int64_t t0 = clock_mono_ms();
+    int renews0 = atomic_load(&f->renews);
+    int64_t took = WAIT_FOR(atomic_load(&c.demoted) == 1, 3000);
+    printf("renew errors: demoted after %lld ms, %d failed renewals\n", (long long)took,
+           atomic_load(&f->renews) - renews0);
+    assert_true(took >= 0);
+    /* still leader while the deadline holds, then demoted at most ~570 ms later */
+    assert_true(clock_mono_ms() - t0 <= 570 + 200);
+    assert_true(clock_mono_ms() - t0 >= 300);
+    assert_true(atomic_load(&f->renews) - renews0 >= 3); /* kept trying */
+    assert_true(STAT(g, renew_failures) >= 3);
+    assert_true(STAT(g, backend_errors) >= 3);
+    char j[256];
+    journal_get(j, sizeof j);
+    assert_non_null(strstr(j, "LPDU")); /* demoted, then released */
+    active_guard_stop(g);
+    active_guard_destroy(g);
+    locker_destroy(&f->base);
+}
+
+static void test_leader_now_false_while_renew_hangs(void **state)
+{
+    struct flaky *f = flaky_create(&flaky_ops);
+    struct consumer c = {0};
+    struct active_guard *g = make_guard(&f->base, &c, 400, 100, 50);
+    active_guard_start(g);
+    assert_true(WAIT_FOR(atomic_load(&c.running), 2000) >= 0);
+    atomic_store(&f->hang_ms, 1500);
+    atomic_store(&f->renew_mode, HANG);
+    int64_t t0 = clock_mono_ms();
+    /* the guard thread is stuck inside renew; leader-now must still turn
+     * false by the deadline (<= 400 - 20 ms after the last renewal) */
+    int64_t took = WAIT_FOR(!active_guard_is_leader_now(g), 2000);
+    printf("hung renew: leader-now false after %lld ms\n", (long long)took);
+    assert_true(took >= 0 && took <= 400);
+    assert_int_equal(atomic_load(&c.demoted), 0); /* the thread is still blocked */
+    (void)t0;
+    atomic_store(&f->renew_mode, PASS);
+    active_guard_stop(g);
+    assert_int_equal(atomic_load(&c.demoted), 1);
+    active_guard_destroy(g);
+    locker_destroy(&f->base);
+}
+
+static void test_promote_failure_demotes_and_releases(void **state)
+{
+    struct flaky *f = flaky_create(&flaky_ops);
+    struct consumer c = {0};
+    atomic_store(&c.fail_promote, 1);
+    journal_reset();
+    struct active_guard *g = make_guard(&f->base, &c, 600, 200, 5000);
+    active_guard_start(g);
+    assert_true(WAIT_FOR(atomic_load(&c.demoted) == 1, 2000) >= 0);
+    usleep(20 * 1000);
+    char j[256];
+    journal_get(j, sizeof j);
+    assert_string_equal(j, "LPDUA");
+    assert_false(active_guard_is_leader_now(g));
+    /* released: someone else can take it now */
+    struct lock_grant gr;
+    char err[LOCKER_ERR_MAX];
+    assert_int_equal(locker_try_lock(f->inner, active_guard_key(g), 100, &gr, err), LOCKER_OK);
+    active_guard_stop(g);
+    assert_int_equal(atomic_load(&c.demoted), 1); /* no second on_demoted */
+    active_guard_destroy(g);
+    locker_destroy(&f->base);
+}
+
+static void test_generation_change_verifies_then_demotes_if_lost(void **state)
+{
+    struct flaky *f = flaky_create(&flaky_ops);
+    struct consumer c = {0};
+    struct active_guard *g = make_guard(&f->base, &c, 3000, 1000, 100);
+    active_guard_start(g);
+    assert_true(WAIT_FOR(atomic_load(&c.running), 2000) >= 0);
+    assert_true(active_guard_is_leader_now(g));
+    /* connection "broke": not leader at once; verified (key still ours) -> leader */
+    atomic_store(&f->check_mode, FAIL_ERR);
+    atomic_fetch_add(&f->gen, 1);
+    assert_false(active_guard_is_leader_now(g));
+    usleep(150 * 1000);
+    assert_false(active_guard_is_leader_now(g));
+    atomic_store(&f->check_mode, PASS);
+    int64_t took = WAIT_FOR(active_guard_is_leader_now(g), 1000);
+    assert_true(took >= 0);
+    assert_true(atomic_load(&f->checks) >= 2);
+    assert_int_equal(atomic_load(&c.demoted), 0);
+    /* break again, key gone this time: demoted without waiting for the renewal */
+    atomic_store(&f->check_mode, FAIL_LOST);
+    atomic_fetch_add(&f->gen, 1);
+    took = WAIT_FOR(atomic_load(&c.demoted) == 1, 1000);
+    printf("generation change with the key lost: demoted after %lld ms\n", (long long)took);
+    assert_true(took >= 0 && took < 500);
+    active_guard_stop(g);
+    active_guard_destroy(g);
+    locker_destroy(&f->base);
+}
+
+static void test_without_renew_release_and_reacquire(void **state)
+{
+    struct flaky *f = flaky_create(&norenew_ops);
+    struct consumer c = {0};
+    struct active_guard *g = make_guard(&f->base, &c, 600, 100, 50);
+    active_guard_start(g);
+    assert_true(WAIT_FOR(atomic_load(&c.promoted) >= 4, 3000) >= 0);
+    assert_true(atomic_load(&c.demoted) >= 3);
+    assert_true(atomic_load(&f->unlocks) >= 3);
+    active_guard_stop(g);
+    assert_int_equal(atomic_load(&c.promoted), atomic_load(&c.demoted));
+    active_guard_destroy(g);
+    locker_destroy(&f->base);
+}
+
+struct give_up_ctx {
+    struct active_guard *g;
+    atomic_int demoted;
+};
+
+static void test_give_up_hands_over_and_sits_out(void **state)
+{
+    struct locker *l = locker_local_create();
+    struct consumer c1 = {0}, c2 = {0};
+    struct active_guard *g1 = make_guard(l, &c1, 500, 150, 50);
+    active_guard_start(g1);
+    assert_true(WAIT_FOR(active_guard_is_leader_now(g1), 2000) >= 0);
+    struct active_guard *g2 = make_guard(l, &c2, 500, 150, 50);
+    active_guard_start(g2);
+    usleep(50 * 1000);
+    active_guard_give_up(g1, "source lost");
+    assert_true(WAIT_FOR(active_guard_is_leader_now(g2), 2000) >= 0);
+    assert_int_equal(atomic_load(&c1.demoted), 1);
+    /* g2 leaves too; g1 is still sitting out its ttl, then competes again */
+    active_guard_stop(g2);
+    int64_t took = WAIT_FOR(active_guard_is_leader_now(g1), 3000);
+    assert_true(took >= 0);
+    assert_int_equal(atomic_load(&c1.promoted), 2);
+    active_guard_stop(g1);
+    active_guard_destroy(g1);
+    active_guard_destroy(g2);
+    locker_destroy(l);
+}
+
+int main(void)
+{
+    log_set_level(LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_interval_validation),
+        cmocka_unit_test(test_no_locker_single),
+        cmocka_unit_test(test_one_leader_and_handover_on_stop),
+        cmocka_unit_test(test_stop_releases_in_order),
+        cmocka_unit_test(test_renew_lost_demotes),
+        cmocka_unit_test(test_renew_errors_demote_at_the_deadline),
+        cmocka_unit_test(test_leader_now_false_while_renew_hangs),
+        cmocka_unit_test(test_promote_failure_demotes_and_releases),
+        cmocka_unit_test(test_generation_change_verifies_then_demotes_if_lost),
+        cmocka_unit_test(test_without_renew_release_and_reacquire),
+        cmocka_unit_test(test_give_up_hands_over_and_sits_out),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

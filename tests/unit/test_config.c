@@ -724,6 +724,51 @@ static void test_repeat_load_error_paths_free(void **state)
     }
 }
 
+/* config/baton.cfg, the documented example, loads with the real sink
+ * registry (copied next to an empty endpoints.d: the endpoint examples are
+ * checked by --check-config elsewhere). */
+static void test_example_main_file(void **state)
+{
+    (void)state;
+    char src[512];
+    snprintf(src, sizeof src, "%s", __FILE__);
+    char *cut = strstr(src, "tests/unit/test_config.c");
+    if (!cut) skip();
+    snprintf(cut, sizeof src - (size_t)(cut - src), "config/baton.cfg");
+    FILE *f = fopen(src, "r");
+    if (!f) fail_msg("cannot open %s", src);
+    static char text[16384];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+
+    const struct file files[] = { { "baton.cfg", text }, { NULL, NULL } };
+    struct tree t;
+    write_tree(&t, files, true);
+    config_test_set_registries(NULL, NULL);
+    struct baton_config c = { 0 };
+    struct config_error err = { 0 };
+    int rc = config_load(t.main, &c, &err);
+    config_test_set_registries(test_endpoint_types, test_sink_types);
+    if (rc) fail_msg("%s:%d: %s", err.file, err.line, err.msg);
+    assert_string_equal(c.owner, "tenant1");
+    assert_true(c.has_locker);
+    assert_string_equal(c.locker_redis.host, "127.0.0.1");
+    assert_int_equal(c.locker_redis.port, 6379);
+    assert_null(c.locker_redis.password);
+    assert_int_equal(c.lease.ttl_ms, 3000);
+    assert_int_equal(c.lease.renew_ms, 1000);
+    assert_int_equal(c.n_sinks, 1);
+    assert_string_equal(c.sinks[0].name, "out");
+    assert_string_equal(c.sinks[0].type, "stdout");
+    assert_non_null(c.sinks[0].ops);
+    assert_string_equal(c.metrics_listen, "127.0.0.1:9464");
+    assert_int_equal(c.log_level, LOG_INFO);
+    assert_int_equal(c.drain_timeout_ms, 5000);
+    config_free(&c);
+    remove_tree(&t);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -744,6 +789,7 @@ int main(void)
         cmocka_unit_test(test_password_file_relative_to_main),
         cmocka_unit_test(test_absolute_endpoints_dir_and_metrics_default),
         cmocka_unit_test(test_repeat_load_error_paths_free),
+        cmocka_unit_test(test_example_main_file),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

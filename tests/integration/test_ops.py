@@ -1,0 +1,255 @@
+"""Operations: /metrics (strictly parsed), /healthz, /readyz, /status, the
+`baton status` subcommand, exit statuses, graceful SIGTERM, and every shipped
+configuration passing --check-config (config/, config/demo/, docker/)."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import harness as h  # noqa: E402
+
+
+def get(port, path, timeout=2.0):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+METRIC_LINE = re.compile(
+    r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*"'
+    r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*")*)?\})? (-?[0-9.eE+-]+|\+Inf|-Inf|NaN)$')
+
+
+def parse_metrics(text):
+    """A strict Prometheus text-format parser: every sample belongs to a
+    declared family, TYPE precedes samples, histograms are cumulative.
+    Returns ({family: type}, [(name, labels, value)]) or raises."""
+    types, samples = {}, []
+    helps = set()
+    for n, line in enumerate(text.split("\n"), 1):
+        if not line:
+            continue
+        if line.startswith("# HELP "):
+            helps.add(line.split(" ")[2])
+            continue
+        if line.startswith("# TYPE "):
+            parts = line.split(" ")
+            if len(parts) != 4 or parts[3] not in ("counter", "gauge", "histogram", "summary", "untyped"):
+                raise ValueError("line %d: bad TYPE line %r" % (n, line))
+            if parts[2] in types:
+                raise ValueError("line %d: TYPE for %s declared twice" % (n, parts[2]))
+            types[parts[2]] = parts[3]
+            continue
+        if line.startswith("#"):
+            raise ValueError("line %d: unexpected comment %r" % (n, line))
+        m = METRIC_LINE.match(line)
+        if not m:
+            raise ValueError("line %d: not a valid sample: %r" % (n, line))
+        name = m.group(1)
+        family = re.sub(r"_(bucket|sum|count)$", "", name) if re.sub(
+            r"_(bucket|sum|count)$", "", name) in types and types[re.sub(
+                r"_(bucket|sum|count)$", "", name)] == "histogram" else name
+        if family not in types:
+            raise ValueError("line %d: sample %s has no TYPE" % (n, name))
+        if types[family] == "counter" and not name.endswith("_total"):
+            raise ValueError("line %d: counter %s does not end in _total" % (n, name))
+        labels = dict(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
+        samples.append((name, labels, float(m.group(4))))
+    for fam, t in types.items():
+        if fam not in helps:
+            raise ValueError("%s has no HELP" % fam)
+        if t == "histogram":
+            by_ep = {}
+            for name, labels, v in samples:
+                if name == fam + "_bucket":
+                    by_ep.setdefault(labels.get("endpoint"), []).append((labels["le"], v))
+            for ep, buckets in by_ep.items():
+                vals = [v for _, v in buckets]
+                if vals != sorted(vals) or buckets[-1][0] != "+Inf":
+                    raise ValueError("%s{endpoint=%s}: buckets not cumulative or no +Inf" % (fam, ep))
+    return types, samples
+
+
+def sample(samples, name, **labels):
+    for n, l, v in samples:
+        if n == name and all(l.get(k) == val for k, val in labels.items()):
+            return v
+    return None
+
+
+ENDPOINT = """name = "orders"; type = "redis_psub"; sink = "out";
+host = "127.0.0.1"; port = %d; patterns = [ "orders.*" ];
+"""
+
+
+def test_metrics_health_status(t):
+    redis = t.redis()
+    mport = h.free_port()
+    main = h.main_cfg(redis.port, extra='metrics = { listen = "127.0.0.1:%d"; };' % mport)
+    b = t.baton(main, {"orders.cfg": ENDPOINT % redis.port})
+    t.require(h.wait_until(lambda: h.port_open(mport), 10), "metrics listener up")
+    t.require(h.wait_until(lambda: '"role":"leader"' in get(mport, "/status")[1], 10), "becomes leader")
+    pub = redis.client()
+    for i in range(50):
+        pub.cmd("PUBLISH", "orders.x", "m%d" % i)
+    h.wait_until(lambda: len(b.poll_records()) >= 0 and len(b.records) >= 50, 10)
+    t.check(len(b.records) == 50, "50 forwarded, got %d" % len(b.records))
+
+    code, text = get(mport, "/metrics")
+    t.require(code == 200, "/metrics 200, got %d" % code)
+    try:
+        types, samples = parse_metrics(text)
+    except ValueError as e:
+        t.require(False, "metrics do not parse: %s" % e)
+    expected = {
+        "baton_endpoint_leader": "gauge", "baton_lease_epoch": "gauge",
+        "baton_promotions_total": "counter", "baton_demotions_total": "counter",
+        "baton_lease_renew_failures_total": "counter", "baton_messages_received_total": "counter",
+        "baton_messages_forwarded_total": "counter", "baton_messages_dropped_total": "counter",
+        "baton_queue_depth": "gauge", "baton_sink_errors_total": "counter",
+        "baton_sink_latency_seconds": "histogram", "baton_locker_up": "gauge",
+        "baton_build_info": "gauge",
+    }
+    for name, typ in expected.items():
+        t.check(types.get(name) == typ, "%s is a %s (got %s)" % (name, typ, types.get(name)))
+    t.check(sample(samples, "baton_endpoint_leader", endpoint="orders") == 1, "leader gauge 1")
+    t.check(sample(samples, "baton_messages_forwarded_total", endpoint="orders") == 50,
+            "forwarded_total 50")
+    t.check(sample(samples, "baton_messages_received_total", endpoint="orders") == 50,
+            "received_total 50")
+    t.check(sample(samples, "baton_sink_latency_seconds_count", endpoint="orders") == 50,
+            "latency count 50")
+    t.check(sample(samples, "baton_locker_up") == 1, "locker up")
+    for reason in ("queue_full", "not_leader", "sink_failed"):
+        t.check(sample(samples, "baton_messages_dropped_total", endpoint="orders", reason=reason) == 0,
+                "dropped{%s} present and 0" % reason)
+    epoch = sample(samples, "baton_lease_epoch", endpoint="orders")
+    t.check(epoch and epoch > 0, "epoch > 0")
+    t.check(all(r["epoch"] == int(epoch) for r in b.records), "every envelope carries the lease epoch")
+
+    t.check(get(mport, "/healthz")[0] == 200, "/healthz 200")
+    code, body = get(mport, "/readyz")
+    t.check(code == 200 and json.loads(body)["ready"] is True, "/readyz 200 with redis up: %s" % body)
+    st = json.loads(get(mport, "/status")[1])
+    ep = st["endpoints"][0]
+    t.check(ep["name"] == "orders" and ep["role"] == "leader" and ep["forwarded"] == 50,
+            "status JSON: %s" % ep)
+    t.check(get(mport, "/nope")[0] == 404, "unknown path 404")
+
+    # baton status: asks Redis who leads
+    rc, out, err = h.run_baton(["status", "-c", b.cfg])
+    t.check(rc == 0, "baton status exit 0 (%s)" % err)
+    line = [l for l in out.splitlines() if l.startswith("orders")]
+    t.check(line and "led" in line[0] and str(int(epoch)) in line[0],
+            "status table shows orders led with epoch %d: %r" % (epoch, out))
+
+    # Redis down: /readyz 503 with a reason, /healthz still 200, locker_up 0
+    redis.stop()
+    code, body = get(mport, "/readyz", timeout=5)
+    t.check(code == 503 and "locker" in json.loads(body).get("reason", ""),
+            "/readyz 503 naming the locker: %d %s" % (code, body))
+    t.check(get(mport, "/healthz")[0] == 200, "/healthz 200 while redis is down")
+    _, samples = parse_metrics(get(mport, "/metrics", timeout=5)[1])
+    t.check(sample(samples, "baton_locker_up") == 0, "locker_up 0 while redis is down")
+    rc, out, err = h.run_baton(["status", "-c", b.cfg])
+    t.check(rc == 69 and "127.0.0.1" in err, "baton status with redis down: exit 69 naming the address (%d %r)"
+            % (rc, err))
+    t.check(b.alive(), "process survives redis going away")
+    t.check(b.term() == 0, "SIGTERM exits 0")
+
+
+def test_exit_statuses(t):
+    rc, out, err = h.run_baton(["--version"])
+    t.check(rc == 0 and out.startswith("baton "), "--version")
+    rc, out, err = h.run_baton(["--bogus"])
+    t.check(rc == 64, "unknown option -> 64, got %d" % rc)
+    rc, out, err = h.run_baton([])
+    t.check(rc == 64 and "-c" in err, "missing -c -> 64")
+    d = h.mktemp()
+    bad = os.path.join(d, "bad.cfg")
+    with open(bad, "w") as f:
+        f.write('sinks = ( { name = "out"; type = "stdout"; } );\nlease = { ttl_ms = 100; renew_ms = 200; };\n')
+    rc, out, err = h.run_baton(["-c", bad, "--check-config"])
+    t.check(rc == 78 and "bad.cfg:2" in err, "invalid lease -> 78 with file:line: %d %r" % (rc, err))
+    rc, out, err = h.run_baton(["-c", os.path.join(d, "missing.cfg"), "--check-config"])
+    t.check(rc == 78 and "missing.cfg" in err, "unreadable file -> 78 naming it: %r" % err)
+    # metrics address in use -> 69
+    port = h.free_port()
+    import socket
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", port))
+    s.listen(1)
+    good = os.path.join(d, "good.cfg")
+    with open(good, "w") as f:
+        f.write('sinks = ( { name = "out"; type = "stdout"; } );\nmetrics = { listen = "127.0.0.1:%d"; };\n'
+                'endpoints_dir = "none.d";\n' % port)
+    os.makedirs(os.path.join(d, "none.d"))
+    rc, out, err = h.run_baton(["-c", good], timeout=10)
+    s.close()
+    t.check(rc == 69 and str(port) in err, "metrics address in use -> 69: %d %r" % (rc, err))
+
+
+def check_dir(t, main_path, env=None):
+    rc, out, err = h.run_baton(["-c", main_path, "--check-config"], env=env)
+    t.check(rc == 0, "%s passes --check-config: %s%s" % (main_path, out, err))
+    return out
+
+
+def test_shipped_configs_check(t):
+    src = h.SOURCE_DIR
+    out = check_dir(t, os.path.join(src, "config", "baton.cfg"))
+    examples = sorted(f for f in os.listdir(os.path.join(src, "config", "endpoints.d")) if f.endswith(".cfg"))
+    t.check(len(examples) >= 1, "example endpoint files exist")
+    for f in examples:
+        t.check(f in out, "example %s was checked" % f)
+    # the demo templates, filled in
+    d = h.mktemp()
+    os.makedirs(os.path.join(d, "endpoints.d"))
+    demo = os.path.join(src, "config", "demo")
+    for f in os.listdir(demo):
+        if not f.endswith(".cfg"):
+            continue
+        with open(os.path.join(demo, f)) as fh:
+            text = fh.read()
+        for k in ("REDIS_PORT", "METRICS_PORT", "MQTT_PORT"):
+            text = text.replace("@%s@" % k, "6379")
+        dest = os.path.join(d, f) if f == "baton.cfg" else os.path.join(d, "endpoints.d", f)
+        with open(dest, "w") as fh:
+            fh.write(text)
+    check_dir(t, os.path.join(d, "baton.cfg"))
+    # the compose deployment's configuration
+    docker_cfg = os.path.join(src, "docker", "config", "baton.cfg")
+    if os.path.exists(docker_cfg):
+        secret = os.path.join(src, "docker", "secrets", "mysql_repl_password")
+        check_dir(t, docker_cfg, env={"BATON_MYSQL_PASSWORD_FILE": secret})
+    if shutil.which("docker-compose"):
+        p = subprocess.run(["docker-compose", "-f", os.path.join(src, "docker", "compose.yml"), "config", "-q"],
+                           capture_output=True, text=True, cwd=os.path.join(src, "docker"))
+        t.check(p.returncode == 0, "docker-compose config validates: %s" % p.stderr)
+    else:
+        h.log("docker-compose not installed: compose file not validated")
+
+
+def test_sighup_logs_status(t):
+    redis = t.redis()
+    b = t.baton(h.main_cfg(redis.port), {"orders.cfg": ENDPOINT % redis.port})
+    h.wait_until(lambda: "consuming as leader" in b.stderr_text(), 10)
+    b.signal(signal.SIGHUP)
+    t.check(h.wait_until(lambda: "SIGHUP: status" in b.stderr_text(), 5), "SIGHUP logs the status")
+    t.check(b.alive(), "SIGHUP does not stop the process")
+    t.check(b.term() == 0, "SIGTERM exits 0")
+    t.check("released" in b.stderr_text() or "demoted" in b.stderr_text(), "lease released at exit")
+
+
+if __name__ == "__main__":
+    h.main(globals())

@@ -7,8 +7,9 @@
  * check are Lua scripts loaded with SCRIPT LOAD on each connect and called by
  * EVALSHA, falling back to EVAL (and reloading) on NOSCRIPT.
  *
- * Subscriber connection: created lazily (first wait_release, or first renew so
- * that a leader notices a Redis restart between renewals), owned by its own
+ * Subscriber connection: created lazily (first wait_release, or first
+ * acquisition or renewal, so that a holder notices a Redis restart between
+ * renewals), owned by its own
  * thread, which SUBSCRIBEs to "<key>:released" for each key someone waits on,
  * wakes those waiters, and reconnects quietly with backoff. When it sees its
  * connection break it bumps the generation too: the guard then verifies its
@@ -292,7 +293,7 @@ static void *sub_main(void *arg)
             sc = redis_conn_open(&rl->opts, err, sizeof err);
             if (sc == NULL) {
                 log_debug("locker", NULL, "release subscriber: %s", err);
-                sub_wait(rl, backoff_ms(attempt < 10 ? attempt : 10, 50, 1000));
+                sub_wait(rl, backoff_ms(attempt < 10 ? attempt : 10, 50, 500));
                 attempt++;
                 continue;
             }
@@ -377,6 +378,10 @@ static int redis_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
     long long v = r->integer;
     freeReplyObject(r);
     if (v == 0) return LOCKER_HELD;
+    /* a new holder wants to notice a Redis restart between renewals */
+    pthread_mutex_lock(&rl->sub_mu);
+    sub_ensure_started_locked(rl);
+    pthread_mutex_unlock(&rl->sub_mu);
     if (v < 0) {
         snprintf(err, LOCKER_ERR_MAX, "redis %s: acquire %s: bad epoch %lld", rl->where, key, v);
         return LOCKER_ERR;

@@ -1,0 +1,523 @@
+/* Guard library against a real redis-server (tests/support/redis_server):
+ * token CAS, expiry, epochs, script cache loss, bad input (unreachable,
+ * wrong password, non-string keys), a Redis restart under two ActiveGuards,
+ * and three ActiveGuards handing over while the leader is repeatedly
+ * stopped. The sampler asserts that never two guards are leader at once. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "guard/active_guard.h"
+#include "guard/locker.h"
+#include "guard/once_guard.h"
+#include "guard/redis_conn.h"
+#include "src/common/log.h"
+#include "src/common/util.h"
+#include "tests/support/redis_server.h"
+
+static struct redis_server *shared_srv;
+
+static struct redis_opts opts_for(int port, const char *password)
+{
+    struct redis_opts o = {.host = "127.0.0.1", .port = port, .password = (char *)password,
+                           .connect_timeout_ms = 500, .command_timeout_ms = 500};
+    return o;
+}
+
+static struct locker *redis_locker(int port)
+{
+    struct redis_opts o = opts_for(port, NULL);
+    char err[LOCKER_ERR_MAX];
+    struct locker *l = locker_redis_create(&o, err);
+    if (l == NULL) fprintf(stderr, "locker_redis_create: %s\n", err);
+    assert_non_null(l);
+    return l;
+}
+
+static redisReply *raw(int port, const char *fmt, ...)
+{
+    redisContext *c = redisConnect("127.0.0.1", port);
+    assert_non_null(c);
+    assert_int_equal(c->err, 0);
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    redisFree(c);
+    assert_non_null(r);
+    return r;
+}
+
+static int group_setup(void **state)
+{
+    shared_srv = redis_server_start(NULL);
+    return shared_srv ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    redis_server_destroy(shared_srv);
+    return 0;
+}
+
+#define PORT redis_server_port(shared_srv)
+
+#define WAIT_FOR(cond, timeout_ms)                                      \
+    ({                                                                  \
+        int64_t t0_ = clock_mono_ms(), r_ = -1;                         \
+        while (clock_mono_ms() - t0_ < (timeout_ms)) {                  \
+            if (cond) {                                                 \
+                r_ = clock_mono_ms() - t0_;                             \
+                break;                                                  \
+            }                                                           \
+            usleep(2000);                                               \
+        }                                                               \
+        r_;                                                             \
+    })
+
+/* ---- locker --------------------------------------------------------------- */
+
+static void test_token_cas_unlock_renew(void **state)
+{
+    struct locker *a = redis_locker(PORT), *b = redis_locker(PORT);
+    struct lock_grant ga, gb;
+    char err[LOCKER_ERR_MAX];
+    int64_t sent = 0, t0 = clock_mono_ms();
+    assert_int_equal(locker_try_lock(a, "cas", 2000, &ga, err), LOCKER_OK);
+    assert_true(ga.sent_mono_ms >= t0 && ga.sent_mono_ms <= clock_mono_ms());
+    assert_int_equal(strlen(ga.token), 32);
+    assert_int_equal(locker_try_lock(b, "cas", 2000, &gb, err), LOCKER_HELD);
+    /* the stored value is our token */
+    redisReply *r = raw(PORT, "GET cas");
+    assert_string_equal(r->str, ga.token);
+    freeReplyObject(r);
+    /* a wrong token neither releases nor renews */
+    assert_int_equal(locker_unlock(b, "cas", "ffffffffffffffffffffffffffffffff", err),
+                     LOCKER_MISMATCH);
+    assert_non_null(strstr(err, "another token"));
+    assert_int_equal(locker_renew(b, "cas", "ffffffffffffffffffffffffffffffff", 5000, &sent, err),
+                     LOCKER_LOST);
+    assert_int_equal(b->ops->check(b, "cas", "ffffffffffffffffffffffffffffffff", err),
+                     LOCKER_LOST);
+    assert_int_equal(a->ops->check(a, "cas", ga.token, err), LOCKER_OK);
+    /* renew with the right token extends the expiry */
+    assert_int_equal(locker_renew(a, "cas", ga.token, 60000, &sent, err), LOCKER_OK);
+    r = raw(PORT, "PTTL cas");
+    assert_true(r->integer > 50000);
+    freeReplyObject(r);
+    assert_int_equal(locker_unlock(a, "cas", ga.token, err), LOCKER_OK);
+    assert_int_equal(locker_unlock(a, "cas", ga.token, err), LOCKER_MISMATCH);
+    assert_non_null(strstr(err, "not held"));
+    assert_int_equal(locker_renew(a, "cas", ga.token, 1000, &sent, err), LOCKER_LOST);
+    assert_int_equal(locker_try_lock(b, "cas", 2000, &gb, err), LOCKER_OK);
+    assert_true(gb.epoch > ga.epoch);
+    locker_unlock(b, "cas", gb.token, err);
+    locker_destroy(a);
+    locker_destroy(b);
+}
+
+static void test_expiry(void **state)
+{
+    struct locker *a = redis_locker(PORT), *b = redis_locker(PORT);
+    struct lock_grant ga, gb;
+    char err[LOCKER_ERR_MAX];
+    assert_int_equal(locker_try_lock(a, "exp", 150, &ga, err), LOCKER_OK);
+    assert_int_equal(locker_try_lock(b, "exp", 150, &gb, err), LOCKER_HELD);
+    int64_t took = WAIT_FOR(locker_try_lock(b, "exp", 150, &gb, err) == LOCKER_OK, 2000);
+    printf("lock with ttl 150 ms taken over after %lld ms\n", (long long)took);
+    assert_true(took >= 100 && took < 1000);
+    int64_t sent;
+    assert_int_equal(locker_renew(a, "exp", ga.token, 1000, &sent, err), LOCKER_LOST);
+    locker_destroy(a);
+    locker_destroy(b);
+}
+
+#define EPOCH_THREADS 4
+#define EPOCH_TOTAL 1000
+struct epoch_run {
+    struct locker *lockers[2];
+    pthread_mutex_t mu;
+    uint64_t epochs[EPOCH_TOTAL];
+    atomic_int n;
+    atomic_int errors;
+};
+
+static void *epoch_worker(void *arg)
+{
+    struct epoch_run *er = arg;
+    static atomic_int idx;
+    struct locker *l = er->lockers[atomic_fetch_add(&idx, 1) % 2];
+    char err[LOCKER_ERR_MAX];
+    while (atomic_load(&er->n) < EPOCH_TOTAL) {
+        struct lock_grant g;
+        int rc = locker_try_lock(l, "epochs", 5000, &g, err);
+        if (rc == LOCKER_ERR) atomic_fetch_add(&er->errors, 1);
+        if (rc != LOCKER_OK) continue;
+        /* appended while holding the lock: the array order is the acquisition order */
+        pthread_mutex_lock(&er->mu);
+        int i = atomic_load(&er->n);
+        if (i < EPOCH_TOTAL) er->epochs[i] = g.epoch;
+        atomic_store(&er->n, i + 1);
+        pthread_mutex_unlock(&er->mu);
+        assert_int_equal(locker_unlock(l, "epochs", g.token, err), LOCKER_OK);
+    }
+    return NULL;
+}
+
+static void test_epochs_strictly_increasing(void **state)
+{
+    struct epoch_run *er = calloc(1, sizeof *er);
+    er->lockers[0] = redis_locker(PORT);
+    er->lockers[1] = redis_locker(PORT);
+    pthread_mutex_init(&er->mu, NULL);
+    int64_t t0 = clock_mono_ms();
+    pthread_t th[EPOCH_THREADS];
+    for (int i = 0; i < EPOCH_THREADS; i++) pthread_create(&th[i], NULL, epoch_worker, er);
+    for (int i = 0; i < EPOCH_THREADS; i++) pthread_join(th[i], NULL);
+    int64_t took = clock_mono_ms() - t0;
+    assert_int_equal(atomic_load(&er->errors), 0);
+    for (int i = 1; i < EPOCH_TOTAL; i++) {
+        if (er->epochs[i] <= er->epochs[i - 1])
+            fail_msg("epoch %d (%llu) <= epoch %d (%llu)", i, (unsigned long long)er->epochs[i],
+                     i - 1, (unsigned long long)er->epochs[i - 1]);
+    }
+    /* floored by Redis TIME in ms * 1000 */
+    uint64_t wall_floor = (uint64_t)(clock_wall_ms() - 60000) * 1000u;
+    assert_true(er->epochs[0] > wall_floor);
+    printf("%d acquisitions by %d threads on 2 connections in %lld ms, epochs strictly "
+           "increasing (%llu .. %llu)\n",
+           EPOCH_TOTAL, EPOCH_THREADS, (long long)took, (unsigned long long)er->epochs[0],
+           (unsigned long long)er->epochs[EPOCH_TOTAL - 1]);
+    /* Redis loses its data: the epoch still increases */
+    freeReplyObject(raw(PORT, "FLUSHALL"));
+    struct lock_grant g;
+    char err[LOCKER_ERR_MAX];
+    assert_int_equal(locker_try_lock(er->lockers[0], "epochs", 1000, &g, err), LOCKER_OK);
+    assert_true(g.epoch > er->epochs[EPOCH_TOTAL - 1]);
+    redisReply *r = raw(PORT, "GET epochs:epoch");
+    assert_int_equal(strtoull(r->str, NULL, 10), g.epoch);
+    freeReplyObject(r);
+    locker_destroy(er->lockers[0]);
+    locker_destroy(er->lockers[1]);
+    pthread_mutex_destroy(&er->mu);
+    free(er);
+}
+
+static void test_script_cache_flushed(void **state)
+{
+    struct locker *a = redis_locker(PORT);
+    struct lock_grant g;
+    char err[LOCKER_ERR_MAX];
+    int64_t sent;
+    freeReplyObject(raw(PORT, "SCRIPT FLUSH"));
+    assert_int_equal(locker_try_lock(a, "noscript", 1000, &g, err), LOCKER_OK);
+    freeReplyObject(raw(PORT, "SCRIPT FLUSH"));
+    assert_int_equal(locker_renew(a, "noscript", g.token, 1000, &sent, err), LOCKER_OK);
+    freeReplyObject(raw(PORT, "SCRIPT FLUSH"));
+    assert_int_equal(locker_unlock(a, "noscript", g.token, err), LOCKER_OK);
+    /* reloaded: the next call goes by SHA again and works */
+    assert_int_equal(locker_try_lock(a, "noscript", 1000, &g, err), LOCKER_OK);
+    assert_int_equal(locker_unlock(a, "noscript", g.token, err), LOCKER_OK);
+    locker_destroy(a);
+}
+
+/* ---- bad input -------------------------------------------------------------- */
+
+static void test_non_string_key(void **state)
+{
+    struct locker *a = redis_locker(PORT);
+    struct lock_grant g;
+    char err[LOCKER_ERR_MAX];
+    int64_t sent;
+    freeReplyObject(raw(PORT, "DEL listkey listkey:epoch"));
+    freeReplyObject(raw(PORT, "LPUSH listkey x"));
+    assert_int_equal(locker_try_lock(a, "listkey", 1000, &g, err), LOCKER_ERR);
+    printf("non-string key: %s\n", err);
+    assert_non_null(strstr(err, "WRONGTYPE"));
+    assert_int_equal(locker_unlock(a, "listkey", "abc", err), LOCKER_ERR);
+    assert_non_null(strstr(err, "WRONGTYPE"));
+    assert_int_equal(locker_renew(a, "listkey", "abc", 1000, &sent, err), LOCKER_ERR);
+    assert_int_equal(a->ops->check(a, "listkey", "abc", err), LOCKER_ERR);
+    /* a wrong-typed epoch key: error, and the lock is not left behind */
+    freeReplyObject(raw(PORT, "DEL hk hk:epoch"));
+    freeReplyObject(raw(PORT, "HSET hk:epoch f v"));
+    assert_int_equal(locker_try_lock(a, "hk", 1000, &g, err), LOCKER_ERR);
+    assert_non_null(strstr(err, "WRONGTYPE"));
+    redisReply *r = raw(PORT, "EXISTS hk");
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+    /* the connection stays usable after error replies */
+    assert_int_equal(locker_try_lock(a, "fine", 1000, &g, err), LOCKER_OK);
+    /* OnceGuard on such a key: fail-closed skip, counted as a backend error */
+    freeReplyObject(raw(PORT, "SADD baton:once:s:k x"));
+    struct once_guard *og = once_guard_create(a, "s", NULL);
+    assert_false(once_guard_allow(og, "k"));
+    assert_int_equal(atomic_load(&once_guard_stats(og)->backend_errors), 1);
+    assert_true(once_guard_allow(og, "k2"));
+    assert_false(once_guard_allow(og, "k2"));
+    once_guard_destroy(og);
+    locker_destroy(a);
+}
+
+static void test_unreachable_redis(void **state)
+{
+    /* a port nobody listens on: start a server to learn a free port, stop it */
+    struct redis_server *s = redis_server_start(NULL);
+    assert_non_null(s);
+    int port = redis_server_port(s);
+    redis_server_stop(s);
+    struct redis_opts o = opts_for(port, NULL);
+    char err[LOCKER_ERR_MAX];
+    struct locker *l = locker_redis_create(&o, err);
+    assert_non_null(l); /* transient: created, every call reports the error */
+    struct lock_grant g;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(locker_try_lock(l, "k", 1000, &g, err), LOCKER_ERR);
+        assert_non_null(strstr(err, "127.0.0.1"));
+        assert_non_null(strstr(err, "refused"));
+    }
+    printf("unreachable: %s\n", err);
+    int64_t sent;
+    assert_int_equal(locker_renew(l, "k", "abc", 1000, &sent, err), LOCKER_ERR);
+    assert_int_equal(locker_unlock(l, "k", "abc", err), LOCKER_ERR);
+    /* it comes up: the next call connects */
+    assert_int_equal(redis_server_restart(s), 0);
+    assert_int_equal(locker_try_lock(l, "k", 1000, &g, err), LOCKER_OK);
+    locker_destroy(l);
+    /* redis_conn_open directly */
+    redis_server_stop(s);
+    assert_null(redis_conn_open(&o, err, sizeof err));
+    assert_non_null(strstr(err, "refused"));
+    redis_server_destroy(s);
+}
+
+static void test_wrong_password(void **state)
+{
+    const char *args[] = {"--requirepass", "s3cret", NULL};
+    struct redis_server *s = redis_server_start(args);
+    assert_non_null(s);
+    int port = redis_server_port(s);
+    char err[LOCKER_ERR_MAX];
+    struct redis_opts o = opts_for(port, "wrong");
+    assert_null(locker_redis_create(&o, err));
+    printf("wrong password: %s\n", err);
+    assert_true(strstr(err, "WRONGPASS") || strstr(err, "invalid"));
+    /* no password at all: created, but every call fails with the reason */
+    o = opts_for(port, NULL);
+    struct locker *l = locker_redis_create(&o, err);
+    assert_non_null(l);
+    struct lock_grant g;
+    assert_int_equal(locker_try_lock(l, "k", 1000, &g, err), LOCKER_ERR);
+    assert_non_null(strstr(err, "NOAUTH"));
+    locker_destroy(l);
+    /* right password, with a db */
+    o = opts_for(port, "s3cret");
+    o.db = 3;
+    l = locker_redis_create(&o, err);
+    assert_non_null(l);
+    assert_int_equal(locker_try_lock(l, "k", 1000, &g, err), LOCKER_OK);
+    locker_destroy(l);
+    o.db = 99999;
+    assert_null(locker_redis_create(&o, err));
+    assert_non_null(strstr(err, "SELECT"));
+    redis_server_destroy(s);
+}
+
+/* ---- ActiveGuard ---------------------------------------------------------- */
+
+#define MAXG 3
+struct sampler {
+    pthread_mutex_t mu;
+    struct active_guard *g[MAXG];
+    int n;
+    atomic_bool stop;
+    long samples, violations, leaderless;
+    pthread_t th;
+};
+
+static void *sample_loop(void *arg)
+{
+    struct sampler *s = arg;
+    while (!atomic_load(&s->stop)) {
+        bool p1[MAXG] = {0}, p2[MAXG] = {0};
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < s->n; i++) p1[i] = s->g[i] && active_guard_is_leader_now(s->g[i]);
+        for (int i = s->n - 1; i >= 0; i--)
+            p2[i] = s->g[i] && active_guard_is_leader_now(s->g[i]);
+        pthread_mutex_unlock(&s->mu);
+        int both = 0, any = 0;
+        for (int i = 0; i < s->n; i++) {
+            both += p1[i] && p2[i];
+            any += p1[i];
+        }
+        s->samples++;
+        if (both > 1) s->violations++;
+        if (any == 0) s->leaderless++;
+        usleep(500);
+    }
+    return NULL;
+}
+
+static int leader_index(struct sampler *s)
+{
+    int idx = -1, count = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n; i++)
+        if (s->g[i] && active_guard_is_leader_now(s->g[i])) {
+            idx = i;
+            count++;
+        }
+    pthread_mutex_unlock(&s->mu);
+    return count == 1 ? idx : (count > 1 ? -2 : -1);
+}
+
+static struct active_guard *new_guard(struct locker *l, int64_t ttl, int64_t renew, int64_t retry)
+{
+    struct active_guard_options o = {.ttl_ms = ttl, .renew_ms = renew, .retry_ms = retry};
+    char err[256];
+    struct active_guard *g = active_guard_create(l, "itest:lease", &o, NULL, err, sizeof err);
+    assert_non_null(g);
+    assert_int_equal(active_guard_start(g), 0);
+    return g;
+}
+
+static void test_redis_restart_never_two_leaders(void **state)
+{
+    struct redis_server *srv = redis_server_start(NULL);
+    assert_non_null(srv);
+    int port = redis_server_port(srv);
+    struct locker *l[2] = {redis_locker(port), redis_locker(port)};
+    struct sampler s = {.n = 2};
+    pthread_mutex_init(&s.mu, NULL);
+    s.g[0] = new_guard(l[0], 1000, 300, 100);
+    s.g[1] = new_guard(l[1], 1000, 300, 100);
+    pthread_create(&s.th, NULL, sample_loop, &s);
+    assert_true(WAIT_FOR(leader_index(&s) >= 0, 3000) >= 0);
+    int first = leader_index(&s);
+    assert_true(first >= 0);
+    uint64_t epoch_before = active_guard_epoch(s.g[first]);
+
+    for (int round = 0; round < 2; round++) {
+        int64_t t0 = clock_mono_ms();
+        assert_int_equal(redis_server_stop(srv), 0);
+        /* the leader notices at once (connection broke), not at the deadline */
+        int64_t noticed = WAIT_FOR(leader_index(&s) == -1, 2000);
+        printf("restart %d: leader-now false %lld ms after Redis was killed\n", round,
+               (long long)noticed);
+        assert_true(noticed >= 0 && noticed < 1000);
+        usleep(800 * 1000);
+        assert_int_equal(leader_index(&s), -1);
+        unsigned long long errs = 0;
+        for (int i = 0; i < 2; i++)
+            errs += atomic_load(&active_guard_stats(s.g[i])->backend_errors);
+        assert_true(errs > 0);
+        struct lock_grant g;
+        char err[LOCKER_ERR_MAX];
+        assert_int_equal(locker_try_lock(l[0], "probe", 1000, &g, err), LOCKER_ERR);
+        assert_true(strlen(err) > 0);
+        assert_int_equal(redis_server_restart(srv), 0);
+        int64_t back = WAIT_FOR(leader_index(&s) >= 0, 5000);
+        assert_true(back >= 0);
+        printf("restart %d: a leader again %lld ms after Redis came back (down %lld ms)\n", round,
+               (long long)back, (long long)(clock_mono_ms() - t0 - back));
+        int now_leader = leader_index(&s);
+        assert_true(now_leader >= 0);
+        assert_true(active_guard_epoch(s.g[now_leader]) > epoch_before);
+        epoch_before = active_guard_epoch(s.g[now_leader]);
+        usleep(500 * 1000);
+        assert_true(leader_index(&s) >= 0);
+    }
+    atomic_store(&s.stop, true);
+    pthread_join(s.th, NULL);
+    printf("restart test: %ld samples, %ld with two leaders\n", s.samples, s.violations);
+    assert_int_equal(s.violations, 0);
+    for (int i = 0; i < 2; i++) {
+        active_guard_destroy(s.g[i]);
+        locker_destroy(l[i]);
+    }
+    pthread_mutex_destroy(&s.mu);
+    redis_server_destroy(srv);
+}
+
+static int cmp_ll(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void test_three_guards_leader_repeatedly_stopped(void **state)
+{
+    struct locker *l[MAXG];
+    struct sampler s = {.n = MAXG};
+    pthread_mutex_init(&s.mu, NULL);
+    for (int i = 0; i < MAXG; i++) {
+        l[i] = redis_locker(PORT);
+        s.g[i] = new_guard(l[i], 1500, 500, 2000); /* retry 2 s: handover relies on announce */
+    }
+    pthread_create(&s.th, NULL, sample_loop, &s);
+    assert_true(WAIT_FOR(leader_index(&s) >= 0, 5000) >= 0);
+    long long handover[64];
+    int nh = 0;
+    int64_t end = clock_mono_ms() + 10000;
+    while (clock_mono_ms() < end && nh < 64) {
+        usleep(400 * 1000);
+        int li = leader_index(&s);
+        assert_true(li >= 0);
+        struct active_guard *old = s.g[li];
+        int64_t t0 = clock_mono_ms();
+        active_guard_stop(old); /* graceful: demote, release, announce */
+        int64_t took = WAIT_FOR(leader_index(&s) >= 0, 3000);
+        assert_true(took >= 0);
+        handover[nh++] = clock_mono_ms() - t0;
+        assert_true(leader_index(&s) != li);
+        pthread_mutex_lock(&s.mu);
+        s.g[li] = NULL;
+        pthread_mutex_unlock(&s.mu);
+        active_guard_destroy(old);
+        struct active_guard *fresh = new_guard(l[li], 1500, 500, 2000);
+        pthread_mutex_lock(&s.mu);
+        s.g[li] = fresh;
+        pthread_mutex_unlock(&s.mu);
+    }
+    atomic_store(&s.stop, true);
+    pthread_join(s.th, NULL);
+    qsort(handover, (size_t)nh, sizeof handover[0], cmp_ll);
+    printf("3 guards, 10 s: %d graceful handovers, stop->new leader ms: min %lld median %lld "
+           "max %lld (retry interval 2000 ms); %ld samples, %ld leaderless, %ld with two "
+           "leaders\n",
+           nh, handover[0], handover[nh / 2], handover[nh - 1], s.samples, s.leaderless,
+           s.violations);
+    assert_true(nh >= 10);
+    assert_int_equal(s.violations, 0);
+    assert_true(handover[nh - 1] < 1000);
+    for (int i = 0; i < MAXG; i++) {
+        active_guard_destroy(s.g[i]);
+        locker_destroy(l[i]);
+    }
+    pthread_mutex_destroy(&s.mu);
+}
+
+int main(void)
+{
+    log_set_level(LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_token_cas_unlock_renew),
+        cmocka_unit_test(test_expiry),
+        cmocka_unit_test(test_epochs_strictly_increasing),
+        cmocka_unit_test(test_script_cache_flushed),
+        cmocka_unit_test(test_non_string_key),
+        cmocka_unit_test(test_unreachable_redis),
+        cmocka_unit_test(test_wrong_password),
+        cmocka_unit_test(test_redis_restart_never_two_leaders),
+        cmocka_unit_test(test_three_guards_leader_repeatedly_stopped),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

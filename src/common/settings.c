@@ -345,6 +345,48 @@ static void list_keys(const struct setting_def *defs, const char *const *also, c
     if (first) snprintf(buf, len, "(none)");
 }
 
+/* Edit distance (insert, delete, substitute, swap of neighbours), capped:
+ * only small distances matter for "did you mean". */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return 64;
+    size_t d[64][64];
+    for (size_t i = 0; i <= la; i++) d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        for (size_t j = 1; j <= lb; j++) {
+            size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+            size_t v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+            if (d[i - 1][j - 1] + cost < v) v = d[i - 1][j - 1] + cost;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    }
+    return d[la][lb];
+}
+
+/* The closest valid key when it is close enough to be a typo, else NULL. */
+static const char *closest_key(const char *name, const struct setting_def *defs, const char *const *also)
+{
+    const char *best = NULL;
+    size_t best_d = 3; /* at most 2 edits */
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0;; i++) {
+            const char *k = pass == 0 ? (defs ? defs[i].name : NULL) : (also ? also[i] : NULL);
+            if (!k) break;
+            size_t dist = edit_distance(name, k);
+            if (dist < best_d && dist < strlen(k)) {
+                best_d = dist;
+                best = k;
+            }
+        }
+    }
+    return best;
+}
+
 int settings_parse(const struct setting_def *defs, const config_setting_t *group,
                    const char *const *also_allowed, const char *what, void *out,
                    struct config_error *err)
@@ -364,7 +406,10 @@ int settings_parse(const struct setting_def *defs, const config_setting_t *group
         if (name && !name_in(name, defs, also_allowed)) {
             char keys[400];
             list_keys(defs, also_allowed, keys, sizeof keys);
-            set_err(err, s, "%s: unknown key '%s'; valid keys: %s", what, name, keys);
+            const char *near = closest_key(name, defs, also_allowed);
+            char hint[160] = "";
+            if (near) snprintf(hint, sizeof hint, " (did you mean '%s'?)", near);
+            set_err(err, s, "%s: unknown key '%s'%s; valid keys: %s", what, name, hint, keys);
             return -1;
         }
     }

@@ -230,14 +230,14 @@ static void test_errors(void **state)
     expect_error("g = {\n e = \"Red\";\n};\n", 2, "expected one of red, green, blue");
     expect_error("g = {\n e = 1;\n};\n", 2, "'e' expected one of \"red, green, blue\" (a quoted string), got an integer");
     expect_error("g = {\n port = 1;\n  prot = 2;\n};\n", 3,
-                 "unknown key 'prot'; valid keys: b, i, port, d, s, l, e, opt, opt_int");
+                 "unknown key 'prot' (did you mean 'port'?); valid keys: b, i, port, d, s, l, e, opt, opt_int");
 }
 
 static void test_unknown_key_before_other_errors(void **state)
 {
     (void)state;
     /* the misspelt key is reported, not the value error on a later line */
-    expect_error("g = {\n port = 70000;\n  colour = 1;\n};\n", 3, "unknown key 'colour'");
+    expect_error("g = {\n port = 70000;\n  colour = 1;\n};\n", 3, "unknown key 'colour'; valid keys");
 }
 
 static void test_also_allowed_and_required(void **state)

@@ -1,18 +1,1109 @@
-/* PLACEHOLDER: replaced by the real mysql_cdc endpoint. */
-#include "endpoints/endpoint.h"
+/* mysql_cdc: MySQL/MariaDB binlog change data capture under ActiveGuard.
+ *
+ * The leader opens a replication stream (Connector/C mariadb_rpl_*, the
+ * COM_BINLOG_DUMP protocol) from the fenced checkpoint in Redis, or from
+ * `start` when there is none, and forwards one envelope per changed row:
+ *
+ *   {..., "db":"shop","table":"orders","op":"update",
+ *    "before":{"id":1,"qty":2}, "after":{"id":1,"qty":3},
+ *    "gtid":"0-1-42","position":{"file":"binlog.000003","pos":1234},
+ *    "ts":"2026-12-02T14:00:00.000Z"}      id = "<file>:<pos>:<row index>"
+ *
+ * Rows are decoded by cdc_decode.c (the library's row extraction rejects
+ * several common column types). Progress: every row message carries a
+ * sequence number; the forwarder's done callback marks it delivered; at each
+ * transaction boundary (XID, COMMIT, standalone DDL) the consumer records
+ * file:pos, and every checkpoint_every_events rows or checkpoint_every_ms it
+ * writes the newest boundary whose messages were all delivered to Redis,
+ * fenced by the lease epoch (cdc_checkpoint.c). Delivery across failover is
+ * at-least-once from that checkpoint.
+ *
+ * Threads: start() spawns the consumer and, when guarded, waits until the
+ * stream is open (first event received) or failed. stop() sets a flag, shuts
+ * the sockets down to interrupt mariadb_rpl_fetch, joins. */
+#include <errno.h>
+#include <inttypes.h>
+#include <mysql.h>
+#include <mariadb_rpl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
 
-static const struct setting_def defs[] = { SETTINGS_END };
-static enum guard_kind auto_guard(const void *s) { (void)s; return GUARD_ACTIVE; }
-static void *create(const void *s, struct endpoint_host *h, char *err, size_t n)
+#include "endpoints/cdc_checkpoint.h"
+#include "endpoints/cdc_decode.h"
+#include "endpoints/cdc_filter.h"
+#include "endpoints/endpoint.h"
+#include "guard/redis_conn.h"
+#include "guard/scope.h"
+#include "src/common/envelope.h"
+#include "src/common/log.h"
+#include "src/common/util.h"
+
+#define COMPONENT "mysql_cdc"
+#define HEADER_LEN 19 /* binlog v4 common event header */
+
+/* ------------------------------------------------------------ settings */
+
+enum { CKPT_AUTO = 0, CKPT_REDIS, CKPT_NONE };
+enum { PURGED_FAIL = 0, PURGED_OLDEST };
+
+struct cdc_settings {
+    char *host;
+    int64_t port;
+    char *user;
+    char *password_env;
+    char *password_file;
+    bool ssl;
+    char *ssl_ca;
+    char *ssl_capath;
+    char *ssl_cert;
+    char *ssl_key;
+    bool ssl_verify;
+    int64_t server_id;
+    struct strlist tables;
+    struct strlist exclude_tables;
+    struct strlist ops;
+    char *start;
+    int checkpoint;
+    int64_t checkpoint_every_events;
+    int64_t checkpoint_every_ms;
+    bool ddl;
+    int on_purged;
+    int64_t connect_timeout_ms;
+    int64_t heartbeat_ms;
+    int64_t reconnect_backoff_ms;
+    int64_t reconnect_backoff_max_ms;
+};
+
+static const char *const ckpt_choices[] = { "auto", "redis", "none", NULL };
+static const char *const purged_choices[] = { "fail", "oldest", NULL };
+
+#define OFF(f) offsetof(struct cdc_settings, f)
+static const struct setting_def cdc_defs[] = {
+    { "host", SETTING_STRING, OFF(host), .def = "127.0.0.1", .help = "server host name or address" },
+    { "port", SETTING_INT, OFF(port), .def = "3306", .min = 1, .max = 65535, .help = "TCP port" },
+    { "user", SETTING_STRING, OFF(user), .required = true,
+      .help = "user with REPLICATION SLAVE and REPLICATION CLIENT (BINLOG MONITOR) privileges" },
+    { "password_env", SETTING_STRING, OFF(password_env), .help = "environment variable holding the password" },
+    { "password_file", SETTING_STRING, OFF(password_file), .help = "file holding the password (first line)" },
+    { "ssl", SETTING_BOOL, OFF(ssl), .def = "false", .help = "require TLS" },
+    { "ssl_ca", SETTING_STRING, OFF(ssl_ca), .help = "CA certificate file (PEM)" },
+    { "ssl_capath", SETTING_STRING, OFF(ssl_capath), .help = "directory of CA certificates" },
+    { "ssl_cert", SETTING_STRING, OFF(ssl_cert), .help = "client certificate (PEM)" },
+    { "ssl_key", SETTING_STRING, OFF(ssl_key), .help = "client key (PEM)" },
+    { "ssl_verify", SETTING_BOOL, OFF(ssl_verify), .def = "true",
+      .help = "verify the server certificate and host name (when ssl is on)" },
+    { "server_id", SETTING_INT, OFF(server_id), .required = true, .min = 1, .max = 4294967295LL,
+      .help = "replication server id: one unique id per replica set, distinct from every real replica's" },
+    { "tables", SETTING_STRLIST, OFF(tables), .help = "include patterns \"db.table\" (globs, e.g. \"shop.*\"); empty = all" },
+    { "exclude_tables", SETTING_STRLIST, OFF(exclude_tables), .help = "exclude patterns \"db.table\"" },
+    { "ops", SETTING_STRLIST, OFF(ops), .help = "operations to forward: insert, update, delete (empty = all)" },
+    { "start", SETTING_STRING, OFF(start), .def = "latest",
+      .help = "where to start without a checkpoint: \"latest\", \"oldest\" or \"file:pos\"" },
+    { "checkpoint", SETTING_ENUM, OFF(checkpoint), .def = "auto", .choices = ckpt_choices,
+      .help = "binlog position checkpoint: redis (default with a redis locker) or none" },
+    { "checkpoint_every_events", SETTING_INT, OFF(checkpoint_every_events), .def = "1000", .min = 1,
+      .max = 100000000, .help = "write the checkpoint after this many row events" },
+    { "checkpoint_every_ms", SETTING_INT, OFF(checkpoint_every_ms), .def = "1000", .min = 1,
+      .max = 3600000, .help = "or after this many milliseconds, whichever comes first" },
+    { "ddl", SETTING_BOOL, OFF(ddl), .def = "false", .help = "forward DDL statements as op \"ddl\"" },
+    { "on_purged", SETTING_ENUM, OFF(on_purged), .def = "fail", .choices = purged_choices,
+      .help = "when the resume position was purged: fail (keep retrying, log) or oldest (skip the gap)" },
+    { "connect_timeout_ms", SETTING_INT, OFF(connect_timeout_ms), .def = "3000", .min = 100,
+      .max = 600000, .help = "connect timeout" },
+    { "heartbeat_ms", SETTING_INT, OFF(heartbeat_ms), .def = "1000", .min = 100, .max = 60000,
+      .help = "server heartbeat period while the binlog is idle (dead-connection detection)" },
+    { "reconnect_backoff_ms", SETTING_INT, OFF(reconnect_backoff_ms), .def = "200", .min = 1,
+      .max = 600000, .help = "first reconnect delay" },
+    { "reconnect_backoff_max_ms", SETTING_INT, OFF(reconnect_backoff_max_ms), .def = "5000", .min = 1,
+      .max = 3600000, .help = "largest reconnect delay" },
+    SETTINGS_END
+};
+
+static int check_start(const char *start, char *msg, size_t msglen)
 {
-    (void)s; (void)h;
-    if (n) err[0] = 0;
+    char file[CDC_FILE_MAX];
+    uint64_t pos;
+    if (!start || strcmp(start, "latest") == 0 || strcmp(start, "oldest") == 0) return 0;
+    if (cdc_position_parse(start, file, sizeof file, &pos) == 0) return 0;
+    snprintf(msg, msglen, "start \"%s\": expected \"latest\", \"oldest\" or \"file:pos\" "
+             "(e.g. \"binlog.000003:4\")", start);
+    return -1;
+}
+
+static int cdc_validate(const void *settings, enum guard_kind guard, bool force, char *msg,
+                        size_t msglen)
+{
+    const struct cdc_settings *s = settings;
+    if (check_start(s->start, msg, msglen)) return -1;
+    struct cdc_filter f;
+    if (cdc_filter_init(&f, &s->tables, &s->exclude_tables, &s->ops, msg, msglen)) return -1;
+    cdc_filter_free(&f);
+    if (s->password_env && s->password_file) {
+        snprintf(msg, msglen, "give password_env or password_file, not both");
+        return -1;
+    }
+    if (s->reconnect_backoff_max_ms < s->reconnect_backoff_ms) {
+        snprintf(msg, msglen, "reconnect_backoff_max_ms must be >= reconnect_backoff_ms");
+        return -1;
+    }
+    if (guard == GUARD_ONCE) {
+        snprintf(msg, msglen, "guard \"once\" does not apply to a binlog stream (rows have no "
+                 "delivery identity to race on): use \"active\" (the default) or \"none\"");
+        return -1;
+    }
+    if (guard == GUARD_NONE && !force) {
+        snprintf(msg, msglen, "guard \"none\" makes every replica forward every row: use "
+                 "\"active\" (the default), or set force_guard = true for a single instance");
+        return -1;
+    }
     return 0;
 }
-static int start(void *ep) { (void)ep; return -1; }
-static void stop(void *ep) { (void)ep; }
-static void destroy(void *ep) { (void)ep; }
+
+static enum guard_kind cdc_auto_guard(const void *settings)
+{
+    (void)settings;
+    return GUARD_ACTIVE;
+}
+
+/* ------------------------------------------------------------ endpoint */
+
+enum start_state { START_PENDING, START_OK, START_FAILED };
+
+struct table_entry {
+    struct cdc_table t;
+    bool pass;       /* table filter result */
+    bool used;
+};
+
+struct cdc {
+    const struct cdc_settings *s;
+    struct endpoint_host *h;
+    char *password;
+    struct cdc_filter filter;
+    bool guarded;
+    bool ckpt_on;
+    char where[300];
+    char ckpt_key[GUARD_KEY_MAX];
+    char *epoch_key; /* NULL: unfenced */
+    struct cdc_progress *progress;
+
+    pthread_mutex_t lock; /* fds, start state */
+    pthread_cond_t cond;
+    int fds[2];           /* sockets to shut down on stop: binlog, metadata */
+    enum start_state start_state;
+    char start_err[512];
+    atomic_bool stop;
+    bool running;
+    pthread_t thread;
+    struct log_ratelimit rl_retry, rl_bad, rl_ckpt;
+
+    /* consumer thread state */
+    uint64_t epoch;
+    MYSQL *meta; /* information_schema connection, opened on demand */
+    redisContext *redis;
+    struct envelope env;
+    bool have_pos;
+    bool confirmed;          /* the stream delivered its first event this term */
+    bool streamed;           /* ... this session */
+    bool server_crc;
+    char file[CDC_FILE_MAX]; /* current binlog file */
+    uint64_t pos;            /* position after the last event read */
+    char resume_file[CDC_FILE_MAX];
+    uint64_t resume_pos;     /* last transaction boundary */
+    bool in_txn, standalone;
+    char txn_file[CDC_FILE_MAX];
+    uint64_t txn_pos;        /* where the current transaction's GTID event starts */
+    uint64_t txn_rows;       /* rows emitted for it */
+    char skip_file[CDC_FILE_MAX];
+    uint64_t skip_pos, skip_rows, skip_left; /* replay suppression after a reconnect */
+    char gtid[64];
+    struct table_entry *tables;
+    size_t ntables;
+    uint64_t rows_since_ckpt;
+    int64_t last_ckpt_ms;
+    uint64_t events, rows_emitted;
+};
+
+static void set_start_state(struct cdc *c, enum start_state st, const char *err)
+{
+    pthread_mutex_lock(&c->lock);
+    if (c->start_state == START_PENDING) {
+        c->start_state = st;
+        if (err) snprintf(c->start_err, sizeof c->start_err, "%s", err);
+        pthread_cond_broadcast(&c->cond);
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Registers the socket of a new connection so stop() can shut it down;
+ * false when stopping already. */
+static bool register_fd(struct cdc *c, int slot, MYSQL *m)
+{
+    pthread_mutex_lock(&c->lock);
+    bool ok = !atomic_load(&c->stop);
+    if (ok) c->fds[slot] = (int)mysql_get_socket(m);
+    pthread_mutex_unlock(&c->lock);
+    return ok;
+}
+
+static void close_conn(struct cdc *c, int slot, MYSQL **m)
+{
+    if (!*m) return;
+    pthread_mutex_lock(&c->lock);
+    c->fds[slot] = -1;
+    pthread_mutex_unlock(&c->lock);
+    mysql_close(*m);
+    *m = NULL;
+}
+
+/* mysql handle with timeouts and TLS; not yet connected. */
+static MYSQL *conn_new(struct cdc *c, unsigned read_timeout_s)
+{
+    MYSQL *m = mysql_init(NULL);
+    if (!m) return NULL;
+    unsigned ct = (unsigned)((c->s->connect_timeout_ms + 999) / 1000);
+    mysql_optionsv(m, MYSQL_OPT_CONNECT_TIMEOUT, &ct);
+    mysql_optionsv(m, MYSQL_OPT_READ_TIMEOUT, &read_timeout_s);
+    mysql_optionsv(m, MYSQL_OPT_WRITE_TIMEOUT, &read_timeout_s);
+    if (c->s->ssl) {
+        my_bool on = 1, verify = c->s->ssl_verify;
+        mysql_ssl_set(m, c->s->ssl_key, c->s->ssl_cert, c->s->ssl_ca, c->s->ssl_capath, NULL);
+        mysql_optionsv(m, MYSQL_OPT_SSL_ENFORCE, &on);
+        mysql_optionsv(m, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
+    }
+    return m;
+}
+
+static int conn_connect(struct cdc *c, MYSQL *m, char *err, size_t errlen)
+{
+    if (!mysql_real_connect(m, c->s->host, c->s->user, c->password, NULL, (unsigned)c->s->port,
+                            NULL, 0)) {
+        snprintf(err, errlen, "mysql %s: connect as '%s': %s (error %u)", c->where, c->s->user,
+                 mysql_error(m), mysql_errno(m));
+        return -1;
+    }
+    return 0;
+}
+
+static int run_sql(struct cdc *c, MYSQL *m, const char *sql, char *err, size_t errlen)
+{
+    if (mysql_query(m, sql)) {
+        snprintf(err, errlen, "mysql %s: %s: %s (error %u)", c->where, sql, mysql_error(m),
+                 mysql_errno(m));
+        return -1;
+    }
+    MYSQL_RES *r = mysql_store_result(m);
+    if (r) mysql_free_result(r);
+    return 0;
+}
+
+/* First row, column col of a query; out "" when there is no row. */
+static int query_value(struct cdc *c, MYSQL *m, const char *sql, unsigned col, char *out,
+                       size_t outlen, char *out2, size_t out2len, char *err, size_t errlen)
+{
+    if (mysql_query(m, sql)) {
+        snprintf(err, errlen, "mysql %s: %s: %s (error %u)", c->where, sql, mysql_error(m),
+                 mysql_errno(m));
+        return -1;
+    }
+    MYSQL_RES *r = mysql_store_result(m);
+    out[0] = '\0';
+    if (out2) out2[0] = '\0';
+    if (!r) return 0;
+    MYSQL_ROW row = mysql_fetch_row(r);
+    if (row && mysql_num_fields(r) > col) {
+        snprintf(out, outlen, "%s", row[col] ? row[col] : "");
+        if (out2 && mysql_num_fields(r) > col + 1)
+            snprintf(out2, out2len, "%s", row[col + 1] ? row[col + 1] : "");
+    }
+    mysql_free_result(r);
+    return 0;
+}
+
+/* Resolves `start` into file/pos on the connected server. */
+static int resolve_start(struct cdc *c, MYSQL *m, const char *start, char *err, size_t errlen)
+{
+    char a[CDC_FILE_MAX], b[32];
+    if (strcmp(start, "latest") == 0) {
+        if (query_value(c, m, "SHOW MASTER STATUS", 0, a, sizeof a, b, sizeof b, err, errlen))
+            return -1;
+    } else if (strcmp(start, "oldest") == 0) {
+        if (query_value(c, m, "SHOW BINARY LOGS", 0, a, sizeof a, NULL, 0, err, errlen))
+            return -1;
+        snprintf(b, sizeof b, "4");
+    } else {
+        uint64_t pos;
+        if (cdc_position_parse(start, a, sizeof a, &pos)) {
+            snprintf(err, errlen, "bad position \"%s\"", start);
+            return -1;
+        }
+        snprintf(c->file, sizeof c->file, "%s", a);
+        c->pos = pos;
+        return 0;
+    }
+    if (!a[0]) {
+        snprintf(err, errlen, "mysql %s: binary logging is disabled on the server (log_bin is "
+                 "OFF): there is no binlog to stream; enable log_bin with binlog_format=ROW",
+                 c->where);
+        return -1;
+    }
+    snprintf(c->file, sizeof c->file, "%s", a);
+    c->pos = strtoull(b, NULL, 10);
+    if (c->pos < 4) c->pos = 4;
+    return 0;
+}
+
+/* ------------------------------------------------------------ checkpoint */
+
+static bool redis_ready(struct cdc *c, char *err, size_t errlen)
+{
+    if (c->redis && !c->redis->err) return true;
+    if (c->redis) redisFree(c->redis);
+    c->redis = redis_conn_open(c->h->locker_redis, err, errlen);
+    return c->redis != NULL;
+}
+
+/* Writes file:pos; logs the outcome. Returns 1, 0 (stale) or -1. */
+static int write_checkpoint(struct cdc *c, const char *file, uint64_t pos)
+{
+    char err[512];
+    const char *name = c->h->name;
+    if (!redis_ready(c, err, sizeof err)) {
+        long long supp = 0;
+        if (log_ratelimit_ok(&c->rl_ckpt, 5000, &supp))
+            log_warn(COMPONENT, name, "checkpoint not written: %s (%lld similar suppressed)", err, supp);
+        return -1;
+    }
+    int rc = cdc_checkpoint_write(c->redis, c->ckpt_key, c->epoch_key, c->epoch, file, pos, err,
+                                  sizeof err);
+    if (rc == 0) {
+        log_error(COMPONENT, name, "%s: this replica is no longer the leader", err);
+    } else if (rc < 0) {
+        long long supp = 0;
+        if (log_ratelimit_ok(&c->rl_ckpt, 5000, &supp))
+            log_warn(COMPONENT, name, "checkpoint not written: %s (%lld similar suppressed)", err, supp);
+        redisFree(c->redis);
+        c->redis = NULL;
+    } else {
+        log_debug(COMPONENT, name, "checkpoint %s = %s:%" PRIu64 " (epoch %" PRIu64 ")",
+                  c->ckpt_key, file, pos, c->epoch);
+    }
+    return rc;
+}
+
+static void maybe_checkpoint(struct cdc *c, bool force)
+{
+    if (!c->ckpt_on) return;
+    int64_t now = clock_mono_ms();
+    if (!force && c->rows_since_ckpt < (uint64_t)c->s->checkpoint_every_events &&
+        now - c->last_ckpt_ms < c->s->checkpoint_every_ms)
+        return;
+    c->rows_since_ckpt = 0;
+    c->last_ckpt_ms = now;
+    char file[CDC_FILE_MAX];
+    uint64_t pos;
+    if (cdc_progress_checkpoint(c->progress, file, &pos)) write_checkpoint(c, file, pos);
+}
+
+static void on_done(void *arg, const struct message *m, enum msg_outcome o)
+{
+    struct cdc *c = arg;
+    cdc_progress_done(c->progress, m->seq, o == MSG_DELIVERED);
+    if (o != MSG_DELIVERED) {
+        long long supp = 0;
+        if (log_ratelimit_ok(&c->rl_bad, 5000, &supp))
+            log_warn(COMPONENT, c->h->name, "row message %s not delivered (%s): the checkpoint "
+                     "stays before it for this term, a later leader re-reads it (%lld similar "
+                     "suppressed)", m->id, msg_outcome_name(o), supp);
+    }
+}
+
+/* ------------------------------------------------------------ tables */
+
+static struct table_entry *table_find(struct cdc *c, uint64_t id)
+{
+    for (size_t i = 0; i < c->ntables; i++)
+        if (c->tables[i].used && c->tables[i].t.table_id == id) return &c->tables[i];
+    return NULL;
+}
+
+static void tables_clear(struct cdc *c)
+{
+    for (size_t i = 0; i < c->ntables; i++) cdc_table_free(&c->tables[i].t);
+    free(c->tables);
+    c->tables = NULL;
+    c->ntables = 0;
+}
+
+/* Column names, signedness and binary-ness from information_schema, for
+ * table maps without FULL metadata (binlog_row_metadata=MINIMAL). */
+static void schema_lookup(struct cdc *c, struct cdc_table *t)
+{
+    char err[512];
+    const char *name = c->h->name;
+    if (!c->meta) {
+        unsigned rt = 10;
+        c->meta = conn_new(c, rt);
+        if (!c->meta || conn_connect(c, c->meta, err, sizeof err) || !register_fd(c, 1, c->meta)) {
+            log_warn(COMPONENT, name, "column names of %s.%s unknown (no FULL table map metadata "
+                     "and information_schema unreachable: %s); keys are @1, @2, ...",
+                     t->db, t->table, c->meta ? err : "out of memory");
+            close_conn(c, 1, &c->meta);
+            return;
+        }
+    }
+    char edb[2 * 256 + 1], etb[2 * 256 + 1], sql[1400];
+    mysql_real_escape_string(c->meta, edb, t->db, (unsigned long)strlen(t->db));
+    mysql_real_escape_string(c->meta, etb, t->table, (unsigned long)strlen(t->table));
+    snprintf(sql, sizeof sql,
+             "SELECT COLUMN_NAME, COLUMN_TYPE, CHARACTER_SET_NAME FROM information_schema.COLUMNS "
+             "WHERE TABLE_SCHEMA='%s' AND TABLE_NAME='%s' ORDER BY ORDINAL_POSITION", edb, etb);
+    if (mysql_query(c->meta, sql)) {
+        log_warn(COMPONENT, name, "information_schema lookup of %s.%s: %s", t->db, t->table,
+                 mysql_error(c->meta));
+        close_conn(c, 1, &c->meta);
+        return;
+    }
+    MYSQL_RES *r = mysql_store_result(c->meta);
+    if (!r) return;
+    uint64_t n = mysql_num_rows(r);
+    char **names = xcalloc(n + 1, sizeof *names);
+    bool *uns = xcalloc(n + 1, sizeof *uns), *bin = xcalloc(n + 1, sizeof *bin);
+    MYSQL_ROW row;
+    uint32_t k = 0;
+    while ((row = mysql_fetch_row(r)) && k < n) {
+        names[k] = xstrdup(row[0] ? row[0] : "");
+        uns[k] = row[1] && strstr(row[1], "unsigned") != NULL;
+        bin[k] = row[2] == NULL;
+        k++;
+    }
+    mysql_free_result(r);
+    if (k != t->ncols)
+        log_warn(COMPONENT, name, "%s.%s: information_schema lists %u columns, the table map %u "
+                 "(schema changed since the event was written?)", t->db, t->table, k, t->ncols);
+    cdc_table_apply_schema(t, names, uns, bin, k);
+    for (uint32_t i = 0; i < k; i++) free(names[i]);
+    free(names);
+    free(uns);
+    free(bin);
+}
+
+static void handle_table_map(struct cdc *c, const unsigned char *body, size_t len)
+{
+    if (len >= 6) {
+        uint64_t id = 0;
+        for (int i = 5; i >= 0; i--) id = (id << 8) | body[i];
+        struct table_entry *e = table_find(c, id);
+        if (e && e->t.body_len == len && memcmp(e->t.body, body, len) == 0) return; /* unchanged */
+    }
+    struct cdc_table t;
+    char err[256];
+    if (cdc_table_parse(body, len, &t, err, sizeof err)) {
+        atomic_fetch_add_explicit(&c->h->stats->malformed, 1, memory_order_relaxed);
+        log_warn(COMPONENT, c->h->name, "%s:%" PRIu64 ": %s", c->file, c->pos, err);
+        return;
+    }
+    bool pass = cdc_filter_table(&c->filter, t.db, t.table);
+    if (pass && !t.have_names) schema_lookup(c, &t);
+    struct table_entry *e = table_find(c, t.table_id);
+    if (!e) {
+        if (c->ntables >= 4096) tables_clear(c);
+        c->tables = xrealloc(c->tables, (c->ntables + 1) * sizeof *c->tables);
+        e = &c->tables[c->ntables++];
+        memset(e, 0, sizeof *e);
+    } else {
+        cdc_table_free(&e->t);
+    }
+    e->t = t;
+    e->pass = pass;
+    e->used = true;
+}
+
+/* ------------------------------------------------------------ emitting */
+
+static void begin_envelope(struct cdc *c, const char *id)
+{
+    envelope_begin(&c->env, c->h->name, c->h->type, c->epoch, id, clock_wall_ms());
+}
+
+static void finish_common(struct cdc *c, uint64_t ev_pos, uint32_t ts)
+{
+    struct envelope *e = &c->env;
+    envelope_key(e, "gtid");
+    if (c->gtid[0]) jbuf_strz(&e->buf, c->gtid);
+    else jbuf_null(&e->buf);
+    envelope_key(e, "position");
+    jbuf_rawz(&e->buf, "{\"file\":");
+    jbuf_strz(&e->buf, c->file);
+    jbuf_rawz(&e->buf, ",\"pos\":");
+    jbuf_u64(&e->buf, ev_pos);
+    jbuf_char(&e->buf, '}');
+    char tsb[32];
+    clock_format_rfc3339((int64_t)ts * 1000, tsb, sizeof tsb);
+    envelope_strz(e, "ts", tsb);
+}
+
+static void emit_current(struct cdc *c)
+{
+    struct message *m = envelope_finish(&c->env);
+    if (c->ckpt_on) {
+        m->seq = cdc_progress_assign(c->progress);
+        m->done = on_done;
+        m->done_arg = c;
+    }
+    c->h->emit(c->h, m);
+    c->rows_since_ckpt++;
+    c->rows_emitted++;
+}
+
+static void bad_event(struct cdc *c, const char *what)
+{
+    atomic_fetch_add_explicit(&c->h->stats->malformed, 1, memory_order_relaxed);
+    long long supp = 0;
+    if (log_ratelimit_ok(&c->rl_bad, 5000, &supp))
+        log_warn(COMPONENT, c->h->name, "%s:%" PRIu64 ": %s; event skipped (%lld similar "
+                 "suppressed)", c->file, c->pos, what, supp);
+}
+
+static void handle_rows(struct cdc *c, int type, const unsigned char *body, size_t len,
+                        uint64_t ev_pos, uint32_t ts)
+{
+    struct cdc_rows rows;
+    char err[256];
+    if (cdc_rows_parse(type, body, len, &rows, err, sizeof err)) {
+        bad_event(c, err);
+        return;
+    }
+    struct table_entry *te = table_find(c, rows.table_id);
+    if (!te) {
+        snprintf(err, sizeof err, "rows event for unknown table id %" PRIu64, rows.table_id);
+        bad_event(c, err);
+        return;
+    }
+    if (!te->pass || !cdc_filter_op(&c->filter, rows.op)) return;
+    if (te->t.ncols != rows.ncols) {
+        snprintf(err, sizeof err, "rows event has %u columns, table map of %s.%s %u", rows.ncols,
+                 te->t.db, te->t.table, te->t.ncols);
+        bad_event(c, err);
+        return;
+    }
+    const unsigned char *p = rows.data;
+    for (uint64_t idx = 0; p < rows.end; idx++) {
+        char id[CDC_FILE_MAX + 48];
+        snprintf(id, sizeof id, "%s:%" PRIu64 ":%" PRIu64, c->file, ev_pos, idx);
+        begin_envelope(c, id);
+        struct envelope *e = &c->env;
+        envelope_strz(e, "db", te->t.db);
+        envelope_strz(e, "table", te->t.table);
+        envelope_strz(e, "op", cdc_op_name(rows.op));
+        envelope_key(e, "before");
+        int rc = 0;
+        if (rows.op == CDC_OP_INSERT) jbuf_null(&e->buf);
+        else rc = cdc_row_to_json(&te->t, rows.present, &p, rows.end, &e->buf, err, sizeof err);
+        if (rc == 0) {
+            envelope_key(e, "after");
+            if (rows.op == CDC_OP_DELETE) jbuf_null(&e->buf);
+            else
+                rc = cdc_row_to_json(&te->t, rows.op == CDC_OP_UPDATE ? rows.present_upd : rows.present,
+                                     &p, rows.end, &e->buf, err, sizeof err);
+        }
+        if (rc) {
+            char what[400];
+            snprintf(what, sizeof what, "%s.%s row %" PRIu64 ": %s", te->t.db, te->t.table, idx, err);
+            bad_event(c, what);
+            return;
+        }
+        if (c->skip_left > 0) { /* already forwarded before the reconnect */
+            c->skip_left--;
+            c->txn_rows++;
+            continue;
+        }
+        finish_common(c, ev_pos, ts);
+        emit_current(c);
+        c->txn_rows++;
+    }
+}
+
+static void end_txn(struct cdc *c)
+{
+    c->in_txn = false;
+    c->standalone = false;
+    c->skip_left = 0;
+    snprintf(c->resume_file, sizeof c->resume_file, "%s", c->file);
+    c->resume_pos = c->pos;
+    if (c->ckpt_on) cdc_progress_boundary(c->progress, c->file, c->pos);
+}
+
+static bool stmt_is(const char *s, size_t n, const char *word)
+{
+    size_t w = strlen(word);
+    return n >= w && strncasecmp(s, word, w) == 0 && (n == w || s[w] == ' ' || s[w] == '\t' ||
+                                                      s[w] == ';');
+}
+
+static void handle_query(struct cdc *c, const MARIADB_RPL_EVENT *ev, uint64_t ev_pos)
+{
+    const char *sql = ev->event.query.statement.str;
+    size_t n = ev->event.query.statement.length;
+    while (n && sql[n - 1] == '\0') n--;
+    if (!sql || n == 0) return;
+    if (stmt_is(sql, n, "BEGIN") || stmt_is(sql, n, "SAVEPOINT") || stmt_is(sql, n, "XA"))
+        return;
+    if (stmt_is(sql, n, "COMMIT") || stmt_is(sql, n, "ROLLBACK")) {
+        end_txn(c);
+        return;
+    }
+    /* DDL (or a statement-format statement): names may have changed */
+    char db[256];
+    snprintf(db, sizeof db, "%.*s", (int)ev->event.query.database.length,
+             ev->event.query.database.str ? ev->event.query.database.str : "");
+    tables_clear(c);
+    if (c->s->ddl && cdc_filter_db(&c->filter, db) && c->skip_left == 0) {
+        char id[CDC_FILE_MAX + 48];
+        snprintf(id, sizeof id, "%s:%" PRIu64 ":0", c->file, ev_pos);
+        begin_envelope(c, id);
+        envelope_strz(&c->env, "db", db);
+        envelope_key(&c->env, "table");
+        jbuf_null(&c->env.buf);
+        envelope_strz(&c->env, "op", "ddl");
+        envelope_str(&c->env, "statement", sql, n);
+        finish_common(c, ev_pos, ev->timestamp);
+        emit_current(c);
+    }
+    if (!c->in_txn || c->standalone) end_txn(c);
+}
+
+/* One event. Returns false when the stream must be reopened. */
+static void handle_event(struct cdc *c, MARIADB_RPL_EVENT *ev)
+{
+    const unsigned char *raw = ev->raw_data ? ev->raw_data + ev->raw_data_ofs : NULL;
+    size_t ev_len = ev->raw_data ? ev->raw_data_size - ev->raw_data_ofs : 0;
+    size_t crc = c->server_crc ? 4 : 0;
+    const unsigned char *body = raw ? raw + HEADER_LEN : NULL;
+    size_t body_len = ev_len >= HEADER_LEN + crc ? ev_len - HEADER_LEN - crc : 0;
+    uint64_t next = ev->next_event_pos;
+    uint64_t ev_pos = next >= ev_len ? next - ev_len : c->pos;
+    c->events++;
+
+    switch ((int)ev->event_type) {
+    case ROTATE_EVENT: {
+        if (body_len < 8) break;
+        uint64_t p = 0;
+        for (int i = 7; i >= 0; i--) p = (p << 8) | body[i];
+        size_t fl = body_len - 8;
+        if (fl >= sizeof c->file) fl = sizeof c->file - 1;
+        memcpy(c->file, body + 8, fl);
+        c->file[fl] = '\0';
+        c->pos = p;
+        if (!c->in_txn) {
+            snprintf(c->resume_file, sizeof c->resume_file, "%s", c->file);
+            c->resume_pos = c->pos;
+            if (c->ckpt_on) cdc_progress_boundary(c->progress, c->file, c->pos);
+        }
+        log_debug(COMPONENT, c->h->name, "now at %s:%" PRIu64, c->file, c->pos);
+        return;
+    }
+    case GTID_EVENT:
+        snprintf(c->gtid, sizeof c->gtid, "%u-%u-%" PRIu64, ev->event.gtid.domain_id,
+                 ev->server_id, (uint64_t)ev->event.gtid.sequence_nr);
+        c->in_txn = true;
+        c->standalone = (ev->event.gtid.flags & FL_STANDALONE) != 0;
+        snprintf(c->txn_file, sizeof c->txn_file, "%s", c->file);
+        c->txn_pos = ev_pos;
+        c->txn_rows = 0;
+        c->skip_left = 0;
+        if (c->skip_rows && strcmp(c->skip_file, c->txn_file) == 0 && c->skip_pos == ev_pos) {
+            c->skip_left = c->skip_rows;
+            c->skip_rows = 0;
+        }
+        break;
+    case QUERY_EVENT:
+        if (next) c->pos = next;
+        handle_query(c, ev, ev_pos);
+        return;
+    case XID_EVENT:
+        if (next) c->pos = next;
+        end_txn(c);
+        return;
+    case TABLE_MAP_EVENT:
+        if (body) handle_table_map(c, body, body_len);
+        break;
+    case WRITE_ROWS_EVENT_V1: case UPDATE_ROWS_EVENT_V1: case DELETE_ROWS_EVENT_V1:
+    case WRITE_ROWS_EVENT: case UPDATE_ROWS_EVENT: case DELETE_ROWS_EVENT:
+        if (body) handle_rows(c, (int)ev->event_type, body, body_len, ev_pos, ev->timestamp);
+        break;
+    case WRITE_ROWS_COMPRESSED_EVENT_V1: case UPDATE_ROWS_COMPRESSED_EVENT_V1:
+    case DELETE_ROWS_COMPRESSED_EVENT_V1: case WRITE_ROWS_COMPRESSED_EVENT:
+    case UPDATE_ROWS_COMPRESSED_EVENT: case DELETE_ROWS_COMPRESSED_EVENT:
+        bad_event(c, "compressed rows event (log_bin_compress=ON) is not supported");
+        break;
+    case HEARTBEAT_LOG_EVENT:
+    case FORMAT_DESCRIPTION_EVENT:
+        return; /* positions of these are not stream positions to resume from */
+    default:
+        break;
+    }
+    if (next && !(ev->flags & LOG_EVENT_ARTIFICIAL_F)) c->pos = next;
+}
+
+/* ------------------------------------------------------------ session */
+
+static bool is_purged_error(unsigned errnum, const char *msg)
+{
+    return errnum == 1236 && msg &&
+           (strstr(msg, "Could not find first log file") || strstr(msg, "purged") ||
+            strstr(msg, "could not find") || strstr(msg, "Could not find"));
+}
+
+enum { SESSION_STOPPED = 0, SESSION_ERROR = -1, SESSION_PURGED = -2 };
+
+/* Connects, resolves the position, streams until an error or stop. */
+static int session(struct cdc *c, MYSQL *m, char *err, size_t errlen)
+{
+    const char *name = c->h->name;
+    if (conn_connect(c, m, err, errlen)) return SESSION_ERROR;
+    if (!register_fd(c, 0, m)) return SESSION_STOPPED;
+
+    char crc[32];
+    if (query_value(c, m, "SELECT @@global.binlog_checksum", 0, crc, sizeof crc, NULL, 0, err,
+                    errlen))
+        return SESSION_ERROR;
+    c->server_crc = strcasecmp(crc, "NONE") != 0 && crc[0];
+    char sql[160];
+    snprintf(sql, sizeof sql, "SET @master_heartbeat_period = %" PRId64, c->s->heartbeat_ms * 1000000);
+    if (run_sql(c, m, "SET @master_binlog_checksum = @@global.binlog_checksum", err, errlen) ||
+        run_sql(c, m, "SET @mariadb_slave_capability = 4", err, errlen) ||
+        run_sql(c, m, sql, err, errlen))
+        return SESSION_ERROR;
+
+    if (!c->have_pos) {
+        int found = 0;
+        if (c->ckpt_on) {
+            char e2[512];
+            if (!redis_ready(c, e2, sizeof e2)) {
+                snprintf(err, errlen, "cannot read the checkpoint: %s", e2);
+                return SESSION_ERROR;
+            }
+            found = cdc_checkpoint_read(c->redis, c->ckpt_key, c->file, &c->pos, e2, sizeof e2);
+            if (found < 0) {
+                snprintf(err, errlen, "cannot read the checkpoint: %s", e2);
+                redisFree(c->redis);
+                c->redis = NULL;
+                return SESSION_ERROR;
+            }
+        }
+        if (found) {
+            log_info(COMPONENT, name, "resuming from checkpoint %s = %s:%" PRIu64, c->ckpt_key,
+                     c->file, c->pos);
+        } else {
+            if (resolve_start(c, m, c->s->start, err, errlen)) return SESSION_ERROR;
+            log_info(COMPONENT, name, "%s; start = \"%s\" = %s:%" PRIu64,
+                     c->ckpt_on ? "no checkpoint yet" : "checkpoint off", c->s->start, c->file,
+                     c->pos);
+            if (c->ckpt_on && write_checkpoint(c, c->file, c->pos) != 1) {
+                snprintf(err, errlen, "cannot write the initial checkpoint %s", c->ckpt_key);
+                return SESSION_ERROR;
+            }
+        }
+        snprintf(c->resume_file, sizeof c->resume_file, "%s", c->file);
+        c->resume_pos = c->pos;
+        c->have_pos = true;
+    }
+
+    MARIADB_RPL *rpl = mariadb_rpl_init(m);
+    if (!rpl) {
+        snprintf(err, errlen, "mariadb_rpl_init: %s", mysql_error(m));
+        return SESSION_ERROR;
+    }
+    snprintf(c->file, sizeof c->file, "%s", c->resume_file);
+    c->pos = c->resume_pos;
+    c->in_txn = false;
+    c->standalone = false;
+    mariadb_rpl_optionsv(rpl, MARIADB_RPL_SERVER_ID, (unsigned)c->s->server_id);
+    mariadb_rpl_optionsv(rpl, MARIADB_RPL_FILENAME, c->file, strlen(c->file));
+    mariadb_rpl_optionsv(rpl, MARIADB_RPL_START, (unsigned long)c->pos);
+    mariadb_rpl_optionsv(rpl, MARIADB_RPL_FLAGS, 0u);
+    int rc = SESSION_ERROR;
+    MARIADB_RPL_EVENT *ev = NULL;
+    if (mariadb_rpl_open(rpl)) {
+        snprintf(err, errlen, "mysql %s: binlog dump from %s:%" PRIu64 ": %s (error %u)", c->where,
+                 c->file, c->pos, mysql_error(m), mysql_errno(m));
+        goto out;
+    }
+    for (;;) {
+        ev = mariadb_rpl_fetch(rpl, ev);
+        if (atomic_load(&c->stop)) {
+            rc = SESSION_STOPPED;
+            break;
+        }
+        if (!ev) {
+            unsigned en = mysql_errno(m);
+            const char *em = mysql_error(m);
+            if (is_purged_error(en, em)) {
+                snprintf(err, errlen, "mysql %s: position %s:%" PRIu64 " is no longer on the "
+                         "server (binlog purged?): %s (error %u)", c->where, c->file, c->pos, em, en);
+                rc = SESSION_PURGED;
+            } else {
+                snprintf(err, errlen, "mysql %s: binlog stream at %s:%" PRIu64 ": %s (error %u)",
+                         c->where, c->file, c->pos, em[0] ? em : "stream ended", en);
+            }
+            break;
+        }
+        c->streamed = true;
+        if (!c->confirmed) {
+            c->confirmed = true;
+            set_start_state(c, START_OK, NULL);
+            log_info(COMPONENT, name, "streaming the binlog of %s from %s:%" PRIu64
+                     " as server_id %" PRId64 " (epoch %" PRIu64 ")", c->where, c->file, c->pos,
+                     c->s->server_id, c->epoch);
+        }
+        handle_event(c, ev);
+        maybe_checkpoint(c, false);
+    }
+out:
+    if (ev) mariadb_free_rpl_event(ev);
+    mariadb_rpl_close(rpl);
+    return rc;
+}
+
+static void *consumer_main(void *arg)
+{
+    struct cdc *c = arg;
+    struct endpoint_host *h = c->h;
+    const char *name = h->name;
+    unsigned attempt = 0;
+    int64_t lost_since = 0;
+    char err[1024];
+
+    while (!atomic_load(&c->stop)) {
+        unsigned rt = (unsigned)((c->s->heartbeat_ms * 4 + 999) / 1000);
+        if (rt < 2) rt = 2;
+        MYSQL *m = conn_new(c, rt);
+        if (!m) {
+            snprintf(err, sizeof err, "mysql_init: out of memory");
+        }
+        c->streamed = false;
+        int rc = m ? session(c, m, err, sizeof err) : SESSION_ERROR;
+        /* a transaction cut in the middle is re-read from its start; rows
+         * already forwarded are skipped on the way */
+        if (c->in_txn && c->txn_rows > 0) {
+            snprintf(c->skip_file, sizeof c->skip_file, "%s", c->txn_file);
+            c->skip_pos = c->txn_pos;
+            c->skip_rows = c->txn_rows;
+        }
+        c->in_txn = false;
+        if (m) close_conn(c, 0, &m);
+        close_conn(c, 1, &c->meta);
+        if (atomic_load(&c->stop) || rc == SESSION_STOPPED) break;
+        atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
+
+        if (rc == SESSION_PURGED && c->s->on_purged == PURGED_OLDEST) {
+            char e2[512], oldf[CDC_FILE_MAX];
+            uint64_t oldp = c->resume_pos;
+            snprintf(oldf, sizeof oldf, "%s", c->resume_file);
+            MYSQL *m2 = conn_new(c, rt);
+            if (m2 && conn_connect(c, m2, e2, sizeof e2) == 0 && register_fd(c, 0, m2) &&
+                resolve_start(c, m2, "oldest", e2, sizeof e2) == 0) {
+                log_error(COMPONENT, name, "%s; on_purged = oldest: restarting from %s:%" PRIu64
+                          " (the events between %s:%" PRIu64 " and it are LOST)", err, c->file,
+                          c->pos, oldf, oldp);
+                snprintf(c->resume_file, sizeof c->resume_file, "%s", c->file);
+                c->resume_pos = c->pos;
+                c->skip_rows = 0;
+                if (c->ckpt_on) cdc_progress_boundary(c->progress, c->file, c->pos);
+                if (m2) close_conn(c, 0, &m2);
+                continue;
+            }
+            if (m2) close_conn(c, 0, &m2);
+        } else if (rc == SESSION_PURGED) {
+            snprintf(err + strlen(err), sizeof err - strlen(err),
+                     "; on_purged = fail: fix the position (set start and delete the checkpoint "
+                     "key %s) or set on_purged = oldest", c->ckpt_on ? c->ckpt_key : "(none)");
+        }
+
+        if (!c->confirmed && c->guarded) {
+            set_start_state(c, START_FAILED, err);
+            return NULL;
+        }
+        set_start_state(c, START_OK, NULL); /* unguarded: retry in the background */
+        int64_t now = clock_mono_ms();
+        if (c->streamed) {
+            log_warn(COMPONENT, name, "%s; reconnecting from %s:%" PRIu64, err, c->resume_file,
+                     c->resume_pos);
+            attempt = 0;
+            lost_since = now;
+        }
+        if (!lost_since) lost_since = now;
+        if (c->guarded && now - lost_since >= h->lease_ttl_ms) {
+            char reason[1200];
+            snprintf(reason, sizeof reason, "source unusable for %" PRId64 " ms (lease ttl %" PRId64
+                     " ms): %s", now - lost_since, h->lease_ttl_ms, err);
+            log_error(COMPONENT, name, "%s; giving up the lease so another replica can try", reason);
+            h->source_lost(h, reason);
+            break;
+        }
+        int64_t d = backoff_ms(attempt++, c->s->reconnect_backoff_ms, c->s->reconnect_backoff_max_ms);
+        long long supp = 0;
+        if (log_ratelimit_ok(&c->rl_retry, 5000, &supp))
+            log_warn(COMPONENT, name, "%s; retrying in %" PRId64 " ms (%lld similar suppressed)",
+                     err, d, supp);
+        sleep_ms_cancellable(d, &c->stop);
+    }
+    maybe_checkpoint(c, true); /* what the sink accepted so far */
+    if (c->redis) {
+        redisFree(c->redis);
+        c->redis = NULL;
+    }
+    set_start_state(c, START_FAILED, "stopped before the stream opened");
+    return NULL;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+static void cdc_destroy(void *ep);
+
+static void *cdc_create(const void *settings, struct endpoint_host *host, char *err, size_t errlen)
+{
+    const struct cdc_settings *s = settings;
+    char msg[512];
+    if (cdc_validate(s, host->guard, true, msg, sizeof msg)) {
+        snprintf(err, errlen, "endpoint '%s': %s", host->name, msg);
+        return NULL;
+    }
+    struct cdc *c = xcalloc(1, sizeof *c);
+    c->s = s;
+    c->h = host;
+    c->fds[0] = c->fds[1] = -1;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->cond, NULL);
+    envelope_init(&c->env);
+    c->progress = cdc_progress_create();
+    snprintf(c->where, sizeof c->where, "%s:%" PRId64, s->host, s->port);
+    if (cdc_filter_init(&c->filter, &s->tables, &s->exclude_tables, &s->ops, msg, sizeof msg)) {
+        snprintf(err, errlen, "endpoint '%s': %s", host->name, msg);
+        cdc_destroy(c);
+        return NULL;
+    }
+    if (secret_resolve(s->password_env, s->password_file, &c->password, msg, sizeof msg)) {
+        snprintf(err, errlen, "endpoint '%s': password: %s", host->name, msg);
+        cdc_destroy(c);
+        return NULL;
+    }
+    c->guarded = host->guard == GUARD_ACTIVE;
+    if (s->checkpoint == CKPT_REDIS && !host->locker_redis) {
+        snprintf(err, errlen, "endpoint '%s': checkpoint = \"redis\" needs a redis locker in the "
+                 "main configuration (or set checkpoint = \"none\")", host->name);
+        cdc_destroy(c);
+        return NULL;
+    }
+    c->ckpt_on = s->checkpoint == CKPT_REDIS || (s->checkpoint == CKPT_AUTO && host->locker_redis);
+    if (c->ckpt_on) {
+        if (guard_key(c->ckpt_key, sizeof c->ckpt_key, host->key_prefix, "cdc", host->scope, NULL) < 0) {
+            snprintf(err, errlen, "endpoint '%s': checkpoint key too long", host->name);
+            cdc_destroy(c);
+            return NULL;
+        }
+        if (host->lease_key) {
+            size_t n = strlen(host->lease_key);
+            c->epoch_key = xmalloc(n + 7);
+            memcpy(c->epoch_key, host->lease_key, n);
+            memcpy(c->epoch_key + n, ":epoch", 7);
+        } else {
+            log_warn(COMPONENT, host->name, "checkpoint %s is written without a fencing epoch "
+                     "(guard is not \"active\")", c->ckpt_key);
+        }
+    }
+    return c;
+}
+
+static int cdc_start(void *ep)
+{
+    struct cdc *c = ep;
+    const char *name = c->h->name;
+    if (c->running) {
+        log_error(COMPONENT, name, "start called while already running");
+        return -1;
+    }
+    atomic_store(&c->stop, false);
+    c->start_state = START_PENDING;
+    c->start_err[0] = '\0';
+    c->epoch = c->h->epoch(c->h);
+    c->have_pos = false;
+    c->confirmed = false;
+    c->in_txn = false;
+    c->skip_rows = c->skip_left = 0;
+    c->gtid[0] = '\0';
+    c->rows_since_ckpt = 0;
+    c->last_ckpt_ms = clock_mono_ms();
+    tables_clear(c);
+    cdc_progress_reset(c->progress);
+    int rc = pthread_create(&c->thread, NULL, consumer_main, c);
+    if (rc != 0) {
+        log_error(COMPONENT, name, "cannot create the consumer thread: %s", strerror(rc));
+        return -1;
+    }
+    c->running = true;
+    if (!c->guarded) return 0;
+    pthread_mutex_lock(&c->lock);
+    while (c->start_state == START_PENDING) pthread_cond_wait(&c->cond, &c->lock);
+    enum start_state st = c->start_state;
+    pthread_mutex_unlock(&c->lock);
+    if (st == START_FAILED) {
+        pthread_join(c->thread, NULL);
+        c->running = false;
+        log_error(COMPONENT, name, "cannot stream the binlog: %s", c->start_err);
+        return -1;
+    }
+    return 0;
+}
+
+static void cdc_stop(void *ep)
+{
+    struct cdc *c = ep;
+    if (!c->running) return;
+    atomic_store(&c->stop, true);
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < 2; i++)
+        if (c->fds[i] >= 0) shutdown(c->fds[i], SHUT_RDWR); /* wakes mariadb_rpl_fetch */
+    pthread_mutex_unlock(&c->lock);
+    pthread_join(c->thread, NULL);
+    c->running = false;
+    log_info(COMPONENT, c->h->name, "stopped at %s:%" PRIu64 " after %" PRIu64 " row events",
+             c->file, c->pos, c->rows_emitted);
+}
+
+static void cdc_destroy(void *ep)
+{
+    struct cdc *c = ep;
+    if (!c) return;
+    cdc_stop(c);
+    tables_clear(c);
+    cdc_filter_free(&c->filter);
+    envelope_free(&c->env);
+    cdc_progress_destroy(c->progress);
+    if (c->password) {
+        memset(c->password, 0, strlen(c->password));
+        free(c->password);
+    }
+    free(c->epoch_key);
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->cond);
+    free(c);
+}
+
 const struct endpoint_ops ep_mysql_cdc_ops = {
-    .type = "mysql_cdc", .settings = defs, .settings_size = 1, .auto_guard = auto_guard,
-    .create = create, .start = start, .stop = stop, .destroy = destroy,
+    .type = "mysql_cdc",
+    .settings = cdc_defs,
+    .settings_size = sizeof(struct cdc_settings),
+    .auto_guard = cdc_auto_guard,
+    .validate = cdc_validate,
+    .create = cdc_create,
+    .start = cdc_start,
+    .stop = cdc_stop,
+    .destroy = cdc_destroy,
 };

@@ -1,0 +1,336 @@
+/* mysql_cdc decoding: value formats, TABLE_MAP/ROWS bodies captured from a
+ * MariaDB 10.11 server (binlog_row_metadata=FULL), positions, filters and the
+ * delivered-prefix checkpoint tracker. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "endpoints/cdc_checkpoint.h"
+#include "endpoints/cdc_decode.h"
+#include "endpoints/cdc_filter.h"
+
+static size_t unhex(const char *h, unsigned char *out, size_t cap)
+{
+    size_t n = 0;
+    for (; h[0] && h[1] && n < cap; h += 2) {
+        unsigned v;
+        sscanf(h, "%2x", &v);
+        out[n++] = (unsigned char)v;
+    }
+    return n;
+}
+
+static void test_decimal(void **state)
+{
+    (void)state;
+    char out[80];
+    /* decimal(5,2) 3.25: 80 03 19 */
+    const unsigned char a[] = { 0x80, 0x03, 0x19 };
+    assert_int_equal(cdc_format_decimal(a, sizeof a, 5, 2, out, sizeof out), 3);
+    assert_string_equal(out, "3.25");
+    /* decimal(10,3) -1234.567: positive encoding of 1234.567 is
+     * intg 7 -> 4 bytes (0x800004D2), frac 3 -> 2 bytes (0x0237); negated */
+    const unsigned char pos[] = { 0x80, 0x00, 0x04, 0xD2, 0x02, 0x37 };
+    unsigned char neg[6];
+    for (int i = 0; i < 6; i++) neg[i] = (unsigned char)~pos[i];
+    assert_int_equal(cdc_format_decimal(pos, 6, 10, 3, out, sizeof out), 6);
+    assert_string_equal(out, "1234.567");
+    assert_int_equal(cdc_format_decimal(neg, 6, 10, 3, out, sizeof out), 6);
+    assert_string_equal(out, "-1234.567");
+    /* zero with scale */
+    const unsigned char z[] = { 0x80, 0x00, 0x00, 0x00, 0x00, 0x00 };
+    assert_int_equal(cdc_format_decimal(z, 6, 10, 3, out, sizeof out), 6);
+    assert_string_equal(out, "0.000");
+    /* too short, bad precision */
+    assert_int_equal(cdc_format_decimal(pos, 5, 10, 3, out, sizeof out), -1);
+    assert_int_equal(cdc_format_decimal(pos, 6, 0, 0, out, sizeof out), -1);
+    assert_int_equal(cdc_format_decimal(pos, 6, 5, 6, out, sizeof out), -1);
+}
+
+static void test_temporal(void **state)
+{
+    (void)state;
+    char out[64];
+    unsigned char b[16];
+    /* DATETIME2(0) 2024-02-03 04:05:06: ym = 2024*13+2 = 26314,
+     * ymd = ym<<5|3, hms = 4<<12|5<<6|6; int = ymd<<17|hms + 0x8000000000 */
+    uint64_t ym = 2024 * 13 + 2, ymd = ym << 5 | 3, hms = 4 << 12 | 5 << 6 | 6;
+    uint64_t v = (ymd << 17 | hms) + 0x8000000000ULL;
+    for (int i = 0; i < 5; i++) b[i] = (unsigned char)(v >> (8 * (4 - i)));
+    assert_int_equal(cdc_format_datetime2(b, 5, 0, out, sizeof out), 5);
+    assert_string_equal(out, "2024-02-03T04:05:06");
+    b[5] = 0x03; b[6] = 0x15; /* fsp 3: 789 * 1000 us / 100 = 7890 = 0x1ED2 */
+    b[5] = 0x1E; b[6] = 0xD2;
+    assert_int_equal(cdc_format_datetime2(b, 7, 3, out, sizeof out), 7);
+    assert_string_equal(out, "2024-02-03T04:05:06.789");
+    assert_int_equal(cdc_format_datetime2(b, 6, 3, out, sizeof out), -1);
+
+    /* TIME2(0) -12:34:56 */
+    int64_t t = -((int64_t)(12 << 12 | 34 << 6 | 56));
+    uint64_t tv = (uint64_t)(t + 0x800000);
+    b[0] = (unsigned char)(tv >> 16); b[1] = (unsigned char)(tv >> 8); b[2] = (unsigned char)tv;
+    assert_int_equal(cdc_format_time2(b, 3, 0, out, sizeof out), 3);
+    assert_string_equal(out, "-12:34:56");
+    /* TIME2(2) 12:34:56.50 */
+    tv = (uint64_t)(12 << 12 | 34 << 6 | 56) + 0x800000;
+    b[0] = (unsigned char)(tv >> 16); b[1] = (unsigned char)(tv >> 8); b[2] = (unsigned char)tv;
+    b[3] = 50;
+    assert_int_equal(cdc_format_time2(b, 4, 2, out, sizeof out), 4);
+    assert_string_equal(out, "12:34:56.50");
+
+    /* TIMESTAMP2(6) 1706933106.123456 */
+    const unsigned char ts[] = { 0x65, 0xBD, 0xBB, 0x72, 0x01, 0xE2, 0x40 };
+    assert_int_equal(cdc_format_timestamp2(ts, 7, 6, out, sizeof out), 7);
+    assert_string_equal(out, "2024-02-03T04:05:06.123456Z");
+    /* DATE 2024-02-03: 2024<<9 | 2<<5 | 3 */
+    unsigned dv = 2024u << 9 | 2u << 5 | 3u;
+    b[0] = (unsigned char)dv; b[1] = (unsigned char)(dv >> 8); b[2] = (unsigned char)(dv >> 16);
+    assert_int_equal(cdc_format_date(b, 3, out, sizeof out), 3);
+    assert_string_equal(out, "2024-02-03");
+    assert_int_equal(cdc_format_date(b, 2, out, sizeof out), -1);
+
+    cdc_format_float(1.5f, out, sizeof out);
+    assert_string_equal(out, "1.5");
+    cdc_format_float(0.1f, out, sizeof out);
+    assert_string_equal(out, "0.1");
+}
+
+/* Table z from a MariaDB 10.11 binlog:
+ *   create table z (id int unsigned primary key, y year, f float,
+ *     d decimal(5,2) unsigned, bt bit(3), t tinyint unsigned, v varchar(10),
+ *     vb varbinary(5), bl blob, tx text, e enum('a','b'), st set('x','y'),
+ *     c char(3) charset latin1, g geometry null, j json) charset utf8mb4;
+ * (MariaDB's JSON is a LONGTEXT: a string, not base64.)
+ *   insert into z values (1, 2024, 1.5, 3.25, b'101', 9, 'é', x'ff', x'00',
+ *     'txt', 'b', 'x,y', 'é', null, '[1]');
+ * Bodies: event minus the 19-byte header and the 4-byte checksum. */
+static const char TM_Z[] =
+    "360000000000010004" "73686f7000" "017a00" "0f030d04f610010f0ffcfcfefefefffc"
+    "130405020300280005000202f701f801fe030404" "fe7f"
+    "0101d8" "03072d3f3f2d083f2e" "070100"
+    "042402696401790166016402627401740176027662" "02626c027478016502737401630167016a"
+    "0a012d" "05050201780179" "06050201610162" "080100";
+static const char ROWS_Z[] =
+    "36000000000001000fff7f00a0010000007c0000c03f8003190509" "02c3a9" "01ff" "010000"
+    "0300747874" "02" "03" "01e9" "030000005b315d";
+
+static void test_table_and_row(void **state)
+{
+    (void)state;
+    unsigned char tm[512], rw[512];
+    size_t tl = unhex(TM_Z, tm, sizeof tm), rl = unhex(ROWS_Z, rw, sizeof rw);
+    struct cdc_table t;
+    char err[256];
+    assert_int_equal(cdc_table_parse(tm, tl, &t, err, sizeof err), 0);
+    assert_string_equal(t.db, "shop");
+    assert_string_equal(t.table, "z");
+    assert_int_equal(t.ncols, 15);
+    assert_true(t.have_names);
+    assert_true(t.have_signedness);
+    assert_string_equal(t.cols[0].name, "id");
+    assert_true(t.cols[0].is_unsigned);
+    assert_true(t.cols[5].is_unsigned);
+    assert_false(t.cols[2].is_unsigned);
+    assert_int_equal(t.cols[7].charset, 63);
+    assert_int_equal(t.cols[12].charset, 8);
+    assert_int_equal(t.cols[10].type, CDC_T_ENUM);
+    assert_int_equal(t.cols[10].nvalues, 2);
+
+    struct cdc_rows r;
+    assert_int_equal(cdc_rows_parse(23, rw, rl, &r, err, sizeof err), 0);
+    assert_int_equal(r.op, CDC_OP_INSERT);
+    assert_int_equal(r.table_id, t.table_id);
+    assert_int_equal(r.ncols, 15);
+    struct jbuf b;
+    jbuf_init(&b, 64);
+    const unsigned char *p = r.data;
+    assert_int_equal(cdc_row_to_json(&t, r.present, &p, r.end, &b, err, sizeof err), 0);
+    assert_ptr_equal(p, r.end);
+    jbuf_char(&b, '\0');
+    assert_string_equal(b.data,
+        "{\"id\":1,\"y\":2024,\"f\":1.5,\"d\":\"3.25\",\"bt\":5,\"t\":9,\"v\":\"\xc3\xa9\","
+        "\"vb\":{\"base64\":\"/w==\"},\"bl\":{\"base64\":\"AA==\"},\"tx\":\"txt\",\"e\":\"b\","
+        "\"st\":\"x,y\",\"c\":\"\xc3\xa9\",\"g\":null,\"j\":\"[1]\"}");
+
+    /* every truncation is an error, never a crash or an over-read */
+    for (size_t cut = 0; cut < (size_t)(r.end - r.data); cut++) {
+        jbuf_reset(&b);
+        p = r.data;
+        assert_int_equal(cdc_row_to_json(&t, r.present, &p, r.data + cut, &b, err, sizeof err), -1);
+    }
+    for (size_t cut = 0; cut < tl; cut++) {
+        struct cdc_table t2;
+        if (cdc_table_parse(tm, cut, &t2, err, sizeof err) == 0) cdc_table_free(&t2);
+    }
+    assert_int_equal(cdc_rows_parse(19, rw, rl, &r, err, sizeof err), -1);
+    assert_int_equal(cdc_rows_parse(23, rw, 5, &r, err, sizeof err), -1);
+    jbuf_free(&b);
+
+    cdc_table_free(&t);
+}
+
+static void test_minimal_metadata(void **state)
+{
+    (void)state;
+    /* table s (id int, name varchar(20)) with no optional metadata */
+    unsigned char tm[64];
+    size_t tl = unhex("160000000000010004" "73686f7000" "017300" "02030f" "025000" "02", tm, sizeof tm);
+    struct cdc_table t;
+    char err[128];
+    assert_int_equal(cdc_table_parse(tm, tl, &t, err, sizeof err), 0);
+    assert_false(t.have_names);
+    char *names[] = { "id", "name" };
+    bool uns[] = { true, false }, bin[] = { false, false };
+    cdc_table_apply_schema(&t, names, uns, bin, 2);
+    assert_true(t.have_names);
+    assert_string_equal(t.cols[1].name, "name");
+    assert_true(t.cols[0].is_unsigned);
+    unsigned char row[] = { 0x00, 0xff, 0xff, 0xff, 0xff, 0x02, 'h', 'i' };
+    unsigned char present[] = { 0x03 };
+    struct jbuf b;
+    jbuf_init(&b, 64);
+    const unsigned char *p = row;
+    assert_int_equal(cdc_row_to_json(&t, present, &p, row + sizeof row, &b, err, sizeof err), 0);
+    jbuf_char(&b, '\0');
+    assert_string_equal(b.data, "{\"id\":4294967295,\"name\":\"hi\"}");
+    jbuf_free(&b);
+    cdc_table_free(&t);
+}
+
+static void test_position(void **state)
+{
+    (void)state;
+    char f[CDC_FILE_MAX];
+    uint64_t pos;
+    assert_int_equal(cdc_position_parse("binlog.000003:1234", f, sizeof f, &pos), 0);
+    assert_string_equal(f, "binlog.000003");
+    assert_int_equal(pos, 1234);
+    assert_int_equal(cdc_position_parse("a:b:4", f, sizeof f, &pos), 0);
+    assert_string_equal(f, "a:b");
+    assert_int_equal(cdc_position_parse("binlog.000003", f, sizeof f, &pos), -1);
+    assert_int_equal(cdc_position_parse(":4", f, sizeof f, &pos), -1);
+    assert_int_equal(cdc_position_parse("f:3", f, sizeof f, &pos), -1);
+    assert_int_equal(cdc_position_parse("f:-4", f, sizeof f, &pos), -1);
+    assert_int_equal(cdc_position_parse("f:12x", f, sizeof f, &pos), -1);
+    assert_int_equal(cdc_position_parse("f:99999999999", f, sizeof f, &pos), -1);
+    assert_int_equal(cdc_position_parse(NULL, f, sizeof f, &pos), -1);
+    assert_int_equal(cdc_position_parse("abcdef:4", f, 4, &pos), -1);
+}
+
+static void test_filter(void **state)
+{
+    (void)state;
+    char *inc[] = { "shop.*", "crm.cust?mers" }, *exc[] = { "shop.tmp_*" }, *ops[] = { "insert", "delete" };
+    struct strlist li = { inc, 2 }, le = { exc, 1 }, lo = { ops, 2 };
+    struct cdc_filter f;
+    char msg[256];
+    assert_int_equal(cdc_filter_init(&f, &li, &le, &lo, msg, sizeof msg), 0);
+    assert_true(cdc_filter_table(&f, "shop", "orders"));
+    assert_false(cdc_filter_table(&f, "shop", "tmp_x"));
+    assert_true(cdc_filter_table(&f, "crm", "customers"));
+    assert_false(cdc_filter_table(&f, "crm", "leads"));
+    assert_false(cdc_filter_table(&f, "shopx", "orders"));
+    assert_true(cdc_filter_db(&f, "crm"));
+    assert_false(cdc_filter_db(&f, "other"));
+    assert_true(cdc_filter_op(&f, CDC_OP_INSERT));
+    assert_false(cdc_filter_op(&f, CDC_OP_UPDATE));
+    assert_true(cdc_filter_op(&f, CDC_OP_DDL));
+    cdc_filter_free(&f);
+
+    struct strlist empty = { NULL, 0 };
+    assert_int_equal(cdc_filter_init(&f, &empty, &empty, &empty, msg, sizeof msg), 0);
+    assert_true(cdc_filter_table(&f, "any", "thing"));
+    assert_true(cdc_filter_op(&f, CDC_OP_UPDATE));
+    cdc_filter_free(&f);
+
+    char *bad[] = { "nodot" };
+    struct strlist lb = { bad, 1 };
+    assert_int_equal(cdc_filter_init(&f, &lb, &empty, &empty, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "nodot"));
+    char *badop[] = { "upsert" };
+    struct strlist lbo = { badop, 1 };
+    assert_int_equal(cdc_filter_init(&f, &empty, &empty, &lbo, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "upsert"));
+}
+
+static void test_progress(void **state)
+{
+    (void)state;
+    struct cdc_progress *p = cdc_progress_create();
+    char f[CDC_FILE_MAX];
+    uint64_t pos;
+    cdc_progress_reset(p);
+    assert_false(cdc_progress_checkpoint(p, f, &pos));
+    uint64_t s0 = cdc_progress_assign(p), s1 = cdc_progress_assign(p);
+    cdc_progress_boundary(p, "b.1", 100); /* txn A: s0, s1 */
+    uint64_t s2 = cdc_progress_assign(p);
+    cdc_progress_boundary(p, "b.1", 200); /* txn B: s2 */
+    assert_false(cdc_progress_checkpoint(p, f, &pos));
+    cdc_progress_done(p, s1, true); /* out of order */
+    assert_false(cdc_progress_checkpoint(p, f, &pos));
+    cdc_progress_done(p, s0, true);
+    assert_true(cdc_progress_checkpoint(p, f, &pos));
+    assert_string_equal(f, "b.1");
+    assert_int_equal(pos, 100);
+    assert_false(cdc_progress_checkpoint(p, f, &pos)); /* nothing newer */
+    /* an empty transaction (filtered rows) moves the boundary once delivered */
+    cdc_progress_done(p, s2, true);
+    cdc_progress_boundary(p, "b.2", 4);
+    assert_true(cdc_progress_checkpoint(p, f, &pos));
+    assert_string_equal(f, "b.2");
+    assert_int_equal(pos, 4);
+    /* a dropped message holds the checkpoint for the rest of the term */
+    uint64_t s3 = cdc_progress_assign(p);
+    cdc_progress_boundary(p, "b.2", 300);
+    uint64_t s4 = cdc_progress_assign(p);
+    cdc_progress_boundary(p, "b.2", 400);
+    cdc_progress_done(p, s3, false);
+    cdc_progress_done(p, s4, true);
+    assert_false(cdc_progress_checkpoint(p, f, &pos));
+    bool blocked = false;
+    assert_int_equal(cdc_progress_pending(p, &blocked), 2);
+    assert_true(blocked);
+    /* a new term ignores outcomes of the old one */
+    cdc_progress_reset(p);
+    uint64_t t0 = cdc_progress_assign(p);
+    cdc_progress_boundary(p, "b.3", 50);
+    cdc_progress_done(p, s4, true);
+    assert_false(cdc_progress_checkpoint(p, f, &pos));
+    cdc_progress_done(p, t0, true);
+    assert_true(cdc_progress_checkpoint(p, f, &pos));
+    assert_int_equal(pos, 50);
+    /* many in flight: the ring grows */
+    uint64_t *seqs = calloc(5000, sizeof *seqs);
+    for (int i = 0; i < 5000; i++) {
+        seqs[i] = cdc_progress_assign(p);
+        cdc_progress_boundary(p, "b.4", 1000 + (uint64_t)i);
+    }
+    for (int i = 4999; i >= 1; i--) cdc_progress_done(p, seqs[i], true);
+    assert_false(cdc_progress_checkpoint(p, f, &pos));
+    cdc_progress_done(p, seqs[0], true);
+    assert_true(cdc_progress_checkpoint(p, f, &pos));
+    assert_string_equal(f, "b.4");
+    assert_int_equal(pos, 1000 + 4999);
+    free(seqs);
+    cdc_progress_destroy(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_decimal),
+        cmocka_unit_test(test_temporal),
+        cmocka_unit_test(test_table_and_row),
+        cmocka_unit_test(test_minimal_metadata),
+        cmocka_unit_test(test_position),
+        cmocka_unit_test(test_filter),
+        cmocka_unit_test(test_progress),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -233,7 +233,7 @@ struct psub {
     const struct redis_psub_settings *s;
     struct endpoint_host *host;
     struct redis_opts ro;
-    char where[300]; /* "host:port db N" for log lines */
+    char where[200]; /* "host:port db N" for log lines (host cut at 150) */
     bool guarded;
 
     /* PSUBSCRIBE / SUBSCRIBE argument vectors, built once */
@@ -245,7 +245,7 @@ struct psub {
     pthread_cond_t cond;
     int fd;               /* socket of the live connection, -1 when none */
     enum start_state start_state;
-    char start_err[256];
+    char start_err[640];
 
     atomic_bool stop;
     bool running; /* thread created and not joined (start/stop thread only) */
@@ -440,7 +440,7 @@ static void *consumer_main(void *arg)
     bool first = true;
     unsigned attempt = 0;
     int64_t lost_since = 0; /* monotonic ms when the source became unreachable; 0 = reachable */
-    char err[384];
+    char err[640];
 
     while (!atomic_load(&p->stop)) {
         redisContext *c = conn_open(p, err, sizeof err);
@@ -483,7 +483,7 @@ static void *consumer_main(void *arg)
         int64_t now = clock_mono_ms();
         if (!lost_since) lost_since = now;
         if (p->guarded && now - lost_since >= h->lease_ttl_ms) {
-            char reason[800];
+            char reason[1024];
             snprintf(reason, sizeof reason,
                      "source %s unreachable for %" PRId64 " ms (lease ttl %" PRId64 " ms): %s",
                      p->where, now - lost_since, h->lease_ttl_ms, err);
@@ -549,7 +549,7 @@ static void *psub_create(const void *settings, struct endpoint_host *host, char 
     p->ro.password = password;
     p->ro.connect_timeout_ms = s->connect_timeout_ms;
     p->ro.command_timeout_ms = s->command_timeout_ms;
-    snprintf(p->where, sizeof p->where, "%s:%d db %d", p->ro.host, p->ro.port, p->ro.db);
+    snprintf(p->where, sizeof p->where, "%.150s:%d db %d", p->ro.host, p->ro.port, p->ro.db);
     build_argv("PSUBSCRIBE", &s->patterns, &p->pargv, &p->pargvlen, &p->pargc);
     build_argv("SUBSCRIBE", &s->channels, &p->cargv, &p->cargvlen, &p->cargc);
     pthread_mutex_init(&p->lock, NULL);

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Benchmark: Redis PSUBSCRIBE -> stdout, baton leader vs a bare hiredis loop.
+#
+#   bench/bench_redis_psub.sh [BUILD_DIR]      (default: $BATON_BUILD_DIR or ./build)
+#
+# Publishes N (default 500,000) messages with redis-benchmark (pipelined:
+# -c 4 -P 32, "PUBLISH chan.x <30-byte payload>") to a pattern subscriber and
+# measures, in the same run and on the same workload:
+#   - the bare hiredis PSUBSCRIBE loop (bench_redis_psub_baseline), payload
+#     lines to a file;
+#   - one baton leader (redis_psub endpoint, stdout sink redirected to a file).
+# Rate = N / (time from the start of redis-benchmark until the output file
+# holds N more lines). Rounds alternate baseline and baton (ROUNDS, default 2);
+# the best round of each is compared. Then prints baton's peak RSS (VmHWM)
+# and the CPU use of an idle standby over IDLE_S (default 30) seconds.
+# Targets: ratio >= 0.8, peak RSS < 10 MiB, idle standby CPU < 0.5 %.
+# Every wait is bounded; everything started is stopped on exit.
+# Build with -DCMAKE_BUILD_TYPE=Release (or RelWithDebInfo) for real figures.
+set -euo pipefail
+
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${1:-${BATON_BUILD_DIR:-$SRC/build}}
+N=${N:-500000}
+ROUNDS=${ROUNDS:-2}
+IDLE_S=${IDLE_S:-30}
+TIMEOUT_S=${TIMEOUT_S:-120}
+PAYLOAD=${PAYLOAD:-payload-30-bytes-0123456789abc}
+BATON=$BUILD/baton
+BASELINE=$BUILD/bench/bench_redis_psub_baseline
+
+for f in "$BATON" "$BASELINE"; do
+    [ -x "$f" ] || { echo "missing $f (build baton and bench_redis_psub_baseline in $BUILD)" >&2; exit 2; }
+done
+for p in redis-server redis-cli redis-benchmark python3; do
+    command -v "$p" >/dev/null || { echo "missing $p" >&2; exit 2; }
+done
+
+TMP=$(mktemp -d /dev/shm/baton-bench-psub.XXXXXX 2>/dev/null || mktemp -d)
+PIDS=()
+REDIS_PORTS=()
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    for port in "${REDIS_PORTS[@]}"; do redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT INT TERM
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+start_redis() { # port name
+    # a slow pub/sub client must not be disconnected: no output buffer limit
+    redis-server --port "$1" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+        --dir "$TMP" --pidfile "$TMP/$2.pid" --logfile "$TMP/$2.log" \
+        --client-output-buffer-limit "pubsub 0 0 0" >/dev/null
+    REDIS_PORTS+=("$1")
+    for _ in $(seq 100); do
+        redis-cli -p "$1" ping >/dev/null 2>&1 && return 0
+        sleep 0.05
+    done
+    echo "redis-server on port $1 did not start" >&2
+    exit 1
+}
+
+wait_numpat() { # port want timeout_s
+    local deadline=$((SECONDS + $3))
+    while [ "$(redis-cli -p "$1" pubsub numpat 2>/dev/null || echo -1)" != "$2" ]; do
+        [ $SECONDS -lt $deadline ] || { echo "no pattern subscriber on port $1 after $3 s" >&2; return 1; }
+        sleep 0.05
+    done
+}
+
+# Runs redis-benchmark and waits until FILE holds N more lines than now.
+# Prints: "<seconds> <publish rate reported by redis-benchmark>".
+measure() { # file
+    python3 - "$1" "$N" "$TIMEOUT_S" "$SPORT" "$PAYLOAD" <<'EOF'
+import os, subprocess, sys, time
+path, n, timeout, port, payload = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
+off = os.path.getsize(path)
+t0 = time.monotonic()
+bench = subprocess.Popen(["redis-benchmark", "-p", port, "-c", "4", "-P", "32", "-n", str(n),
+                          "-q", "PUBLISH", "chan.x", payload],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+lines = 0
+t_done = None
+with open(path, "rb") as f:
+    f.seek(off)
+    while time.monotonic() - t0 < timeout:
+        chunk = f.read(1 << 20)
+        if chunk:
+            lines += chunk.count(b"\n")
+            if lines >= n:
+                t_done = time.monotonic()
+                break
+            continue
+        time.sleep(0.01)
+try:
+    out, _ = bench.communicate(timeout=max(1.0, timeout - (time.monotonic() - t0)))
+except subprocess.TimeoutExpired:
+    bench.kill()
+    out, _ = bench.communicate()
+pub_rate = "?"
+for line in out.replace("\r", "\n").splitlines():
+    if "requests per second" in line:
+        pub_rate = line.split(":", 1)[1].split()[0]
+if t_done is None:
+    print("timeout %d %s" % (lines, pub_rate))
+else:
+    print("%.4f %s" % (t_done - t0, pub_rate))
+EOF
+}
+
+SPORT=$(free_port)
+LPORT=$(free_port)
+start_redis "$SPORT" source
+start_redis "$LPORT" locker
+
+mkdir -p "$TMP/cfg/endpoints.d"
+cat > "$TMP/cfg/baton.cfg" <<EOF
+locker = { type = "redis"; host = "127.0.0.1"; port = $LPORT; };
+sinks = ( { name = "out"; type = "stdout"; } );
+log = { level = "info"; };
+EOF
+cat > "$TMP/cfg/endpoints.d/psub.cfg" <<EOF
+name = "bench"; type = "redis_psub"; sink = "out";
+host = "127.0.0.1"; port = $SPORT; patterns = [ "chan.*" ];
+EOF
+
+best_base=0
+best_baton=0
+rate_of() { python3 -c "import sys; print('%.0f' % ($N / float(sys.argv[1])))" "$1"; }
+max_of() { python3 -c "import sys; print(max(int(sys.argv[1]), int(sys.argv[2])))" "$1" "$2"; }
+: > "$TMP/baton.out"
+
+# Baseline and baton never run at the same time (both would receive every
+# message and share the 2 cores): each round runs the baseline, then a fresh
+# baton leader, on the same workload.
+echo "redis_psub benchmark: $N messages, redis-benchmark -c 4 -P 32 PUBLISH chan.x <${#PAYLOAD}-byte payload>, pattern chan.*"
+for round in $(seq "$ROUNDS"); do
+    # baseline
+    : > "$TMP/base.out"
+    "$BASELINE" 127.0.0.1 "$SPORT" 'chan.*' "$N" > "$TMP/base.out" &
+    BPID=$!
+    PIDS+=("$BPID")
+    wait_numpat "$SPORT" 1 10
+    read -r secs pub <<< "$(measure "$TMP/base.out")"
+    wait "$BPID" 2>/dev/null || true
+    PIDS=()
+    [ "$secs" != timeout ] || { echo "baseline: timeout after ${TIMEOUT_S}s ($pub lines)" >&2; exit 1; }
+    r=$(rate_of "$secs")
+    best_base=$(max_of "$best_base" "$r")
+    echo "  round $round baseline: $r msg/s (${secs} s; redis-benchmark published at $pub/s)"
+
+    # baton leader
+    "$BATON" -c "$TMP/cfg/baton.cfg" >> "$TMP/baton.out" 2>> "$TMP/baton.err" &
+    LEADER=$!
+    PIDS+=("$LEADER")
+    wait_numpat "$SPORT" 1 15 || { tail -20 "$TMP/baton.err" >&2; exit 1; }
+    read -r secs pub <<< "$(measure "$TMP/baton.out")"
+    [ "$secs" != timeout ] || { echo "baton: timeout after ${TIMEOUT_S}s ($pub lines)" >&2; tail -20 "$TMP/baton.err" >&2; exit 1; }
+    r=$(rate_of "$secs")
+    best_baton=$(max_of "$best_baton" "$r")
+    hwm=$(awk '/VmHWM/ {print $2}' "/proc/$LEADER/status")
+    echo "  round $round baton:    $r msg/s (${secs} s; redis-benchmark published at $pub/s; VmHWM ${hwm} kB)"
+    if [ "$round" != "$ROUNDS" ]; then
+        kill -TERM "$LEADER"; wait "$LEADER" 2>/dev/null || true
+        PIDS=()
+    fi
+done
+
+ratio=$(python3 -c "import sys; print('%.2f' % (int(sys.argv[1]) / float(sys.argv[2])))" "$best_baton" "$best_base")
+peak_kb=$(awk '/VmHWM/ {print $2}' "/proc/$LEADER/status")
+
+# idle standby: a second replica with the same configuration
+"$BATON" -c "$TMP/cfg/baton.cfg" > "$TMP/standby.out" 2> "$TMP/standby.err" &
+STANDBY=$!
+PIDS+=("$STANDBY")
+sleep 2
+if grep -q "promoted" "$TMP/standby.err"; then
+    echo "the second replica became leader: standby measurement invalid" >&2
+    exit 1
+fi
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
+s0=$(ticks "$STANDBY"); l0=$(ticks "$LEADER"); t0=$(date +%s.%N)
+sleep "$IDLE_S"
+s1=$(ticks "$STANDBY"); l1=$(ticks "$LEADER"); t1=$(date +%s.%N)
+cpu() { python3 -c "import sys; a,b,hz,t0,t1=map(float,sys.argv[1:]); print('%.3f' % ((b-a)/hz/(t1-t0)*100))" "$1" "$2" "$hz" "$t0" "$t1"; }
+standby_cpu=$(cpu "$s0" "$s1")
+leader_cpu=$(cpu "$l0" "$l1")
+standby_kb=$(awk '/VmHWM/ {print $2}' "/proc/$STANDBY/status")
+
+ok() { python3 -c "import sys; print('ok' if eval(sys.argv[1]) else 'MISSED')" "$1"; }
+echo
+printf '%-44s %12s %10s\n' "figure" "value" "target"
+printf '%-44s %12s %10s\n' "baseline (bare hiredis loop), msg/s" "$best_base" ""
+printf '%-44s %12s %10s\n' "baton leader -> stdout sink, msg/s" "$best_baton" ""
+printf '%-44s %12s %10s %s\n' "ratio baton / baseline" "$ratio" ">= 0.8" "$(ok "$ratio >= 0.8")"
+printf '%-44s %12s %10s %s\n' "baton leader peak RSS (VmHWM), KiB" "$peak_kb" "< 10240" "$(ok "$peak_kb < 10240")"
+printf '%-44s %12s %10s %s\n' "idle standby CPU over ${IDLE_S}s, % of a core" "$standby_cpu" "< 0.5" "$(ok "$standby_cpu < 0.5")"
+printf '%-44s %12s %10s\n' "idle leader CPU over ${IDLE_S}s, % of a core" "$leader_cpu" ""
+printf '%-44s %12s %10s\n' "idle standby peak RSS (VmHWM), KiB" "$standby_kb" ""

@@ -1,0 +1,56 @@
+/* Baseline for bench/bench_redis_psub.sh: a bare hiredis PSUBSCRIBE loop
+ * writing each payload as one line to stdout (stdio-buffered), the least a
+ * Redis-to-stdout forwarder can do. It exits after COUNT messages (0 = run
+ * until the connection closes).
+ *
+ *   bench_redis_psub_baseline HOST PORT PATTERN COUNT
+ */
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int main(int argc, char **argv)
+{
+    if (argc != 5) {
+        fprintf(stderr, "usage: %s HOST PORT PATTERN COUNT\n", argv[0]);
+        return 64;
+    }
+    const char *host = argv[1];
+    int port = atoi(argv[2]);
+    const char *pattern = argv[3];
+    long long count = atoll(argv[4]);
+
+    redisContext *c = redisConnect(host, port);
+    if (!c || c->err) {
+        fprintf(stderr, "redis_psub_baseline: connect %s:%d: %s\n", host, port,
+                c ? c->errstr : "out of memory");
+        return 69;
+    }
+    redisReply *r = redisCommand(c, "PSUBSCRIBE %s", pattern);
+    if (!r || r->type != REDIS_REPLY_ARRAY) {
+        fprintf(stderr, "redis_psub_baseline: PSUBSCRIBE failed: %s\n", c->errstr);
+        return 69;
+    }
+    freeReplyObject(r);
+
+    static char outbuf[1 << 16];
+    setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
+    long long n = 0;
+    while (count == 0 || n < count) {
+        void *rv = NULL;
+        if (redisGetReply(c, &rv) != REDIS_OK || !rv) break;
+        r = rv;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 4 &&
+            r->element[0]->type == REDIS_REPLY_STRING && r->element[0]->len == 8 &&
+            memcmp(r->element[0]->str, "pmessage", 8) == 0) {
+            fwrite(r->element[3]->str, 1, (size_t)r->element[3]->len, stdout);
+            fputc('\n', stdout);
+            n++;
+        }
+        freeReplyObject(r);
+    }
+    fflush(stdout);
+    redisFree(c);
+    return n == count || count == 0 ? 0 : 1;
+}

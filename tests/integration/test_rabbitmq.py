@@ -1,0 +1,352 @@
+"""rabbitmq endpoint against a real rabbitmq-server (one broker for the whole
+file, ~7-20 s to start) and real baton processes coordinated through a real
+redis-server.
+
+  1. 3 processes, fanout exchange, 5,000 messages with unique ids: each
+     forwarded exactly once, by one process; rabbitmqctl shows exactly one
+     private queue bound to the exchange (exclusive, auto-delete, 1 consumer)
+  2. leader SIGKILL (private mode): the old private queue disappears, a
+     standby binds and consumes within ttl + retry + 1 s; no duplicates;
+     the gap (messages published while no queue was bound) is printed
+  3. group mode, leader SIGKILL while publishing: zero lost; every duplicate
+     is a redelivery of an unacked message ("redelivered": true); the count
+     is printed
+  4. topic exchange with two routing keys; header table (many field kinds)
+     and binary payload: envelope exact; a non-matching key is not delivered
+  5. wrong password, unknown vhost, exchange type mismatch: the broker's
+     reply text is logged, each endpoint keeps retrying, and another endpoint
+     of the same process (redis_psub) keeps forwarding
+
+Default lease settings (ttl 3000, renew 1000, retry 250).
+"""
+import base64
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
+import harness as h  # noqa: E402
+import rabbitmq as rmq  # noqa: E402
+
+TTL, RETRY = 3000, 250
+ORDER = ["test_three_replicas_exactly_once", "test_leader_sigkill", "test_group_mode_sigkill",
+         "test_topic_headers_binary", "test_errors_keep_retrying"]
+
+_broker = None
+
+
+def broker():
+    """The file's one broker, started on first use."""
+    global _broker
+    if _broker is None:
+        _broker = rmq.RabbitServer()
+    return _broker
+
+
+def ep_cfg(port, exchange, extra="", name="amqp"):
+    return ('name = "%s"; type = "rabbitmq"; sink = "out";\n'
+            'host = "127.0.0.1"; port = %d; exchange = "%s";\n%s\n' % (name, port, exchange, extra))
+
+
+def records(b):
+    b.poll_records()
+    return [r for r in b.records if r.get("type") == "rabbitmq"]
+
+
+def queue_of(b):
+    """Queue name the process last logged it consumes from."""
+    m = re.findall(r'consuming from \w+ queue "([^"]+)"', b.stderr_text())
+    return m[-1] if m else None
+
+
+def wait_consuming(t, batons, timeout=20, exclude=()):
+    """Waits until one process logs that it consumes; returns it."""
+    def who():
+        for b in batons:
+            if b in exclude or not b.alive():
+                continue
+            if queue_of(b):
+                return b
+        return None
+    b = h.wait_until(who, timeout, 0.05)
+    t.require(b is not None, "no process started consuming within %ss" % timeout)
+    return b
+
+
+class SteadyPublisher(threading.Thread):
+    """Publishes seq 0..count-1 at rate/s with publisher confirms; records the
+    monotonic publish time of each seq."""
+
+    def __init__(self, port, exchange, count, rate, key="", prefix="s"):
+        super().__init__(daemon=True)
+        self.c = rmq.Amqp(port)
+        self.c.confirm_select()
+        self.exchange, self.count, self.rate, self.key, self.prefix = exchange, count, rate, key, prefix
+        self.sent_at = {}
+        self.error = None
+        self.stop_flag = False
+
+    def run(self):
+        try:
+            t0 = time.monotonic()
+            batch = max(1, self.rate // 100)
+            i = 0
+            while i < self.count and not self.stop_flag:
+                due = t0 + i / float(self.rate)
+                d = due - time.monotonic()
+                if d > 0:
+                    time.sleep(d)
+                items = []
+                for j in range(i, min(self.count, i + batch)):
+                    self.sent_at[j] = time.monotonic()
+                    items.append((self.exchange, self.key,
+                                  json.dumps({"seq": j}).encode(),
+                                  {"message_id": "%s-%d" % (self.prefix, j)}))
+                self.c.publish_many(items)
+                i += len(items)
+            self.c.wait_confirms(60)
+        except Exception as e:  # reported by the test
+            self.error = e
+
+
+def seq_of(r):
+    return json.loads(r["payload"])["seq"]
+
+
+# --------------------------------------------------------------------------
+
+def test_three_replicas_exactly_once(t):
+    srv = broker()
+    redis = t.redis()
+    pub = rmq.Amqp(srv.port)
+    pub.exchange_declare("fan1", "fanout")
+    main = h.main_cfg(redis_port=redis.port)
+    batons = [t.baton(main, {"a.cfg": ep_cfg(srv.port, "fan1")}) for _ in range(3)]
+    leader = wait_consuming(t, batons)
+    time.sleep(1.0)  # standbys had several retries to (wrongly) start too
+    bound = srv.bound_queues("fan1")
+    h.log("queues bound to fan1: %s (leader %s: %s)" % (bound, leader.name, queue_of(leader)))
+    t.check(bound == [queue_of(leader)], "expected exactly the leader's queue bound, got %r" % bound)
+    qs = [q for q in srv.list_queues() if q["name"] in bound]
+    t.check(len(qs) == 1 and qs[0]["exclusive"] == "true" and qs[0]["auto_delete"] == "true"
+            and qs[0]["consumers"] == 1, "private queue properties: %r" % qs)
+    t.check(sum(1 for b in batons if queue_of(b)) == 1, "more than one process consumed")
+
+    total = 5000
+    pub.confirm_select()
+    t0 = time.monotonic()
+    pub.publish_many(("fan1", "", b"payload-%d" % i, {"message_id": "id-%d" % i})
+                     for i in range(total))
+    acked, nacked = pub.wait_confirms(60)
+    t.require(acked == total and nacked == 0, "broker confirmed %d/%d" % (acked, total))
+    got = h.wait_until(lambda: sum(len(records(b)) for b in batons) >= total, 30, 0.1)
+    dt = time.monotonic() - t0
+    time.sleep(0.5)
+    allr = [r for b in batons for r in records(b)]
+    ids = [r["id"] for r in allr]
+    h.log("forwarded %d of %d in %.2fs (%.0f msg/s end to end)" % (len(ids), total, dt, len(ids) / dt))
+    t.check(got, "only %d of %d forwarded" % (len(ids), total))
+    dups = h.duplicates(ids)
+    t.check(not dups, "duplicates: %r" % list(dups.items())[:5])
+    t.check(set(ids) == {"id-%d" % i for i in range(total)}, "missing ids: %d"
+            % (total - len(set(ids))))
+    per = {b.name: len(records(b)) for b in batons}
+    t.check(sorted(per.values()) == [0, 0, total], "forwarded per process: %r" % per)
+    r0 = next((r for r in allr if r["id"] == "id-7"), None)
+    t.check(r0 and r0["exchange"] == "fan1" and r0["message_id"] == "id-7" and
+            r0["payload"] == "payload-7" and r0["epoch"] > 0 and r0["delivery_tag"] > 0,
+            "envelope: %r" % r0)
+    bound = srv.bound_queues("fan1")
+    t.check(len(bound) == 1, "after the run: queues bound %r" % bound)
+    pub.close()
+
+
+def test_leader_sigkill(t):
+    srv = broker()
+    redis = t.redis()
+    c = rmq.Amqp(srv.port)
+    c.exchange_declare("fan2", "fanout")
+    c.close()
+    main = h.main_cfg(redis_port=redis.port)
+    batons = [t.baton(main, {"a.cfg": ep_cfg(srv.port, "fan2")}) for _ in range(3)]
+    leader = wait_consuming(t, batons)
+    old_q = queue_of(leader)
+    pub = SteadyPublisher(srv.port, "fan2", count=4000, rate=400)
+    pub.start()
+    t.require(h.wait_until(lambda: len(records(leader)) >= 200, 10, 0.05), "leader not forwarding")
+    t_kill = time.monotonic()
+    leader.signal(signal.SIGKILL)
+    leader.wait(5)
+    others = [b for b in batons if b is not leader]
+    new = h.wait_until(lambda: next((b for b in others if records(b)), None), 15, 0.01)
+    t_first = time.monotonic()
+    t.require(new is not None, "no standby forwarded within 15 s of the kill")
+    took = t_first - t_kill
+    bound_limit = (TTL + RETRY) / 1000.0 + 1.0
+    h.log("standby %s consumed %.2fs after SIGKILL (limit %.2fs)" % (new.name, took, bound_limit))
+    t.check(took <= bound_limit, "takeover took %.2fs > %.2fs" % (took, bound_limit))
+    pub.join(30)
+    t.require(pub.error is None, "publisher: %r" % pub.error)
+    time.sleep(1.0)
+    seqs_old = [seq_of(r) for r in records(leader)]
+    seqs_new = [seq_of(r) for r in records(new)]
+    allseq = seqs_old + seqs_new + [seq_of(r) for b in others if b is not new for r in records(b)]
+    dups = h.duplicates(allseq)
+    t.check(not dups, "duplicates after failover: %r" % list(dups.items())[:5])
+    missing = sorted(set(range(4000)) - set(allseq))
+    if missing:
+        gap_s = pub.sent_at[missing[-1]] - pub.sent_at[missing[0]]
+        h.log("gap: %d messages lost (seq %d..%d), published over %.2fs while no queue was "
+              "bound; kill->new binding %.2fs" % (len(missing), missing[0], missing[-1], gap_s, took))
+        contiguous = missing[-1] - missing[0] + 1 == len(missing)
+        t.check(contiguous, "losses outside one contiguous gap: %r" % missing[:20])
+        t.check(missing[0] >= max(seqs_old) - 200 if seqs_old else True,
+                "losses before the kill")
+    else:
+        h.log("gap: no message lost")
+    t.check(min(seqs_new) > max(seqs_old), "new leader delivered older messages")
+    # the dead leader's exclusive queue is gone with its connection
+    gone = h.wait_until(lambda: old_q not in [q["name"] for q in srv.list_queues()], 15, 0.5)
+    t.check(gone, "old private queue %s still exists" % old_q)
+    bound = srv.bound_queues("fan2")
+    h.log("queues bound now: %s (old %s)" % (bound, old_q))
+    t.check(bound == [queue_of(new)], "bound after failover: %r" % bound)
+
+
+def test_group_mode_sigkill(t):
+    srv = broker()
+    redis = t.redis()
+    c = rmq.Amqp(srv.port)
+    c.exchange_declare("fan3", "fanout")
+    main = h.main_cfg(redis_port=redis.port)
+    cfg = ep_cfg(srv.port, "fan3", 'mode = "group"; prefetch = 50;', name="grp")
+    batons = [t.baton(main, {"g.cfg": cfg}) for _ in range(3)]
+    leader = wait_consuming(t, batons)
+    t.cleanup(lambda: _delete_queue(srv.port, "baton.grp"))
+    qname = queue_of(leader)
+    t.check(qname == "baton.grp", "group queue name %r" % qname)
+    total = 3000
+    pub = SteadyPublisher(srv.port, "fan3", count=total, rate=500, prefix="g")
+    pub.start()
+    t.require(h.wait_until(lambda: len(records(leader)) >= 500, 15, 0.02), "leader not forwarding")
+    leader.signal(signal.SIGKILL)
+    leader.wait(5)
+    pub.join(60)
+    t.require(pub.error is None, "publisher: %r" % pub.error)
+    t.check(pub.c.acked == total, "broker confirmed %d/%d" % (pub.c.acked, total))
+    got = h.wait_until(lambda: len({seq_of(r) for b in batons for r in records(b)}) >= total, 30, 0.1)
+    time.sleep(1.0)
+    allr = [r for b in batons for r in records(b)]
+    seqs = [seq_of(r) for r in allr]
+    missing = set(range(total)) - set(seqs)
+    dups = h.duplicates(seqs)
+    redelivered_dups = {s for s in dups if any(r.get("redelivered") for r in allr if seq_of(r) == s)}
+    h.log("group mode: %d forwarded, %d distinct, %d lost, %d duplicated (all redelivered "
+          "unacked: %s)" % (len(seqs), len(set(seqs)), len(missing), len(dups),
+                            len(redelivered_dups) == len(dups)))
+    t.check(got and not missing, "lost in group mode: %d (%r)" % (len(missing), sorted(missing)[:10]))
+    t.check(len(redelivered_dups) == len(dups),
+            "duplicates that were not redeliveries: %r" % sorted(set(dups) - redelivered_dups)[:10])
+    t.check(len(dups) <= 50 + 10, "more duplicates (%d) than the prefetch window" % len(dups))
+    qs = {q["name"]: q for q in srv.list_queues()}
+    t.check("baton.grp" in qs and qs["baton.grp"]["durable"] == "true"
+            and qs["baton.grp"]["messages"] == 0, "group queue after the run: %r" % qs.get("baton.grp"))
+    c.close()
+
+
+def _delete_queue(port, name):
+    c = rmq.Amqp(port)
+    try:
+        c.queue_delete(name)
+    finally:
+        c.close()
+
+
+def test_topic_headers_binary(t):
+    srv = broker()
+    extra = ('exchange_type = "topic"; declare_exchange = true; exchange_durable = false;\n'
+             'routing_keys = ["a.*", "b.#"];')
+    b = t.baton(h.main_cfg(), {"t.cfg": ep_cfg(srv.port, "top1", extra)})
+    wait_consuming(t, [b])
+    bindings = [x for x in srv.list_bindings() if x["source"] == "top1"]
+    t.check(sorted(x["routing_key"] for x in bindings) == ["a.*", "b.#"], "bindings %r" % bindings)
+    c = rmq.Amqp(srv.port)
+    binary = bytes(range(256)) + b"\xff\xfe\x00"
+    headers = {"str": "h\u00e9llo", "int": -42, "big": 2**40, "flag": True, "pi": 3.25,
+               "none": None, "bin": b"\x00\x01\xfe", "dec": rmq.Decimal(3, 1234),
+               "ts": rmq.Timestamp(1700000000), "nested": {"k": [1, "two", False, {"z": 0}]}}
+    c.publish("top1", "a.x", binary, message_id="bin-1", content_type="application/octet-stream",
+              headers=headers)
+    c.publish("top1", "c.nomatch", b"never", message_id="nm-1")
+    c.publish("top1", "b.y.z", "text \u2713".encode(), message_id="txt-1", content_type="text/plain")
+    got = h.wait_until(lambda: len(records(b)) >= 2, 10, 0.05)
+    time.sleep(0.5)
+    rs = {r["id"]: r for r in records(b)}
+    t.require(got, "records: %r" % list(rs))
+    t.check(set(rs) == {"bin-1", "txt-1"}, "delivered ids %r" % sorted(rs))
+    r = rs["bin-1"]
+    t.check(r["exchange"] == "top1" and r["routing_key"] == "a.x", "coordinates %r" % r)
+    t.check(r["content_type"] == "application/octet-stream" and r["message_id"] == "bin-1",
+            "properties %r" % r)
+    t.check(r.get("payload_encoding") == "base64" and base64.b64decode(r["payload"]) == binary,
+            "binary payload not preserved")
+    want = {"str": "h\u00e9llo", "int": -42, "big": 2**40, "flag": True, "pi": 3.25, "none": None,
+            "bin": base64.b64encode(b"\x00\x01\xfe").decode(), "dec": 1.234, "ts": 1700000000,
+            "nested": {"k": [1, "two", False, {"z": 0}]}}
+    t.check(r.get("headers") == want, "headers %r != %r" % (r.get("headers"), want))
+    r2 = rs["txt-1"]
+    t.check(r2["routing_key"] == "b.y.z" and r2["payload"] == "text \u2713" and
+            "payload_encoding" not in r2 and "headers" not in r2, "text envelope %r" % r2)
+    c.close()
+
+
+def test_errors_keep_retrying(t):
+    srv = broker()
+    redis = t.redis()
+    c = rmq.Amqp(srv.port)
+    c.exchange_declare("topic_existing", "topic")
+    c.close()
+    eps = {
+        "badpass.cfg": ep_cfg(srv.port, "fanx", 'password_env = "RMQ_BAD";', name="badpass"),
+        "badvhost.cfg": ep_cfg(srv.port, "fanx", 'vhost = "nosuchvhost";', name="badvhost"),
+        "mismatch.cfg": ep_cfg(srv.port, "topic_existing",
+                               'exchange_type = "fanout"; declare_exchange = true;',
+                               name="mismatch"),
+        "psub.cfg": ('name = "psub"; type = "redis_psub"; sink = "out"; host = "127.0.0.1"; '
+                     'port = %d; channels = ["other"];\n' % redis.port),
+    }
+    b = t.baton(h.main_cfg(redis_port=redis.port), eps, env={"RMQ_BAD": "wrong"})
+    # the other endpoint of the same process forwards meanwhile
+    r = h.Resp(redis.port)
+    t0 = time.monotonic()
+    n = 0
+    while time.monotonic() - t0 < 6:
+        if r.cmd("PUBLISH", "other", "m%d" % n) == 1:
+            n += 1
+        time.sleep(0.05)
+    r.close()
+    time.sleep(0.5)
+    b.poll_records()
+    psub = [x for x in b.records if x.get("endpoint") == "psub"]
+    h.log("redis_psub forwarded %d of %d while the rabbitmq endpoints failed" % (len(psub), n))
+    t.check(n > 0 and len(psub) == n, "psub forwarded %d of %d" % (len(psub), n))
+    t.check(b.alive(), "process exited")
+    err = b.stderr_text()
+    checks = [("badpass", "ACCESS_REFUSED"), ("badvhost", "vhost"),
+              ("mismatch", "PRECONDITION_FAILED")]
+    for ep, needle in checks:
+        lines = [ln for ln in err.splitlines() if "rabbitmq[%s]" % ep in ln and needle in ln]
+        h.log("%s: %d error lines, e.g. %s" % (ep, len(lines), lines[0] if lines else "-"))
+        t.check(len(lines) >= 2, "%s: expected repeated errors with %r" % (ep, needle))
+    t.check("inequivalent arg 'type'" in err, "mismatch reply text missing")
+    t.check(not [x for x in b.records if x.get("type") == "rabbitmq"], "rabbitmq forwarded?")
+    t.check(srv.bound_queues("topic_existing") == [], "a queue got bound despite the errors")
+    t.check(b.term() == 0, "exit status on SIGTERM")
+
+
+if __name__ == "__main__":
+    h.main(globals())

@@ -200,7 +200,7 @@ struct cdc {
     atomic_bool stop;
     bool running;
     pthread_t thread;
-    struct log_ratelimit rl_retry, rl_bad, rl_ckpt;
+    struct log_ratelimit rl_retry, rl_bad, rl_ckpt, rl_start;
 
     /* consumer thread state */
     uint64_t epoch;
@@ -1056,7 +1056,10 @@ static int cdc_start(void *ep)
     if (st == START_FAILED) {
         pthread_join(c->thread, NULL);
         c->running = false;
-        log_error(COMPONENT, name, "cannot stream the binlog: %s", c->start_err);
+        long long supp = 0;
+        if (log_ratelimit_ok(&c->rl_start, 5000, &supp))
+            log_error(COMPONENT, name, "cannot stream the binlog: %s (standby-eligible, retried on "
+                      "the next promotion; %lld similar suppressed)", c->start_err, supp);
         return -1;
     }
     return 0;

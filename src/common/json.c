@@ -54,9 +54,16 @@ void jbuf_reserve(struct jbuf *b, size_t extra)
     b->cap = cap;
 }
 
+/* The common case inline: room is already there. */
+static inline void reserve_fast(struct jbuf *b, size_t extra)
+{
+    if (b->data && extra < b->cap - b->len) return; /* len + extra + 1 <= cap */
+    jbuf_reserve(b, extra);
+}
+
 void jbuf_raw(struct jbuf *b, const char *s, size_t n)
 {
-    jbuf_reserve(b, n);
+    reserve_fast(b, n);
     if (n) memcpy(b->data + b->len, s, n);
     b->len += n;
     b->data[b->len] = '\0';
@@ -69,7 +76,7 @@ void jbuf_rawz(struct jbuf *b, const char *s)
 
 void jbuf_char(struct jbuf *b, char c)
 {
-    jbuf_reserve(b, 1);
+    reserve_fast(b, 1);
     b->data[b->len++] = c;
     b->data[b->len] = '\0';
 }
@@ -117,65 +124,83 @@ bool utf8_valid(const void *data, size_t n)
     return true;
 }
 
+/* 0: copied as is; 1: needs an escape (control, quote, backslash);
+ * 2: non-ASCII, validated as UTF-8. */
+static const unsigned char str_class[256] = {
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x00 */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x10 */
+    0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x20: '"' */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, /* 0x50: '\\' */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, /* 0x80.. */
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+    2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
+};
+
 void jbuf_str(struct jbuf *b, const char *str, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *s = (const unsigned char *)str;
-    /* Worst case per input byte: \u00XX (6 bytes) or U+FFFD (3 bytes). */
-    jbuf_reserve(b, n + 2);
+    /* room for the common case (nothing to escape); escapes reserve more */
+    reserve_fast(b, n + 2);
     b->data[b->len++] = '"';
     size_t i = 0;
     while (i < n) {
-        /* copy a run of bytes needing no escape */
+        /* a run of bytes copied as they are: plain ASCII and valid UTF-8 */
         size_t start = i;
-        while (i < n && s[i] >= 0x20 && s[i] < 0x80 && s[i] != '"' && s[i] != '\\') i++;
+        for (;;) {
+            while (i < n && str_class[s[i]] == 0) i++;
+            if (i < n && str_class[s[i]] == 2) {
+                size_t l = utf8_seq_len(s + i, n - i);
+                if (l) {
+                    i += l;
+                    continue;
+                }
+            }
+            break;
+        }
         if (i > start) {
-            jbuf_reserve(b, i - start + 1);
+            reserve_fast(b, i - start + 1);
             memcpy(b->data + b->len, s + start, i - start);
             b->len += i - start;
         }
         if (i >= n) break;
-        unsigned char c = s[i];
-        char esc[8];
-        size_t elen = 0;
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            elen = 2;
-            i++;
-        } else if (c < 0x20) {
-            esc[0] = '\\';
-            elen = 2;
-            switch (c) {
-            case '\n': esc[1] = 'n'; break;
-            case '\r': esc[1] = 'r'; break;
-            case '\t': esc[1] = 't'; break;
-            case '\b': esc[1] = 'b'; break;
-            case '\f': esc[1] = 'f'; break;
-            default:
+        unsigned char c = s[i++];
+        char esc[6];
+        size_t elen = 2;
+        esc[0] = '\\';
+        switch (c) {
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\r': esc[1] = 'r'; break;
+        case '\t': esc[1] = 't'; break;
+        case '\b': esc[1] = 'b'; break;
+        case '\f': esc[1] = 'f'; break;
+        default:
+            if (c < 0x20) {
                 memcpy(esc, "\\u00", 4);
                 esc[4] = hex[c >> 4];
                 esc[5] = hex[c & 0xf];
                 elen = 6;
-            }
-            i++;
-        } else {
-            size_t l = utf8_seq_len(s + i, n - i);
-            if (l == 0) {
+            } else { /* a byte that does not start valid UTF-8 */
                 memcpy(esc, "\xEF\xBF\xBD", 3); /* U+FFFD */
                 elen = 3;
-                i++;
-            } else {
-                memcpy(esc, s + i, l);
-                elen = l;
-                i += l;
             }
         }
-        jbuf_reserve(b, elen + 1);
+        reserve_fast(b, elen + 1);
         memcpy(b->data + b->len, esc, elen);
         b->len += elen;
     }
-    jbuf_reserve(b, 1);
+    reserve_fast(b, 1);
     b->data[b->len++] = '"';
     b->data[b->len] = '\0';
 }
@@ -189,18 +214,34 @@ void jbuf_strz(struct jbuf *b, const char *s)
     jbuf_str(b, s, strlen(s));
 }
 
+/* Decimal digits of v at the end of tmp[24]; returns the first digit. */
+static char *u64_digits(uint64_t v, char *end)
+{
+    char *p = end;
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    return p;
+}
+
 void jbuf_i64(struct jbuf *b, int64_t v)
 {
     char tmp[24];
-    int n = snprintf(tmp, sizeof tmp, "%lld", (long long)v);
-    jbuf_raw(b, tmp, (size_t)n);
+    char *end = tmp + sizeof tmp;
+    /* magnitude without overflow for INT64_MIN */
+    uint64_t mag = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    char *p = u64_digits(mag, end);
+    if (v < 0) *--p = '-';
+    jbuf_raw(b, p, (size_t)(end - p));
 }
 
 void jbuf_u64(struct jbuf *b, uint64_t v)
 {
     char tmp[24];
-    int n = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
-    jbuf_raw(b, tmp, (size_t)n);
+    char *end = tmp + sizeof tmp;
+    char *p = u64_digits(v, end);
+    jbuf_raw(b, p, (size_t)(end - p));
 }
 
 void jbuf_double(struct jbuf *b, double v)

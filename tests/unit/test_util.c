@@ -84,6 +84,13 @@ static void test_clocks_and_format(void **state)
     assert_string_equal(buf, "1970-01-01T00:00:00.000Z");
     clock_format_rfc3339(951782400999LL, buf, sizeof buf); /* leap day 2000 */
     assert_string_equal(buf, "2000-02-29T00:00:00.999Z");
+    clock_format_rfc3339(951782400999LL + 1, buf, sizeof buf); /* next second, cache */
+    assert_string_equal(buf, "2000-02-29T00:00:01.000Z");
+    clock_format_rfc3339(-1, buf, sizeof buf);
+    assert_string_equal(buf, "1969-12-31T23:59:59.999Z");
+    char small[5];
+    clock_format_rfc3339(1796220000123LL, small, sizeof small); /* truncated, terminated */
+    assert_string_equal(small, "2026");
     int64_t w = clock_wall_ms();
     assert_true(w > 1700000000000LL);
     int64_t a = clock_mono_us(), b = clock_mono_us();

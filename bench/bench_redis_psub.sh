@@ -141,7 +141,7 @@ echo "redis_psub benchmark: $N messages, redis-benchmark -c 4 -P 32 PUBLISH chan
 for round in $(seq "$ROUNDS"); do
     # baseline
     : > "$TMP/base.out"
-    "$BASELINE" 127.0.0.1 "$SPORT" 'chan.*' "$N" > "$TMP/base.out" &
+    "$BASELINE" 127.0.0.1 "$SPORT" 'chan.*' "$N" > "$TMP/base.out" 2> "$TMP/base.err" &
     BPID=$!
     PIDS+=("$BPID")
     wait_numpat "$SPORT" 1 10
@@ -151,19 +151,24 @@ for round in $(seq "$ROUNDS"); do
     [ "$secs" != timeout ] || { echo "baseline: timeout after ${TIMEOUT_S}s ($pub lines)" >&2; exit 1; }
     r=$(rate_of "$secs")
     best_base=$(max_of "$best_base" "$r")
-    echo "  round $round baseline: $r msg/s (${secs} s; redis-benchmark published at $pub/s)"
+    cpu_us=$(awk '/cpu_us/ {print $2}' "$TMP/base.err")
+    base_cpu_msg=$(python3 -c "import sys; print('%.2f' % (float(sys.argv[1]) / $N))" "${cpu_us:-0}")
+    echo "  round $round baseline: $r msg/s (${secs} s; redis-benchmark published at $pub/s; CPU ${base_cpu_msg} us/msg)"
 
     # baton leader
     "$BATON" -c "$TMP/cfg/baton.cfg" >> "$TMP/baton.out" 2>> "$TMP/baton.err" &
     LEADER=$!
     PIDS+=("$LEADER")
     wait_numpat "$SPORT" 1 15 || { tail -20 "$TMP/baton.err" >&2; exit 1; }
+    c0=$(awk '{print $14 + $15}' "/proc/$LEADER/stat")
     read -r secs pub <<< "$(measure "$TMP/baton.out")"
+    c1=$(awk '{print $14 + $15}' "/proc/$LEADER/stat")
+    baton_cpu_msg=$(python3 -c "import sys; print('%.2f' % ((int(sys.argv[2]) - int(sys.argv[1])) * 1e6 / $(getconf CLK_TCK) / $N))" "$c0" "$c1")
     [ "$secs" != timeout ] || { echo "baton: timeout after ${TIMEOUT_S}s ($pub lines)" >&2; tail -20 "$TMP/baton.err" >&2; exit 1; }
     r=$(rate_of "$secs")
     best_baton=$(max_of "$best_baton" "$r")
     hwm=$(awk '/VmHWM/ {print $2}' "/proc/$LEADER/status")
-    echo "  round $round baton:    $r msg/s (${secs} s; redis-benchmark published at $pub/s; VmHWM ${hwm} kB)"
+    echo "  round $round baton:    $r msg/s (${secs} s; redis-benchmark published at $pub/s; CPU ${baton_cpu_msg} us/msg; VmHWM ${hwm} kB)"
     if [ "$round" != "$ROUNDS" ]; then
         kill -TERM "$LEADER"; wait "$LEADER" 2>/dev/null || true
         PIDS=()
@@ -201,4 +206,5 @@ printf '%-44s %12s %10s %s\n' "ratio baton / baseline" "$ratio" ">= 0.8" "$(ok "
 printf '%-44s %12s %10s %s\n' "baton leader peak RSS (VmHWM), KiB" "$peak_kb" "< 10240" "$(ok "$peak_kb < 10240")"
 printf '%-44s %12s %10s %s\n' "idle standby CPU over ${IDLE_S}s, % of a core" "$standby_cpu" "< 0.5" "$(ok "$standby_cpu < 0.5")"
 printf '%-44s %12s %10s\n' "idle leader CPU over ${IDLE_S}s, % of a core" "$leader_cpu" ""
+printf '%-44s %12s %10s\n' "CPU per message, baseline / baton (last round), us" "$base_cpu_msg / $baton_cpu_msg" ""
 printf '%-44s %12s %10s\n' "idle standby peak RSS (VmHWM), KiB" "$standby_kb" ""

@@ -64,6 +64,12 @@ struct endpoint_host {
     void (*source_lost)(struct endpoint_host *h, const char *reason);
     /* True once the gateway started shutting down. */
     bool (*stopping)(const struct endpoint_host *h);
+
+    /* OnceGuard options from the endpoint file (once_ttl_ms,
+     * once_fail_open), for endpoints that keep their own OnceGuard.
+     * 0 / false = the defaults (1 h, fail-closed). */
+    int64_t once_ttl_ms;
+    bool once_fail_open;
 };
 
 struct endpoint_ops {

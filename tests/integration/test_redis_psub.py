@@ -21,7 +21,7 @@ import harness as h  # noqa: E402
 from publisher import Publisher, forwarded, now_ms  # noqa: E402
 
 TTL, RETRY = 3000, 250
-ORDER = ["test_steady_state", "test_leader_sigkill", "test_leader_sigterm"]
+ORDER = ["test_config_check", "test_steady_state", "test_leader_sigkill", "test_leader_sigterm"]
 
 
 def psub_cfg(port, extra=""):
@@ -69,6 +69,36 @@ def pct(values, p):
 
 
 # --------------------------------------------------------------------------
+
+def test_config_check(t):
+    """The example file passes --check-config; bad settings fail with exit 78
+    and a message naming the file and the problem."""
+    d = h.mktemp()
+    os.makedirs(os.path.join(d, "endpoints.d"))
+    main = os.path.join(d, "baton.cfg")
+    with open(main, "w") as f:
+        f.write(h.main_cfg(redis_port=6379))
+    ep = os.path.join(d, "endpoints.d", "psub.cfg")
+    with open(os.path.join(h.SOURCE_DIR, "config", "endpoints.d", "redis_psub.cfg")) as f:
+        example = f.read()
+    cases = [
+        (example, 0, "configuration OK"),
+        (psub_cfg(6379).replace('patterns = ["chan.*"];', ""), 78, "nothing to subscribe to"),
+        (psub_cfg(6379, 'guard = "once";'), 78, "no id"),
+        (psub_cfg(6379, 'guard = "none";'), 78, "force_guard"),
+        (psub_cfg(6379, 'guard = "none"; force_guard = true;'), 0, "configuration OK"),
+        (psub_cfg(6379, 'channels = ["a", "a"];'), 78, "twice"),
+        (psub_cfg(6379, "port = 0;").replace("port = 6379;", ""), 78, "port"),
+        (psub_cfg(6379, "ping_interval = 5;"), 78, "ping_interval"),
+    ]
+    for text, want, needle in cases:
+        with open(ep, "w") as f:
+            f.write(text)
+        rc, out, err = h.run_baton(["-c", main, "--check-config"])
+        ok = rc == want and needle in (out + err) and (want == 0 or "psub.cfg" in err)
+        t.check(ok, "check-config: expected %d with %r, got %d: %s" % (want, needle, rc,
+                                                                       (out + err).strip()[:300]))
+
 
 def test_steady_state(t):
     redis = t.redis()

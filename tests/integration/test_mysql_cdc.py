@@ -287,8 +287,10 @@ def test_filters_ddl_rotation_restart(t):
             "UPDATE %s.keep1 SET v = 'c' WHERE id = 2;\nDELETE FROM %s.keep1 WHERE id = 1;\n"
             "FLUSH BINARY LOGS;\n"
             "INSERT INTO %s.keep1 VALUES (3, 'after-rotate');\n"
-            "ALTER TABLE %s.keep1 ADD COLUMN extra INT DEFAULT 7;\n"
-            "INSERT INTO %s.keep1 (id, v) VALUES (4, 'after-ddl');\n" % ((db,) * 8))
+            "CREATE TABLE %s.keep2 (id INT PRIMARY KEY);\n"  # default db empty: not forwarded
+            "USE %s;\n"  # DDL is matched on the session's default database
+            "ALTER TABLE keep1 ADD COLUMN extra INT DEFAULT 7;\n"
+            "INSERT INTO %s.keep1 (id, v) VALUES (4, 'after-ddl');\n" % ((db,) * 9))
     h.wait_until(lambda: len([r for r in (b.poll_records() or b.records)
                               if r.get("after", {}) and r["after"].get("id") == 4]) > 0, 15, 0.05)
     # server restart mid-stream: the endpoint reconnects from its position
@@ -320,7 +322,7 @@ def test_filters_ddl_rotation_restart(t):
 def test_errors_keep_retrying(t):
     srv = server()
     redis = t.redis()
-    srv.create_user("norepl", "pw2", grants="SELECT")
+    srv.create_user("norepl", "pw2", grants="SELECT, REPLICATION CLIENT")
     nolog = mdb.MariaServer(binlog=False)
     nolog.create_user(CDC_USER, CDC_PW)
     t.cleanup(nolog.stop)
@@ -328,7 +330,7 @@ def test_errors_keep_retrying(t):
     cases = {
         "badpw": (cdc_cfg(srv, "badpw"), {"CDC_PW": "wrong"}, "Access denied"),
         "nopriv": (cdc_cfg(srv, "nopriv").replace('"%s"' % CDC_USER, '"norepl"'),
-                   {"CDC_PW": "pw2"}, "privilege"),
+                   {"CDC_PW": "pw2"}, "REPLICATION SLAVE"),
         "nobinlog": (cdc_cfg(nolog, "nobinlog"), {"CDC_PW": CDC_PW}, "binary logging is disabled"),
     }
     bs = {}

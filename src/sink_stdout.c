@@ -74,13 +74,15 @@ static int wait_writable(int fd, const atomic_bool *cancel)
 static const char newline = '\n';
 
 /* Writes the lines of msgs[0..n). Returns how many messages went out whole;
- * *err receives errno when fewer than n did. Call with stdout_mu held. */
+ * *err receives errno when fewer than n did, *cut whether part of the next
+ * line was written. Call with stdout_mu held. */
 static size_t write_lines(int fd, struct message *const *msgs, size_t n, const atomic_bool *cancel,
-                          int *err)
+                          int *err, bool *cut)
 {
     struct iovec iov[STDOUT_IOV_CHUNK];
     size_t done = 0; /* messages fully written */
     *err = 0;
+    *cut = false;
     while (done < n) {
         /* fill one chunk: json + "\n" per message */
         size_t cnt = 0, k = done;
@@ -114,6 +116,7 @@ static size_t write_lines(int fd, struct message *const *msgs, size_t n, const a
                 iov[first].iov_base = (char *)iov[first].iov_base + left;
                 iov[first].iov_len -= left;
             }
+            *cut = first < cnt && (first % 2 == 1 || left > 0);
         }
     }
     return done;
@@ -127,11 +130,12 @@ static void stdout_send(void *sink, struct message *const *msgs, size_t n,
     if (attempt_errors) *attempt_errors = 0;
     if (n == 0) return;
     int err = 0;
+    bool cut = false;
     pthread_mutex_lock(&stdout_mu);
-    size_t done = write_lines(k->fd, msgs, n, cancel, &err);
-    if (done < n && err != EPIPE && err != EBADF && err != EAGAIN) {
-        /* A line may have been cut: terminate it, so the next batch starts
-         * on a fresh line (best effort). */
+    size_t done = write_lines(k->fd, msgs, n, cancel, &err, &cut);
+    if (cut && err != EPIPE && err != EBADF) {
+        /* A line was cut: terminate it, so the next batch starts on a
+         * fresh line (best effort; that message still counts as failed). */
         ssize_t w = write(k->fd, &newline, 1);
         (void)w;
     }

@@ -174,6 +174,10 @@ struct rmq_ep {
     struct envelope env;
     char reason[512];      /* last error */
     struct log_ratelimit rl;
+    /* start failures: the guard retries every retry interval; the same
+     * reason is logged at most every 5 s, a new reason at once */
+    char last_start_error[512];
+    struct log_ratelimit start_rl;
 };
 
 /* ------------------------------------------------------------------ */
@@ -688,7 +692,19 @@ static void *consumer_main(void *arg)
         if (rc < 0) {
             atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
             if (first && ep->report_start) {
-                log_error(COMP, h->name, "cannot start: %s", ep->reason);
+                long long supp = 0;
+                if (strcmp(ep->reason, ep->last_start_error) != 0) {
+                    snprintf(ep->last_start_error, sizeof ep->last_start_error, "%s", ep->reason);
+                    ep->start_rl.next_ms = 0;
+                    ep->start_rl.suppressed = 0;
+                }
+                if (log_ratelimit_ok(&ep->start_rl, 5000, &supp)) {
+                    if (supp)
+                        log_error(COMP, h->name, "cannot start: %s (%lld more times since the "
+                                                 "last report)", ep->reason, supp);
+                    else
+                        log_error(COMP, h->name, "cannot start: %s", ep->reason);
+                }
                 set_start_state(ep, -1);
                 return NULL;
             }
@@ -725,6 +741,7 @@ static void *consumer_main(void *arg)
         }
         first = false;
         set_start_state(ep, 1);
+        ep->last_start_error[0] = '\0';
         lost_at = 0;
         attempt = 0;
         lost_reported = false;

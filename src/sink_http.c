@@ -172,6 +172,12 @@ static int http_validate(const void *settings, char *msg, size_t msglen)
                 return -1;
             }
         }
+        /* like the locker's password_env: --check-config catches it too */
+        if (!getenv(eq + 1)) {
+            snprintf(msg, msglen, "'headers_env' element %zu: environment variable '%s' is not set",
+                     i + 1, eq + 1);
+            return -1;
+        }
     }
     return 0;
 }

@@ -173,6 +173,10 @@ struct made {
     void *sink;
 };
 
+/* When set, this variable is unset between validate and create (a secret
+ * that disappears before start). */
+static const char *unset_before_create;
+
 static int make_sink(struct made *m, const char *cfg_text, char *err, size_t errlen)
 {
     m->ops = sink_lookup("http");
@@ -191,6 +195,7 @@ static int make_sink(struct made *m, const char *cfg_text, char *err, size_t err
         return -1;
     }
     if (m->ops->validate && m->ops->validate(m->settings, err, errlen) != 0) return -1;
+    if (unset_before_create) unsetenv(unset_before_create);
     m->sink = m->ops->create("h", m->settings, err, errlen);
     return m->sink ? 0 : -1;
 }
@@ -467,6 +472,18 @@ static void test_create_errors(void **state)
     assert_int_equal(make_sink(&m, cfg, err, sizeof err), -1);
     printf("missing env: %s\n", err);
     assert_non_null(strstr(err, "BATON_NO_SUCH_VAR"));
+    unmake_sink(&m);
+    /* set at validation, gone at create: create fails naming it */
+    setenv("BATON_GONE_VAR", "x", 1);
+    unset_before_create = "BATON_GONE_VAR";
+    memset(&m, 0, sizeof m);
+    url_cfg(cfg, sizeof cfg, "headers_env = [ \"X-Token=BATON_GONE_VAR\" ];\n");
+    err[0] = '\0';
+    assert_int_equal(make_sink(&m, cfg, err, sizeof err), -1);
+    unset_before_create = NULL;
+    printf("env gone at create: %s\n", err);
+    assert_non_null(strstr(err, "BATON_GONE_VAR"));
+    assert_null(m.sink);
     unmake_sink(&m);
 
     static const char *const bad[] = {

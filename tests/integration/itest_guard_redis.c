@@ -397,8 +397,10 @@ static void test_redis_restart_never_two_leaders(void **state)
     struct locker *l[2] = {redis_locker(port), redis_locker(port)};
     struct sampler s = {.n = 2};
     pthread_mutex_init(&s.mu, NULL);
-    s.g[0] = new_guard(l[0], 1000, 300, 100);
-    s.g[1] = new_guard(l[1], 1000, 300, 100);
+    /* lease deadline ~2850 ms after each renewal: noticing the kill well before
+     * that shows the connection watch works, not the deadline */
+    s.g[0] = new_guard(l[0], 3000, 1000, 100);
+    s.g[1] = new_guard(l[1], 3000, 1000, 100);
     pthread_create(&s.th, NULL, sample_loop, &s);
     assert_true(WAIT_FOR(leader_index(&s) >= 0, 3000) >= 0);
     int first = leader_index(&s);
@@ -413,7 +415,7 @@ static void test_redis_restart_never_two_leaders(void **state)
         printf("restart %d: leader-now false %lld ms after Redis was killed\n", round,
                (long long)noticed);
         assert_true(noticed >= 0 && noticed < 1000);
-        usleep(800 * 1000);
+        usleep(1200 * 1000);
         assert_int_equal(leader_index(&s), -1);
         unsigned long long errs = 0;
         for (int i = 0; i < 2; i++)

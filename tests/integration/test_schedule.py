@@ -3,6 +3,7 @@
 - 3 replicas sharing one Redis, cron every second for 20 s: across all
   outputs every slot appears exactly once, at most 2 missing in the window
 - no locker section: one process fires every second, on the planned second
+- SIGSTOP/SIGCONT: the slots passed over are not replayed (logged)
 - Redis stopped mid-run: ticks are skipped with a warning (fail-closed), the
   processes stay up, and after the restart every slot fires exactly once
 - --check-config on the example configuration, and a bad cron -> 78 with
@@ -12,13 +13,15 @@ import datetime
 import os
 import re
 import shutil
+import signal
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
 import harness as h  # noqa: E402
 
-ORDER = ["test_check_config", "test_single_process_every_second", "test_three_replicas_once",
+ORDER = ["test_check_config", "test_single_process_every_second", "test_pause_not_replayed",
+         "test_three_replicas_once",
          "test_redis_outage_fail_closed"]
 
 
@@ -119,6 +122,29 @@ def test_single_process_every_second(t):
         late.append((ra - s) * 1000)
     h.log("firing lateness after the planned second (ms): max %.0f" % max(late))
     t.check(max(late) < 900 and min(late) >= 0, "fired away from its planned second: %r" % late)
+
+
+def test_pause_not_replayed(t):
+    """SIGSTOP for ~3.5 s: the slots passed over are not replayed; the
+    latest one fires on resume, and the skip is logged."""
+    b = t.baton(main_cfg(None), {"tick.cfg": schedule_cfg()})
+    time.sleep(2.5)
+    b.signal(signal.SIGSTOP)
+    time.sleep(3.5)
+    b.signal(signal.SIGCONT)
+    time.sleep(2.5)
+    b.term()
+    slots = [s for s, _, _ in slots_of([b])]
+    gaps = [(a, c) for a, c in zip(slots, slots[1:]) if c - a > 1]
+    h.log("slots %r, gaps %r" % (slots, gaps))
+    t.check(not h.duplicates(slots), "duplicates: %r" % h.duplicates(slots))
+    t.check(slots == sorted(slots), "slots out of order: %r" % slots)
+    t.check(len(gaps) == 1 and 3 <= gaps[0][1] - gaps[0][0] <= 5, "expected one gap of 3-5 s: %r" % gaps)
+    m = re.search(r"(\d+) missed slot\(s\)", b.stderr_text())
+    t.check(m is not None, "no 'missed slot(s)' warning")
+    if m and gaps:
+        t.check(int(m.group(1)) == gaps[0][1] - gaps[0][0] - 1,
+                "logged %s missed, gap %r" % (m.group(1), gaps[0]))
 
 
 def run_window(batons, seconds):

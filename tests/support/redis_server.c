@@ -170,7 +170,7 @@ struct redis_server *redis_server_start(const char *const *extra_args)
 {
     struct redis_server *s = calloc(1, sizeof *s);
     if (s == NULL) return NULL;
-    snprintf(s->dir, sizeof s->dir, "/tmp/baton-redis-XXXXXX");
+    snprintf(s->dir, sizeof s->dir, "/tmp/baton-credis-XXXXXX");
     if (mkdtemp(s->dir) == NULL) {
         fprintf(stderr, "redis_server: mkdtemp: %s\n", strerror(errno));
         free(s);

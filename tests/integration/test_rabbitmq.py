@@ -16,6 +16,11 @@ redis-server.
   5. wrong password, unknown vhost, exchange type mismatch: the broker's
      reply text is logged, each endpoint keeps retrying, and another endpoint
      of the same process (redis_psub) keeps forwarding
+  6. broker restart while leading (2 processes): the leader reconnects with
+     backoff, gives its lease up once the broker is gone longer than the ttl,
+     and after the restart exactly one queue is bound and messages flow
+     exactly once; the unbound window is printed (runs last: it restarts the
+     broker)
 
 Default lease settings (ttl 3000, renew 1000, retry 250).
 """
@@ -34,7 +39,7 @@ import rabbitmq as rmq  # noqa: E402
 
 TTL, RETRY = 3000, 250
 ORDER = ["test_three_replicas_exactly_once", "test_leader_sigkill", "test_group_mode_sigkill",
-         "test_topic_headers_binary", "test_errors_keep_retrying"]
+         "test_topic_headers_binary", "test_errors_keep_retrying", "test_broker_restart"]
 
 _broker = None
 
@@ -245,9 +250,11 @@ def test_group_mode_sigkill(t):
     missing = set(range(total)) - set(seqs)
     dups = h.duplicates(seqs)
     redelivered_dups = {s for s in dups if any(r.get("redelivered") for r in allr if seq_of(r) == s)}
+    redelivered = sum(1 for r in allr if r.get("redelivered"))
     h.log("group mode: %d forwarded, %d distinct, %d lost, %d duplicated (all redelivered "
-          "unacked: %s)" % (len(seqs), len(set(seqs)), len(missing), len(dups),
-                            len(redelivered_dups) == len(dups)))
+          "unacked: %s); %d deliveries marked redelivered (in flight at the kill)"
+          % (len(seqs), len(set(seqs)), len(missing), len(dups),
+             len(redelivered_dups) == len(dups), redelivered))
     t.check(got and not missing, "lost in group mode: %d (%r)" % (len(missing), sorted(missing)[:10]))
     t.check(len(redelivered_dups) == len(dups),
             "duplicates that were not redeliveries: %r" % sorted(set(dups) - redelivered_dups)[:10])
@@ -350,6 +357,44 @@ def test_errors_keep_retrying(t):
     t.check(not [x for x in b.records if x.get("type") == "rabbitmq"], "rabbitmq forwarded?")
     t.check(srv.bound_queues("topic_existing") == [], "a queue got bound despite the errors")
     t.check(b.term() == 0, "exit status on SIGTERM")
+
+
+def test_broker_restart(t):
+    srv = broker()
+    redis = t.redis()
+    extra = 'declare_exchange = true; exchange_durable = false; reconnect_max_ms = 1000;'
+    main = h.main_cfg(redis_port=redis.port)
+    batons = [t.baton(main, {"r.cfg": ep_cfg(srv.port, "fan6", extra)}) for _ in range(2)]
+    leader = wait_consuming(t, batons)
+    t_kill = time.monotonic()
+    srv.kill()
+    lost = h.wait_until(lambda: "giving up the lease" in leader.stderr_text(), 15, 0.1)
+    h.log("leader gave its lease up %.2fs after the broker died" % (time.monotonic() - t_kill))
+    t.check(lost, "the leader did not give its lease up while the broker was down")
+    marks = {b: len(re.findall(r"consuming from", b.stderr_text())) for b in batons}
+    srv.start()
+    t_up = time.monotonic()
+
+    def resumed():
+        return [b for b in batons if len(re.findall(r"consuming from", b.stderr_text())) > marks[b]]
+    now = h.wait_until(resumed, 20, 0.05)
+    t.require(now, "nobody consumes again within 20 s of the broker restart")
+    h.log("consuming again %.2fs after the broker was back (%.2fs after it died); queue unbound "
+          "for that whole window" % (time.monotonic() - t_up, time.monotonic() - t_kill))
+    time.sleep(1.0)
+    bound = srv.bound_queues("fan6")
+    t.check(len(bound) == 1, "queues bound after the restart: %r" % bound)
+    c = rmq.Amqp(srv.port)
+    c.confirm_select()
+    c.publish_many(("fan6", "", b"after", {"message_id": "r-%d" % i}) for i in range(200))
+    c.wait_confirms(30)
+    c.close()
+    h.wait_until(lambda: sum(len([r for r in records(b) if r["id"].startswith("r-")])
+                             for b in batons) >= 200, 10, 0.05)
+    time.sleep(0.5)
+    ids = [r["id"] for b in batons for r in records(b) if r["id"].startswith("r-")]
+    t.check(len(ids) == 200 and not h.duplicates(ids), "after restart: %d forwarded, dups %r"
+            % (len(ids), list(h.duplicates(ids).items())[:5]))
 
 
 if __name__ == "__main__":

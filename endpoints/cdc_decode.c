@@ -573,7 +573,7 @@ static const uint16_t cp1252_80[32] = {
 void cdc_json_latin1(struct jbuf *b, const unsigned char *s, size_t n)
 {
     /* converted to UTF-8 in a scratch buffer, then escaped by jbuf_str */
-    char stackbuf[512];
+    char stackbuf[512] = { 0 };
     char *u = n * 3 <= sizeof stackbuf ? stackbuf : xmalloc(n * 3 + 1);
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {

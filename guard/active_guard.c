@@ -333,6 +333,7 @@ static void *guard_main(void *arg)
         struct lock_grant grant;
         char err[LOCKER_ERR_MAX];
         int rc = locker_try_lock(g->locker, g->key, g->ttl_ms, &grant, err);
+        atomic_fetch_add(&g->stats.attempts, 1);
         if (rc == LOCKER_OK) {
             lead(g, &grant, gen0); /* LEAD_REACQUIRE: try again at once */
             continue;

@@ -57,6 +57,7 @@ struct active_guard_stats {
     atomic_ullong epoch;          /* current (or last) lease epoch */
     atomic_llong leader_since_ms; /* wall clock ms of the last promotion, 0 if none */
     atomic_int role;              /* enum active_role */
+    atomic_ullong attempts;       /* acquisition attempts made (any outcome) */
 };
 
 /* Validates ttl > renew > 0 and retry > 0 (after defaults). Returns NULL and

@@ -37,7 +37,8 @@
 enum { S_ACQUIRE, S_UNLOCK, S_RENEW, S_CHECK, S_COUNT };
 
 /* KEYS[1] lock key, KEYS[2] epoch key; ARGV[1] token, ARGV[2] ttl ms,
- * ARGV[3] epoch key ttl ms. Returns 0 when held elsewhere, else the epoch:
+ * ARGV[3] epoch key ttl ms, ARGV[4] holder ("host pid N", stored beside the
+ * lock as <key>:holder with the same expiry, for `baton status`). Returns 0 when held elsewhere, else the epoch:
  * max(stored + 1, TIME in ms * 1000). Types are checked before any write so a
  * wrong-typed key never leaves a half-done acquisition behind. */
 static const char SCRIPT_ACQUIRE[] =
@@ -51,6 +52,7 @@ static const char SCRIPT_ACQUIRE[] =
     "  return redis.error_reply('WRONGTYPE epoch key ' .. KEYS[2] .. ' holds a ' .. t2)\n"
     "end\n"
     "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end\n"
+    "redis.call('SET', KEYS[1] .. ':holder', ARGV[4], 'PX', ARGV[2])\n"
     "local now = redis.call('TIME')\n"
     "local floor = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000\n"
     "local e = (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) + 1\n"
@@ -62,12 +64,16 @@ static const char SCRIPT_ACQUIRE[] =
  * WRONGTYPE on a non-string key. */
 static const char SCRIPT_UNLOCK[] =
     "local v = redis.call('GET', KEYS[1])\n"
-    "if v == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end\n"
+    "if v == ARGV[1] then redis.call('DEL', KEYS[1], KEYS[1] .. ':holder') return 1 end\n"
     "if v then return 2 end\n"
     "return 0\n";
 static const char SCRIPT_RENEW[] =
     "local v = redis.call('GET', KEYS[1])\n"
-    "if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end\n"
+    "if v == ARGV[1] then\n"
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "  redis.call('PEXPIRE', KEYS[1] .. ':holder', ARGV[2])\n"
+    "  return 1\n"
+    "end\n"
     "if v then return 2 end\n"
     "return 0\n";
 static const char SCRIPT_CHECK[] =
@@ -95,6 +101,7 @@ struct redis_locker {
     struct locker base;
     struct redis_opts opts;
     char where[128];
+    char holder[128]; /* "host pid N": who holds a lock, for `baton status` */
 
     pthread_mutex_t mu; /* main connection */
     redisContext *c;
@@ -174,7 +181,7 @@ static redisReply *run_script(struct redis_locker *rl, int idx, int nkeys, int n
                               char err[LOCKER_ERR_MAX])
 {
     if (!ensure_conn(rl, err)) return NULL;
-    const char *argv[8];
+    const char *argv[12];
     char nk[8];
     snprintf(nk, sizeof nk, "%d", nkeys);
     int argc = 3 + nargs;
@@ -367,11 +374,11 @@ static int redis_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
     int64_t et = ttl_ms * 2 > EPOCH_KEY_MIN_TTL_MS ? ttl_ms * 2 : EPOCH_KEY_MIN_TTL_MS;
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
     snprintf(ettl, sizeof ettl, "%lld", (long long)et);
-    const char *ka[5] = {key, ekey, token, ttl, ettl};
+    const char *ka[6] = {key, ekey, token, ttl, ettl, rl->holder};
     int64_t sent = 0;
 
     pthread_mutex_lock(&rl->mu);
-    redisReply *r = run_script(rl, S_ACQUIRE, 2, 5, ka, "acquire", &sent, err);
+    redisReply *r = run_script(rl, S_ACQUIRE, 2, 6, ka, "acquire", &sent, err);
     pthread_mutex_unlock(&rl->mu);
     free(ekey);
     if (r == NULL) return LOCKER_ERR;
@@ -560,6 +567,7 @@ struct locker *locker_redis_create(const struct redis_opts *opts, char err[LOCKE
     snprintf(rl->where, sizeof rl->where, "%.100s:%d",
              rl->opts.host && rl->opts.host[0] ? rl->opts.host : "127.0.0.1",
              rl->opts.port > 0 ? rl->opts.port : 6379);
+    snprintf(rl->holder, sizeof rl->holder, "%.80s pid %d", util_hostname(), (int)getpid());
     if (pipe2(rl->wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
         snprintf(err, LOCKER_ERR_MAX, "redis locker: pipe: %s", strerror(errno));
         redis_opts_clear(&rl->opts);

@@ -404,6 +404,16 @@ int gateway_start(struct gateway *gw)
                  e->guard ? (gw->locker ? ", competing for the lease" : ", single-process mode") : "");
         if (e->guard) {
             if (active_guard_start(e->guard) != 0) return -1;
+            /* Leader balancing at start: let this guard make its first
+             * attempt (delayed by leases-held x step) before the next guard
+             * starts, so replicas that start together share the leases
+             * instead of the first one taking every lease at once. */
+            const struct active_guard_stats *gs = active_guard_stats(e->guard);
+            int64_t bound = clock_mono_ms() + e->cfg->lease.retry_ms +
+                            (int64_t)atomic_load(&gw->leaders) * e->cfg->lease.balance_step_ms + 1000;
+            while (gw->locker && atomic_load(&gs->attempts) == 0 && clock_mono_ms() < bound &&
+                   !atomic_load(&gw->stopping))
+                sleep_ms_cancellable(2, NULL);
         } else {
             if (pthread_create(&e->starter_thread, NULL, starter_main, e) != 0) return -1;
             e->starter_started = true;

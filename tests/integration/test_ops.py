@@ -251,5 +251,34 @@ def test_sighup_logs_status(t):
     t.check("released" in b.stderr_text() or "demoted" in b.stderr_text(), "lease released at exit")
 
 
+def test_leader_balancing(t):
+    """3 replicas, 6 endpoints: leases spread out instead of all landing on
+    the first replica to start."""
+    redis = t.redis()
+    eps = {}
+    for i in range(6):
+        eps["ep%d.cfg" % i] = ('name = "ep%d"; type = "redis_psub"; sink = "out"; host = "127.0.0.1"; '
+                               'port = %d; channels = [ "c%d" ];\n' % (i, redis.port, i))
+    ports = []
+    for _ in range(3):
+        mport = h.free_port()
+        ports.append(mport)
+        t.baton(h.main_cfg(redis.port, extra='metrics = { listen = "127.0.0.1:%d"; };' % mport), eps)
+    time.sleep(10)
+    counts = []
+    for p in ports:
+        st = json.loads(get(p, "/status")[1])
+        counts.append(sum(1 for e in st["endpoints"] if e["role"] == "leader"))
+    h.log("leases per replica after 10 s: %s" % counts)
+    t.check(sum(counts) == 6, "every endpoint has exactly one leader: %s" % counts)
+    t.check(max(counts) <= 3, "no replica leads more than 3 of 6: %s" % counts)
+    # baton status names the holder of each lease
+    rc, out, err = h.run_baton(["status", "-c", t.batons[0].cfg])
+    holders = [l for l in out.splitlines() if l.startswith("ep")]
+    t.check(len(holders) == 6 and all("pid" in l for l in holders), "status names holders: %r" % out)
+    pids = {str(b.pid) for b in t.batons}
+    t.check(all(any(("pid " + p) in l for p in pids) for l in holders), "holders are our processes")
+
+
 if __name__ == "__main__":
     h.main(globals())

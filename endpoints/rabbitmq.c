@@ -492,11 +492,14 @@ static int flush_acks(struct rmq_ep *ep)
         size_t n;
         pthread_mutex_lock(&ep->ack_lock);
         n = ep->nacks < 256 ? ep->nacks : 256;
+        if (n == 0) {
+            pthread_mutex_unlock(&ep->ack_lock);
+            return 0;
+        }
         memcpy(local, ep->acks, n * sizeof *local);
         memmove(ep->acks, ep->acks + n, (ep->nacks - n) * sizeof *local);
         ep->nacks -= n;
         pthread_mutex_unlock(&ep->ack_lock);
-        if (n == 0) return 0;
         for (size_t i = 0; i < n; i++) {
             if (rmq_seq_gen(local[i].seq) != ep->gen || !ep->conn) continue;
             if (ep->outstanding) ep->outstanding--;

@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""Benchmark: per-replica footprint with one endpoint of every type.
+
+    bench/bench_footprint.py [BUILD_DIR]    (default: $BATON_BUILD_DIR or ./build)
+
+Starts redis-server (locker and redis_psub source) and mosquitto, and, unless
+HEAVY=0, rabbitmq-server and mariadbd (about 15 s more); with HEAVY=0 (or a
+broker that fails to start) the rabbitmq and mysql_cdc endpoints are left
+out: with no broker they fail to start as leader and give the lease back
+every retry, which is not a steady state.
+Each endpoint type gets one endpoint file; a type whose file does not pass
+`baton --check-config` (an endpoint not built yet, or settings that changed)
+is left out and named in the output.
+
+Replica A starts first and leads every ActiveGuard endpoint; replica B then
+starts and stays standby on all of them (schedule runs on both: its
+OnceGuard decides per slot; cron every 10 s). Traffic: BURST (default
+20,000) Redis messages and 2,000 MQTT messages through the leader.
+
+Figures:
+- peak RSS (VmHWM of /proc/<pid>/status) of the leader and of the standby,
+  target < 10 MiB each;
+- idle standby CPU over IDLE_S (default 30) seconds, (utime + stime) deltas of
+  /proc/<pid>/stat, target < 0.5 % of one core; the idle leader's figure is
+  printed for information.
+Prints RESULT {json} lines (the contract of bench/run).
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+if len(sys.argv) > 1:
+    os.environ["BATON_BUILD_DIR"] = os.path.abspath(sys.argv[1])
+os.environ.setdefault("BATON_BUILD_DIR", os.path.join(SRC, "build"))
+os.environ.setdefault("BATON_BIN", os.path.join(os.environ["BATON_BUILD_DIR"], "baton"))
+os.environ.setdefault("BATON_SOURCE_DIR", SRC)
+sys.path.insert(0, os.path.join(SRC, "tests", "integration", "lib"))
+import harness as h  # noqa: E402
+
+IDLE_S = float(os.environ.get("IDLE_S", "30"))
+HEAVY = os.environ.get("HEAVY", "1") != "0"
+BURST = int(os.environ.get("BURST", "20000"))
+RSS_TARGET_KB = 10 * 1024
+CPU_TARGET = 0.5
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def ticks(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+
+
+def vm(pid, what):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(what + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def start_mosquitto():
+    port = h.free_port()
+    d = h.mktemp("baton-mosq-")
+    conf = os.path.join(d, "m.conf")
+    with open(conf, "w") as f:
+        f.write("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n" % port)
+    p = subprocess.Popen(["mosquitto", "-c", conf], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+
+    def stop():
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    h._cleanups.append(stop)
+    if not h.wait_until(lambda: h.port_open(port), 10, 0.05):
+        raise RuntimeError("mosquitto did not start on port %d" % port)
+    return port
+
+
+def candidates(redis_port, mqtt_port, amqp_port, mysql_port, server_id):
+    """type -> list of endpoint file texts to try (first that checks wins)."""
+    common = 'sink = "out";\n'
+    return {
+        "schedule": ['name = "fp-schedule"; type = "schedule"; %scron = "*/10 * * * * *";\n'
+                     % common],
+        "redis_psub": ['name = "fp-psub"; type = "redis_psub"; %shost = "127.0.0.1"; port = %d;\n'
+                       'patterns = ["fp.*"];\n' % (common, redis_port)],
+        "rabbitmq": ['name = "fp-amqp"; type = "rabbitmq"; %shost = "127.0.0.1"; port = %d;\n'
+                     'exchange = "fp"; exchange_type = "fanout"; declare_exchange = true;\n'
+                     'mode = "private";\n'
+                     % (common, amqp_port)],
+        "mysql_cdc": ['name = "fp-cdc"; type = "mysql_cdc"; %shost = "127.0.0.1"; port = %d;\n'
+                      'user = "cdc"; password_env = "FP_CDC_PASSWORD"; server_id = %d;\n'
+                      % (common, mysql_port, server_id)],
+        "mqtt": ['name = "fp-mqtt"; type = "mqtt"; %sserver = "tcp://127.0.0.1:%d";\n'
+                 'topic = "fp/#";\n' % (common, mqtt_port),
+                 'name = "fp-mqtt"; type = "mqtt"; %shost = "127.0.0.1"; port = %d;\n'
+                 'topic = "fp/#";\n' % (common, mqtt_port),
+                 'name = "fp-mqtt"; type = "mqtt"; %surl = "tcp://127.0.0.1:%d";\n'
+                 'topics = ["fp/#"];\n' % (common, mqtt_port)],
+    }
+
+
+def check(main_text, ep_text, env):
+    d = h.mktemp("baton-fp-check-")
+    os.makedirs(os.path.join(d, "endpoints.d"))
+    with open(os.path.join(d, "baton.cfg"), "w") as f:
+        f.write(main_text)
+    with open(os.path.join(d, "endpoints.d", "ep.cfg"), "w") as f:
+        f.write(ep_text)
+    rc, out, err = h.run_baton(["-c", os.path.join(d, "baton.cfg"), "--check-config"],
+                               env=env)
+    return rc == 0, (err or out).strip().splitlines()[-1:] or [""]
+
+
+def status(port):
+    import http.client
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+        c.request("GET", "/status")
+        body = c.getresponse().read()
+        c.close()
+        return json.loads(body)["endpoints"]
+    except (OSError, ValueError, KeyError, http.client.HTTPException):
+        return None
+
+
+def roles(port):
+    eps = status(port)
+    return {e["name"]: e["role"] for e in eps} if eps else {}
+
+
+def main():
+    if not os.path.exists(h.BATON_BIN):
+        print("missing %s (build baton)" % h.BATON_BIN, file=sys.stderr)
+        return 2
+    env = {"FP_CDC_PASSWORD": "fp-pw"}
+    redis = h.RedisServer()
+    mqtt_port = start_mosquitto()
+    amqp_port = mysql_port = None
+    brokers = ["redis-server", "mosquitto"]
+    if HEAVY:
+        try:
+            import rabbitmq as rmq
+            amqp_port = rmq.RabbitServer().port
+            brokers.append("rabbitmq-server")
+        except Exception as e:  # noqa: BLE001 - any failure: fall back to a closed port
+            print("  rabbitmq-server not started (%s): endpoint points at a closed port" % e)
+        try:
+            import mariadb as mdb
+            srv = mdb.MariaServer()
+            srv.create_user("cdc", env["FP_CDC_PASSWORD"])
+            mysql_port = srv.port
+            brokers.append("mariadbd")
+        except Exception as e:  # noqa: BLE001
+            print("  mariadbd not started (%s): endpoint points at a closed port" % e)
+    # an endpoint whose broker is not running fails to start as leader and
+    # gives its lease back every retry: not a steady state to measure
+    no_broker = {}
+    if amqp_port is None:
+        no_broker["rabbitmq"] = "rabbitmq-server not started"
+    if mysql_port is None:
+        no_broker["mysql_cdc"] = "mariadbd not started"
+    amqp_port = amqp_port or h.free_port()
+    mysql_port = mysql_port or h.free_port()
+
+    work = h.mktemp("baton-bench-footprint-")
+    mports = [h.free_port(), h.free_port()]
+
+    def main_cfg(i):
+        return h.main_cfg(redis_port=redis.port, log_level="warn",
+                          extra='metrics = { listen = "127.0.0.1:%d"; };' % mports[i])
+
+    chosen = [{}, {}]
+    left_out = {}
+    for typ, texts in candidates(redis.port, mqtt_port, amqp_port, mysql_port, 100).items():
+        why = None
+        if typ in no_broker:
+            left_out[typ] = no_broker[typ]
+            continue
+        for k, _ in enumerate(texts):
+            ok, why = check(main_cfg(0), texts[k], env)
+            if ok:
+                for i in (0, 1):
+                    per = candidates(redis.port, mqtt_port, amqp_port, mysql_port, 101 + i)
+                    chosen[i]["%s.cfg" % typ] = per[typ][k]
+                break
+        else:
+            left_out[typ] = why[0].split(": ", 1)[-1][:160]
+    print("footprint benchmark: endpoint types configured: %s; left out: %s; brokers: %s"
+          % (", ".join(sorted(t[:-4] for t in chosen[0])) or "none",
+             "; ".join("%s (%s)" % kv for kv in sorted(left_out.items())) or "none",
+             ", ".join(brokers)))
+
+    a = h.Baton(work, main_cfg(0), chosen[0], name="leader", env=env)
+    guarded = None
+
+    def a_leads_all():
+        r = roles(mports[0])
+        act = {n: v for n, v in r.items() if v != "single"}
+        return act and all(v == "leader" for v in act.values()) and act
+    guarded = h.wait_until(a_leads_all, 30, 0.1)
+    if not guarded:
+        print("replica A does not lead every guarded endpoint after 30 s: %r"
+              % roles(mports[0]), file=sys.stderr)
+        print(a.stderr_text()[-3000:], file=sys.stderr)
+        return 1
+    b = h.Baton(work, main_cfg(1), chosen[1], name="standby", env=env)
+    h.wait_until(lambda: len(roles(mports[1])) == len(chosen[1]), 15, 0.1)
+    time.sleep(1.0)
+
+    # traffic through the leader
+    c = redis.client()
+    for i in range(0, BURST, 1000):
+        c.pipeline([("PUBLISH", "fp.x", "payload-%08d-0123456789abcdef" % j)
+                    for j in range(i, min(BURST, i + 1000))])
+    if "mqtt.cfg" in chosen[0]:
+        subprocess.run(["mosquitto_pub", "-p", str(mqtt_port), "-t", "fp/x", "-l", "-q", "1"],
+                       input="".join("mqtt-%d\n" % i for i in range(2000)).encode(),
+                       timeout=60, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    h.wait_until(lambda: sum(1 for _ in open(a.out_path, "rb")) >= BURST, 30, 0.2)
+    forwarded = sum(1 for _ in open(a.out_path, "rb"))
+    time.sleep(1.0)
+
+    rb = roles(mports[1])
+    not_standby = {n: v for n, v in rb.items() if v not in ("standby", "single")}
+    ta, tb, t0 = ticks(a.pid), ticks(b.pid), time.monotonic()
+    time.sleep(IDLE_S)
+    ta1, tb1, t1 = ticks(a.pid), ticks(b.pid), time.monotonic()
+    cpu_a = (ta1 - ta) / HZ / (t1 - t0) * 100.0
+    cpu_b = (tb1 - tb) / HZ / (t1 - t0) * 100.0
+    hwm_a, hwm_b = vm(a.pid, "VmHWM"), vm(b.pid, "VmHWM")
+    rss_a, rss_b = vm(a.pid, "VmRSS"), vm(b.pid, "VmRSS")
+    rb2 = roles(mports[1])
+    ra2 = roles(mports[0])
+    alive = a.alive() and b.alive()
+    lost = {n: v for n, v in ra2.items() if n in guarded and v != "leader"}
+    if lost:
+        print("  WARNING: replica A no longer leads %r: the measurement is not of a steady state"
+              % lost)
+        not_standby = not_standby or lost
+    print("  leader: roles %s; forwarded %d lines; VmHWM %d KiB, VmRSS %d KiB; idle CPU %.3f %%"
+          % (ra2, forwarded, hwm_a, rss_a, cpu_a))
+    print("  standby: roles %s; VmHWM %d KiB, VmRSS %d KiB; idle CPU %.3f %% over %.0f s"
+          % (rb2, hwm_b, rss_b, cpu_b, t1 - t0))
+    for rep in (a, b):
+        lines = [l for l in rep.stderr_text().splitlines() if " WARN " in l or " ERROR " in l]
+        print("  %s log: %d warning/error lines%s" % (rep.name, len(lines), ":" if lines else ""))
+        for l in lines[:5] + (["  ..."] if len(lines) > 8 else []) + lines[max(5, len(lines) - 3):]:
+            print("    " + l)
+    if not_standby:
+        print("  WARNING: replica B was not standby everywhere: %r" % not_standby)
+    ntypes = len(chosen[0])
+    results = [
+        {"workload": "peak RSS, leader, %d endpoint types" % ntypes, "baton": round(hwm_a / 1024.0, 2),
+         "baseline": None, "unit": "MiB", "ratio": None, "target": "< 10",
+         "pass": hwm_a < RSS_TARGET_KB and alive},
+        {"workload": "peak RSS, standby, %d endpoint types" % ntypes, "baton": round(hwm_b / 1024.0, 2),
+         "baseline": None, "unit": "MiB", "ratio": None, "target": "< 10",
+         "pass": hwm_b < RSS_TARGET_KB and alive},
+        {"workload": "idle standby CPU over %.0f s" % IDLE_S, "baton": round(cpu_b, 3),
+         "baseline": None, "unit": "% core", "ratio": None, "target": "< 0.5",
+         "pass": cpu_b < CPU_TARGET and not not_standby and alive},
+        {"workload": "idle leader CPU over %.0f s (info)" % IDLE_S, "baton": round(cpu_a, 3),
+         "baseline": None, "unit": "% core", "ratio": None, "target": None, "pass": None},
+    ]
+    for r in results:
+        print("RESULT " + json.dumps(r))
+    return 0 if alive else 1
+
+
+if __name__ == "__main__":
+    try:
+        rc = main()
+    finally:
+        h._run_cleanups()
+    sys.exit(rc)

@@ -1,18 +1,1014 @@
-/* PLACEHOLDER: replaced by the real mqtt endpoint. */
-#include "endpoints/endpoint.h"
+/* mqtt: MQTT 5 / 3.1.1 subscriptions through paho.mqtt.c (MQTTAsync).
+ *
+ * Two deployments (DESIGN.md):
+ *   shared_group set  each filter becomes $share/<group>/<filter>; the broker
+ *                     delivers every message to one member of the group, so
+ *                     the replicas need no guard (auto guard = none). A guard
+ *                     there would leave all but one replica idle and turn the
+ *                     broker's at-least-once into at-most-once across a
+ *                     failover: validate() rejects it unless forced.
+ *   plain filters     a broadcast: every subscriber gets every message, so
+ *                     only the ActiveGuard leader subscribes (auto = active).
+ *
+ * Acknowledgement (ack = "after_sink", the default). What paho 1.3 does,
+ * checked against the library on this machine: a QoS 1/2 PUBLISH is handed to
+ * messageArrived on paho's receive thread, and its PUBACK (PUBCOMP for QoS 2)
+ * goes out only after the callback returned. So the callback emits the
+ * envelope and then waits for the message's done callback (the sink accepted
+ * it) before returning 1. A baton killed while it waits never sends the ack:
+ * the broker redelivers the message to the same session (stable client id,
+ * clean_start = false) or, without a persistent session, the message is gone
+ * with the session - the broker's own semantics.
+ *
+ * The price: paho runs every client of the process on one receive thread and
+ * holds its global mutex during messageArrived, so waiting serialises
+ * delivery to one message in flight per process (throughput = 1 / sink round
+ * trip) and freezes every other MQTT client of the process while the sink is
+ * slow. QoS 0 messages are never waited for. ack = "on_receive" returns at once
+ * (paho acks on receipt): full pipeline throughput, but a crash loses what was
+ * acked and still queued. Both measured in bench/bench_mqtt.sh.
+ *
+ * Stopping while a message waits for its sink: stop() waits up to
+ * stop_timeout_ms for its outcome. If it is still pending and the process is
+ * shutting down, the message is left unacknowledged for good (the paho thread
+ * stays parked until exit, the broker redelivers it to the session later);
+ * on a demotion it is acknowledged (the gateway forwards it while the lease
+ * still holds, or counts it as dropped).
+ *
+ * Connection: one supervisor thread per start(): create the client, connect,
+ * subscribe (every granted code checked), then wait for connectionLost;
+ * reconnect with backoff and subscribe again. Unreachable for longer than the
+ * lease ttl while guarded -> host->source_lost(). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
-static const struct setting_def defs[] = { SETTINGS_END };
-static enum guard_kind auto_guard(const void *s) { (void)s; return GUARD_ACTIVE; }
-static void *create(const void *s, struct endpoint_host *h, char *err, size_t n)
+#include <MQTTAsync.h>
+
+#include "endpoints/endpoint.h"
+#include "endpoints/mqtt_util.h"
+#include "src/common/envelope.h"
+#include "src/common/log.h"
+#include "src/common/util.h"
+
+#define COMPONENT "mqtt"
+
+enum { PROTO_V5 = 0, PROTO_V311 = 1 };
+enum { ACK_AFTER_SINK = 0, ACK_ON_RECEIVE = 1 };
+
+struct mqtt_settings {
+    char *server;
+    char *ca_file;
+    char *cert_file;
+    char *key_file;
+    bool tls_verify;
+    char *client_id;
+    char *user;
+    char *password_env;
+    char *password_file;
+    int protocol;
+    int64_t keepalive;
+    bool clean_start;
+    int64_t session_expiry;
+    struct strlist topics;
+    int64_t qos;
+    char *shared_group;
+    int ack;
+    char *id_property;
+    int64_t receive_maximum;
+    int64_t connect_timeout_ms;
+    int64_t reconnect_min_ms;
+    int64_t reconnect_max_ms;
+    int64_t stop_timeout_ms;
+};
+
+static const char *const protocol_choices[] = {"5", "3.1.1", NULL};
+static const char *const ack_choices[] = {"after_sink", "on_receive", NULL};
+
+#define OFF(f) offsetof(struct mqtt_settings, f)
+static const struct setting_def mqtt_defs[] = {
+    {"server", SETTING_STRING, OFF(server), .def = "tcp://127.0.0.1:1883",
+     .help = "broker URI: tcp://host:port, ssl://host:port (also mqtt://, mqtts://, ws://, wss://)"},
+    {"ca_file", SETTING_STRING, OFF(ca_file), .help = "PEM file of trusted CAs (ssl://)"},
+    {"cert_file", SETTING_STRING, OFF(cert_file), .help = "PEM client certificate (ssl://)"},
+    {"key_file", SETTING_STRING, OFF(key_file), .help = "PEM client private key (ssl://)"},
+    {"tls_verify", SETTING_BOOL, OFF(tls_verify), .def = "true",
+     .help = "verify the broker's certificate and host name"},
+    {"client_id", SETTING_STRING, OFF(client_id), .def = "baton-%n-%h-%p",
+     .help = "client id template: %n endpoint name, %h host name, %p pid, %% percent"},
+    {"user", SETTING_STRING, OFF(user), .help = "user name"},
+    {"password_env", SETTING_STRING, OFF(password_env),
+     .help = "name of the environment variable holding the password"},
+    {"password_file", SETTING_STRING, OFF(password_file),
+     .help = "path of a file whose first line is the password"},
+    {"protocol", SETTING_ENUM, OFF(protocol), .def = "5", .choices = protocol_choices,
+     .help = "MQTT protocol version: \"5\" or \"3.1.1\""},
+    {"keepalive", SETTING_INT, OFF(keepalive), .def = "30", .min = 0, .max = 65535,
+     .help = "keepalive interval in seconds (0 = none)"},
+    {"clean_start", SETTING_BOOL, OFF(clean_start), .def = "true",
+     .help = "start a new session on every connect (false: resume the session of the client id)"},
+    {"session_expiry", SETTING_INT, OFF(session_expiry), .def = "3600", .min = 0,
+     .max = 4294967295LL,
+     .help = "MQTT 5 session expiry in seconds, sent only when clean_start = false"},
+    {"topics", SETTING_STRLIST, OFF(topics), .required = true,
+     .help = "list of topic filters (wildcards + and # allowed)"},
+    {"qos", SETTING_INT, OFF(qos), .def = "1", .min = 0, .max = 2,
+     .help = "subscription QoS for every topic (0, 1 or 2)"},
+    {"shared_group", SETTING_STRING, OFF(shared_group),
+     .help = "share group: each filter becomes $share/<group>/<filter>"},
+    {"ack", SETTING_ENUM, OFF(ack), .def = "after_sink", .choices = ack_choices,
+     .help = "when QoS 1/2 messages are acknowledged: after_sink or on_receive"},
+    {"id_property", SETTING_STRING, OFF(id_property),
+     .help = "MQTT 5 user property whose value is the message id"},
+    {"receive_maximum", SETTING_INT, OFF(receive_maximum), .def = "0", .min = 0, .max = 65535,
+     .help = "MQTT 5 receive maximum (unacknowledged QoS 1/2 messages in flight; 0 = broker default)"},
+    {"connect_timeout_ms", SETTING_INT, OFF(connect_timeout_ms), .def = "10000", .min = 100,
+     .max = 600000, .help = "connect and subscribe timeout in ms"},
+    {"reconnect_min_ms", SETTING_INT, OFF(reconnect_min_ms), .def = "250", .min = 1,
+     .max = 3600000, .help = "first reconnect delay in ms (doubles up to reconnect_max_ms)"},
+    {"reconnect_max_ms", SETTING_INT, OFF(reconnect_max_ms), .def = "10000", .min = 1,
+     .max = 3600000, .help = "longest reconnect delay in ms"},
+    {"stop_timeout_ms", SETTING_INT, OFF(stop_timeout_ms), .def = "5000", .min = 0,
+     .max = 600000, .help = "how long stop waits for the message in flight to reach the sink"},
+    SETTINGS_END};
+#undef OFF
+
+/* The one message waiting for its sink (after_sink). Separately allocated
+ * so that a message still queued when the endpoint is torn down at exit can
+ * signal it safely (it is leaked when abandoned). */
+struct ack_slot {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t seq;       /* seq of the message waited for; 0 = none */
+    bool done;
+    enum msg_outcome outcome;
+};
+
+enum op_state { OP_IDLE, OP_PENDING, OP_OK, OP_FAIL };
+
+struct mqtt_ep {
+    const struct mqtt_settings *s;
+    struct endpoint_host *host;
+    char *password;
+    char *client_id;
+    char **filters; /* as subscribed ($share applied) */
+    int *qos;
+    size_t n_filters;
+    bool tls;
+    bool v5;
+
+    /* one run (start .. stop) */
+    pthread_t thread;
+    bool thread_started;
+    atomic_bool stopping;
+    MQTTAsync client;
+    struct envelope env; /* used on paho's receive thread only */
+    uint64_t next_seq;
+
+    pthread_mutex_t mu; /* guards everything below */
+    pthread_cond_t cv;
+    enum op_state op;
+    char op_err[256];
+    bool conn_lost;
+    bool start_done;
+    int start_rc;
+    bool in_callback;    /* a QoS 1/2 message waits for its sink */
+    int64_t stop_deadline_ms;
+    bool release;        /* stop: acknowledge the waiting message and return */
+    bool abandoned;      /* stop at exit: leave it unacknowledged for good */
+
+    struct ack_slot *slot;
+    struct log_ratelimit rl_connect;
+};
+
+/* ---- settings ------------------------------------------------------------ */
+
+static enum guard_kind mqtt_auto_guard(const void *settings)
 {
-    (void)s; (void)h;
-    if (n) err[0] = 0;
+    const struct mqtt_settings *s = settings;
+    if (s->shared_group && *s->shared_group) return GUARD_NONE;
+    bool all_shared = s->topics.n > 0;
+    for (size_t i = 0; i < s->topics.n; i++)
+        if (!mqtt_filter_is_shared(s->topics.v[i])) all_shared = false;
+    return all_shared ? GUARD_NONE : GUARD_ACTIVE;
+}
+
+static int mqtt_validate(const void *settings, enum guard_kind guard, bool force, char *msg,
+                         size_t msglen)
+{
+    const struct mqtt_settings *s = settings;
+    bool tls = false;
+    if (mqtt_server_validate(s->server, &tls, msg, msglen) != 0) return -1;
+    if (!tls && (s->ca_file || s->cert_file || s->key_file)) {
+        snprintf(msg, msglen, "ca_file/cert_file/key_file need an ssl:// (or mqtts://, wss://) server, not '%s'",
+                 s->server);
+        return -1;
+    }
+    if ((s->cert_file == NULL) != (s->key_file == NULL)) {
+        snprintf(msg, msglen, "cert_file and key_file go together (client certificate authentication)");
+        return -1;
+    }
+    if (s->topics.n == 0) {
+        snprintf(msg, msglen, "topics: at least one topic filter is needed");
+        return -1;
+    }
+    bool any_shared = false;
+    for (size_t i = 0; i < s->topics.n; i++) {
+        char m[256];
+        if (mqtt_filter_validate(s->topics.v[i], m, sizeof m) != 0) {
+            snprintf(msg, msglen, "topics[%zu]: %s", i, m);
+            return -1;
+        }
+        if (mqtt_filter_is_shared(s->topics.v[i])) {
+            any_shared = true;
+            if (s->shared_group) {
+                snprintf(msg, msglen, "topics[%zu] '%s' is already a $share filter: drop shared_group or write the plain filter",
+                         i, s->topics.v[i]);
+                return -1;
+            }
+        }
+    }
+    if (s->shared_group) {
+        char m[256];
+        if (mqtt_group_validate(s->shared_group, m, sizeof m) != 0) {
+            snprintf(msg, msglen, "shared_group: %s", m);
+            return -1;
+        }
+        any_shared = true;
+    }
+    char tmp[1024], m[256];
+    if (mqtt_client_id_format(s->client_id, "n", "h", 1, tmp, sizeof tmp, m, sizeof m) < 0) {
+        snprintf(msg, msglen, "client_id: %s", m);
+        return -1;
+    }
+    if (s->reconnect_min_ms > s->reconnect_max_ms) {
+        snprintf(msg, msglen, "reconnect_min_ms (%lld) must not exceed reconnect_max_ms (%lld)",
+                 (long long)s->reconnect_min_ms, (long long)s->reconnect_max_ms);
+        return -1;
+    }
+    if (s->protocol == PROTO_V311 && s->receive_maximum > 0) {
+        snprintf(msg, msglen, "receive_maximum is an MQTT 5 property: remove it or use protocol = \"5\"");
+        return -1;
+    }
+    if (any_shared && guard != GUARD_NONE && !force) {
+        snprintf(msg, msglen,
+                 "guard '%s' on a $share subscription: the broker already delivers each message to "
+                 "one member of the share group, so a guard only leaves the other replicas idle and "
+                 "turns at-least-once into at-most-once when the leader fails (messages the broker "
+                 "handed to it are gone with it); use guard = \"none\" (the default), or set "
+                 "force_guard = true if this is really wanted",
+                 guard_kind_name(guard));
+        return -1;
+    }
     return 0;
 }
-static int start(void *ep) { (void)ep; return -1; }
-static void stop(void *ep) { (void)ep; }
-static void destroy(void *ep) { (void)ep; }
+
+/* ---- paho callbacks ------------------------------------------------------ */
+
+static void op_finish(struct mqtt_ep *ep, bool ok, const char *err)
+{
+    pthread_mutex_lock(&ep->mu);
+    if (ep->op == OP_PENDING) {
+        ep->op = ok ? OP_OK : OP_FAIL;
+        snprintf(ep->op_err, sizeof ep->op_err, "%s", err ? err : "");
+    }
+    pthread_cond_broadcast(&ep->cv);
+    pthread_mutex_unlock(&ep->mu);
+}
+
+static const char *connack_v3_text(int code)
+{
+    switch (code) {
+    case 1: return "unacceptable protocol version";
+    case 2: return "client identifier rejected";
+    case 3: return "server unavailable";
+    case 4: return "bad user name or password";
+    case 5: return "not authorized";
+    default: return NULL;
+    }
+}
+
+static void fail_text(char *buf, size_t len, int code, const char *message, int reason, bool v5)
+{
+    const char *what = NULL;
+    if (v5 && reason != 0) what = MQTTReasonCode_toString((enum MQTTReasonCodes)reason);
+    if (!what && !v5) what = connack_v3_text(code);
+    if (!what && code != 0) what = MQTTAsync_strerror(code);
+    if (v5 && reason != 0)
+        snprintf(buf, len, "%s (reason code 0x%02x)%s%s", what ? what : "refused", reason,
+                 message ? ": " : "", message ? message : "");
+    else
+        snprintf(buf, len, "%s (code %d)%s%s", what ? what : "failed", code, message ? ": " : "",
+                 message ? message : "");
+}
+
+static void on_connect_ok(void *ctx, MQTTAsync_successData *r)
+{
+    (void)r;
+    op_finish(ctx, true, NULL);
+}
+
+static void on_connect_fail(void *ctx, MQTTAsync_failureData *r)
+{
+    char buf[256];
+    fail_text(buf, sizeof buf, r ? r->code : 0, r ? r->message : NULL, 0, false);
+    op_finish(ctx, false, buf);
+}
+
+static void on_connect_ok5(void *ctx, MQTTAsync_successData5 *r)
+{
+    (void)r;
+    op_finish(ctx, true, NULL);
+}
+
+static void on_connect_fail5(void *ctx, MQTTAsync_failureData5 *r)
+{
+    char buf[256];
+    fail_text(buf, sizeof buf, r ? r->code : 0, r ? r->message : NULL, r ? (int)r->reasonCode : 0, true);
+    op_finish(ctx, false, buf);
+}
+
+/* A granted QoS / reason code >= 0x80 is a refusal. */
+static void check_granted(struct mqtt_ep *ep, const int *codes, int n)
+{
+    for (int i = 0; i < n && i < (int)ep->n_filters; i++) {
+        if (codes[i] >= 0x80) {
+            char buf[256];
+            const char *t = ep->v5 ? MQTTReasonCode_toString((enum MQTTReasonCodes)codes[i]) : NULL;
+            snprintf(buf, sizeof buf, "subscription to '%s' refused by the broker: %s (0x%02x)",
+                     ep->filters[i], t ? t : "failure", codes[i]);
+            op_finish(ep, false, buf);
+            return;
+        }
+        if (codes[i] < ep->qos[i])
+            log_warn(COMPONENT, ep->host->name, "'%s': broker granted QoS %d (asked %d)",
+                     ep->filters[i], codes[i], ep->qos[i]);
+    }
+    op_finish(ep, true, NULL);
+}
+
+static void on_sub_ok(void *ctx, MQTTAsync_successData *r)
+{
+    struct mqtt_ep *ep = ctx;
+    if (ep->n_filters == 1) {
+        int q = r ? r->alt.qos : 0;
+        check_granted(ep, &q, 1);
+    } else if (r && r->alt.qosList) {
+        check_granted(ep, r->alt.qosList, (int)ep->n_filters);
+    } else {
+        op_finish(ep, true, NULL);
+    }
+}
+
+static void on_sub_fail(void *ctx, MQTTAsync_failureData *r)
+{
+    struct mqtt_ep *ep = ctx;
+    char buf[256];
+    if (r && r->code == 0x80)
+        snprintf(buf, sizeof buf, "subscription refused by the broker (0x80)");
+    else
+        fail_text(buf, sizeof buf, r ? r->code : 0, r ? r->message : NULL, 0, false);
+    op_finish(ep, false, buf);
+}
+
+static void on_sub_ok5(void *ctx, MQTTAsync_successData5 *r)
+{
+    struct mqtt_ep *ep = ctx;
+    if (!r) {
+        op_finish(ep, true, NULL);
+        return;
+    }
+    if (r->alt.sub.reasonCodeCount > 0 && r->alt.sub.reasonCodes) {
+        int n = r->alt.sub.reasonCodeCount;
+        int codes[64];
+        if (n > 64) n = 64;
+        for (int i = 0; i < n; i++) codes[i] = (int)r->alt.sub.reasonCodes[i];
+        check_granted(ep, codes, n);
+    } else {
+        int q = (int)r->reasonCode;
+        check_granted(ep, &q, 1);
+    }
+}
+
+static void on_sub_fail5(void *ctx, MQTTAsync_failureData5 *r)
+{
+    struct mqtt_ep *ep = ctx;
+    char buf[256];
+    fail_text(buf, sizeof buf, r ? r->code : 0, r ? r->message : NULL, r ? (int)r->reasonCode : 0, true);
+    char full[320];
+    snprintf(full, sizeof full, "subscribe failed: %s", buf);
+    op_finish(ep, false, full);
+}
+
+static void on_disc_ok(void *ctx, MQTTAsync_successData *r)
+{
+    (void)r;
+    op_finish(ctx, true, NULL);
+}
+static void on_disc_fail(void *ctx, MQTTAsync_failureData *r)
+{
+    (void)r;
+    op_finish(ctx, false, "disconnect failed");
+}
+static void on_disc_ok5(void *ctx, MQTTAsync_successData5 *r)
+{
+    (void)r;
+    op_finish(ctx, true, NULL);
+}
+static void on_disc_fail5(void *ctx, MQTTAsync_failureData5 *r)
+{
+    (void)r;
+    op_finish(ctx, false, "disconnect failed");
+}
+
+static void on_connection_lost(void *ctx, char *cause)
+{
+    struct mqtt_ep *ep = ctx;
+    pthread_mutex_lock(&ep->mu);
+    ep->conn_lost = true;
+    snprintf(ep->op_err, sizeof ep->op_err, "%s", cause ? cause : "connection lost");
+    pthread_cond_broadcast(&ep->cv);
+    pthread_mutex_unlock(&ep->mu);
+}
+
+/* Forwarder thread (or whoever dropped it): the sink's verdict. */
+static void on_message_done(void *arg, const struct message *m, enum msg_outcome o)
+{
+    struct ack_slot *slot = arg;
+    pthread_mutex_lock(&slot->mu);
+    if (slot->seq == m->seq) {
+        slot->done = true;
+        slot->outcome = o;
+        pthread_cond_broadcast(&slot->cv);
+    }
+    pthread_mutex_unlock(&slot->mu);
+}
+
+static struct message *build_message(struct mqtt_ep *ep, const char *topic, size_t topic_len,
+                                     const MQTTAsync_message *msg)
+{
+    struct envelope *e = &ep->env;
+    struct endpoint_host *h = ep->host;
+    char id[MESSAGE_ID_MAX];
+    bool have_id = ep->v5 && ep->s->id_property &&
+                   mqtt_properties_find_user(&msg->properties, ep->s->id_property, id, sizeof id);
+    envelope_begin(e, h->name, h->type, h->epoch(h), have_id ? id : NULL, clock_wall_ms());
+    envelope_str(e, "topic", topic, topic_len);
+    envelope_i64(e, "qos", msg->qos);
+    envelope_bool(e, "retained", msg->retained != 0);
+    envelope_bool(e, "dup", msg->dup != 0);
+    if (msg->qos > 0) envelope_i64(e, "packet_id", msg->msgid);
+    if (ep->v5) mqtt_properties_to_envelope(&msg->properties, e);
+    envelope_payload(e, msg->payload, msg->payloadlen > 0 ? (size_t)msg->payloadlen : 0);
+    return envelope_finish(e);
+}
+
+/* How long to wait before re-emitting a message the sink gave up on. */
+#define REEMIT_BASE_MS 200
+#define REEMIT_CAP_MS 5000
+
+/* Adds 50 ms to now as an absolute CLOCK_REALTIME time. */
+static struct timespec in_50ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 50 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* stop() decided: release (acknowledge and return) or abandon (never
+ * acknowledge: park paho's receive thread here until the process exits, the
+ * broker redelivers to the session). Returns true on release. */
+static bool stop_verdict(struct mqtt_ep *ep, bool wait)
+{
+    pthread_mutex_lock(&ep->mu);
+    for (;;) {
+        if (ep->abandoned) {
+            pthread_mutex_unlock(&ep->mu);
+            for (;;) sleep(3600);
+        }
+        if (ep->release) {
+            pthread_mutex_unlock(&ep->mu);
+            return true;
+        }
+        if (!wait) break;
+        struct timespec ts = in_50ms();
+        pthread_cond_timedwait(&ep->cv, &ep->mu, &ts);
+    }
+    pthread_mutex_unlock(&ep->mu);
+    return false;
+}
+
+/* Emits one QoS 1/2 message and waits for the sink's verdict; re-emits it
+ * when the queue evicted it or the sink gave up. Returns once it was
+ * delivered, or when stop() released it; never returns when stop()
+ * abandoned it. */
+static void deliver_and_wait(struct mqtt_ep *ep, const char *topic, size_t topic_len,
+                             const MQTTAsync_message *msg)
+{
+    struct ack_slot *slot = ep->slot;
+    struct endpoint_host *h = ep->host;
+    pthread_mutex_lock(&ep->mu);
+    ep->in_callback = true;
+    pthread_mutex_unlock(&ep->mu);
+
+    for (unsigned attempt = 0;; attempt++) {
+        struct message *m = build_message(ep, topic, topic_len, msg);
+        m->seq = ++ep->next_seq;
+        m->done = on_message_done;
+        m->done_arg = slot;
+        pthread_mutex_lock(&slot->mu);
+        slot->seq = m->seq;
+        slot->done = false;
+        pthread_mutex_unlock(&slot->mu);
+        h->emit(h, m); /* done fires whatever happens (maybe right here) */
+
+        enum msg_outcome outcome;
+        for (;;) {
+            pthread_mutex_lock(&slot->mu);
+            if (!slot->done) {
+                struct timespec ts = in_50ms();
+                pthread_cond_timedwait(&slot->cv, &slot->mu, &ts);
+            }
+            bool done = slot->done;
+            outcome = slot->outcome;
+            pthread_mutex_unlock(&slot->mu);
+            if (done) break;
+            if (stop_verdict(ep, false)) goto out;
+        }
+        if (outcome == MSG_DELIVERED) break;
+        /* Not delivered. Not leader / shutting down: the guard or the
+         * gateway stops us next, and acknowledging now would lose it: wait
+         * for stop() to decide. Evicted from the queue or the sink gave up:
+         * emit it again after a pause. */
+        if (outcome == MSG_DROPPED_NOT_LEADER || outcome == MSG_DROPPED_SHUTDOWN ||
+            atomic_load(&ep->stopping)) {
+            stop_verdict(ep, true);
+            goto out;
+        }
+        int64_t wait = backoff_ms(attempt, REEMIT_BASE_MS, REEMIT_CAP_MS);
+        log_warn(COMPONENT, h->name, "message on '%.*s' not accepted by the sink (%s): emitting it again in %lld ms",
+                 (int)(topic_len > 200 ? 200 : topic_len), topic, msg_outcome_name(outcome), (long long)wait);
+        sleep_ms_cancellable(wait, &ep->stopping);
+    }
+out:
+    pthread_mutex_lock(&ep->mu);
+    ep->in_callback = false;
+    pthread_cond_broadcast(&ep->cv);
+    pthread_mutex_unlock(&ep->mu);
+}
+
+static int on_message(void *ctx, char *topic, int topic_len, MQTTAsync_message *msg)
+{
+    struct mqtt_ep *ep = ctx;
+    size_t tl = topic_len > 0 ? (size_t)topic_len : strlen(topic);
+    if (msg->qos > 0 && ep->s->ack == ACK_AFTER_SINK) {
+        deliver_and_wait(ep, topic, tl, msg);
+    } else {
+        struct message *m = build_message(ep, topic, tl, msg);
+        ep->host->emit(ep->host, m);
+    }
+    MQTTAsync_freeMessage(&msg);
+    MQTTAsync_free(topic);
+    return 1;
+}
+
+/* ---- supervisor ---------------------------------------------------------- */
+
+/* Waits for the pending operation, at most timeout_ms; returns 0 on success,
+ * -1 with err filled. */
+static int op_wait(struct mqtt_ep *ep, int64_t timeout_ms, bool cancellable, char *err, size_t errlen)
+{
+    int64_t deadline = clock_mono_ms() + timeout_ms;
+    pthread_mutex_lock(&ep->mu);
+    while (ep->op == OP_PENDING && !(cancellable && atomic_load(&ep->stopping))) {
+        if (clock_mono_ms() >= deadline) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&ep->cv, &ep->mu, &ts);
+    }
+    int rc = -1;
+    if (ep->op == OP_OK) rc = 0;
+    else if (ep->op == OP_FAIL) snprintf(err, errlen, "%s", ep->op_err);
+    else if (atomic_load(&ep->stopping)) snprintf(err, errlen, "stopping");
+    else snprintf(err, errlen, "no answer within %lld ms", (long long)timeout_ms);
+    ep->op = OP_IDLE;
+    pthread_mutex_unlock(&ep->mu);
+    return rc;
+}
+
+static void op_begin(struct mqtt_ep *ep)
+{
+    pthread_mutex_lock(&ep->mu);
+    ep->op = OP_PENDING;
+    ep->op_err[0] = '\0';
+    pthread_mutex_unlock(&ep->mu);
+}
+
+/* Disconnects (when connected) and destroys the client. */
+static void client_teardown(struct mqtt_ep *ep, bool connected)
+{
+    if (!ep->client) return;
+    pthread_mutex_lock(&ep->mu);
+    bool abandoned = ep->abandoned;
+    pthread_mutex_unlock(&ep->mu);
+    if (abandoned) {
+        ep->client = NULL; /* paho is parked in our callback: leave it */
+        return;
+    }
+    if (connected) {
+        MQTTAsync_disconnectOptions d3 = MQTTAsync_disconnectOptions_initializer;
+        MQTTAsync_disconnectOptions d5 = MQTTAsync_disconnectOptions_initializer5;
+        MQTTAsync_disconnectOptions d = ep->v5 ? d5 : d3;
+        d.timeout = 0;
+        d.context = ep;
+        if (ep->v5) {
+            d.onSuccess5 = on_disc_ok5;
+            d.onFailure5 = on_disc_fail5;
+        } else {
+            d.onSuccess = on_disc_ok;
+            d.onFailure = on_disc_fail;
+        }
+        op_begin(ep);
+        if (MQTTAsync_disconnect(ep->client, &d) == MQTTASYNC_SUCCESS) {
+            char err[64];
+            op_wait(ep, 2000, false, err, sizeof err);
+        } else {
+            pthread_mutex_lock(&ep->mu);
+            ep->op = OP_IDLE;
+            pthread_mutex_unlock(&ep->mu);
+        }
+    }
+    MQTTAsync_destroy(&ep->client);
+    ep->client = NULL;
+}
+
+/* Creates the client, connects and subscribes. 0, or -1 with err. */
+static int connect_and_subscribe(struct mqtt_ep *ep, char *err, size_t errlen)
+{
+    const struct mqtt_settings *s = ep->s;
+    MQTTAsync_createOptions c3 = MQTTAsync_createOptions_initializer;
+    MQTTAsync_createOptions c5 = MQTTAsync_createOptions_initializer5;
+    MQTTAsync_createOptions copts = ep->v5 ? c5 : c3;
+    if (!ep->v5) copts.MQTTVersion = MQTTVERSION_3_1_1;
+    int rc = MQTTAsync_createWithOptions(&ep->client, s->server, ep->client_id,
+                                         MQTTCLIENT_PERSISTENCE_NONE, NULL, &copts);
+    if (rc != MQTTASYNC_SUCCESS) {
+        snprintf(err, errlen, "cannot create the client for %s: %s", s->server, MQTTAsync_strerror(rc));
+        ep->client = NULL;
+        return -1;
+    }
+    pthread_mutex_lock(&ep->mu);
+    ep->conn_lost = false;
+    pthread_mutex_unlock(&ep->mu);
+    rc = MQTTAsync_setCallbacks(ep->client, ep, on_connection_lost, on_message, NULL);
+    if (rc != MQTTASYNC_SUCCESS) {
+        snprintf(err, errlen, "setCallbacks: %s", MQTTAsync_strerror(rc));
+        client_teardown(ep, false);
+        return -1;
+    }
+
+    MQTTAsync_connectOptions o3 = MQTTAsync_connectOptions_initializer;
+    MQTTAsync_connectOptions o5 = MQTTAsync_connectOptions_initializer5;
+    MQTTAsync_connectOptions co = ep->v5 ? o5 : o3;
+    MQTTAsync_SSLOptions ssl = MQTTAsync_SSLOptions_initializer;
+    MQTTProperties props = MQTTProperties_initializer;
+    co.keepAliveInterval = (int)s->keepalive;
+    co.connectTimeout = (int)((s->connect_timeout_ms + 999) / 1000);
+    co.automaticReconnect = 0;
+    co.username = s->user;
+    co.password = ep->password;
+    co.context = ep;
+    if (ep->v5) {
+        co.cleanstart = s->clean_start;
+        co.onSuccess5 = on_connect_ok5;
+        co.onFailure5 = on_connect_fail5;
+        if (!s->clean_start && s->session_expiry > 0) {
+            MQTTProperty p = {.identifier = MQTTPROPERTY_CODE_SESSION_EXPIRY_INTERVAL};
+            p.value.integer4 = (unsigned)s->session_expiry;
+            MQTTProperties_add(&props, &p);
+        }
+        if (s->receive_maximum > 0) {
+            MQTTProperty p = {.identifier = MQTTPROPERTY_CODE_RECEIVE_MAXIMUM};
+            p.value.integer2 = (unsigned short)s->receive_maximum;
+            MQTTProperties_add(&props, &p);
+        }
+        co.connectProperties = &props;
+    } else {
+        co.cleansession = s->clean_start;
+        co.MQTTVersion = MQTTVERSION_3_1_1;
+        co.onSuccess = on_connect_ok;
+        co.onFailure = on_connect_fail;
+    }
+    if (ep->tls) {
+        ssl.trustStore = s->ca_file;
+        ssl.keyStore = s->cert_file;
+        ssl.privateKey = s->key_file;
+        ssl.enableServerCertAuth = s->tls_verify;
+        ssl.verify = s->tls_verify;
+        co.ssl = &ssl;
+    }
+    op_begin(ep);
+    rc = MQTTAsync_connect(ep->client, &co);
+    MQTTProperties_free(&props);
+    if (rc != MQTTASYNC_SUCCESS) {
+        pthread_mutex_lock(&ep->mu);
+        ep->op = OP_IDLE;
+        pthread_mutex_unlock(&ep->mu);
+        snprintf(err, errlen, "connect to %s: %s", s->server, MQTTAsync_strerror(rc));
+        client_teardown(ep, false);
+        return -1;
+    }
+    char why[256];
+    if (op_wait(ep, s->connect_timeout_ms + 1000, true, why, sizeof why) != 0) {
+        snprintf(err, errlen, "connect to %s as '%s'%s%s: %s", s->server, ep->client_id,
+                 s->user ? " user " : "", s->user ? s->user : "", why);
+        client_teardown(ep, false);
+        return -1;
+    }
+
+    MQTTAsync_responseOptions r3 = MQTTAsync_responseOptions_initializer;
+    MQTTAsync_responseOptions r5 = MQTTAsync_callOptions_initializer;
+    MQTTAsync_responseOptions ro = ep->v5 ? r5 : r3;
+    ro.context = ep;
+    if (ep->v5) {
+        ro.onSuccess5 = on_sub_ok5;
+        ro.onFailure5 = on_sub_fail5;
+    } else {
+        ro.onSuccess = on_sub_ok;
+        ro.onFailure = on_sub_fail;
+    }
+    op_begin(ep);
+    rc = MQTTAsync_subscribeMany(ep->client, (int)ep->n_filters, ep->filters, ep->qos, &ro);
+    if (rc != MQTTASYNC_SUCCESS) {
+        pthread_mutex_lock(&ep->mu);
+        ep->op = OP_IDLE;
+        pthread_mutex_unlock(&ep->mu);
+        snprintf(err, errlen, "subscribe on %s: %s", s->server, MQTTAsync_strerror(rc));
+        client_teardown(ep, true);
+        return -1;
+    }
+    if (op_wait(ep, s->connect_timeout_ms, true, why, sizeof why) != 0) {
+        snprintf(err, errlen, "subscribe on %s: %s", s->server, why);
+        client_teardown(ep, true);
+        return -1;
+    }
+    return 0;
+}
+
+static void signal_start(struct mqtt_ep *ep, int rc)
+{
+    pthread_mutex_lock(&ep->mu);
+    if (!ep->start_done) {
+        ep->start_done = true;
+        ep->start_rc = rc;
+        pthread_cond_broadcast(&ep->cv);
+    }
+    pthread_mutex_unlock(&ep->mu);
+}
+
+static void *supervisor_main(void *arg)
+{
+    struct mqtt_ep *ep = arg;
+    struct endpoint_host *h = ep->host;
+    const struct mqtt_settings *s = ep->s;
+    bool first = true;
+    unsigned attempt = 0;
+    int64_t down_since = 0;
+
+    while (!atomic_load(&ep->stopping)) {
+        char err[512];
+        if (connect_and_subscribe(ep, err, sizeof err) == 0) {
+            log_info(COMPONENT, h->name, "connected to %s as '%s' (MQTT %s), subscribed to %zu filter%s at QoS %lld%s",
+                     s->server, ep->client_id, ep->v5 ? "5" : "3.1.1", ep->n_filters,
+                     ep->n_filters == 1 ? "" : "s", (long long)s->qos,
+                     attempt ? " (reconnected)" : "");
+            if (first) signal_start(ep, 0);
+            first = false;
+            attempt = 0;
+            down_since = 0;
+            pthread_mutex_lock(&ep->mu);
+            while (!ep->conn_lost && !atomic_load(&ep->stopping)) pthread_cond_wait(&ep->cv, &ep->mu);
+            bool lost = ep->conn_lost;
+            pthread_mutex_unlock(&ep->mu);
+            if (!lost) break; /* stopping: teardown below */
+            atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
+            log_warn(COMPONENT, h->name, "connection to %s lost; reconnecting", s->server);
+            /* a message may still wait for its sink on the dead connection */
+            pthread_mutex_lock(&ep->mu);
+            while (ep->in_callback && !ep->abandoned) pthread_cond_wait(&ep->cv, &ep->mu);
+            pthread_mutex_unlock(&ep->mu);
+            client_teardown(ep, false);
+            down_since = clock_mono_ms();
+        } else {
+            if (atomic_load(&ep->stopping)) break;
+            atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
+            if (first) {
+                first = false;
+                if (h->guard != GUARD_NONE) {
+                    log_error(COMPONENT, h->name, "%s", err);
+                    signal_start(ep, -1);
+                    return NULL;
+                }
+                log_error(COMPONENT, h->name, "%s; retrying in the background", err);
+                signal_start(ep, 0);
+            } else {
+                long long suppressed = 0;
+                if (log_ratelimit_ok(&ep->rl_connect, 10000, &suppressed))
+                    log_warn(COMPONENT, h->name, "%s (attempt %u, %lld similar warnings suppressed)", err,
+                             attempt + 1, suppressed);
+            }
+            if (!down_since) down_since = clock_mono_ms();
+        }
+        if (h->guard == GUARD_ACTIVE && down_since &&
+            clock_mono_ms() - down_since > h->lease_ttl_ms) {
+            char reason[128];
+            snprintf(reason, sizeof reason, "broker %s unreachable for %lld ms", s->server,
+                     (long long)(clock_mono_ms() - down_since));
+            h->source_lost(h, reason);
+            return NULL;
+        }
+        int64_t wait = backoff_ms(attempt++, s->reconnect_min_ms, s->reconnect_max_ms);
+        sleep_ms_cancellable(wait, &ep->stopping);
+    }
+    /* stop() released or abandoned the message in flight (if any) */
+    pthread_mutex_lock(&ep->mu);
+    while (ep->in_callback && !ep->abandoned && !ep->release) pthread_cond_wait(&ep->cv, &ep->mu);
+    while (ep->in_callback && !ep->abandoned) pthread_cond_wait(&ep->cv, &ep->mu);
+    pthread_mutex_unlock(&ep->mu);
+    if (ep->client) client_teardown(ep, true);
+    signal_start(ep, -1);
+    return NULL;
+}
+
+/* ---- lifecycle ----------------------------------------------------------- */
+
+static void *mqtt_create(const void *settings, struct endpoint_host *host, char *err, size_t errlen)
+{
+    const struct mqtt_settings *s = settings;
+    struct mqtt_ep *ep = xcalloc(1, sizeof *ep);
+    ep->s = s;
+    ep->host = host;
+    ep->v5 = s->protocol == PROTO_V5;
+    if (mqtt_server_validate(s->server, &ep->tls, err, errlen) != 0) goto fail;
+    char msg[256];
+    if (secret_resolve(s->password_env, s->password_file, &ep->password, msg, sizeof msg) != 0) {
+        snprintf(err, errlen, "password: %s", msg);
+        goto fail;
+    }
+    if (ep->password && !s->user) {
+        snprintf(err, errlen, "a password is set but no user");
+        goto fail;
+    }
+    char id[1024];
+    if (mqtt_client_id_format(s->client_id, host->name, util_hostname(), (long)getpid(), id, sizeof id,
+                              msg, sizeof msg) < 0) {
+        snprintf(err, errlen, "client_id: %s", msg);
+        goto fail;
+    }
+    ep->client_id = xstrdup(id);
+    ep->n_filters = s->topics.n;
+    ep->filters = xcalloc(ep->n_filters ? ep->n_filters : 1, sizeof *ep->filters);
+    ep->qos = xcalloc(ep->n_filters ? ep->n_filters : 1, sizeof *ep->qos);
+    for (size_t i = 0; i < ep->n_filters; i++) {
+        ep->filters[i] = s->shared_group ? mqtt_share_compose(s->shared_group, s->topics.v[i])
+                                         : xstrdup(s->topics.v[i]);
+        ep->qos[i] = (int)s->qos;
+    }
+    ep->slot = xcalloc(1, sizeof *ep->slot);
+    pthread_mutex_init(&ep->slot->mu, NULL);
+    pthread_cond_init(&ep->slot->cv, NULL);
+    pthread_mutex_init(&ep->mu, NULL);
+    pthread_cond_init(&ep->cv, NULL);
+    envelope_init(&ep->env);
+    return ep;
+fail:
+    free(ep->password);
+    free(ep);
+    return NULL;
+}
+
+static int mqtt_start(void *p)
+{
+    struct mqtt_ep *ep = p;
+    if (ep->thread_started) return 0;
+    if (ep->abandoned) return -1; /* paho is parked until exit */
+    atomic_store(&ep->stopping, false);
+    pthread_mutex_lock(&ep->mu);
+    ep->start_done = false;
+    ep->start_rc = -1;
+    ep->release = false;
+    ep->stop_deadline_ms = 0;
+    ep->conn_lost = false;
+    pthread_mutex_unlock(&ep->mu);
+    if (pthread_create(&ep->thread, NULL, supervisor_main, ep) != 0) {
+        log_error(COMPONENT, ep->host->name, "cannot start the consumer thread: %s", strerror(errno));
+        return -1;
+    }
+    ep->thread_started = true;
+    pthread_mutex_lock(&ep->mu);
+    while (!ep->start_done) pthread_cond_wait(&ep->cv, &ep->mu);
+    int rc = ep->start_rc;
+    pthread_mutex_unlock(&ep->mu);
+    if (rc != 0) {
+        pthread_join(ep->thread, NULL);
+        ep->thread_started = false;
+    }
+    return rc;
+}
+
+static void mqtt_stop(void *p)
+{
+    struct mqtt_ep *ep = p;
+    if (!ep->thread_started) return;
+    struct endpoint_host *h = ep->host;
+    int64_t deadline = clock_mono_ms() + ep->s->stop_timeout_ms;
+    pthread_mutex_lock(&ep->mu);
+    ep->stop_deadline_ms = deadline;
+    atomic_store(&ep->stopping, true);
+    pthread_cond_broadcast(&ep->cv);
+    /* Give the message waiting for its sink (if any) the stop timeout. */
+    while (ep->in_callback && clock_mono_ms() < deadline) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&ep->cv, &ep->mu, &ts);
+    }
+    if (!ep->in_callback) {
+        ep->release = true; /* a message arriving before the disconnect: no wait */
+    } else {
+        if (h->stopping(h)) {
+            ep->abandoned = true;
+            log_warn(COMPONENT, h->name, "a QoS %lld message still waits for the sink after %lld ms: "
+                     "leaving it unacknowledged (the broker redelivers it to this session)",
+                     (long long)ep->s->qos, (long long)ep->s->stop_timeout_ms);
+        } else {
+            ep->release = true;
+            log_warn(COMPONENT, h->name, "a message still waits for the sink after %lld ms at demotion: "
+                     "acknowledging it (the gateway forwards it under the lease or counts it dropped)",
+                     (long long)ep->s->stop_timeout_ms);
+        }
+        pthread_cond_broadcast(&ep->cv);
+    }
+    pthread_mutex_unlock(&ep->mu);
+    pthread_join(ep->thread, NULL);
+    ep->thread_started = false;
+    log_info(COMPONENT, h->name, "stopped");
+}
+
+static void mqtt_destroy(void *p)
+{
+    struct mqtt_ep *ep = p;
+    if (!ep) return;
+    mqtt_stop(ep);
+    if (ep->abandoned) {
+        /* paho's receive thread is parked in our callback and may still
+         * touch ep, its envelope and the slot until the process exits. */
+        return;
+    }
+    for (size_t i = 0; i < ep->n_filters; i++) free(ep->filters[i]);
+    free(ep->filters);
+    free(ep->qos);
+    free(ep->client_id);
+    if (ep->password) {
+        memset(ep->password, 0, strlen(ep->password));
+        free(ep->password);
+    }
+    envelope_free(&ep->env);
+    pthread_mutex_destroy(&ep->slot->mu);
+    pthread_cond_destroy(&ep->slot->cv);
+    free(ep->slot);
+    pthread_mutex_destroy(&ep->mu);
+    pthread_cond_destroy(&ep->cv);
+    free(ep);
+}
+
 const struct endpoint_ops ep_mqtt_ops = {
-    .type = "mqtt", .settings = defs, .settings_size = 1, .auto_guard = auto_guard,
-    .create = create, .start = start, .stop = stop, .destroy = destroy,
+    .type = "mqtt",
+    .settings = mqtt_defs,
+    .settings_size = sizeof(struct mqtt_settings),
+    .auto_guard = mqtt_auto_guard,
+    .validate = mqtt_validate,
+    .create = mqtt_create,
+    .start = mqtt_start,
+    .stop = mqtt_stop,
+    .destroy = mqtt_destroy,
 };

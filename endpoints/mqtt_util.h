@@ -1,0 +1,59 @@
+/* Pure logic of the mqtt endpoint, kept apart from the client library calls
+ * so it can be unit tested: topic filter and share group validation,
+ * $share composition, client id templates, server URI checks and the MQTT 5
+ * properties -> envelope fields mapping. */
+#ifndef BATON_MQTT_UTIL_H
+#define BATON_MQTT_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <MQTTProperties.h>
+
+#include "src/common/envelope.h"
+
+/* Longest topic filter / client id MQTT can carry (two-byte length). */
+#define MQTT_STRING_MAX 65535
+
+/* Checks a subscription topic filter (MQTT 3.1.1 4.7 / 5.0 4.7): non-empty,
+ * at most 65535 bytes, valid UTF-8 without NUL, '#' only as the whole last
+ * level, '+' only as a whole level. A "$share/<group>/<filter>" filter is
+ * checked as a share (group and inner filter). Returns 0, or -1 with msg. */
+int mqtt_filter_validate(const char *filter, char *msg, size_t msglen);
+
+/* A share group name: non-empty, valid UTF-8, no '/', '+' or '#'. */
+int mqtt_group_validate(const char *group, char *msg, size_t msglen);
+
+/* True when filter is a shared subscription ("$share/..."). */
+bool mqtt_filter_is_shared(const char *filter);
+
+/* "$share/<group>/<filter>" into a new string (caller frees). */
+char *mqtt_share_compose(const char *group, const char *filter);
+
+/* Expands a client id template: %n endpoint name, %h host name, %p pid,
+ * %% a percent sign. Returns the length written (excluding NUL), or -1 when
+ * the template has an unknown %-escape or the result does not fit in out
+ * (len bytes) or exceeds MQTT_STRING_MAX; msg then says why. */
+int mqtt_client_id_format(const char *tmpl, const char *name, const char *host, long pid,
+                          char *out, size_t len, char *msg, size_t msglen);
+
+/* Accepts tcp://, mqtt://, ssl://, mqtts://, ws://, wss:// URIs with a host
+ * and an optional port. Sets *tls for ssl/mqtts/wss. */
+int mqtt_server_validate(const char *uri, bool *tls, char *msg, size_t msglen);
+
+/* Writes the MQTT 5 message properties as envelope fields:
+ *   content_type, response_topic, correlation_data (string when UTF-8, else
+ *   base64 with correlation_data_encoding), payload_format_indicator,
+ *   message_expiry_interval, subscription_identifiers (array),
+ *   user_properties (object; a repeated name becomes an array of its values
+ *   in order).
+ * Properties that only matter to the transport (topic alias) are skipped. */
+void mqtt_properties_to_envelope(const MQTTProperties *props, struct envelope *e);
+
+/* The first value of the user property called name, copied into out (NUL
+ * terminated, truncated to outlen - 1 bytes). Returns true when found and
+ * non-empty. */
+bool mqtt_properties_find_user(const MQTTProperties *props, const char *name, char *out,
+                               size_t outlen);
+
+#endif

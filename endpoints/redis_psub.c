@@ -266,10 +266,13 @@ static void set_start_state(struct psub *p, enum start_state st, const char *err
     pthread_mutex_unlock(&p->lock);
 }
 
-static void handle_message(struct psub *p, const struct psub_event *ev)
+/* wall_ms: when the bytes holding this message were read. Every message
+ * parsed from one read(2) arrived at the same moment, so the consumer reads
+ * the clock once per read, not once per message. */
+static void handle_message(struct psub *p, const struct psub_event *ev, int64_t wall_ms)
 {
     struct endpoint_host *h = p->host;
-    redis_psub_envelope(&p->env, h->name, h->epoch(h), clock_wall_ms(), ev);
+    redis_psub_envelope(&p->env, h->name, h->epoch(h), wall_ms, ev);
     h->emit(h, envelope_finish(&p->env)); /* a drop is counted and logged there */
 }
 
@@ -289,12 +292,12 @@ static void count_bad(struct psub *p, const char *what, const struct psub_event 
 
 /* Handles one reply on a subscribed connection. Returns 1 for a message, 0
  * otherwise; *pong set when it was a PING answer. */
-static int handle_reply(struct psub *p, const redisReply *r, bool *pong)
+static int handle_reply(struct psub *p, const redisReply *r, bool *pong, int64_t wall_ms)
 {
     struct psub_event ev;
     switch (redis_psub_decode(r, &ev)) {
     case PSUB_PMESSAGE:
-    case PSUB_MESSAGE: handle_message(p, &ev); return 1;
+    case PSUB_MESSAGE: handle_message(p, &ev, wall_ms); return 1;
     case PSUB_PONG: *pong = true; return 0;
     case PSUB_SUBSCRIBED: return 0;
     case PSUB_UNSUBSCRIBED:
@@ -365,7 +368,7 @@ static redisContext *conn_open(struct psub *p, char *err, size_t errlen)
             if (ev.pattern_sub) want_p--;
             else want_c--;
         } else if (k == PSUB_MESSAGE || k == PSUB_PMESSAGE) {
-            handle_message(p, &ev);
+            handle_message(p, &ev, clock_wall_ms());
         } else {
             snprintf(err, errlen, "redis %s: subscription %s: %.*s", p->where,
                      k == PSUB_ERROR ? "refused" : "answered unexpectedly",
@@ -386,6 +389,7 @@ static void conn_run(struct psub *p, redisContext *c, char *err, size_t errlen)
     struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
     int timeout = p->s->ping_interval_ms > 0 ? (int)p->s->ping_interval_ms : -1;
     bool ping_out = false;
+    int64_t read_wall_ms = clock_wall_ms();
     for (;;) {
         /* everything hiredis already holds, before blocking again */
         for (;;) {
@@ -396,7 +400,7 @@ static void conn_run(struct psub *p, redisContext *c, char *err, size_t errlen)
             }
             if (!rv) break;
             bool pong = false;
-            handle_reply(p, rv, &pong);
+            handle_reply(p, rv, &pong, read_wall_ms);
             if (pong) ping_out = false;
             freeReplyObject(rv);
         }
@@ -429,6 +433,7 @@ static void conn_run(struct psub *p, redisContext *c, char *err, size_t errlen)
                      c->errstr[0] ? c->errstr : "connection lost");
             return;
         }
+        read_wall_ms = clock_wall_ms();
     }
 }
 

@@ -25,7 +25,7 @@ static redisReply *rstr(int type, const char *s, size_t n)
     return r;
 }
 static redisReply *bulk(const char *s) { return rstr(REDIS_REPLY_STRING, s, strlen(s)); }
-static redisReply *rint(long long v)
+static redisReply *rinteger(long long v)
 {
     redisReply *r = calloc(1, sizeof *r);
     r->type = REDIS_REPLY_INTEGER;
@@ -90,16 +90,16 @@ static void test_decode_confirmations(void **state)
 {
     (void)state;
     struct psub_event ev;
-    redisReply *r = arr(3, bulk("psubscribe"), bulk("a.*"), rint(1));
+    redisReply *r = arr(3, bulk("psubscribe"), bulk("a.*"), rinteger(1));
     assert_int_equal(redis_psub_decode(r, &ev), PSUB_SUBSCRIBED);
     assert_int_equal(ev.pattern_sub, 1);
     assert_int_equal(ev.channel_len, 3);
     free_reply(r);
-    r = arr(3, bulk("subscribe"), bulk("chan"), rint(2));
+    r = arr(3, bulk("subscribe"), bulk("chan"), rinteger(2));
     assert_int_equal(redis_psub_decode(r, &ev), PSUB_SUBSCRIBED);
     assert_int_equal(ev.pattern_sub, 0);
     free_reply(r);
-    r = arr(3, bulk("punsubscribe"), rnil(), rint(0));
+    r = arr(3, bulk("punsubscribe"), rnil(), rinteger(0));
     assert_int_equal(redis_psub_decode(r, &ev), PSUB_UNSUBSCRIBED);
     assert_int_equal(ev.pattern_sub, 1);
     assert_null(ev.channel);
@@ -129,21 +129,21 @@ static void test_decode_malformed(void **state)
     (void)state;
     struct psub_event ev;
     redisReply *cases[] = {
-        rint(5),
+        rinteger(5),
         rnil(),
         rstr(REDIS_REPLY_STATUS, "OK", 2),
         arr(0),
-        arr(1, rint(1)),
+        arr(1, rinteger(1)),
         arr(1, bulk("pmessage")),
         arr(3, bulk("pmessage"), bulk("p"), bulk("c")),
-        arr(4, bulk("pmessage"), bulk("p"), rint(1), bulk("x")),
+        arr(4, bulk("pmessage"), bulk("p"), rinteger(1), bulk("x")),
         arr(4, bulk("pmessage"), bulk("p"), bulk("c"), arr(0)),
         arr(2, bulk("message"), bulk("c")),
         arr(4, bulk("message"), bulk("c"), bulk("x"), bulk("y")),
         arr(3, bulk("message"), rnil(), bulk("x")),
         arr(3, bulk("subscribe"), bulk("c"), bulk("1")),
         arr(2, bulk("psubscribe"), bulk("c")),
-        arr(3, bulk("subscribe"), rint(1), rint(1)),
+        arr(3, bulk("subscribe"), rinteger(1), rinteger(1)),
         arr(3, bulk("messages"), bulk("c"), bulk("x")),
         arr(3, bulk("MESSAGE"), bulk("c"), bulk("x")),
         arr(4, bulk("pmessag"), bulk("p"), bulk("c"), bulk("x")),

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
 import harness as h  # noqa: E402
 
 ORDER = ["test_check_config", "test_single_process_every_second", "test_pause_not_replayed",
-         "test_three_replicas_once",
+         "test_three_replicas_once", "test_guard_active_leader_only",
          "test_redis_outage_fail_closed"]
 
 
@@ -38,6 +38,14 @@ def main_cfg(redis_port=None):
 def schedule_cfg(cron="* * * * * *", extra=""):
     return ('name = "tick";\ntype = "schedule";\nsink = "out";\n'
             'cron = "%s";\n%s\n' % (cron, extra))
+
+
+def stop_all(t, batons):
+    """SIGTERM each process; a clean exit (0) is part of the contract (and
+    is how a sanitizer build reports leaks or errors)."""
+    for b in batons:
+        rc = b.term()
+        t.check(rc == 0, "%s exited with status %r" % (b.name, rc))
 
 
 def slots_of(batons):
@@ -107,7 +115,7 @@ def test_single_process_every_second(t):
     b = t.baton(main_cfg(None), {"tick.cfg": schedule_cfg()})
     time.sleep(7.5)
     t.require(b.alive(), "baton exited early: %r" % b.proc.poll())
-    b.term()
+    stop_all(t, [b])
     got = slots_of([b])
     slots = [s for s, _, _ in got]
     h.log("slots fired: %d (%s .. %s)" % (len(slots), slots[:1], slots[-1:]))
@@ -133,7 +141,7 @@ def test_pause_not_replayed(t):
     time.sleep(3.5)
     b.signal(signal.SIGCONT)
     time.sleep(2.5)
-    b.term()
+    stop_all(t, [b])
     slots = [s for s, _, _ in slots_of([b])]
     gaps = [(a, c) for a, c in zip(slots, slots[1:]) if c - a > 1]
     h.log("slots %r, gaps %r" % (slots, gaps))
@@ -165,8 +173,7 @@ def test_three_replicas_once(t):
     t0, t1 = run_window(bs, 20)
     for b in bs:
         t.check(b.alive(), "%s died" % b.name)
-    for b in bs:
-        b.term()
+    stop_all(t, bs)
     got = slots_of(bs)
     slots = [s for s, _, _ in got]
     dups = h.duplicates(slots)
@@ -187,6 +194,25 @@ def test_three_replicas_once(t):
     h.log("once keys in redis: %d, e.g. %r" % (len(keys), keys[:1]))
     t.check(len(keys) >= len(window) - 2, "expected one once key per slot, got %d" % len(keys))
     t.check(all(re.match(rb"^baton:once:schedule:tick:\d+$", k) for k in keys), "key format: %r" % keys[:3])
+
+
+def test_guard_active_leader_only(t):
+    """guard = "active": only the ActiveGuard leader runs the clock."""
+    r = t.redis()
+    cfg = main_cfg(r.port)
+    bs = [t.baton(cfg, {"tick.cfg": schedule_cfg(extra='guard = "active";')}) for _ in range(3)]
+    time.sleep(1.5)
+    t0, t1 = run_window(bs, 8)
+    stop_all(t, bs)
+    got = slots_of(bs)
+    slots = [s for s, _, _ in got]
+    per = {b.name: sum(1 for _, n, _ in got if n == b.name) for b in bs}
+    missing = [s for s in range(int(t0) + 1, int(t1)) if s not in set(slots)]
+    h.log("per process %r, missing %r" % (per, missing))
+    t.check(not h.duplicates(slots), "duplicates: %r" % h.duplicates(slots))
+    t.check(sum(1 for n in per.values() if n) == 1, "more than one process fired: %r" % per)
+    t.check(len(missing) <= 2, "missing: %r" % missing)
+    t.check(all(rec.get("epoch", 0) > 0 for _, _, rec in got), "leader messages carry the fencing epoch")
 
 
 def test_redis_outage_fail_closed(t):
@@ -210,8 +236,7 @@ def test_redis_outage_fail_closed(t):
     end = time.time()
     for b in bs:
         t.check(b.alive(), "%s died during the outage" % b.name)
-    for b in bs:
-        b.term()
+    stop_all(t, bs)
     got = slots_of(bs)
     slots = [s for s, _, _ in got]
     t.check(not h.duplicates(slots), "duplicate slots: %r" % h.duplicates(slots))

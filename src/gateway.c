@@ -337,6 +337,8 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
     h->epoch = host_epoch;
     h->source_lost = host_source_lost;
     h->stopping = host_stopping;
+    h->once_ttl_ms = c->once_ttl_ms;
+    h->once_fail_open = c->once_fail_open;
 
     char eerr[512] = "";
     e->ep = c->ops->create(c->settings, h, eerr, sizeof eerr);

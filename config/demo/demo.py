@@ -189,6 +189,26 @@ def main():
     print("summary: published %d on orders.created, forwarded %d distinct, duplicates %d, "
           "lost %d (pub/sub keeps nothing while no replica is subscribed: the lost ones fall "
           "in the failover gap after the SIGKILL)" % (pub.sent, len(got), dups, len(lost)))
+    # the two failovers, measured from the envelopes' received_at
+    def ts(r):
+        from datetime import datetime
+        return datetime.strptime(r["received_at"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+    for what, old in (("crash takeover (SIGKILL)", killed), ("graceful handover (SIGTERM)", termed)):
+        if not old:
+            continue
+        mine = [r for r in old.records if r.get("endpoint") == "orders"]
+        if not mine:
+            continue
+        last = max(mine, key=ts)
+        after = [r for b in replicas if b is not old for r in b.records
+                 if r.get("endpoint") == "orders" and ts(r) > ts(last)]
+        if after:
+            first = min(after, key=ts)
+            n_last = int(last["payload"].split()[1])
+            n_first = int(first["payload"].split()[1])
+            print("%s: last message of %s to first of the new leader: %.0f ms, %d messages "
+                  "published in between and lost" %
+                  (what, old.name, (ts(first) - ts(last)) * 1000, max(0, n_first - n_last - 1)))
     slots = {}
     for b in replicas:
         for r in b.records:
@@ -196,7 +216,7 @@ def main():
                 slots.setdefault(r["slot"], []).append(b.name)
     print("heartbeat (cron every 2 s, OnceGuard): %d slots fired, %d fired twice" %
           (len(slots), sum(1 for v in slots.values() if len(v) > 1)))
-    if mqtt_port:
+    if mqtt_port and os.path.exists(os.path.join(HERE, "sensors.cfg")):
         sens = [r for b in replicas for r in b.records if r.get("endpoint") == "sensors"]
         per = {b.name: sum(1 for r in b.records if r.get("endpoint") == "sensors") for b in replicas}
         print("sensors (MQTT $share group, no guard): published %d, forwarded %d, spread %s" %

@@ -1,0 +1,188 @@
+"""Shared code of the fault suite (tests/chaos): clusters of real baton
+processes, a sequenced publisher, and one summary line per scenario.
+
+Every scenario ends with
+
+    CHAOS scenario=<name> forwarded=<n> duplicates=<n> lost=<n> gap_ms=<n> [k=v ...]
+
+forwarded   distinct messages (seqs / slots) that reached the sink
+duplicates  messages the sink received more than once
+lost        published (or planned) but never forwarded
+gap_ms      longest interval without forwarding across the fault
+
+Short lease (ttl 1500, renew 500, retry 100 ms) so the whole suite stays
+within its time bound; the default-lease figures are in bench/.
+"""
+import http.client
+import json
+import os
+import signal
+import sys
+import time
+
+SOURCE_DIR = os.environ.get(
+    "BATON_SOURCE_DIR",
+    os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "integration", "lib"))
+import harness as h  # noqa: E402
+from publisher import Publisher, parse_payload, rfc3339_ms, now_ms  # noqa: E402,F401
+
+TTL, RENEW, RETRY = 1500, 500, 100
+LEASE = {"ttl_ms": TTL, "renew_ms": RENEW, "retry_ms": RETRY}
+# the endpoint's source connection: notice a dead source quickly
+PSUB_EXTRA = ("connect_timeout_ms = 300; command_timeout_ms = 300; ping_interval_ms = 300;\n"
+              "reconnect_backoff_ms = 50; reconnect_backoff_max_ms = 300;")
+
+
+def summary(name, forwarded, duplicates, lost, gap_ms, **extra):
+    """Prints the one summary line of a scenario."""
+    tail = "".join(" %s=%s" % kv for kv in extra.items())
+    print("CHAOS scenario=%s forwarded=%d duplicates=%d lost=%d gap_ms=%s%s"
+          % (name, forwarded, duplicates, lost, "-" if gap_ms is None else int(gap_ms), tail),
+          flush=True)
+
+
+def http_status(port):
+    """The /status JSON of a replica's metrics listener, or None."""
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=1.0)
+        c.request("GET", "/status")
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        return json.loads(body) if r.status == 200 else None
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+
+
+class Replica:
+    """A baton process with its metrics listener on its own port."""
+
+    def __init__(self, t, main_extra_sinks, endpoints, name, redis_port, start=True,
+                 lease=None, log_level="info"):
+        self.mport = h.free_port()
+        main = h.main_cfg(redis_port=redis_port, lease=lease or LEASE, log_level=log_level,
+                          sinks=main_extra_sinks,
+                          extra='metrics = { listen = "127.0.0.1:%d"; };' % self.mport)
+        self.b = t.baton(main, endpoints, name=name, start=start)
+
+    @property
+    def name(self):
+        return self.b.name
+
+    def endpoint(self, ep_name):
+        st = http_status(self.mport)
+        if not st:
+            return None
+        for e in st.get("endpoints", []):
+            if e.get("name") == ep_name:
+                return e
+        return None
+
+    def role(self, ep_name):
+        e = self.endpoint(ep_name)
+        return e.get("role") if e else None
+
+
+def wait_leader(reps, ep_name, timeout=15):
+    """The single replica whose /status says leader for ep_name, or None."""
+    def one():
+        ls = [r for r in reps if r.b.alive() and r.role(ep_name) == "leader"]
+        return ls[0] if len(ls) == 1 else None
+    return h.wait_until(one, timeout, 0.05)
+
+
+def psub_endpoint(port, extra=""):
+    return ('name = "psub"; type = "redis_psub"; sink = "out";\n'
+            'host = "127.0.0.1"; port = %d; patterns = ["chan.*"];\n%s\n%s\n'
+            % (port, PSUB_EXTRA, extra))
+
+
+def wait_subscribed(port, timeout=15):
+    c = h.Resp(port)
+    try:
+        return h.wait_until(lambda: c.cmd("PUBLISH", "chan.probe", "probe") == 1, timeout, 0.05)
+    finally:
+        c.close()
+
+
+def stdout_records(reps, channel="chan.x"):
+    """[(seq, sent_ms, received_ms, replica name)] from every replica's stdout."""
+    out = []
+    for r in reps:
+        r.b.poll_records()
+        for rec in r.b.records:
+            if rec.get("channel") != channel:
+                continue
+            p = parse_payload(rec.get("payload"))
+            if p:
+                out.append((p[0], p[1], rfc3339_ms(rec["received_at"]), r.name))
+    return out
+
+
+def http_records(receiver, channel="chan.x"):
+    """Like stdout_records, from the envelopes a HttpReceiver accepted; the
+    third field is when the receiver got the request (wall ms), so gap_ms
+    measures the outage as the sink's peer saw it."""
+    off = time.time() * 1000.0 - time.monotonic() * 1000.0
+    out = []
+    with receiver.lock:
+        reqs = list(receiver.requests)
+    for (t_mono, _p, _h, body, status) in reqs:
+        if status != 200:
+            continue
+        for line in body.split(b"\n"):
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            if rec.get("channel") != channel:
+                continue
+            p = parse_payload(rec.get("payload"))
+            if p:
+                out.append((p[0], p[1], int(t_mono * 1000.0 + off), "http"))
+    return out
+
+
+class Outcome:
+    """What a publisher run turned into at the sink."""
+
+    def __init__(self, entries, records, fault_from_ms, fault_to_ms):
+        self.entries = entries
+        self.records = records
+        seen = {}
+        for r in records:
+            seen[r[0]] = seen.get(r[0], 0) + 1
+        self.forwarded = len(seen)
+        self.duplicates = sum(n - 1 for n in seen.values())
+        self.dup_seqs = sorted(s for s, n in seen.items() if n > 1)
+        published = {e[0]: e for e in entries if e[2] != 0}  # 0: no subscriber at all
+        self.no_subscriber = sum(1 for e in entries if e[2] == 0)
+        self.lost_seqs = sorted(s for s in published if s not in seen)
+        self.lost = len(self.lost_seqs) + self.no_subscriber
+        # loss outside the fault window (plus the lease ttl and a margin after it)
+        lo, hi = fault_from_ms - 300, fault_to_ms + TTL + 1000
+        self.lost_outside = [s for s in self.lost_seqs
+                             if not (lo <= published[s][1] <= hi)]
+        self.lost_outside += [e[0] for e in entries if e[2] == 0 and not (lo <= e[1] <= hi)]
+        # longest interval without forwarding, by the sink-side receive time
+        times = sorted(r[2] for r in records)
+        inside = [b - a for a, b in zip(times, times[1:])
+                  if b >= fault_from_ms - 1000 and a <= fault_to_ms + 10000]
+        self.gap_ms = max(inside) if inside else None
+        self.by_replica = {}
+        for r in records:
+            self.by_replica[r[3]] = self.by_replica.get(r[3], 0) + 1
+
+
+def cpu_ticks(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def sigstop(proc_pid):
+    os.kill(proc_pid, signal.SIGSTOP)
+
+
+def sigcont(proc_pid):
+    os.kill(proc_pid, signal.SIGCONT)

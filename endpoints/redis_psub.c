@@ -356,8 +356,12 @@ static redisContext *conn_open(struct psub *p, char *err, size_t errlen)
     while (want_p > 0 || want_c > 0) {
         void *rv = NULL;
         if (redisGetReply(c, &rv) != REDIS_OK || !rv) {
+            /* a read timeout surfaces as EAGAIN's text */
+            bool timed_out = strstr(c->errstr, "temporarily unavailable") != NULL;
+            char what[64];
+            snprintf(what, sizeof what, "no answer within %" PRId64 " ms", p->s->command_timeout_ms);
             snprintf(err, errlen, "redis %s: waiting for the subscription confirmation: %s",
-                     p->where, c->errstr[0] ? c->errstr : "connection lost");
+                     p->where, timed_out ? what : c->errstr[0] ? c->errstr : "connection lost");
             conn_close(p, c);
             return NULL;
         }
@@ -442,7 +446,7 @@ static void *consumer_main(void *arg)
     struct psub *p = arg;
     struct endpoint_host *h = p->host;
     const char *name = h->name;
-    bool first = true;
+    bool first = true, subscribed_once = false;
     unsigned attempt = 0;
     int64_t lost_since = 0; /* monotonic ms when the source became unreachable; 0 = reachable */
     char err[640];
@@ -453,6 +457,9 @@ static void *consumer_main(void *arg)
             if (first) {
                 first = false;
                 set_start_state(p, START_OK, NULL);
+            }
+            if (!subscribed_once) {
+                subscribed_once = true;
                 log_info(COMPONENT, name, "subscribed on %s: %d pattern(s), %d channel(s)",
                          p->where, p->pargc - 1, p->cargc - 1);
             } else {

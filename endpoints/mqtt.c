@@ -295,16 +295,21 @@ static const char *connack_v3_text(int code)
 
 static void fail_text(char *buf, size_t len, int code, const char *message, int reason, bool v5)
 {
+    /* paho 1.3 reports a refused MQTT 5 CONNACK with the reason code in
+     * code (reasonCode left 0); a refused 3.1.1 CONNACK with its return
+     * code (1..5) in code. */
+    if (v5 && reason == 0 && code >= 0x80) reason = code;
     const char *what = NULL;
     if (v5 && reason != 0) what = MQTTReasonCode_toString((enum MQTTReasonCodes)reason);
     if (!what && !v5) what = connack_v3_text(code);
     if (!what && code != 0) what = MQTTAsync_strerror(code);
     if (v5 && reason != 0)
-        snprintf(buf, len, "%s (reason code 0x%02x)%s%s", what ? what : "refused", reason,
-                 message ? ": " : "", message ? message : "");
+        snprintf(buf, len, "refused by the broker: %s (reason code 0x%02x)", what ? what : "?", reason);
+    else if (!v5 && code >= 1 && code <= 5)
+        snprintf(buf, len, "refused by the broker: %s (CONNACK return code %d)", what, code);
     else
-        snprintf(buf, len, "%s (code %d)%s%s", what ? what : "failed", code, message ? ": " : "",
-                 message ? message : "");
+        snprintf(buf, len, "%s%s%s (code %d)", what ? what : "failed", message ? ": " : "",
+                 message ? message : "", code);
 }
 
 static void on_connect_ok(void *ctx, MQTTAsync_successData *r)
@@ -383,7 +388,9 @@ static void on_sub_ok5(void *ctx, MQTTAsync_successData5 *r)
         op_finish(ep, true, NULL);
         return;
     }
-    if (r->alt.sub.reasonCodeCount > 0 && r->alt.sub.reasonCodes) {
+    /* paho fills the array only for several filters; with one, only
+     * reasonCode is set (alt.sub is left uninitialised). */
+    if (ep->n_filters > 1 && r->alt.sub.reasonCodeCount > 0 && r->alt.sub.reasonCodes) {
         int n = r->alt.sub.reasonCodeCount;
         int codes[64];
         if (n > 64) n = 64;
@@ -788,6 +795,7 @@ static void *supervisor_main(void *arg)
     const struct mqtt_settings *s = ep->s;
     bool first = true;
     unsigned attempt = 0;
+    unsigned failed = 0; /* attempts since the last success, for the log */
     int64_t down_since = 0;
 
     while (!atomic_load(&ep->stopping)) {
@@ -796,7 +804,8 @@ static void *supervisor_main(void *arg)
             log_info(COMPONENT, h->name, "connected to %s as '%s' (MQTT %s), subscribed to %zu filter%s at QoS %lld%s",
                      s->server, ep->client_id, ep->v5 ? "5" : "3.1.1", ep->n_filters,
                      ep->n_filters == 1 ? "" : "s", (long long)s->qos,
-                     attempt ? " (reconnected)" : "");
+                     failed ? " after failed attempts" : "");
+            failed = 0;
             if (first) signal_start(ep, 0);
             first = false;
             attempt = 0;
@@ -816,6 +825,7 @@ static void *supervisor_main(void *arg)
             down_since = clock_mono_ms();
         } else {
             if (atomic_load(&ep->stopping)) break;
+            failed++;
             atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
             if (first) {
                 first = false;

@@ -1,9 +1,15 @@
 /* Bounded MPSC message queue: mutex, two condition variables, intrusive
- * singly linked list through message->next. */
+ * singly linked list through message->next.
+ *
+ * Cost per message on the hot path: one uncontended lock/unlock. The
+ * condition variables are signalled only when someone waits on them (waiter
+ * counts under the mutex), and the depth is an atomic so queue_depth() and
+ * queue_closed() never take the lock. */
 #include "src/queue.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -14,10 +20,12 @@ struct queue {
     pthread_cond_t not_empty; /* the consumer waits here */
     pthread_cond_t not_full;  /* blocked producers wait here */
     struct message *head, *tail;
-    size_t depth;
+    atomic_size_t depth;  /* written under mu; read anywhere */
     size_t capacity;
     enum queue_policy policy;
-    bool closed;
+    atomic_bool closed;   /* written under mu; read anywhere */
+    unsigned consumers_waiting; /* under mu */
+    unsigned producers_waiting; /* under mu */
 };
 
 static void cond_init_mono(pthread_cond_t *c)
@@ -48,7 +56,8 @@ static void append(struct queue *q, struct message *m)
     else
         q->head = m;
     q->tail = m;
-    q->depth++;
+    atomic_store_explicit(&q->depth, atomic_load_explicit(&q->depth, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
 }
 
 static struct message *take(struct queue *q)
@@ -58,7 +67,8 @@ static struct message *take(struct queue *q)
     q->head = m->next;
     if (!q->head) q->tail = NULL;
     m->next = NULL;
-    q->depth--;
+    atomic_store_explicit(&q->depth, atomic_load_explicit(&q->depth, memory_order_relaxed) - 1,
+                          memory_order_relaxed);
     return m;
 }
 
@@ -68,7 +78,11 @@ int queue_push(struct queue *q, struct message *m, struct message **evicted)
     if (evicted) *evicted = NULL;
     pthread_mutex_lock(&q->mu);
     if (q->policy == QUEUE_BLOCK) {
-        while (!q->closed && q->depth >= q->capacity) pthread_cond_wait(&q->not_full, &q->mu);
+        while (!q->closed && q->depth >= q->capacity) {
+            q->producers_waiting++;
+            pthread_cond_wait(&q->not_full, &q->mu);
+            q->producers_waiting--;
+        }
     }
     if (q->closed) {
         pthread_mutex_unlock(&q->mu);
@@ -76,7 +90,7 @@ int queue_push(struct queue *q, struct message *m, struct message **evicted)
     }
     if (q->depth >= q->capacity) old = take(q); /* drop_oldest */
     append(q, m);
-    pthread_cond_signal(&q->not_empty);
+    if (q->consumers_waiting) pthread_cond_signal(&q->not_empty);
     pthread_mutex_unlock(&q->mu);
     if (old) {
         if (evicted)
@@ -92,6 +106,7 @@ size_t queue_pop_batch(struct queue *q, struct message **out, size_t max, int64_
     if (max == 0) return 0;
     pthread_mutex_lock(&q->mu);
     if (!q->head && !q->closed && timeout_ms != 0) {
+        q->consumers_waiting++;
         if (timeout_ms < 0) {
             while (!q->head && !q->closed) pthread_cond_wait(&q->not_empty, &q->mu);
         } else {
@@ -107,10 +122,11 @@ size_t queue_pop_batch(struct queue *q, struct message **out, size_t max, int64_
                 if (pthread_cond_timedwait(&q->not_empty, &q->mu, &dl) == ETIMEDOUT) break;
             }
         }
+        q->consumers_waiting--;
     }
     size_t n = 0;
     while (n < max && q->head) out[n++] = take(q);
-    if (n > 0) {
+    if (n > 0 && q->producers_waiting) {
         if (n == 1)
             pthread_cond_signal(&q->not_full);
         else
@@ -122,10 +138,7 @@ size_t queue_pop_batch(struct queue *q, struct message **out, size_t max, int64_
 
 size_t queue_depth(struct queue *q)
 {
-    pthread_mutex_lock(&q->mu);
-    size_t d = q->depth;
-    pthread_mutex_unlock(&q->mu);
-    return d;
+    return atomic_load_explicit(&q->depth, memory_order_relaxed);
 }
 
 void queue_close(struct queue *q)
@@ -139,10 +152,7 @@ void queue_close(struct queue *q)
 
 bool queue_closed(struct queue *q)
 {
-    pthread_mutex_lock(&q->mu);
-    bool c = q->closed;
-    pthread_mutex_unlock(&q->mu);
-    return c;
+    return atomic_load(&q->closed);
 }
 
 void queue_destroy(struct queue *q)
@@ -151,7 +161,7 @@ void queue_destroy(struct queue *q)
     pthread_mutex_lock(&q->mu);
     struct message *m = q->head;
     q->head = q->tail = NULL;
-    q->depth = 0;
+    atomic_store(&q->depth, 0);
     pthread_mutex_unlock(&q->mu);
     while (m) {
         struct message *next = m->next;

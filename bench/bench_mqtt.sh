@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# bench_mqtt.sh BUILD_DIR: messages/s of the mqtt endpoint ($share subscription,
+# stdout sink to a file) against mosquitto_sub on the same workload, same run.
+#
+# Workload: both consumers hold a persistent session (fixed client id,
+# clean_start = false) subscribed to $share/<own group>/bench/t, so ONE publish
+# of N messages is queued by mosquitto for both (queue_qos0_messages makes it
+# queue QoS 0 too). Then each consumer is started alone and timed from its
+# start until its output holds N lines: the drain rate of a full queue, not
+# bounded by the publisher, and the two never compete for the 2 cores.
+#
+# Figures: QoS 0; QoS 1 with ack = "after_sink" (the default: one message in
+# flight, acknowledged after the sink accepted it); QoS 1 with ack =
+# "on_receive" (paho acknowledges on receipt). Target >= 1.0 at QoS 0.
+# When built, bench_mqtt_baseline (a bare paho MQTTAsync loop, the library
+# baton uses) runs on the same queue too, to separate baton's own overhead
+# from the client library's ceiling.
+# Environment: N0 (QoS 0 messages, default 200000), N1 (QoS 1, default 20000).
+set -euo pipefail
+BUILD_DIR=${1:-${BATON_BUILD_DIR:-$(dirname "$0")/../build}}
+export BATON_BIN=${BATON_BIN:-$BUILD_DIR/baton}
+exec python3 - "$@" <<'EOF'
+import json, os, shutil, signal, socket, subprocess, sys, tempfile, time
+
+BATON = os.environ["BATON_BIN"]
+N0 = int(os.environ.get("N0", "200000"))
+N1 = int(os.environ.get("N1", "20000"))
+TIMEOUT = 120
+PAHO = os.path.join(os.path.dirname(BATON), "bench", "bench_mqtt_baseline")
+if not os.path.exists(PAHO):
+    PAHO = None
+work = tempfile.mkdtemp(prefix="bench-mqtt-")
+procs = []
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cleanup():
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def lines(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def wait_lines(path, n, proc=None):
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        if lines(path) >= n:
+            return True
+        if proc is not None and proc.poll() is not None:
+            return lines(path) >= n
+        time.sleep(0.005)
+    return False
+
+
+port = free_port()
+conf = os.path.join(work, "mosquitto.conf")
+with open(conf, "w") as f:
+    f.write("listener %d 127.0.0.1\npersistence false\nallow_anonymous true\n"
+            "max_queued_messages 0\nmax_queued_bytes 0\nqueue_qos0_messages true\n" % port)
+os.chmod(work, 0o755)
+os.chmod(conf, 0o644)
+broker = subprocess.Popen(["mosquitto", "-c", conf], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+procs.append(broker)
+
+
+def baton_dir(tag, ack):
+    d = os.path.join(work, tag)
+    os.makedirs(os.path.join(d, "endpoints.d"), exist_ok=True)
+    with open(os.path.join(d, "baton.cfg"), "w") as f:
+        f.write('sinks = ( { name = "out"; type = "stdout"; } );\nlog = { level = "info"; };\n')
+    with open(os.path.join(d, "endpoints.d", "m.cfg"), "w") as f:
+        f.write('name = "bench"; type = "mqtt"; sink = "out";\n'
+                'server = "tcp://127.0.0.1:%d"; topics = ["bench/%s"]; shared_group = "baton";\n'
+                'qos = 1; client_id = "bench-baton-%s"; clean_start = false; ack = "%s";\n'
+                % (port, tag, tag, ack))
+    return d
+
+
+def run_baton(d, n):
+    """Starts baton; returns (seconds until n lines, lines). n = 0: prime only."""
+    out = os.path.join(d, "out.jsonl")
+    if os.path.exists(out):
+        os.remove(out)
+    err = open(os.path.join(d, "err.log"), "ab")
+    t0 = time.monotonic()
+    p = subprocess.Popen([BATON, "-c", os.path.join(d, "baton.cfg")], stdout=open(out, "wb"),
+                         stderr=err, stdin=subprocess.DEVNULL)
+    procs.append(p)
+    if n == 0:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            with open(os.path.join(d, "err.log"), "rb") as f:
+                if b"subscribed to" in f.read():
+                    break
+            time.sleep(0.02)
+        else:
+            raise SystemExit("baton did not subscribe: see %s" % d)
+        ok = True
+    else:
+        ok = wait_lines(out, n, p)
+    dt = time.monotonic() - t0
+    p.send_signal(signal.SIGTERM)
+    p.wait(30)
+    return dt, lines(out), ok
+
+
+def run_sub(tag, n):
+    """mosquitto_sub with a persistent session; n = 0: prime only."""
+    out = os.path.join(work, "sub-%s.out" % tag)
+    args = ["mosquitto_sub", "-h", "127.0.0.1", "-p", str(port), "-i", "bench-sub-%s" % tag, "-c",
+            "-V", "mqttv5", "-x", "3600", "-q", "1", "-t", "$share/sub/bench/%s" % tag]
+    if n == 0:
+        args += ["-W", "1"]
+    else:
+        args += ["-C", str(n)]
+    t0 = time.monotonic()
+    p = subprocess.Popen(args, stdout=open(out, "wb"), stderr=subprocess.DEVNULL)
+    procs.append(p)
+    try:
+        p.wait(TIMEOUT)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    dt = time.monotonic() - t0
+    return dt, lines(out), lines(out) >= n
+
+
+def run_paho(tag, n, qos):
+    """The bare paho loop (bench_mqtt_baseline); n = 0: prime only."""
+    out = os.path.join(work, "paho-%s.out" % tag)
+    t0 = time.monotonic()
+    p = subprocess.Popen([PAHO, "tcp://127.0.0.1:%d" % port, "$share/paho/bench/%s" % tag, "1", str(n),
+                          "bench-paho-%s" % tag], stdout=open(out, "wb"), stderr=subprocess.DEVNULL)
+    procs.append(p)
+    try:
+        p.wait(TIMEOUT + 10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    dt = time.monotonic() - t0
+    return dt, lines(out), lines(out) >= n
+
+
+def publish(tag, n, qos):
+    data = "".join("m-%d\n" % i for i in range(n)).encode()
+    subprocess.run(["mosquitto_pub", "-h", "127.0.0.1", "-p", str(port), "-t", "bench/%s" % tag,
+                    "-q", str(qos), "-l"], input=data, check=True, timeout=TIMEOUT,
+                   stdout=subprocess.DEVNULL)
+    time.sleep(0.5)  # let the broker settle the queues
+
+
+def workload(name, tag, qos, n, ack, target):
+    d = baton_dir(tag, ack)
+    run_baton(d, 0)           # creates the persistent sessions
+    run_sub(tag, 0)
+    if PAHO:
+        run_paho(tag, 0, qos)
+    t = time.monotonic()
+    publish(tag, n, qos)
+    print("published %d QoS %d messages in %.2fs" % (n, qos, time.monotonic() - t), flush=True)
+    bt, bl, bok = run_baton(d, n)
+    st, sl, sok = run_sub(tag, n)
+    if PAHO:
+        pt, pl, pok = run_paho(tag, n, qos)
+        prate = pl / pt if pt > 0 else 0.0
+        print("%s: bare paho loop %d msgs in %.3fs = %.0f msg/s%s; baton / bare paho = %.2f"
+              % (name, pl, pt, prate, "" if pok else " (INCOMPLETE)",
+                 (bl / bt) / prate if prate > 0 and bt > 0 else 0.0), flush=True)
+    brate = bl / bt if bt > 0 else 0.0
+    srate = sl / st if st > 0 else 0.0
+    ratio = brate / srate if srate > 0 else None
+    print("%s: baton %d msgs in %.3fs = %.0f msg/s%s; mosquitto_sub %d msgs in %.3fs = %.0f msg/s%s; ratio %s"
+          % (name, bl, bt, brate, "" if bok else " (INCOMPLETE)", sl, st, srate,
+             "" if sok else " (INCOMPLETE)", "%.2f" % ratio if ratio else "n/a"), flush=True)
+    passed = None
+    if target is not None and ratio is not None:
+        passed = bool(ratio >= target and bok and sok)
+    print("RESULT " + json.dumps({
+        "workload": name, "baton": round(brate, 1), "baseline": round(srate, 1), "unit": "msg/s",
+        "ratio": round(ratio, 3) if ratio else None,
+        "target": (">= %.1f" % target) if target is not None else None, "pass": passed}), flush=True)
+    return passed
+
+
+try:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    results = [
+        workload("mqtt $share QoS 0 -> stdout", "q0", 0, N0, "after_sink", 1.0),
+        workload("mqtt $share QoS 1 ack=after_sink -> stdout", "q1", 1, N1, "after_sink", None),
+        workload("mqtt $share QoS 1 ack=on_receive -> stdout", "q1r", 1, N1, "on_receive", None),
+    ]
+finally:
+    cleanup()
+sys.exit(1 if any(r is False for r in results) else 0)
+EOF

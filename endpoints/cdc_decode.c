@@ -149,6 +149,7 @@ void cdc_table_free(struct cdc_table *t)
     if (!t) return;
     for (uint32_t i = 0; t->cols && i < t->ncols; i++) {
         free(t->cols[i].name);
+        free(t->cols[i].key);
         free_values(&t->cols[i]);
     }
     free(t->cols);
@@ -250,6 +251,31 @@ static bool parse_optional(struct cdc_table *t, const unsigned char *p, const un
     return true;
 }
 
+/* The escaped object key of every column, written once per table map
+ * instead of escaping the name again for every row. */
+static void build_keys(struct cdc_table *t)
+{
+    struct jbuf b;
+    jbuf_init(&b, 64);
+    for (uint32_t i = 0; i < t->ncols; i++) {
+        struct cdc_column *c = &t->cols[i];
+        jbuf_reset(&b);
+        if (c->name) {
+            jbuf_strz(&b, c->name);
+        } else {
+            char at[16];
+            snprintf(at, sizeof at, "@%u", i + 1);
+            jbuf_strz(&b, at);
+        }
+        jbuf_char(&b, ':');
+        free(c->key);
+        c->key = xmalloc(b.len + 1);
+        memcpy(c->key, b.data, b.len + 1);
+        c->key_len = b.len;
+    }
+    jbuf_free(&b);
+}
+
 int cdc_table_parse(const unsigned char *body, size_t len, struct cdc_table *out, char *err,
                     size_t errlen)
 {
@@ -295,6 +321,7 @@ int cdc_table_parse(const unsigned char *body, size_t len, struct cdc_table *out
     out->body = xmalloc(len ? len : 1);
     memcpy(out->body, body, len);
     out->body_len = len;
+    build_keys(out);
     return 0;
 short_:
     set_err(err, errlen, "table map event truncated (%zu bytes)", len);
@@ -318,6 +345,7 @@ void cdc_table_apply_schema(struct cdc_table *t, char *const *names, const bool 
             c->charset = is_binary[i] ? CDC_CHARSET_BINARY : 0;
     }
     if (names && n == t->ncols) t->have_names = true;
+    build_keys(t);
 }
 
 /* ------------------------------------------------------------ rows event */
@@ -383,6 +411,22 @@ short_:
 
 static const int dig2bytes[10] = { 0, 1, 1, 2, 2, 3, 3, 4, 4, 4 };
 
+/* Writes v as exactly width decimal digits (zero padded; width >= the
+ * number of digits of v) at o; returns the end. No snprintf on the per-row
+ * path. */
+static char *put_digits(char *o, uint64_t v, int width)
+{
+    for (int i = width - 1; i >= 0; i--) {
+        o[i] = (char)('0' + v % 10);
+        v /= 10;
+    }
+    return o + width;
+}
+
+static const uint64_t pow10_u64[10] = {
+    1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000, 1000000000,
+};
+
 int cdc_format_decimal(const unsigned char *p, size_t avail, int precision, int scale, char *out,
                        size_t outlen)
 {
@@ -399,17 +443,25 @@ int cdc_format_decimal(const unsigned char *p, size_t avail, int precision, int 
     buf[0] ^= 0x80;
     if (neg)
         for (size_t i = 0; i < size; i++) buf[i] ^= 0xFF;
-    char digits[160];
-    size_t nd = 0;
+    /* Each group of up to 9 decimal digits is stored in up to 4 bytes; a
+     * group holding more than its digit count (never written by a server)
+     * makes the value invalid. */
+    char digits[80];
+    char *d = digits;
     const unsigned char *q = buf;
     if (intg0x) {
         int b = dig2bytes[intg0x];
-        nd += (size_t)snprintf(digits + nd, sizeof digits - nd, "%0*" PRIu64, intg0x,
-                               be_uint(q, b));
+        uint64_t v = be_uint(q, b);
+        if (v >= pow10_u64[intg0x]) return -1;
+        d = put_digits(d, v, intg0x);
         q += b;
     }
-    for (int i = 0; i < intg0; i++, q += 4)
-        nd += (size_t)snprintf(digits + nd, sizeof digits - nd, "%09" PRIu64, be_uint(q, 4));
+    for (int i = 0; i < intg0; i++, q += 4) {
+        uint64_t v = be_uint(q, 4);
+        if (v >= pow10_u64[9]) return -1;
+        d = put_digits(d, v, 9);
+    }
+    size_t nd = (size_t)(d - digits);
     /* the integer part without leading zeros */
     size_t lead = 0;
     while (lead + 1 < nd && digits[lead] == '0') lead++;
@@ -422,13 +474,20 @@ int cdc_format_decimal(const unsigned char *p, size_t avail, int precision, int 
     }
     if (scale > 0) {
         out[o++] = '.';
-        for (int i = 0; i < frac0; i++, q += 4)
-            o += (size_t)snprintf(out + o, outlen - o, "%09" PRIu64, be_uint(q, 4));
+        char *f = out + o;
+        for (int i = 0; i < frac0; i++, q += 4) {
+            uint64_t v = be_uint(q, 4);
+            if (v >= pow10_u64[9]) return -1;
+            f = put_digits(f, v, 9);
+        }
         if (frac0x) {
             int b = dig2bytes[frac0x];
-            o += (size_t)snprintf(out + o, outlen - o, "%0*" PRIu64, frac0x, be_uint(q, b));
+            uint64_t v = be_uint(q, b);
+            if (v >= pow10_u64[frac0x]) return -1;
+            f = put_digits(f, v, frac0x);
             q += b;
         }
+        o = (size_t)(f - out);
     }
     out[o] = '\0';
     return (int)size;
@@ -451,15 +510,44 @@ static int64_t read_frac_us(const unsigned char *p, int fsp)
     }
 }
 
+/* ".<fsp digits>" of us at o (nothing when fsp is 0); returns the end. */
+static char *put_frac(char *o, int64_t us, int fsp)
+{
+    if (fsp <= 0) return o;
+    if (fsp > 6) fsp = 6;
+    if (us < 0) us = -us;
+    char f[6];
+    put_digits(f, (uint64_t)(us % 1000000), 6);
+    *o++ = '.';
+    memcpy(o, f, (size_t)fsp);
+    return o + fsp;
+}
+
+/* "YYYY-MM-DD" (each field zero padded, wider when it does not fit, as
+ * %04u-%02u-%02u prints it); returns the end. */
+static char *put_date(char *o, unsigned year, unsigned month, unsigned day)
+{
+    o = year < 10000 ? put_digits(o, year, 4) : o + sprintf(o, "%u", year);
+    *o++ = '-';
+    o = month < 100 ? put_digits(o, month, 2) : o + sprintf(o, "%u", month);
+    *o++ = '-';
+    return day < 100 ? put_digits(o, day, 2) : o + sprintf(o, "%u", day);
+}
+
+static char *put_hms(char *o, unsigned hour, unsigned min, unsigned sec)
+{
+    o = hour < 100 ? put_digits(o, hour, 2) : o + sprintf(o, "%u", hour);
+    *o++ = ':';
+    o = min < 100 ? put_digits(o, min, 2) : o + sprintf(o, "%u", min);
+    *o++ = ':';
+    return sec < 100 ? put_digits(o, sec, 2) : o + sprintf(o, "%u", sec);
+}
+
 static void append_frac(char *out, size_t outlen, int64_t us, int fsp)
 {
-    if (fsp <= 0) return;
-    if (fsp > 6) fsp = 6;
-    char f[24];
-    if (us < 0) us = -us;
-    snprintf(f, sizeof f, "%06" PRId64, us % 1000000);
     size_t o = strlen(out);
-    snprintf(out + o, outlen - o, ".%.*s", fsp, f);
+    if (fsp <= 0 || outlen - o < 8) return;
+    *put_frac(out + o, us, fsp) = '\0';
 }
 
 int cdc_format_datetime2(const unsigned char *p, size_t avail, int fsp, char *out, size_t outlen)
@@ -475,8 +563,15 @@ int cdc_format_datetime2(const unsigned char *p, size_t avail, int fsp, char *ou
     unsigned day = (unsigned)(ymd % 32), month = (unsigned)(ym % 13), year = (unsigned)(ym / 13);
     unsigned sec = (unsigned)(hms % 64), min = (unsigned)((hms >> 6) % 64),
              hour = (unsigned)(hms >> 12);
-    snprintf(out, outlen, "%04u-%02u-%02uT%02u:%02u:%02u", year, month, day, hour, min, sec);
-    append_frac(out, outlen, us, fsp);
+    if (outlen < 40) { /* the longest form is 26 bytes */
+        if (outlen) out[0] = '\0';
+        return -1;
+    }
+    char *o = put_date(out, year, month, day);
+    *o++ = 'T';
+    o = put_hms(o, hour, min, sec);
+    o = put_frac(o, us, fsp);
+    *o = '\0';
     return n;
 }
 
@@ -550,7 +645,11 @@ int cdc_format_date(const unsigned char *p, size_t avail, char *out, size_t outl
 {
     if (avail < 3) return -1;
     unsigned v = (unsigned)le_uint(p, 3);
-    snprintf(out, outlen, "%04u-%02u-%02u", v >> 9, (v >> 5) & 15, v & 31);
+    if (outlen < 16) {
+        if (outlen) out[0] = '\0';
+        return -1;
+    }
+    *put_date(out, v >> 9, (v >> 5) & 15, v & 31) = '\0';
     return 3;
 }
 
@@ -734,9 +833,10 @@ static long value_to_json(const struct cdc_column *c, const unsigned char *p,
         NEED(8);
         uint64_t v = le_uint(p, 8);
         unsigned d = (unsigned)(v / 1000000), t = (unsigned)(v % 1000000);
-        snprintf(tmp, sizeof tmp, "%04u-%02u-%02uT%02u:%02u:%02u", d / 10000, d / 100 % 100,
-                 d % 100, t / 10000, t / 100 % 100, t % 100);
-        jbuf_strz(b, tmp);
+        char *o = put_date(tmp, d / 10000, d / 100 % 100, d % 100);
+        *o++ = 'T';
+        o = put_hms(o, t / 10000, t / 100 % 100, t % 100);
+        jbuf_str(b, tmp, (size_t)(o - tmp));
         return 8;
     }
     case CDC_T_TIMESTAMP:
@@ -796,7 +896,11 @@ int cdc_row_to_json(const struct cdc_table *t, const unsigned char *present,
     for (uint32_t i = 0; i < t->ncols; i++) {
         if (!(present[i / 8] >> (i % 8) & 1)) continue;
         const struct cdc_column *c = &t->cols[i];
-        if (c->name) jbuf_key(b, &first, c->name);
+        if (c->key) {
+            if (!first) jbuf_char(b, ',');
+            first = false;
+            jbuf_raw(b, c->key, c->key_len);
+        } else if (c->name) jbuf_key(b, &first, c->name);
         else {
             char key[16];
             snprintf(key, sizeof key, "@%u", i + 1);

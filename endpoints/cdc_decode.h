@@ -55,6 +55,10 @@ struct cdc_column {
     char *name;          /* NUL terminated; NULL when unknown */
     char **values;       /* ENUM/SET strings (NULL when unknown) */
     uint32_t nvalues;
+    char *key;           /* the JSON object key, escaped: "\"name\":" ("@<n>" when
+                            the name is unknown); NULL until cdc_table_parse /
+                            cdc_table_apply_schema set it */
+    size_t key_len;
 };
 
 /* One TABLE_MAP event, parsed. */
@@ -113,8 +117,9 @@ int cdc_row_to_json(const struct cdc_table *t, const unsigned char *present,
                     size_t errlen);
 
 /* Value formatting, exposed for tests. Each returns the number of input bytes
- * consumed, or -1 when the input is too short or invalid. out receives a NUL
- * terminated string. */
+ * consumed, or -1 when the input is too short or invalid (or out is too
+ * small: decimal needs 70 bytes, datetime2 40, date 16; 96 always works).
+ * out receives a NUL terminated string. */
 int cdc_format_decimal(const unsigned char *p, size_t avail, int precision, int scale, char *out,
                        size_t outlen);
 int cdc_format_datetime2(const unsigned char *p, size_t avail, int fsp, char *out, size_t outlen);

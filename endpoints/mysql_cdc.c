@@ -222,6 +222,9 @@ struct cdc {
     char skip_file[CDC_FILE_MAX];
     uint64_t skip_pos, skip_rows, skip_left; /* replay suppression after a reconnect */
     char gtid[64];
+    bool ts_valid;           /* ts_text holds ts_secs formatted */
+    uint32_t ts_secs;
+    char ts_text[32];
     struct table_entry *tables;
     size_t ntables;
     uint64_t rows_since_ckpt;
@@ -526,9 +529,58 @@ static void handle_table_map(struct cdc *c, const unsigned char *body, size_t le
 
 /* ------------------------------------------------------------ emitting */
 
+static void begin_envelope_at(struct cdc *c, const char *id, int64_t received_wall_ms)
+{
+    envelope_begin(&c->env, c->h->name, c->h->type, c->epoch, id, received_wall_ms);
+}
+
 static void begin_envelope(struct cdc *c, const char *id)
 {
-    envelope_begin(&c->env, c->h->name, c->h->type, c->epoch, id, clock_wall_ms());
+    begin_envelope_at(c, id, clock_wall_ms());
+}
+
+/* The event header's timestamp as RFC 3339, cached: every row of an event
+ * (and usually every event of a second) shares it. */
+static const char *event_ts(struct cdc *c, uint32_t ts)
+{
+    if (!c->ts_valid || c->ts_secs != ts) {
+        clock_format_rfc3339((int64_t)ts * 1000, c->ts_text, sizeof c->ts_text);
+        c->ts_secs = ts;
+        c->ts_valid = true;
+    }
+    return c->ts_text;
+}
+
+/* "<file>:<pos>:" into out (size CDC_FILE_MAX + 48); returns its length. */
+static size_t id_prefix(const struct cdc *c, uint64_t ev_pos, char *out)
+{
+    size_t fl = strnlen(c->file, CDC_FILE_MAX - 1);
+    memcpy(out, c->file, fl);
+    char *o = out + fl;
+    *o++ = ':';
+    char tmp[24], *p = tmp + sizeof tmp;
+    do {
+        *--p = (char)('0' + ev_pos % 10);
+        ev_pos /= 10;
+    } while (ev_pos);
+    memcpy(o, p, (size_t)(tmp + sizeof tmp - p));
+    o += tmp + sizeof tmp - p;
+    *o++ = ':';
+    *o = '\0';
+    return (size_t)(o - out);
+}
+
+/* Appends the row index to an id prefix of length n. */
+static void id_row(char *id, size_t n, uint64_t idx)
+{
+    char tmp[24], *p = tmp + sizeof tmp;
+    do {
+        *--p = (char)('0' + idx % 10);
+        idx /= 10;
+    } while (idx);
+    size_t l = (size_t)(tmp + sizeof tmp - p);
+    memcpy(id + n, p, l);
+    id[n + l] = '\0';
 }
 
 static void finish_common(struct cdc *c, uint64_t ev_pos, uint32_t ts)
@@ -543,9 +595,7 @@ static void finish_common(struct cdc *c, uint64_t ev_pos, uint32_t ts)
     jbuf_rawz(&e->buf, ",\"pos\":");
     jbuf_u64(&e->buf, ev_pos);
     jbuf_char(&e->buf, '}');
-    char tsb[32];
-    clock_format_rfc3339((int64_t)ts * 1000, tsb, sizeof tsb);
-    envelope_strz(e, "ts", tsb);
+    envelope_strz(e, "ts", event_ts(c, ts));
 }
 
 static void emit_current(struct cdc *c)
@@ -593,10 +643,13 @@ static void handle_rows(struct cdc *c, int type, const unsigned char *body, size
         return;
     }
     const unsigned char *p = rows.data;
+    /* every row of the event was received now, with the event */
+    int64_t received = clock_wall_ms();
+    char id[CDC_FILE_MAX + 48];
+    size_t idn = id_prefix(c, ev_pos, id);
     for (uint64_t idx = 0; p < rows.end; idx++) {
-        char id[CDC_FILE_MAX + 48];
-        snprintf(id, sizeof id, "%s:%" PRIu64 ":%" PRIu64, c->file, ev_pos, idx);
-        begin_envelope(c, id);
+        id_row(id, idn, idx);
+        begin_envelope_at(c, id, received);
         struct envelope *e = &c->env;
         envelope_strz(e, "db", te->t.db);
         envelope_strz(e, "table", te->t.table);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian 12 machine:
-#   installs dependencies (idempotent), builds with -Werror, runs unit tests
-#   and integration tests (real redis-server, rabbitmq-server, mariadb-server
+#   installs dependencies (idempotent), builds with -Werror, runs unit tests,
+#   integration tests and the fault suite (label chaos) (real redis-server, rabbitmq-server, mariadb-server
 #   and mosquitto started by the tests on 127.0.0.1, stopped afterwards).
 #
 #   bash tests/run.sh              everything
@@ -24,3 +24,4 @@ fi
 # failover timings on a 2-core machine).
 ctest --output-on-failure -L unit -j"$(nproc)"
 ctest --output-on-failure -L integration
+ctest --output-on-failure -L chaos

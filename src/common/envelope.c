@@ -40,14 +40,22 @@ void envelope_begin(struct envelope *e, const char *endpoint, const char *type, 
         memcpy(e->id, id, n);
         e->id[n] = '\0';
     }
-    jbuf_char(&e->buf, '{');
-    envelope_strz(e, "endpoint", endpoint ? endpoint : "");
-    envelope_strz(e, "type", type ? type : "");
-    envelope_u64(e, "epoch", epoch);
-    if (id && *id) envelope_strz(e, "id", id); /* the full id, not the truncated copy */
+    /* the fixed keys as literals: {"endpoint":...,"type":...,"epoch":N */
+    jbuf_raw(&e->buf, "{\"endpoint\":", 12);
+    jbuf_strz(&e->buf, endpoint ? endpoint : "");
+    jbuf_raw(&e->buf, ",\"type\":", 8);
+    jbuf_strz(&e->buf, type ? type : "");
+    jbuf_raw(&e->buf, ",\"epoch\":", 9);
+    jbuf_u64(&e->buf, epoch);
+    e->first = false;
+    if (id && *id) { /* the full id, not the truncated copy */
+        jbuf_raw(&e->buf, ",\"id\":", 6);
+        jbuf_strz(&e->buf, id);
+    }
     char ts[32];
     clock_format_rfc3339(received_wall_ms, ts, sizeof ts);
-    envelope_strz(e, "received_at", ts);
+    jbuf_raw(&e->buf, ",\"received_at\":", 15);
+    jbuf_strz(&e->buf, ts);
 }
 
 void envelope_key(struct envelope *e, const char *key)

@@ -145,6 +145,28 @@ static const unsigned char str_class[256] = {
     2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
 };
 
+/* Length of the leading run of bytes of class 0 (printable ASCII other than
+ * '"' and '\\'), eight bytes at a time. */
+static size_t plain_run(const unsigned char *s, size_t n)
+{
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    size_t i = 0;
+    while (n - i >= 8) {
+        uint64_t x;
+        memcpy(&x, s + i, 8);
+        uint64_t q = x ^ (ones * '"'), bs = x ^ (ones * '\\');
+        /* a byte >= 0x80, < 0x20, == '"' or == '\\' (zero-byte tests on the
+         * XORs are exact; the < 0x20 test only errs when a high byte is
+         * present, which is reported anyway) */
+        uint64_t special = (x | ((x - ones * 0x20) & ~x) | ((q - ones) & ~q) | ((bs - ones) & ~bs)) &
+                           highs;
+        if (special) break;
+        i += 8;
+    }
+    while (i < n && str_class[s[i]] == 0) i++;
+    return i;
+}
+
 void jbuf_str(struct jbuf *b, const char *str, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
@@ -152,12 +174,23 @@ void jbuf_str(struct jbuf *b, const char *str, size_t n)
     /* room for the common case (nothing to escape); escapes reserve more */
     reserve_fast(b, n + 2);
     b->data[b->len++] = '"';
-    size_t i = 0;
+    size_t i = plain_run(s, n);
+    if (i == n) { /* the common case: nothing to escape or validate */
+        memcpy(b->data + b->len, s, n);
+        b->len += n;
+        b->data[b->len++] = '"';
+        b->data[b->len] = '\0';
+        return;
+    }
+    if (i > 0) {
+        memcpy(b->data + b->len, s, i);
+        b->len += i;
+    }
     while (i < n) {
         /* a run of bytes copied as they are: plain ASCII and valid UTF-8 */
         size_t start = i;
         for (;;) {
-            while (i < n && str_class[s[i]] == 0) i++;
+            i += plain_run(s + i, n - i);
             if (i < n && str_class[s[i]] == 2) {
                 size_t l = utf8_seq_len(s + i, n - i);
                 if (l) {
@@ -322,8 +355,24 @@ void jbuf_base64(struct jbuf *b, const void *data, size_t n)
 
 void jbuf_key(struct jbuf *b, bool *first, const char *key)
 {
+    size_t n = strlen(key);
+    if (plain_run((const unsigned char *)key, n) == n) {
+        /* the common case, in one go: ,"key": */
+        reserve_fast(b, n + 4);
+        char *o = b->data + b->len;
+        if (!*first) *o++ = ',';
+        *o++ = '"';
+        memcpy(o, key, n);
+        o += n;
+        *o++ = '"';
+        *o++ = ':';
+        *o = '\0';
+        b->len = (size_t)(o - b->data);
+        *first = false;
+        return;
+    }
     if (!*first) jbuf_char(b, ',');
     *first = false;
-    jbuf_strz(b, key);
+    jbuf_str(b, key, n);
     jbuf_char(b, ':');
 }

@@ -207,6 +207,8 @@ struct cdc {
     MYSQL *meta; /* information_schema connection, opened on demand */
     redisContext *redis;
     struct envelope env;
+    struct jbuf ev_head;     /* ,"db":..,"table":..,"op":..,"before": of the rows event */
+    struct jbuf ev_tail;     /* ,"gtid":..,"position":{..},"ts":.. of the rows event */
     bool have_pos;
     bool confirmed;          /* the stream delivered its first event this term */
     bool streamed;           /* ... this session */
@@ -583,19 +585,28 @@ static void id_row(char *id, size_t n, uint64_t idx)
     id[n + l] = '\0';
 }
 
+/* ,"gtid":..,"position":{"file":..,"pos":..},"ts":.. (the fields after the
+ * row images, the same for every row of an event) */
+static void write_common(struct cdc *c, struct jbuf *b, uint64_t ev_pos, uint32_t ts)
+{
+    bool first = false;
+    jbuf_key(b, &first, "gtid");
+    if (c->gtid[0]) jbuf_strz(b, c->gtid);
+    else jbuf_null(b);
+    jbuf_key(b, &first, "position");
+    jbuf_rawz(b, "{\"file\":");
+    jbuf_strz(b, c->file);
+    jbuf_rawz(b, ",\"pos\":");
+    jbuf_u64(b, ev_pos);
+    jbuf_char(b, '}');
+    jbuf_key(b, &first, "ts");
+    jbuf_strz(b, event_ts(c, ts));
+}
+
 static void finish_common(struct cdc *c, uint64_t ev_pos, uint32_t ts)
 {
-    struct envelope *e = &c->env;
-    envelope_key(e, "gtid");
-    if (c->gtid[0]) jbuf_strz(&e->buf, c->gtid);
-    else jbuf_null(&e->buf);
-    envelope_key(e, "position");
-    jbuf_rawz(&e->buf, "{\"file\":");
-    jbuf_strz(&e->buf, c->file);
-    jbuf_rawz(&e->buf, ",\"pos\":");
-    jbuf_u64(&e->buf, ev_pos);
-    jbuf_char(&e->buf, '}');
-    envelope_strz(e, "ts", event_ts(c, ts));
+    /* envelope_begin wrote the first keys: the next one takes a comma */
+    write_common(c, &c->env.buf, ev_pos, ts);
 }
 
 static void emit_current(struct cdc *c)
@@ -647,19 +658,29 @@ static void handle_rows(struct cdc *c, int type, const unsigned char *body, size
     int64_t received = clock_wall_ms();
     char id[CDC_FILE_MAX + 48];
     size_t idn = id_prefix(c, ev_pos, id);
+    /* the fields shared by every row of the event, encoded once */
+    bool first = false;
+    jbuf_reset(&c->ev_head);
+    jbuf_key(&c->ev_head, &first, "db");
+    jbuf_strz(&c->ev_head, te->t.db);
+    jbuf_key(&c->ev_head, &first, "table");
+    jbuf_strz(&c->ev_head, te->t.table);
+    jbuf_key(&c->ev_head, &first, "op");
+    jbuf_strz(&c->ev_head, cdc_op_name(rows.op));
+    jbuf_key(&c->ev_head, &first, "before");
+    jbuf_reset(&c->ev_tail);
+    write_common(c, &c->ev_tail, ev_pos, ts);
     for (uint64_t idx = 0; p < rows.end; idx++) {
         id_row(id, idn, idx);
         begin_envelope_at(c, id, received);
         struct envelope *e = &c->env;
-        envelope_strz(e, "db", te->t.db);
-        envelope_strz(e, "table", te->t.table);
-        envelope_strz(e, "op", cdc_op_name(rows.op));
-        envelope_key(e, "before");
+        /* envelope_begin wrote the first keys: ev_head starts with a comma */
+        jbuf_raw(&e->buf, c->ev_head.data, c->ev_head.len);
         int rc = 0;
         if (rows.op == CDC_OP_INSERT) jbuf_null(&e->buf);
         else rc = cdc_row_to_json(&te->t, rows.present, &p, rows.end, &e->buf, err, sizeof err);
         if (rc == 0) {
-            envelope_key(e, "after");
+            jbuf_raw(&e->buf, ",\"after\":", 9);
             if (rows.op == CDC_OP_DELETE) jbuf_null(&e->buf);
             else
                 rc = cdc_row_to_json(&te->t, rows.op == CDC_OP_UPDATE ? rows.present_upd : rows.present,
@@ -676,7 +697,7 @@ static void handle_rows(struct cdc *c, int type, const unsigned char *body, size
             c->txn_rows++;
             continue;
         }
-        finish_common(c, ev_pos, ts);
+        jbuf_raw(&e->buf, c->ev_tail.data, c->ev_tail.len);
         emit_current(c);
         c->txn_rows++;
     }
@@ -1035,6 +1056,8 @@ static void *cdc_create(const void *settings, struct endpoint_host *host, char *
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
     envelope_init(&c->env);
+    jbuf_init(&c->ev_head, 256);
+    jbuf_init(&c->ev_tail, 256);
     c->progress = cdc_progress_create();
     snprintf(c->where, sizeof c->where, "%s:%" PRId64, s->host, s->port);
     if (cdc_filter_init(&c->filter, &s->tables, &s->exclude_tables, &s->ops, msg, sizeof msg)) {
@@ -1141,6 +1164,8 @@ static void cdc_destroy(void *ep)
     tables_clear(c);
     cdc_filter_free(&c->filter);
     envelope_free(&c->env);
+    jbuf_free(&c->ev_head);
+    jbuf_free(&c->ev_tail);
     cdc_progress_destroy(c->progress);
     if (c->password) {
         memset(c->password, 0, strlen(c->password));

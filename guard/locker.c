@@ -145,3 +145,10 @@ void locker_destroy(struct locker *l)
 {
     if (l != NULL && l->ops != NULL && l->ops->destroy != NULL) l->ops->destroy(l);
 }
+
+int locker_claim(struct locker *l, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
+{
+    if (l->ops->claim) return l->ops->claim(l, key, ttl_ms, err);
+    struct lock_grant g;
+    return locker_try_lock(l, key, ttl_ms, &g, err);
+}

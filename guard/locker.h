@@ -70,6 +70,10 @@ struct locker_ops {
      * reconnect to verify the lease survived). */
     int (*check)(struct locker *l, const char *key, const char *token, char err[LOCKER_ERR_MAX]);
     void (*destroy)(struct locker *l);
+    /* Optional: a one-shot claim, plain SET NX PX with no epoch or holder
+     * bookkeeping (OnceGuard: one key per delivery, never renewed or
+     * released). LOCKER_OK, LOCKER_HELD or LOCKER_ERR. NULL = try_lock. */
+    int (*claim)(struct locker *l, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX]);
 };
 
 struct locker {
@@ -83,6 +87,8 @@ int locker_unlock(struct locker *l, const char *key, const char *token, char err
 int locker_renew(struct locker *l, const char *key, const char *token, int64_t ttl_ms,
                  int64_t *sent_mono_ms, char err[LOCKER_ERR_MAX]);
 bool locker_can_renew(const struct locker *l);
+/* claim() when the backend has it, else try_lock (the token is discarded). */
+int locker_claim(struct locker *l, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX]);
 /* Blocks until acquired or *cancel becomes true (LOCKER_CANCELLED), trying
  * every retry_ms; backend errors are retried too (logged, rate limited). */
 int locker_lock(struct locker *l, const char *key, int64_t ttl_ms, int64_t retry_ms,

@@ -102,6 +102,12 @@ struct redis_locker {
     struct redis_opts opts;
     char where[128];
     char holder[128]; /* "host pid N": who holds a lock, for `baton status` */
+    /* An acquisition whose reply was lost (timeout, broken connection) may
+     * still have run on the server: its token is kept and released before
+     * the next attempt on the same key, so it never blocks the key for a
+     * whole ttl. One slot is enough: the guard retries the same key. */
+    char orphan_key[512];
+    char orphan_token[RANDOM_TOKEN_LEN];
 
     pthread_mutex_t mu; /* main connection */
     redisContext *c;
@@ -378,7 +384,23 @@ static int redis_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
     int64_t sent = 0;
 
     pthread_mutex_lock(&rl->mu);
+    if (rl->orphan_key[0] && strcmp(rl->orphan_key, key) == 0) {
+        char oerr[LOCKER_ERR_MAX];
+        const char *oa[2] = {rl->orphan_key, rl->orphan_token};
+        redisReply *o = run_script(rl, S_UNLOCK, 1, 2, oa, "release lost acquisition", NULL, oerr);
+        if (o) {
+            if (o->type == REDIS_REPLY_INTEGER && o->integer == 1)
+                log_info("locker", NULL, "redis %s: released %s taken by an acquisition whose reply was lost",
+                         rl->where, key);
+            freeReplyObject(o);
+            rl->orphan_key[0] = '\0';
+        }
+    }
     redisReply *r = run_script(rl, S_ACQUIRE, 2, 6, ka, "acquire", &sent, err);
+    if (r == NULL && strlen(key) < sizeof rl->orphan_key) {
+        snprintf(rl->orphan_key, sizeof rl->orphan_key, "%s", key);
+        memcpy(rl->orphan_token, token, sizeof token);
+    }
     pthread_mutex_unlock(&rl->mu);
     free(ekey);
     if (r == NULL) return LOCKER_ERR;
@@ -546,7 +568,53 @@ static void redis_destroy(struct locker *l)
     free(rl);
 }
 
+/* One-shot claim: SET key "<holder>" NX PX ttl, pipelined with TYPE key in
+ * the same round trip, so a key of another type is reported as an error
+ * (WRONGTYPE) instead of looking held. */
+static int redis_claim(struct locker *l, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
+{
+    struct redis_locker *rl = (struct redis_locker *)l;
+    char ttl[24];
+    snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
+    const char *set_argv[6] = {"SET", key, rl->holder, "NX", "PX", ttl};
+    const char *type_argv[2] = {"TYPE", key};
+    redisReply *r = NULL, *t = NULL;
+    pthread_mutex_lock(&rl->mu);
+    if (!ensure_conn(rl, err)) {
+        pthread_mutex_unlock(&rl->mu);
+        return LOCKER_ERR;
+    }
+    if (redisAppendCommandArgv(rl->c, 6, set_argv, NULL) != REDIS_OK ||
+        redisAppendCommandArgv(rl->c, 2, type_argv, NULL) != REDIS_OK ||
+        redisGetReply(rl->c, (void **)&r) != REDIS_OK || redisGetReply(rl->c, (void **)&t) != REDIS_OK) {
+        if (r) freeReplyObject(r);
+        conn_broken(rl, "claim", err);
+        pthread_mutex_unlock(&rl->mu);
+        return LOCKER_ERR;
+    }
+    pthread_mutex_unlock(&rl->mu);
+    int rc;
+    if (r->type == REDIS_REPLY_STATUS) {
+        rc = LOCKER_OK;
+    } else if (r->type == REDIS_REPLY_NIL) {
+        rc = LOCKER_HELD;
+        if (t->type == REDIS_REPLY_STATUS && strcmp(t->str, "string") != 0) {
+            snprintf(err, LOCKER_ERR_MAX, "redis %s: WRONGTYPE claim key %.60s holds a %.20s", rl->where,
+                     key, t->str);
+            rc = LOCKER_ERR;
+        }
+    } else {
+        snprintf(err, LOCKER_ERR_MAX, "redis %s: claim %.60s: %.50s", rl->where, key,
+                 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        rc = LOCKER_ERR;
+    }
+    freeReplyObject(r);
+    freeReplyObject(t);
+    return rc;
+}
+
 static const struct locker_ops redis_ops = {
+    .claim = redis_claim,
     .name = "redis",
     .try_lock = redis_try_lock,
     .unlock = redis_unlock,

@@ -63,13 +63,12 @@ bool once_guard_allow(struct once_guard *g, const char *key)
     char full[GUARD_KEY_MAX];
     if (guard_key(full, sizeof full, g->prefix, "once", g->scope, key) < 0)
         return on_failure(g, key, "key too long");
-    struct lock_grant grant;
     char err[LOCKER_ERR_MAX];
-    int rc = locker_try_lock(g->locker, full, g->ttl_ms, &grant, err);
+    err[0] = '\0';
+    int rc = locker_claim(g->locker, full, g->ttl_ms, err);
     if (rc == LOCKER_OK) {
         atomic_fetch_add(&g->stats.allowed, 1);
-        log_debug("once_guard", g->log_name, "%s: allowed (epoch %llu)", full,
-                  (unsigned long long)grant.epoch);
+        log_debug("once_guard", g->log_name, "%s: allowed", full);
         return true;
     }
     if (rc == LOCKER_HELD) {

@@ -275,7 +275,7 @@ static void op_finish(struct mqtt_ep *ep, bool ok, const char *err)
     pthread_mutex_lock(&ep->mu);
     if (ep->op == OP_PENDING) {
         ep->op = ok ? OP_OK : OP_FAIL;
-        snprintf(ep->op_err, sizeof ep->op_err, "%s", err ? err : "");
+        snprintf(ep->op_err, sizeof ep->op_err, "%.*s", (int)sizeof ep->op_err - 1, err ? err : "");
     }
     pthread_cond_broadcast(&ep->cv);
     pthread_mutex_unlock(&ep->mu);

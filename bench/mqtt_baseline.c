@@ -61,6 +61,8 @@ int main(int argc, char **argv)
     filter = argv[2];
     qos = atoi(argv[3]);
     long n = atol(argv[4]);
+    /* as baton does: no per-packet protocol trace formatting (see endpoints/mqtt.c) */
+    MQTTAsync_setTraceLevel(MQTTASYNC_TRACE_ERROR);
     MQTTAsync_createOptions co = MQTTAsync_createOptions_initializer5;
     if (MQTTAsync_createWithOptions(&client, argv[1], argv[5], MQTTCLIENT_PERSISTENCE_NONE, NULL, &co) !=
         MQTTASYNC_SUCCESS)

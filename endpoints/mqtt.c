@@ -664,10 +664,22 @@ static void client_teardown(struct mqtt_ep *ep, bool connected)
     ep->client = NULL;
 }
 
+/* paho keeps an in-memory trace ring and, at its default level, formats a
+ * protocol line into it for every packet (a vsnprintf under a global mutex on
+ * the receive thread). Raising the level to errors skips that; the library
+ * still logs its errors. MQTT_C_CLIENT_TRACE (paho's own switch for trace
+ * output) keeps the default. Process-wide, set once. */
+static pthread_once_t paho_tuned = PTHREAD_ONCE_INIT;
+static void paho_tune(void)
+{
+    if (!getenv("MQTT_C_CLIENT_TRACE")) MQTTAsync_setTraceLevel(MQTTASYNC_TRACE_ERROR);
+}
+
 /* Creates the client, connects and subscribes. 0, or -1 with err. */
 static int connect_and_subscribe(struct mqtt_ep *ep, char *err, size_t errlen)
 {
     const struct mqtt_settings *s = ep->s;
+    pthread_once(&paho_tuned, paho_tune);
     MQTTAsync_createOptions c3 = MQTTAsync_createOptions_initializer;
     MQTTAsync_createOptions c5 = MQTTAsync_createOptions_initializer5;
     MQTTAsync_createOptions copts = ep->v5 ? c5 : c3;

@@ -186,3 +186,76 @@ def sigstop(proc_pid):
 
 def sigcont(proc_pid):
     os.kill(proc_pid, signal.SIGCONT)
+
+
+# --------------------------------------------------------------------------
+# Helpers for the broker endpoints (rabbitmq, mqtt, mysql_cdc): records
+# picked by a callback instead of a Redis channel, and the common verdict.
+
+def records_by(reps, pick):
+    """[(seq, sent_ms, received_ms, replica name)] from every replica's
+    stdout; pick(rec) -> (seq, sent_ms) or None for records to ignore."""
+    out = []
+    for r in reps:
+        r.b.poll_records()
+        for rec in r.b.records:
+            p = pick(rec)
+            if p:
+                out.append((p[0], p[1], rfc3339_ms(rec["received_at"]), r.name))
+    return out
+
+
+def http_records_by(receiver, pick):
+    """Like records_by, from the envelopes a HttpReceiver accepted; the
+    received time is when the receiver got the request (wall ms)."""
+    off = time.time() * 1000.0 - time.monotonic() * 1000.0
+    out = []
+    with receiver.lock:
+        reqs = list(receiver.requests)
+    for (t_mono, _p, _h, body, status) in reqs:
+        if status != 200:
+            continue
+        for line in body.split(b"\n"):
+            if not line.strip():
+                continue
+            p = pick(json.loads(line))
+            if p:
+                out.append((p[0], p[1], int(t_mono * 1000.0 + off), "http"))
+    return out
+
+
+def stale_after(rep, t_ms, pick=None):
+    """Records a replica forwarded whose received_at is at or after t_ms
+    (wall ms): after SIGCONT everything it reads is stale."""
+    rep.b.poll_records()
+    return [rec for rec in rep.b.records
+            if rfc3339_ms(rec["received_at"]) >= t_ms and (pick is None or pick(rec))]
+
+
+def verdict(t, name, o, survivors, ep_name, recovered_ms=None, expect_no_loss=False,
+            allowed_dups=0, dup_why="", **extra):
+    """Prints the summary line of a scenario and records the common checks:
+    forwarding resumed, duplicates within allowed_dups (0 where the design
+    promises none), no loss outside the fault window (or none at all),
+    no surviving process exited, one leader at the end (ep_name None: no
+    guard, skip that check)."""
+    crashed = [r.name for r in survivors if not r.b.alive()]
+    final = (wait_leader([r for r in survivors if r.b.alive()], ep_name, 10)
+             if ep_name else True)
+    summary(name, o.forwarded, o.duplicates, o.lost, o.gap_ms,
+            published=len(o.entries), lost_outside_window=len(o.lost_outside),
+            recovered_ms=recovered_ms,
+            per_replica=",".join("%s:%d" % kv for kv in sorted(o.by_replica.items())),
+            **extra)
+    t.check(recovered_ms is not None, "forwarding did not resume within 20 s after the fault")
+    t.check(o.duplicates <= allowed_dups, "%d duplicates (at most %d allowed%s), e.g. seqs %r"
+            % (o.duplicates, allowed_dups, dup_why, o.dup_seqs[:10]))
+    if expect_no_loss:
+        t.check(o.lost == 0, "%d messages lost where none may be, e.g. %r"
+                % (o.lost, o.lost_seqs[:10]))
+    else:
+        t.check(not o.lost_outside, "%d messages lost outside the fault window, e.g. %r"
+                % (len(o.lost_outside), o.lost_outside[:10]))
+    t.check(not crashed, "processes exited: %r" % crashed)
+    t.check(final is not None, "not exactly one leader at the end: %r"
+            % [(r.name, r.role(ep_name)) for r in survivors])

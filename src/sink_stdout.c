@@ -74,6 +74,9 @@ static const char newline = '\n';
 #define STDOUT_STAGE_SIZE ((size_t)64 * 1024)
 #define STDOUT_STAGE_LINES 1024
 static char stage[STDOUT_STAGE_SIZE]; /* under stdout_mu */
+/* fds whose last line was cut and not yet terminated (under stdout_mu) */
+#define PENDING_NL_FDS 1024
+static bool pending_newline[PENDING_NL_FDS];
 
 /* Writes n bytes of buf; returns how many went out (n unless *err). */
 static size_t write_all(int fd, const char *buf, size_t n, const atomic_bool *cancel, int *err)
@@ -181,12 +184,23 @@ static void stdout_send(void *sink, struct message *const *msgs, size_t n,
     int err = 0;
     bool cut = false;
     pthread_mutex_lock(&stdout_mu);
-    size_t done = write_lines(k->fd, msgs, n, cancel, &err, &cut);
+    /* A line cut by an earlier failure must be terminated before anything
+     * else is written, or the next line would be glued onto it (and lost
+     * to the reader while counted as delivered). */
+    bool *pending = k->fd >= 0 && k->fd < PENDING_NL_FDS ? &pending_newline[k->fd] : NULL;
+    size_t done = 0;
+    if (pending && *pending) {
+        if (write(k->fd, &newline, 1) == 1) {
+            *pending = false;
+        } else {
+            err = errno;
+        }
+    }
+    if (!pending || !*pending) done = write_lines(k->fd, msgs, n, cancel, &err, &cut);
     if (cut && err != EPIPE && err != EBADF) {
-        /* A line was cut: terminate it, so the next batch starts on a
-         * fresh line (best effort; that message still counts as failed). */
-        ssize_t w = write(k->fd, &newline, 1);
-        (void)w;
+        /* A line was cut: terminate it now if possible, else before the
+         * next batch (that message counts as failed either way). */
+        if (write(k->fd, &newline, 1) != 1 && pending) *pending = true;
     }
     pthread_mutex_unlock(&stdout_mu);
     for (size_t i = 0; i < n; i++) outcome[i] = i < done ? MSG_DELIVERED : MSG_DROPPED_SINK_FAILED;

@@ -15,7 +15,8 @@
 # When built, bench_mqtt_baseline (a bare paho MQTTAsync loop, the library
 # baton uses) runs on the same queue too, to separate baton's own overhead
 # from the client library's ceiling.
-# Environment: N0 (QoS 0 messages, default 200000), N1 (QoS 1, default 20000).
+# Environment: N0 (QoS 0 messages, default 200000), N1 (QoS 1, default 20000),
+# ONLY (comma-separated subset of q0,q1,q1r; default all).
 set -euo pipefail
 BUILD_DIR=${1:-${BATON_BUILD_DIR:-$(dirname "$0")/../build}}
 export BATON_BIN=${BATON_BIN:-$BUILD_DIR/baton}
@@ -25,6 +26,7 @@ import json, os, shutil, signal, socket, subprocess, sys, tempfile, time
 BATON = os.environ["BATON_BIN"]
 N0 = int(os.environ.get("N0", "200000"))
 N1 = int(os.environ.get("N1", "20000"))
+ONLY = [t for t in os.environ.get("ONLY", "q0,q1,q1r").split(",") if t]
 TIMEOUT = 120
 PAHO = os.path.join(os.path.dirname(BATON), "bench", "bench_mqtt_baseline")
 if not os.path.exists(PAHO):
@@ -118,6 +120,16 @@ def run_baton(d, n):
     return dt, lines(out), ok
 
 
+def round_trip(d):
+    """The last 'sink round trip' line baton logged at stop (ack = after_sink)."""
+    try:
+        with open(os.path.join(d, "err.log"), "rb") as f:
+            found = [l for l in f.read().decode(errors="replace").splitlines() if "sink round trip" in l]
+    except FileNotFoundError:
+        return None
+    return found[-1].split("ack after_sink: ", 1)[-1] if found else None
+
+
 def run_sub(tag, n):
     """mosquitto_sub with a persistent session; n = 0: prime only."""
     out = os.path.join(work, "sub-%s.out" % tag)
@@ -164,6 +176,8 @@ def publish(tag, n, qos):
 
 
 def workload(name, tag, qos, n, ack, target):
+    if tag not in ONLY:
+        return None
     d = baton_dir(tag, ack)
     run_baton(d, 0)           # creates the persistent sessions
     run_sub(tag, 0)
@@ -173,6 +187,9 @@ def workload(name, tag, qos, n, ack, target):
     publish(tag, n, qos)
     print("published %d QoS %d messages in %.2fs" % (n, qos, time.monotonic() - t), flush=True)
     bt, bl, bok = run_baton(d, n)
+    rt = round_trip(d) if qos > 0 and ack == "after_sink" else None
+    if rt:
+        print("%s: baton %s" % (name, rt), flush=True)
     st, sl, sok = run_sub(tag, n)
     if PAHO:
         pt, pl, pok = run_paho(tag, n, qos)

@@ -181,6 +181,11 @@ struct mqtt_ep {
     int64_t stop_deadline_ms;
     bool release;        /* stop: acknowledge the waiting message and return */
     bool abandoned;      /* stop at exit: leave it unacknowledged for good */
+    /* after_sink round trips (emit -> the sink's verdict) of this run, for
+     * the log at stop: the throughput bound is 1 / mean. */
+    uint64_t rt_count;
+    int64_t rt_sum_us;
+    int64_t rt_max_us;
 
     struct ack_slot *slot;
     struct log_ratelimit rl_connect;
@@ -524,6 +529,7 @@ static void deliver_and_wait(struct mqtt_ep *ep, const char *topic, size_t topic
 {
     struct ack_slot *slot = ep->slot;
     struct endpoint_host *h = ep->host;
+    int64_t rt_us = -1;
     pthread_mutex_lock(&ep->mu);
     ep->in_callback = true;
     pthread_mutex_unlock(&ep->mu);
@@ -537,6 +543,7 @@ static void deliver_and_wait(struct mqtt_ep *ep, const char *topic, size_t topic
         slot->seq = m->seq;
         slot->done = false;
         pthread_mutex_unlock(&slot->mu);
+        int64_t t_emit = clock_mono_us();
         h->emit(h, m); /* done fires whatever happens (maybe right here) */
 
         enum msg_outcome outcome;
@@ -552,7 +559,10 @@ static void deliver_and_wait(struct mqtt_ep *ep, const char *topic, size_t topic
             if (done) break;
             if (stop_verdict(ep, false)) goto out;
         }
-        if (outcome == MSG_DELIVERED) break;
+        if (outcome == MSG_DELIVERED) {
+            rt_us = clock_mono_us() - t_emit;
+            break;
+        }
         /* Not delivered. Not leader / shutting down: the guard or the
          * gateway stops us next, and acknowledging now would lose it: wait
          * for stop() to decide. Evicted from the queue or the sink gave up:
@@ -569,6 +579,11 @@ static void deliver_and_wait(struct mqtt_ep *ep, const char *topic, size_t topic
     }
 out:
     pthread_mutex_lock(&ep->mu);
+    if (rt_us >= 0) {
+        ep->rt_count++;
+        ep->rt_sum_us += rt_us;
+        if (rt_us > ep->rt_max_us) ep->rt_max_us = rt_us;
+    }
     ep->in_callback = false;
     pthread_cond_broadcast(&ep->cv);
     pthread_mutex_unlock(&ep->mu);
@@ -936,6 +951,9 @@ static int mqtt_start(void *p)
     ep->release = false;
     ep->stop_deadline_ms = 0;
     ep->conn_lost = false;
+    ep->rt_count = 0;
+    ep->rt_sum_us = 0;
+    ep->rt_max_us = 0;
     pthread_mutex_unlock(&ep->mu);
     if (pthread_create(&ep->thread, NULL, supervisor_main, ep) != 0) {
         log_error(COMPONENT, ep->host->name, "cannot start the consumer thread: %s", strerror(errno));
@@ -993,7 +1011,16 @@ static void mqtt_stop(void *p)
     pthread_mutex_unlock(&ep->mu);
     pthread_join(ep->thread, NULL);
     ep->thread_started = false;
-    log_info(COMPONENT, h->name, "stopped");
+    pthread_mutex_lock(&ep->mu);
+    uint64_t rt_n = ep->rt_count;
+    int64_t rt_sum = ep->rt_sum_us, rt_max = ep->rt_max_us;
+    pthread_mutex_unlock(&ep->mu);
+    if (rt_n > 0)
+        log_info(COMPONENT, h->name, "stopped; ack after_sink: %llu messages, sink round trip "
+                 "(emit -> accepted) mean %lld us, max %lld us",
+                 (unsigned long long)rt_n, (long long)(rt_sum / (int64_t)rt_n), (long long)rt_max);
+    else
+        log_info(COMPONENT, h->name, "stopped");
 }
 
 static void mqtt_destroy(void *p)

@@ -51,6 +51,8 @@ struct gw_endpoint {
     pthread_t starter_thread; /* unguarded endpoints: start with retries */
     bool starter_started;
     atomic_bool running;      /* endpoint started (unguarded) */
+    atomic_bool ep_stopping;  /* set before stop(): a producer blocked on a
+                                 full queue gives up instead of holding stop */
     atomic_bool leading;      /* counted in gw->leaders */
     pthread_mutex_t lifecycle; /* serialises start/stop of the endpoint */
 
@@ -113,6 +115,16 @@ static void drop_message(struct gw_endpoint *e, struct message *m, enum msg_outc
     message_finish(m, o);
 }
 
+/* A producer blocked on a full queue gives up when its endpoint is being
+ * stopped and the lease no longer covers forwarding (a graceful stop keeps
+ * waiting: the forwarder drains under the still-valid lease). */
+static bool producer_should_give_up(void *arg)
+{
+    struct gw_endpoint *e = arg;
+    if (!atomic_load(&e->ep_stopping)) return false;
+    return e->guard ? !active_guard_is_leader_now(e->guard) : atomic_load(&e->fwd_cancel);
+}
+
 static int host_emit(struct endpoint_host *h, struct message *m)
 {
     struct gw_endpoint *e = h->gw;
@@ -123,7 +135,8 @@ static int host_emit(struct endpoint_host *h, struct message *m)
     }
     struct message *evicted = NULL;
     atomic_fetch_add(&e->pending, 1);
-    if (queue_push(e->q, m, &evicted) != 0) {
+    int rc = queue_push_cancellable(e->q, m, &evicted, producer_should_give_up, e);
+    if (rc != 0) {
         atomic_fetch_sub(&e->pending, 1);
         drop_message(e, m, MSG_DROPPED_SHUTDOWN);
         return -1;
@@ -248,6 +261,7 @@ static int on_promoted(void *arg, uint64_t epoch)
 {
     struct gw_endpoint *e = arg;
     pthread_mutex_lock(&e->lifecycle);
+    atomic_store(&e->ep_stopping, false);
     int rc = e->cfg->ops->start(e->ep);
     pthread_mutex_unlock(&e->lifecycle);
     if (rc != 0) {
@@ -264,6 +278,7 @@ static void on_demoted(void *arg)
 {
     struct gw_endpoint *e = arg;
     int64_t t0 = clock_mono_ms();
+    atomic_store(&e->ep_stopping, true);
     pthread_mutex_lock(&e->lifecycle);
     e->cfg->ops->stop(e->ep);
     pthread_mutex_unlock(&e->lifecycle);
@@ -463,6 +478,7 @@ void gateway_stop(struct gateway *gw)
                 pthread_join(e->starter_thread, NULL);
                 e->starter_started = false;
             }
+            atomic_store(&e->ep_stopping, true);
             pthread_mutex_lock(&e->lifecycle);
             if (atomic_exchange(&e->running, false)) e->cfg->ops->stop(e->ep);
             pthread_mutex_unlock(&e->lifecycle);

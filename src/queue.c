@@ -74,13 +74,34 @@ static struct message *take(struct queue *q)
 
 int queue_push(struct queue *q, struct message *m, struct message **evicted)
 {
+    return queue_push_cancellable(q, m, evicted, NULL, NULL);
+}
+
+int queue_push_cancellable(struct queue *q, struct message *m, struct message **evicted,
+                           bool (*should_give_up)(void *arg), void *arg)
+{
     struct message *old = NULL;
     if (evicted) *evicted = NULL;
     pthread_mutex_lock(&q->mu);
     if (q->policy == QUEUE_BLOCK) {
         while (!q->closed && q->depth >= q->capacity) {
+            if (should_give_up && should_give_up(arg)) {
+                pthread_mutex_unlock(&q->mu);
+                return -2;
+            }
             q->producers_waiting++;
-            pthread_cond_wait(&q->not_full, &q->mu);
+            if (should_give_up) {
+                struct timespec dl;
+                clock_gettime(CLOCK_MONOTONIC, &dl);
+                dl.tv_nsec += 50 * 1000000L;
+                if (dl.tv_nsec >= 1000000000L) {
+                    dl.tv_sec++;
+                    dl.tv_nsec -= 1000000000L;
+                }
+                pthread_cond_timedwait(&q->not_full, &q->mu, &dl);
+            } else {
+                pthread_cond_wait(&q->not_full, &q->mu);
+            }
             q->producers_waiting--;
         }
     }

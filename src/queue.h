@@ -5,6 +5,7 @@
 #ifndef BATON_QUEUE_H
 #define BATON_QUEUE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -22,6 +23,11 @@ struct queue *queue_create(size_t capacity, enum queue_policy policy);
 int queue_push(struct queue *q, struct message *m, struct message **evicted);
 /* Pops up to max messages into out, waiting up to timeout_ms for the first.
  * Returns the count (0 on timeout, or when closed and empty). */
+/* queue_push, but a blocked producer gives up (returns -2, m still the
+ * caller's) once should_give_up(arg) returns true; checked at least every
+ * 50 ms while blocked. */
+int queue_push_cancellable(struct queue *q, struct message *m, struct message **evicted,
+                           bool (*should_give_up)(void *arg), void *arg);
 size_t queue_pop_batch(struct queue *q, struct message **out, size_t max, int64_t timeout_ms);
 size_t queue_depth(struct queue *q);
 /* Wakes everyone; pushes fail from now on; pops drain what is left. */

@@ -223,6 +223,52 @@ static void test_close_wakes_blocked_producer(void **state)
     queue_destroy(d);
 }
 
+static atomic_bool give_up_flag;
+static bool give_up_when_flagged(void *arg)
+{
+    (void)arg;
+    return atomic_load(&give_up_flag);
+}
+
+static void *push_cancellable_thread(void *arg)
+{
+    struct pusher *p = arg;
+    atomic_store(&p->state, 1);
+    p->rc = queue_push_cancellable(p->q, p->m, NULL, give_up_when_flagged, NULL);
+    atomic_store(&p->state, 2);
+    return NULL;
+}
+
+static void test_blocked_producer_gives_up(void **state)
+{
+    (void)state;
+    reset_done();
+    atomic_store(&give_up_flag, false);
+    struct queue *q = queue_create(1, QUEUE_BLOCK);
+    assert_int_equal(queue_push(q, mk(1), NULL), 0);
+    struct pusher p = {.q = q, .m = mk(2)};
+    pthread_t t;
+    pthread_create(&t, NULL, push_cancellable_thread, &p);
+    sleep_ms_cancellable(200, NULL);
+    assert_int_equal(atomic_load(&p.state), 1); /* still blocked: no room, no give-up */
+    int64_t t0 = clock_mono_ms();
+    atomic_store(&give_up_flag, true);
+    pthread_join(t, NULL);
+    int64_t waited = clock_mono_ms() - t0;
+    printf("blocked producer gave up %lld ms after being told\n", (long long)waited);
+    assert_true(waited < 1000);
+    assert_int_equal(p.rc, -2);
+    assert_int_equal(p.m->seq, 2); /* still the caller's */
+    message_finish(p.m, MSG_DROPPED_SHUTDOWN);
+    /* with room, the predicate is not consulted: the push succeeds */
+    struct message *out[1];
+    assert_int_equal(queue_pop_batch(q, out, 1, 100), 1);
+    message_finish(out[0], MSG_DELIVERED);
+    assert_int_equal(queue_push_cancellable(q, mk(3), NULL, give_up_when_flagged, NULL), 0);
+    assert_int_equal(queue_depth(q), 1);
+    queue_destroy(q);
+}
+
 static void test_destroy_finishes_remaining(void **state)
 {
     (void)state;
@@ -305,6 +351,7 @@ int main(void)
         cmocka_unit_test(test_pop_batch_timeout),
         cmocka_unit_test(test_pop_wakes_on_push_and_close),
         cmocka_unit_test(test_close_wakes_blocked_producer),
+        cmocka_unit_test(test_blocked_producer_gives_up),
         cmocka_unit_test(test_destroy_finishes_remaining),
         cmocka_unit_test(test_multi_producer),
     };

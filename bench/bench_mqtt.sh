@@ -206,6 +206,10 @@ def workload(name, tag, qos, n, ack, target):
     passed = None
     if target is not None and ratio is not None:
         passed = bool(ratio >= target and bok and sok)
+        if PAHO and srate > 0 and not passed:
+            print("%s: note: the bare paho loop alone reaches %.2f of mosquitto_sub here (paho 1.3's receive "
+                  "path: poll + three recv per message, compiled-in tracing); see endpoints/mqtt.md"
+                  % (name, prate / srate), flush=True)
     print("RESULT " + json.dumps({
         "workload": name, "baton": round(brate, 1), "baseline": round(srate, 1), "unit": "msg/s",
         "ratio": round(ratio, 3) if ratio else None,

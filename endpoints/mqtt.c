@@ -539,6 +539,7 @@ static void deliver_and_wait(struct mqtt_ep *ep, const char *topic, size_t topic
         m->seq = ++ep->next_seq;
         m->done = on_message_done;
         m->done_arg = slot;
+        m->sender_waits = true;
         pthread_mutex_lock(&slot->mu);
         slot->seq = m->seq;
         slot->done = false;

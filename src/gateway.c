@@ -195,6 +195,10 @@ static void *forwarder_main(void *arg)
         }
         size_t n = queue_pop_batch(e->q, batch, max, 200);
         last_n = n;
+        /* A producer waiting for the outcome (MQTT QoS 1/2 after_sink) must
+         * not pay the coalescing pause on every message. */
+        for (size_t i = 0; i < n; i++)
+            if (batch[i]->sender_waits) last_n = 0;
         atomic_store_explicit(&e->stats.queue_depth, (long long)queue_depth(e->q), memory_order_relaxed);
         if (n == 0) {
             if (queue_closed(e->q)) break;

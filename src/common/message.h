@@ -5,6 +5,7 @@
 #ifndef BATON_MESSAGE_H
 #define BATON_MESSAGE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +33,8 @@ struct message {
     message_done_fn done;      /* optional */
     void *done_arg;
     uint64_t seq;              /* endpoint-defined (delivery tag, offset) */
+    bool sender_waits;         /* the producer blocks until done: the
+                                  forwarder hands it over without coalescing */
     char id[MESSAGE_ID_MAX];   /* "" when the source has none */
     size_t len;                /* strlen(json) */
     char json[];               /* NUL terminated */

@@ -101,11 +101,7 @@ def candidates(redis_port, mqtt_port, amqp_port, mysql_port, server_id):
                       'user = "cdc"; password_env = "FP_CDC_PASSWORD"; server_id = %d;\n'
                       % (common, mysql_port, server_id)],
         "mqtt": ['name = "fp-mqtt"; type = "mqtt"; %sserver = "tcp://127.0.0.1:%d";\n'
-                 'topic = "fp/#";\n' % (common, mqtt_port),
-                 'name = "fp-mqtt"; type = "mqtt"; %shost = "127.0.0.1"; port = %d;\n'
-                 'topic = "fp/#";\n' % (common, mqtt_port),
-                 'name = "fp-mqtt"; type = "mqtt"; %surl = "tcp://127.0.0.1:%d";\n'
-                 'topics = ["fp/#"];\n' % (common, mqtt_port)],
+                 'topics = ["fp/#"]; qos = 1;\n' % (common, mqtt_port)],
     }
 
 
@@ -238,6 +234,22 @@ def main():
     cpu_a = (ta1 - ta) / HZ / (t1 - t0) * 100.0
     cpu_b = (tb1 - tb) / HZ / (t1 - t0) * 100.0
     hwm_a, hwm_b = vm(a.pid, "VmHWM"), vm(b.pid, "VmHWM")
+    if os.environ.get("SMAPS"):
+        # where the leader's resident memory is: the largest mappings
+        maps, cur = [], None
+        with open("/proc/%d/smaps" % a.pid) as f:
+            for line in f:
+                parts = line.split()
+                if "-" in parts[0] and len(parts) >= 5 and not parts[0].endswith(":"):
+                    cur = [parts[5] if len(parts) > 5 else "[anon]", 0]
+                    maps.append(cur)
+                elif parts[0] == "Rss:" and cur is not None:
+                    cur[1] = int(parts[1])
+        by = {}
+        for name, rss in maps:
+            by[name] = by.get(name, 0) + rss
+        for name, rss in sorted(by.items(), key=lambda kv: -kv[1])[:25]:
+            print("  smaps %6d KiB %s" % (rss, name))
     rss_a, rss_b = vm(a.pid, "VmRSS"), vm(b.pid, "VmRSS")
     rb2 = roles(mports[1])
     ra2 = roles(mports[0])

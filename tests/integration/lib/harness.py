@@ -548,9 +548,18 @@ def main(namespace):
         except Exception as e:  # an unexpected error fails the test
             traceback.print_exc()
             t.failures.append("exception: %r" % e)
+        t.finish()
+        # Sanitizer builds: a report in any baton's log fails the test, even
+        # when the process was killed or its exit status was not checked.
+        for b in t.batons:
+            text = b.stderr_text()
+            for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                           "WARNING: ThreadSanitizer"):
+                if marker in text:
+                    t.failures.append("%s: sanitizer report in its log (%s)" % (b.name, marker))
+                    break
         if t.failures:
             t.dump_logs()
-        t.finish()
         dt = time.monotonic() - t0
         if t.failures:
             failed += 1

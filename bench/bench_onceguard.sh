@@ -91,7 +91,7 @@ LUA
 lua=$(rb_rate EVALSHA "$sha" 2 "l:__rand_int__" "l:__rand_int__:epoch" 0123456789abcdef0123456789abcdef 1000 86400000)
 echo "  info: redis-benchmark EVALSHA of the acquire script (same Lua as guard/locker_redis.c): $lua/s"
 keys=$(redis-cli -p "$PORT" dbsize)
-echo "  keys left in Redis after the run: $keys (epoch keys of once-locks live >= 24 h)"
+echo "  keys left in Redis after the run: $keys (one per decision and redis-benchmark key, each expiring with its ttl; OnceGuard writes no epoch key)"
 
 python3 - "$best_baton" "$best_base" "$lua" "$N" <<'EOF'
 import json, sys

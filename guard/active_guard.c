@@ -329,12 +329,15 @@ static void *guard_main(void *arg)
             int64_t d = g->standby_delay_ms(g->standby_delay_arg);
             if (d > 0 && wait_until(g, clock_mono_ms() + d, false, 0) != W_TIMEOUT) continue;
         }
-        uint64_t gen0 = locker_gen(g);
         struct lock_grant grant;
         char err[LOCKER_ERR_MAX];
         int rc = locker_try_lock(g->locker, g->key, g->ttl_ms, &grant, err);
         atomic_fetch_add(&g->stats.attempts, 1);
         if (rc == LOCKER_OK) {
+            /* The generation of the connection that carried the grant: read
+             * after the call, since try_lock may have reconnected first (a
+             * generation read before would make the new lease look broken). */
+            uint64_t gen0 = locker_gen(g);
             lead(g, &grant, gen0); /* LEAD_REACQUIRE: try again at once */
             continue;
         }
@@ -461,6 +464,15 @@ bool active_guard_is_leader_now(const struct active_guard *g)
     int64_t d = atomic_load(&g->deadline);
     if (d == 0 || clock_mono_ms() >= d) return false;
     return !gen_changed(g);
+}
+
+enum leader_state active_guard_leader_state(const struct active_guard *g)
+{
+    if (g == NULL) return LEADER_NO;
+    if (g->locker == NULL) return LEADER_YES;
+    int64_t d = atomic_load(&g->deadline);
+    if (d == 0 || clock_mono_ms() >= d) return LEADER_NO;
+    return gen_changed(g) ? LEADER_UNSURE : LEADER_YES;
 }
 
 uint64_t active_guard_epoch(const struct active_guard *g)

@@ -76,6 +76,12 @@ void active_guard_destroy(struct active_guard *g);
  * holds a lease whose deadline has not passed and whose backend connection
  * has not broken since it was last verified. Always true without a locker. */
 bool active_guard_is_leader_now(const struct active_guard *g);
+/* Like active_guard_is_leader_now, but tells apart a lease whose backend
+ * connection broke and is being verified (LEADER_UNSURE: forward nothing yet,
+ * but do not discard either; it resolves within one round trip after the
+ * reconnect, or when the deadline passes) from no lease at all. */
+enum leader_state { LEADER_NO = 0, LEADER_YES = 1, LEADER_UNSURE = 2 };
+enum leader_state active_guard_leader_state(const struct active_guard *g);
 uint64_t active_guard_epoch(const struct active_guard *g);
 /* The endpoint lost its source for longer than the lease ttl: demote and
  * release so that another replica can try; this replica waits at least one

@@ -122,14 +122,16 @@ static bool producer_should_give_up(void *arg)
 {
     struct gw_endpoint *e = arg;
     if (!atomic_load(&e->ep_stopping)) return false;
-    return e->guard ? !active_guard_is_leader_now(e->guard) : atomic_load(&e->fwd_cancel);
+    return e->guard ? active_guard_leader_state(e->guard) == LEADER_NO : atomic_load(&e->fwd_cancel);
 }
 
 static int host_emit(struct endpoint_host *h, struct message *m)
 {
     struct gw_endpoint *e = h->gw;
     atomic_fetch_add_explicit(&e->stats.received, 1, memory_order_relaxed);
-    if (e->guard && !active_guard_is_leader_now(e->guard)) {
+    /* Early drop only when there is no lease at all; an unsure lease (being
+     * verified) is decided by the forwarder right before the sink. */
+    if (e->guard && active_guard_leader_state(e->guard) == LEADER_NO) {
         drop_message(e, m, MSG_DROPPED_NOT_LEADER);
         return -1;
     }
@@ -204,7 +206,12 @@ static void *forwarder_main(void *arg)
             if (queue_closed(e->q)) break;
             continue;
         }
-        /* Lease-deadline safety: checked right before handing over. */
+        /* Lease-deadline safety: checked right before handing over. A lease
+         * being verified after a locker reconnect is waited for (nothing is
+         * forwarded meanwhile): it resolves within a round trip, or the
+         * deadline passes and the batch is dropped as not_leader. */
+        if (e->guard)
+            while (active_guard_leader_state(e->guard) == LEADER_UNSURE) sleep_ms_cancellable(1, NULL);
         size_t k = 0;
         for (size_t i = 0; i < n; i++) {
             if (e->guard && !active_guard_is_leader_now(e->guard)) {

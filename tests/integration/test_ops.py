@@ -251,6 +251,38 @@ def test_sighup_logs_status(t):
     t.check("released" in b.stderr_text() or "demoted" in b.stderr_text(), "lease released at exit")
 
 
+def test_redis_unreachable_at_start(t):
+    """The process starts without its Redis: guards stay standby, schedule
+    ticks are skipped (fail-closed) with warnings, and everything resumes
+    once Redis comes up."""
+    port = h.free_port()
+    mport = h.free_port()
+    eps = {"orders.cfg": ENDPOINT % port,
+           "tick.cfg": 'name = "tick"; type = "schedule"; sink = "out"; cron = "* * * * * *";\n'}
+    b = t.baton(h.main_cfg(port, extra='metrics = { listen = "127.0.0.1:%d"; };' % mport), eps)
+    t.require(h.wait_until(lambda: h.port_open(mport), 10), "starts without redis")
+    time.sleep(2.5)
+    st = json.loads(get(mport, "/status")[1])
+    roles = {e["name"]: e["role"] for e in st["endpoints"]}
+    t.check(roles.get("orders") == "standby", "guarded endpoint stays standby: %s" % roles)
+    b.poll_records()
+    t.check(not any(r.get("endpoint") == "tick" for r in b.records), "no tick fired without redis")
+    err = b.stderr_text()
+    t.check("fail-closed" in err or "skipped" in err, "skipped ticks are logged")
+    t.check(get(mport, "/readyz")[0] == 503, "not ready without redis")
+    redis = h.RedisServer(port=port)
+    t.cleanup(redis.stop)
+    t.check(h.wait_until(lambda: '"role":"leader"' in get(mport, "/status")[1], 10), "leads once redis is up")
+    t.check(h.wait_until(lambda: any(r.get("endpoint") == "tick" for r in b.poll_records() + b.records), 5),
+            "ticks resume once redis is up")
+    pub = redis.client()
+    pub.cmd("PUBLISH", "orders.x", "hello")
+    t.check(h.wait_until(lambda: any(r.get("payload") == "hello" for r in b.poll_records() + b.records), 5),
+            "forwarding works after the late start")
+    t.check(get(mport, "/readyz")[0] == 200, "ready once redis is up")
+    t.check(b.term() == 0, "exit 0")
+
+
 def test_leader_balancing(t):
     """3 replicas, 6 endpoints: leases spread out instead of all landing on
     the first replica to start."""

@@ -465,12 +465,17 @@ static void test_generation_change_verifies_then_demotes_if_lost(void **state)
     assert_true(active_guard_is_leader_now(g));
     /* connection "broke": not leader at once; verified (key still ours) -> leader */
     atomic_store(&f->check_mode, FAIL_ERR);
+    assert_int_equal(active_guard_leader_state(g), LEADER_YES);
     atomic_fetch_add(&f->gen, 1);
     assert_false(active_guard_is_leader_now(g));
+    /* deadline still valid: unsure (hold), not "no lease" (drop) */
+    assert_int_equal(active_guard_leader_state(g), LEADER_UNSURE);
     usleep(150 * 1000);
     assert_false(active_guard_is_leader_now(g));
+    assert_int_equal(active_guard_leader_state(g), LEADER_UNSURE);
     atomic_store(&f->check_mode, PASS);
     int64_t took = WAIT_FOR(active_guard_is_leader_now(g), 1000);
+    assert_int_equal(active_guard_leader_state(g), LEADER_YES);
     assert_true(took >= 0);
     assert_true(atomic_load(&f->checks) >= 2);
     assert_int_equal(atomic_load(&c.demoted), 0);
@@ -480,6 +485,7 @@ static void test_generation_change_verifies_then_demotes_if_lost(void **state)
     took = WAIT_FOR(atomic_load(&c.demoted) == 1, 1000);
     printf("generation change with the key lost: demoted after %lld ms\n", (long long)took);
     assert_true(took >= 0 && took < 500);
+    assert_int_equal(active_guard_leader_state(g), LEADER_NO);
     active_guard_stop(g);
     active_guard_destroy(g);
     locker_destroy(&f->base);

@@ -221,8 +221,7 @@ def test_shipped_configs_check(t):
             continue
         with open(os.path.join(demo, f)) as fh:
             text = fh.read()
-        for k in ("REDIS_PORT", "METRICS_PORT", "MQTT_PORT"):
-            text = text.replace("@%s@" % k, "6379")
+        text = re.sub(r"@[A-Z_]+_PORT@", "6379", text)
         dest = os.path.join(d, f) if f == "baton.cfg" else os.path.join(d, "endpoints.d", f)
         with open(dest, "w") as fh:
             fh.write(text)

@@ -1,18 +1,39 @@
 #!/usr/bin/env bash
 # Benchmark: row events/s of a 200,000-row bulk insert, binlog -> baton ->
-# stdout sink (a file), against a bare mariadb_rpl_fetch loop that only
-# decodes rows with the library (bench/mysql_cdc_baseline.c), on the same
-# binlog range of the same mariadbd in the same run.
+# stdout sink (a file), on the same binlog range of the same mariadbd in the
+# same run, against two baselines (bench/mysql_cdc_baseline.c):
+#
+#  1. the issue's comparison (target ratio >= 0.7, unchanged): a bare
+#     mariadb_rpl_fetch loop that only decodes rows with the library
+#     (mariadb_rpl_extract_rows): no JSON, no output.
+#  2. like for like: the same bare loop, decoding every row with baton's own
+#     decoder (endpoints/cdc_decode.c) into the same JSON envelope and
+#     writing the lines to stdout (a file) through a 64 KiB staging buffer,
+#     as baton's stdout sink does. The ratio baton / this isolates the cost
+#     of baton's pipeline (message allocation, queue, forwarder thread,
+#     guard, done callbacks) from the cost of producing the JSON.
+#
+# Two timings are printed:
+#  - whole run: baton from process spawn until the N-th line is in the file
+#    (includes exec, config, connect, binlog dump request); the baselines as
+#    they time themselves (connect + stream + last write; no exec). This is
+#    the issue's number.
+#  - first to last line ("steady"): the same observer (this script polling
+#    the output file every ~1 ms) notes when the first bytes appear (L0 lines
+#    by then) and when the N-th line is there; rate = (N - L0) / (t_last -
+#    t_first). Applied identically to baton and the JSON baseline; it leaves
+#    out process start and connection setup for both. (Baseline 1 writes no
+#    lines, so it has no steady figure.)
 #
 #   bench/bench_mysql_cdc.sh [BUILD_DIR]     (default: $BATON_BUILD_DIR or ./build)
 #
 # The server is started on a free loopback port in a temporary directory
 # (tests/integration/lib/mariadb.py), the rows are inserted first (INSERT ...
-# SELECT from the sequence engine, 10,000 rows per statement), then both
+# SELECT from the sequence engine, 10,000 rows per statement), then the
 # readers stream the recorded file:pos range. baton runs alone (no locker:
 # always leader, no checkpoint), start = "file:pos". Rounds alternate
-# (ROUNDS, default 2); the best of each is compared. Target: ratio >= 0.7.
-# Prints the contract line RESULT {json}.
+# (ROUNDS, default 2); the best of each is compared. Prints the contract
+# lines RESULT {json} (one per comparison).
 set -euo pipefail
 
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,6 +66,39 @@ f1, p1 = srv.master_status()
 print("inserted %d rows in %.1fs; binlog range %s:%d .. %s:%d" % (N, time.monotonic() - t0, f0, p0, f1, p1))
 assert f0 == f1, "the bulk insert rotated the binlog"
 
+def watch(path, alive, t0, what):
+    """Polls path until it holds N lines. Returns (t_done - t0, t_first, lines
+    seen at t_first, t_done)."""
+    lines, t_first, l0, t_done = 0, None, 0, None
+    with open(path, "rb") as f:
+        while time.monotonic() - t0 < 300:
+            chunk = f.read(1 << 22)
+            if chunk:
+                now = time.monotonic()
+                lines += chunk.count(b"\n")
+                if t_first is None:
+                    t_first, l0 = now, lines
+                if lines >= N:
+                    t_done = now
+                    break
+                continue
+            if not alive():
+                # the writer is gone: read what it left, then judge
+                chunk = f.read()
+                lines += chunk.count(b"\n")
+                if lines >= N:
+                    t_done = time.monotonic()
+                break
+            time.sleep(0.001)
+    if t_done is None:
+        raise SystemExit("%s wrote only %d of %d lines" % (what, lines, N))
+    return t_done - t0, t_first, l0, t_done
+
+
+def steady(t_first, l0, t_done):
+    return (N - l0) / (t_done - t_first) if t_done > t_first else float("nan")
+
+
 def run_baseline():
     p = subprocess.run([BASE, "127.0.0.1", str(srv.port), "bench", "bench", f0, str(p0), str(p1)],
                        capture_output=True, text=True, timeout=300)
@@ -56,6 +110,26 @@ def run_baseline():
         print("baseline:", p.stderr.strip())
     return rows, rate
 
+
+def run_json_baseline():
+    d = h.mktemp("baton-bench-cdc-json-")
+    out, err = os.path.join(d, "out.jsonl"), os.path.join(d, "err.txt")
+    with open(out, "wb") as fo, open(err, "wb") as fe:
+        t0 = time.monotonic()
+        p = subprocess.Popen([BASE, "--json", "127.0.0.1", str(srv.port), "bench", "bench", f0,
+                              str(p0), str(p1)], stdout=fo, stderr=fe, stdin=subprocess.DEVNULL)
+    _, t_first, l0, t_done = watch(out, lambda: p.poll() is None, t0, "json baseline")
+    if p.wait(60) != 0:
+        raise SystemExit("json baseline failed: " + open(err).read())
+    summary = [l for l in open(err).read().splitlines() if l.startswith("rows ")]
+    others = [l for l in open(err).read().splitlines() if not l.startswith("rows ")]
+    if others:
+        print("json baseline:", "\n".join(others))
+    parts = summary[0].split()
+    rows, rate = int(parts[1]), float(parts[5])
+    return rows, rate, steady(t_first, l0, t_done), out
+
+
 def run_baton(k):
     d = h.mktemp("baton-bench-cdc-")
     cfg = ('name = "bench";\ntype = "mysql_cdc";\nsink = "out";\nhost = "127.0.0.1";\nport = %d;\n'
@@ -63,38 +137,70 @@ def run_baton(k):
            'queue_size = 65536;\n' % (srv.port, 900 + k, f0, p0))
     main = 'sinks = ( { name = "out"; type = "stdout"; } );\nlog = { level = "warn"; };\n'
     b = h.Baton(d, main, {"cdc.cfg": cfg}, env={"BENCH_PW": "bench"}, start=False)
+    open(b.out_path, "wb").close()
     t0 = time.monotonic()
     b.start()
-    lines, t_done = 0, None
-    with open(b.out_path, "rb") as f:
-        while time.monotonic() - t0 < 300:
-            chunk = f.read(1 << 22)
-            if chunk:
-                lines += chunk.count(b"\n")
-                if lines >= N:
-                    t_done = time.monotonic()
-                    break
-                continue
-            if not b.alive():
-                break
-            time.sleep(0.005)
+    try:
+        dt, t_first, l0, t_done = watch(b.out_path, b.alive, t0, "baton")
+    except SystemExit as e:
+        raise SystemExit("%s; stderr:\n%s" % (e, b.stderr_text()[-2000:]))
     b.term()
-    if t_done is None:
-        raise SystemExit("baton forwarded only %d of %d rows; stderr:\n%s" % (lines, N, b.stderr_text()[-2000:]))
-    return lines, lines / (t_done - t0)
+    return N / dt, steady(t_first, l0, t_done), b.out_path
 
-best_base = best_baton = 0.0
+
+def first_record(path):
+    with open(path, "rb") as f:
+        return json.loads(f.readline())
+
+
+best = {"base": 0.0, "json": 0.0, "json_steady": 0.0, "baton": 0.0, "baton_steady": 0.0}
+bytes_per_line = None
 for k in range(ROUNDS):
     rows, rb = run_baseline()
     assert rows == N, "baseline decoded %d rows, expected %d" % (rows, N)
-    n, rt = run_baton(k)
-    print("round %d: baseline %.0f rows/s, baton %.0f rows/s" % (k + 1, rb, rt))
-    best_base, best_baton = max(best_base, rb), max(best_baton, rt)
-ratio = best_baton / best_base
-print("mysql_cdc: baton %.0f row events/s (stdout sink), bare mariadb_rpl_fetch+extract_rows %.0f rows/s: ratio %.2f (target >= 0.7)"
-      % (best_baton, best_base, ratio))
-print("RESULT " + json.dumps({"bench": "mysql_cdc", "rows": N, "baton_rows_per_s": round(best_baton),
-                              "baseline_rows_per_s": round(best_base), "ratio": round(ratio, 3),
+    rows, rj, rjs, jout = run_json_baseline()
+    assert rows == N, "json baseline encoded %d rows, expected %d" % (rows, N)
+    rt, rts, bout = run_baton(k)
+    # like for like: the same envelope, key for key and value for value
+    # (received_at, endpoint and epoch aside)
+    rj0, rt0 = first_record(jout), first_record(bout)
+    for r in (rj0, rt0):
+        for key in ("received_at", "endpoint", "epoch"):
+            r.pop(key, None)
+    assert list(rj0) == list(rt0) and rj0 == rt0, "json baseline line differs from baton's:\n%s\n%s" % (rj0, rt0)
+    bytes_per_line = os.path.getsize(bout) / N
+    print("round %d: bare loop %.0f rows/s; bare loop + JSON to a file %.0f rows/s (first to last "
+          "line %.0f); baton %.0f rows/s (first to last line %.0f)" % (k + 1, rb, rj, rjs, rt, rts))
+    for key, v in (("base", rb), ("json", rj), ("json_steady", rjs), ("baton", rt),
+                   ("baton_steady", rts)):
+        best[key] = max(best[key], v)
+
+ratio = best["baton"] / best["base"]
+print("mysql_cdc: baton %.0f row events/s (stdout sink, whole run), bare mariadb_rpl_fetch+extract_rows "
+      "%.0f rows/s: ratio %.2f (target >= 0.7)" % (best["baton"], best["base"], ratio))
+print("RESULT " + json.dumps({"bench": "mysql_cdc", "rows": N, "baton_rows_per_s": round(best["baton"]),
+                              "baseline_rows_per_s": round(best["base"]), "ratio": round(ratio, 3),
                               "target": 0.7, "ok": ratio >= 0.7}))
+# Like for like: the same decoder, the same envelope, the same output path;
+# what remains is baton's pipeline. No target: the issue sets none for this
+# comparison (its 0.7 is against the decode-only loop above, reported as is);
+# this line is there to show where baton's time goes, not to pass.
+r_whole = best["baton"] / best["json"]
+r_steady = best["baton_steady"] / best["json_steady"]
+print("mysql_cdc: bare loop + same JSON to a file %.0f rows/s whole run, %.0f rows/s first to last line "
+      "(%.0f bytes/line); baton %.0f / %.0f: pipeline ratio %.2f whole run, %.2f first to last line"
+      % (best["json"], best["json_steady"], bytes_per_line, best["baton"], best["baton_steady"],
+         r_whole, r_steady))
+print("RESULT " + json.dumps({"bench": "mysql_cdc", "workload": "baton vs bare loop + same JSON encoding to a file",
+                              "rows": N, "bytes_per_line": round(bytes_per_line),
+                              "baton_rows_per_s": round(best["baton"]),
+                              "baseline_rows_per_s": round(best["json"]), "ratio": round(r_whole, 3),
+                              "baton_first_to_last_rows_per_s": round(best["baton_steady"]),
+                              "baseline_first_to_last_rows_per_s": round(best["json_steady"]),
+                              "ratio_first_to_last": round(r_steady, 3),
+                              "timing": "whole run: baton spawn..N-th line, baseline connect..last write; "
+                                        "first_to_last: (N - lines at first sight) / (t_last - t_first), "
+                                        "same file observer for both",
+                              "target": None}))
 h._run_cleanups()
 PY

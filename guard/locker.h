@@ -74,6 +74,9 @@ struct locker_ops {
      * bookkeeping (OnceGuard: one key per delivery, never renewed or
      * released). LOCKER_OK, LOCKER_HELD or LOCKER_ERR. NULL = try_lock. */
     int (*claim)(struct locker *l, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX]);
+    /* Optional: who holds key ("host pid N"), for status pages. LOCKER_OK
+     * with buf filled, LOCKER_LOST when nobody holds it, LOCKER_ERR. */
+    int (*holder)(struct locker *l, const char *key, char *buf, size_t len, char err[LOCKER_ERR_MAX]);
 };
 
 struct locker {

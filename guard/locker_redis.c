@@ -613,7 +613,40 @@ static int redis_claim(struct locker *l, const char *key, int64_t ttl_ms, char e
     return rc;
 }
 
+static int redis_holder(struct locker *l, const char *key, char *buf, size_t len,
+                        char err[LOCKER_ERR_MAX])
+{
+    struct redis_locker *rl = (struct redis_locker *)l;
+    size_t kl = strlen(key);
+    char *hkey = xmalloc(kl + 8);
+    memcpy(hkey, key, kl);
+    memcpy(hkey + kl, ":holder", 8);
+    const char *argv[2] = {"GET", hkey};
+    pthread_mutex_lock(&rl->mu);
+    if (!ensure_conn(rl, err)) {
+        pthread_mutex_unlock(&rl->mu);
+        free(hkey);
+        return LOCKER_ERR;
+    }
+    redisReply *r = redisCommandArgv(rl->c, 2, argv, NULL);
+    if (r == NULL) conn_broken(rl, "holder", err);
+    pthread_mutex_unlock(&rl->mu);
+    free(hkey);
+    if (r == NULL) return LOCKER_ERR;
+    int rc = LOCKER_LOST;
+    if (r->type == REDIS_REPLY_STRING) {
+        snprintf(buf, len, "%.*s", (int)r->len, r->str);
+        rc = LOCKER_OK;
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(err, LOCKER_ERR_MAX, "redis %s: holder: %.100s", rl->where, r->str);
+        rc = LOCKER_ERR;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
 static const struct locker_ops redis_ops = {
+    .holder = redis_holder,
     .claim = redis_claim,
     .name = "redis",
     .try_lock = redis_try_lock,

@@ -707,6 +707,15 @@ void gateway_render_status(struct gateway *gw, struct jbuf *b)
             jbuf_u64(b, LOAD(s->epoch));
             jbuf_key(b, &f, "lease_key");
             jbuf_strz(b, e->lease_key);
+            if (gw->locker && gw->locker->ops->holder) {
+                char who[160] = "", err[LOCKER_ERR_MAX];
+                int rc = gw->locker->ops->holder(gw->locker, e->lease_key, who, sizeof who, err);
+                jbuf_key(b, &f, "holder");
+                if (rc == LOCKER_OK)
+                    jbuf_strz(b, who);
+                else
+                    jbuf_null(b);
+            }
             int64_t since = atomic_load(&s->leader_since_ms);
             if (since) {
                 char ts[40];

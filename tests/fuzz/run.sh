@@ -10,10 +10,10 @@ SECS="${1:-60}"
 BUILD="$ROOT/build-fuzz"
 command -v clang >/dev/null || apt-get install -y -qq clang libclang-rt-14-dev >/dev/null
 CC=clang cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DBATON_FUZZ=ON >/dev/null
-cmake --build "$BUILD" -j"$(nproc)" --target fuzz_config fuzz_cron fuzz_envelope >/dev/null
+cmake --build "$BUILD" -j"$(nproc)" --target fuzz_config fuzz_cron fuzz_envelope fuzz_redis_reply >/dev/null
 export LSAN_OPTIONS="suppressions=$ROOT/tests/fuzz/lsan.supp:${LSAN_OPTIONS:-}"
 status=0
-for t in config cron envelope; do
+for t in config cron envelope redis_reply; do
   mkdir -p "$ROOT/tests/fuzz/crashes/$t"
   work="$(mktemp -d)"
   cp -r "$ROOT/tests/fuzz/corpus/$t/." "$work/" 2>/dev/null || true

@@ -143,6 +143,7 @@ def test_metrics_health_status(t):
     ep = st["endpoints"][0]
     t.check(ep["name"] == "orders" and ep["role"] == "leader" and ep["forwarded"] == 50,
             "status JSON: %s" % ep)
+    t.check(("pid %d" % b.pid) in (ep.get("holder") or ""), "status names the lease holder: %s" % ep)
     t.check(get(mport, "/nope")[0] == 404, "unknown path 404")
 
     # baton status: asks Redis who leads

@@ -203,6 +203,249 @@ static void test_minimal_metadata(void **state)
     cdc_table_free(&t);
 }
 
+/* ------------------------------------------- hand-built event bodies */
+
+static size_t put_lenenc(unsigned char *o, size_t v)
+{
+    if (v < 251) {
+        o[0] = (unsigned char)v;
+        return 1;
+    }
+    assert_true(v < 65536);
+    o[0] = 252;
+    o[1] = (unsigned char)(v & 0xFF);
+    o[2] = (unsigned char)(v >> 8);
+    return 3;
+}
+
+/* A TABLE_MAP body (table id 42): the given column types and their packed
+ * metadata, all nullable, plus COLUMN_NAME optional metadata when names is
+ * not NULL. */
+static size_t table_map_body(unsigned char *out, size_t cap, const uint8_t *types, uint32_t ncols,
+                             const unsigned char *meta, size_t metalen, const char *const *names)
+{
+    unsigned char *o = out;
+    const unsigned char head[] = { 42, 0, 0, 0, 0, 0, 1, 0, 1, 'b', 0, 1, 't', 0 };
+    memcpy(o, head, sizeof head);
+    o += sizeof head;
+    o += put_lenenc(o, ncols);
+    memcpy(o, types, ncols);
+    o += ncols;
+    o += put_lenenc(o, metalen);
+    memcpy(o, meta, metalen);
+    o += metalen;
+    memset(o, 0xFF, (ncols + 7) / 8);
+    o += (ncols + 7) / 8;
+    if (names) {
+        unsigned char v[2048];
+        size_t vl = 0;
+        for (uint32_t i = 0; i < ncols; i++) {
+            size_t l = strlen(names[i]);
+            vl += put_lenenc(v + vl, l);
+            memcpy(v + vl, names[i], l);
+            vl += l;
+        }
+        *o++ = 4; /* COLUMN_NAME */
+        o += put_lenenc(o, vl);
+        memcpy(o, v, vl);
+        o += vl;
+    }
+    assert_true((size_t)(o - out) <= cap);
+    return (size_t)(o - out);
+}
+
+/* A WRITE_ROWS v1 body for table 42 with every column present and one row
+ * image (null bitmap of zeros, then the values). */
+static size_t write_rows_body(unsigned char *out, uint32_t ncols, const unsigned char *values,
+                              size_t vlen)
+{
+    unsigned char *o = out;
+    const unsigned char head[] = { 42, 0, 0, 0, 0, 0, 0, 0 };
+    memcpy(o, head, sizeof head);
+    o += sizeof head;
+    o += put_lenenc(o, ncols);
+    memset(o, 0xFF, (ncols + 7) / 8);
+    o += (ncols + 7) / 8;
+    memset(o, 0x00, (ncols + 7) / 8);
+    o += (ncols + 7) / 8;
+    memcpy(o, values, vlen);
+    o += vlen;
+    return (size_t)(o - out);
+}
+
+/* DECIMAL groups: up to 9 digits in 4 bytes, a leading/trailing partial
+ * group of k digits in dig2bytes[k] bytes. A group whose binary value has
+ * more digits than the group holds is never written by a server: the value
+ * is rejected as malformed (not printed with the extra digits, which would
+ * shift every digit after it). */
+static void test_decimal_digit_groups(void **state)
+{
+    (void)state;
+    char out[80];
+    unsigned char neg[16];
+    /* DECIMAL(5,2): 3 integer digits in 2 bytes, 2 fraction digits in 1 */
+    const unsigned char max52[] = { 0x83, 0xE7, 0x63 }; /* 999.99 */
+    assert_int_equal(cdc_format_decimal(max52, 3, 5, 2, out, sizeof out), 3);
+    assert_string_equal(out, "999.99");
+    for (int i = 0; i < 3; i++) neg[i] = (unsigned char)~max52[i];
+    assert_int_equal(cdc_format_decimal(neg, 3, 5, 2, out, sizeof out), 3);
+    assert_string_equal(out, "-999.99");
+    const unsigned char int1000[] = { 0x83, 0xE8, 0x00 }; /* integer group 1000 > 999 */
+    assert_int_equal(cdc_format_decimal(int1000, 3, 5, 2, out, sizeof out), -1);
+    for (int i = 0; i < 3; i++) neg[i] = (unsigned char)~int1000[i];
+    assert_int_equal(cdc_format_decimal(neg, 3, 5, 2, out, sizeof out), -1);
+    const unsigned char frac100[] = { 0x80, 0x00, 0x64 }; /* fraction group 100 > 99 */
+    assert_int_equal(cdc_format_decimal(frac100, 3, 5, 2, out, sizeof out), -1);
+    const unsigned char fracff[] = { 0x80, 0x01, 0xFF }; /* 255 in a 2-digit group */
+    assert_int_equal(cdc_format_decimal(fracff, 3, 5, 2, out, sizeof out), -1);
+
+    /* DECIMAL(18,9): one full 4-byte group on each side */
+    const unsigned char max189[] = { 0xBB, 0x9A, 0xC9, 0xFF, 0x3B, 0x9A, 0xC9, 0xFF };
+    assert_int_equal(cdc_format_decimal(max189, 8, 18, 9, out, sizeof out), 8);
+    assert_string_equal(out, "999999999.999999999");
+    const unsigned char int1e9[] = { 0xBB, 0x9A, 0xCA, 0x00, 0x00, 0x00, 0x00, 0x00 };
+    assert_int_equal(cdc_format_decimal(int1e9, 8, 18, 9, out, sizeof out), -1);
+    const unsigned char frac1e9[] = { 0x80, 0x00, 0x00, 0x01, 0x3B, 0x9A, 0xCA, 0x00 };
+    assert_int_equal(cdc_format_decimal(frac1e9, 8, 18, 9, out, sizeof out), -1);
+    const unsigned char fracmax[] = { 0x80, 0x00, 0x00, 0x01, 0xFF, 0xFF, 0xFF, 0xFF };
+    assert_int_equal(cdc_format_decimal(fracmax, 8, 18, 9, out, sizeof out), -1);
+    for (int i = 0; i < 8; i++) neg[i] = (unsigned char)~frac1e9[i];
+    assert_int_equal(cdc_format_decimal(neg, 8, 18, 9, out, sizeof out), -1);
+
+    /* DECIMAL(20,0): a leading 2-digit group (1 byte) then two full groups */
+    const unsigned char lead99[] = { 0xE3, 0x3B, 0x9A, 0xC9, 0xFF, 0x00, 0x00, 0x00, 0x07 };
+    assert_int_equal(cdc_format_decimal(lead99, 9, 20, 0, out, sizeof out), 9);
+    assert_string_equal(out, "99999999999000000007");
+    unsigned char lead100[9];
+    memcpy(lead100, lead99, 9);
+    lead100[0] = 0x80 | 100;
+    assert_int_equal(cdc_format_decimal(lead100, 9, 20, 0, out, sizeof out), -1);
+    /* the middle group too large */
+    const unsigned char mid[] = { 0x80, 0x3B, 0x9A, 0xCA, 0x00, 0x00, 0x00, 0x00, 0x00 };
+    assert_int_equal(cdc_format_decimal(mid, 9, 20, 0, out, sizeof out), -1);
+
+    /* in a row: the event is refused, naming the column, nothing half written
+     * is passed off as the value */
+    const uint8_t types[] = { CDC_T_NEWDECIMAL };
+    const unsigned char meta[] = { 5, 2 }; /* precision, scale */
+    const char *const names[] = { "price" };
+    unsigned char tm[256], rw[64];
+    size_t tl = table_map_body(tm, sizeof tm, types, 1, meta, sizeof meta, names);
+    struct cdc_table t;
+    char err[256];
+    assert_int_equal(cdc_table_parse(tm, tl, &t, err, sizeof err), 0);
+    struct jbuf b;
+    jbuf_init(&b, 64);
+    struct cdc_rows r;
+    size_t rl = write_rows_body(rw, 1, max52, sizeof max52);
+    assert_int_equal(cdc_rows_parse(23, rw, rl, &r, err, sizeof err), 0);
+    const unsigned char *p = r.data;
+    assert_int_equal(cdc_row_to_json(&t, r.present, &p, r.end, &b, err, sizeof err), 0);
+    assert_string_equal(b.data, "{\"price\":\"999.99\"}");
+    rl = write_rows_body(rw, 1, int1000, sizeof int1000);
+    assert_int_equal(cdc_rows_parse(23, rw, rl, &r, err, sizeof err), 0);
+    p = r.data;
+    err[0] = '\0';
+    jbuf_reset(&b);
+    assert_int_equal(cdc_row_to_json(&t, r.present, &p, r.end, &b, err, sizeof err), -1);
+    assert_non_null(strstr(err, "price"));
+    assert_null(strstr(b.data, "1000"));
+    jbuf_free(&b);
+    cdc_table_free(&t);
+}
+
+/* The key a column must get: exactly what jbuf_str writes for its name,
+ * then ':'. */
+static void expect_key(const struct cdc_column *c, const char *name)
+{
+    struct jbuf want;
+    jbuf_init(&want, 16);
+    jbuf_strz(&want, name);
+    jbuf_char(&want, ':');
+    assert_non_null(c->key);
+    assert_int_equal(c->key_len, want.len);
+    assert_memory_equal(c->key, want.data, want.len);
+    assert_int_equal(strlen(c->key), c->key_len); /* NUL terminated, no NUL inside */
+    jbuf_free(&want);
+}
+
+/* The per-table precomputed column keys are escaped as jbuf_str escapes the
+ * name (quote, backslash, control characters, UTF-8 kept, invalid UTF-8
+ * replaced) and are what the row JSON uses. */
+static void test_column_keys_escaped(void **state)
+{
+    (void)state;
+    static char longq[301];
+    memset(longq, '"', 300); /* escapes to 600 bytes: the key buffer grows */
+    const char *const names[] = {
+        "a\"b", "c\\d", "e\x01" "f\n\x1f", "h\xc3\xa9llo \xe2\x82\xac", "bad\xff", "id", longq,
+    };
+    enum { N = 7 };
+    uint8_t types[N];
+    memset(types, CDC_T_TINY, sizeof types);
+    unsigned char tm[2048], rw[64];
+    size_t tl = table_map_body(tm, sizeof tm, types, N, NULL, 0, names);
+    struct cdc_table t;
+    char err[256];
+    assert_int_equal(cdc_table_parse(tm, tl, &t, err, sizeof err), 0);
+    assert_true(t.have_names);
+    for (int i = 0; i < N; i++) expect_key(&t.cols[i], names[i]);
+    /* the escapes spelled out, independently of jbuf_str */
+    assert_string_equal(t.cols[0].key, "\"a\\\"b\":");
+    assert_string_equal(t.cols[1].key, "\"c\\\\d\":");
+    assert_string_equal(t.cols[2].key, "\"e\\u0001f\\n\\u001f\":");
+    assert_string_equal(t.cols[3].key, "\"h\xc3\xa9llo \xe2\x82\xac\":");
+    assert_string_equal(t.cols[4].key, "\"bad\xef\xbf\xbd\":"); /* U+FFFD */
+    assert_string_equal(t.cols[5].key, "\"id\":");
+    assert_int_equal(t.cols[6].key_len, 2 + 600 + 1);
+
+    /* a row uses them: the same bytes as jbuf_key would write */
+    const unsigned char vals[N] = { 1, 2, 3, 4, 5, 6, 0x80 };
+    size_t rl = write_rows_body(rw, N, vals, sizeof vals);
+    struct cdc_rows r;
+    assert_int_equal(cdc_rows_parse(23, rw, rl, &r, err, sizeof err), 0);
+    struct jbuf got, want;
+    jbuf_init(&got, 64);
+    jbuf_init(&want, 64);
+    const unsigned char *p = r.data;
+    assert_int_equal(cdc_row_to_json(&t, r.present, &p, r.end, &got, err, sizeof err), 0);
+    bool first = true;
+    jbuf_char(&want, '{');
+    for (int i = 0; i < N; i++) {
+        jbuf_key(&want, &first, names[i]);
+        jbuf_i64(&want, (int8_t)vals[i]);
+    }
+    jbuf_char(&want, '}');
+    assert_int_equal(got.len, want.len);
+    assert_memory_equal(got.data, want.data, want.len);
+    cdc_table_free(&t);
+
+    /* without names in the table map: "@<n>" until the schema names them,
+     * then the escaped names */
+    tl = table_map_body(tm, sizeof tm, types, N, NULL, 0, NULL);
+    assert_int_equal(cdc_table_parse(tm, tl, &t, err, sizeof err), 0);
+    assert_false(t.have_names);
+    assert_string_equal(t.cols[0].key, "\"@1\":");
+    assert_string_equal(t.cols[6].key, "\"@7\":");
+    assert_int_equal(t.cols[6].key_len, 5);
+    cdc_table_apply_schema(&t, (char *const *)names, NULL, NULL, N);
+    for (int i = 0; i < N; i++) expect_key(&t.cols[i], names[i]);
+    jbuf_reset(&got);
+    p = r.data;
+    assert_int_equal(cdc_row_to_json(&t, r.present, &p, r.end, &got, err, sizeof err), 0);
+    assert_int_equal(got.len, want.len);
+    assert_memory_equal(got.data, want.data, want.len);
+    /* fewer schema names than columns: the rest keep "@<n>" */
+    cdc_table_free(&t);
+    assert_int_equal(cdc_table_parse(tm, tl, &t, err, sizeof err), 0);
+    cdc_table_apply_schema(&t, (char *const *)names, NULL, NULL, 2);
+    expect_key(&t.cols[1], names[1]);
+    assert_string_equal(t.cols[2].key, "\"@3\":");
+    jbuf_free(&got);
+    jbuf_free(&want);
+    cdc_table_free(&t);
+}
+
 static void test_position(void **state)
 {
     (void)state;
@@ -328,6 +571,8 @@ int main(void)
         cmocka_unit_test(test_temporal),
         cmocka_unit_test(test_table_and_row),
         cmocka_unit_test(test_minimal_metadata),
+        cmocka_unit_test(test_decimal_digit_groups),
+        cmocka_unit_test(test_column_keys_escaped),
         cmocka_unit_test(test_position),
         cmocka_unit_test(test_filter),
         cmocka_unit_test(test_progress),

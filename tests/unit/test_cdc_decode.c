@@ -232,7 +232,7 @@ static size_t table_map_body(unsigned char *out, size_t cap, const uint8_t *type
     memcpy(o, types, ncols);
     o += ncols;
     o += put_lenenc(o, metalen);
-    memcpy(o, meta, metalen);
+    if (metalen) memcpy(o, meta, metalen);
     o += metalen;
     memset(o, 0xFF, (ncols + 7) / 8);
     o += (ncols + 7) / 8;

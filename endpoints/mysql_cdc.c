@@ -232,7 +232,31 @@ struct cdc {
     uint64_t rows_since_ckpt;
     int64_t last_ckpt_ms;
     uint64_t events, rows_emitted;
+
+    /* Checkpoint cache: every replica (leader and standbys) follows the
+     * checkpoint in Redis on its own thread and keeps the last one seen, so
+     * if Redis loses its data (a restart without persistence) the next
+     * leader still resumes near where the last one stopped instead of at
+     * `start`, which would skip the rows in between. */
+    pthread_t follower;
+    bool follower_started;
+    atomic_bool follower_stop;
+    pthread_mutex_t cache_mu;
+    bool cache_valid;
+    char cache_file[CDC_FILE_MAX];
+    uint64_t cache_pos;
+    int64_t cache_at_ms; /* monotonic ms when it was last seen or written */
 };
+
+static void cache_store(struct cdc *c, const char *file, uint64_t pos)
+{
+    pthread_mutex_lock(&c->cache_mu);
+    snprintf(c->cache_file, sizeof c->cache_file, "%s", file);
+    c->cache_pos = pos;
+    c->cache_valid = true;
+    c->cache_at_ms = clock_mono_ms();
+    pthread_mutex_unlock(&c->cache_mu);
+}
 
 static void set_start_state(struct cdc *c, enum start_state st, const char *err)
 {
@@ -397,8 +421,38 @@ static int write_checkpoint(struct cdc *c, const char *file, uint64_t pos)
     } else {
         log_debug(COMPONENT, name, "checkpoint %s = %s:%" PRIu64 " (epoch %" PRIu64 ")",
                   c->ckpt_key, file, pos, c->epoch);
+        cache_store(c, file, pos);
     }
     return rc;
+}
+
+/* Follows the checkpoint in Redis (see struct cdc): a GET every
+ * checkpoint_every_ms (at least 200 ms) on a connection of its own. */
+static void *follower_main(void *arg)
+{
+    struct cdc *c = arg;
+    redisContext *rc = NULL;
+    int64_t every = c->s->checkpoint_every_ms > 200 ? c->s->checkpoint_every_ms : 200;
+    while (!atomic_load(&c->follower_stop)) {
+        char err[512], file[CDC_FILE_MAX];
+        uint64_t pos = 0;
+        if (!rc || rc->err) {
+            if (rc) redisFree(rc);
+            rc = redis_conn_open(c->h->locker_redis, err, sizeof err);
+        }
+        if (rc) {
+            int found = cdc_checkpoint_read(rc, c->ckpt_key, file, &pos, err, sizeof err);
+            if (found == 1) {
+                cache_store(c, file, pos);
+            } else if (found < 0) {
+                redisFree(rc);
+                rc = NULL;
+            }
+        }
+        sleep_ms_cancellable(every, &c->follower_stop);
+    }
+    if (rc) redisFree(rc);
+    return NULL;
 }
 
 static void maybe_checkpoint(struct cdc *c, bool force)
@@ -913,6 +967,29 @@ static int session(struct cdc *c, MYSQL *m, char *err, size_t errlen)
                 return SESSION_ERROR;
             }
         }
+        if (!found && c->ckpt_on) {
+            /* Redis has no checkpoint. If this replica saw one (as leader or
+             * following it as a standby), Redis lost its data: resume there
+             * rather than at `start`, which would skip the rows in between. */
+            pthread_mutex_lock(&c->cache_mu);
+            if (c->cache_valid) {
+                snprintf(c->file, sizeof c->file, "%s", c->cache_file);
+                c->pos = c->cache_pos;
+                found = 2;
+            }
+            int64_t age = clock_mono_ms() - c->cache_at_ms;
+            pthread_mutex_unlock(&c->cache_mu);
+            if (found) {
+                log_warn(COMPONENT, name, "no checkpoint in Redis (%s), but this replica saw %s:%" PRIu64
+                         " %lld ms ago: Redis lost its data (restarted without persistence?); "
+                         "resuming there (rows after it may be forwarded again)",
+                         c->ckpt_key, c->file, c->pos, (long long)age);
+                if (write_checkpoint(c, c->file, c->pos) != 1) {
+                    snprintf(err, errlen, "cannot restore the checkpoint %s", c->ckpt_key);
+                    return SESSION_ERROR;
+                }
+            }
+        }
         if (found) {
             log_info(COMPONENT, name, "resuming from checkpoint %s = %s:%" PRIu64, c->ckpt_key,
                      c->file, c->pos);
@@ -1097,6 +1174,7 @@ static void *cdc_create(const void *settings, struct endpoint_host *host, char *
     c->fds[0] = c->fds[1] = -1;
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
+    pthread_mutex_init(&c->cache_mu, NULL);
     envelope_init(&c->env);
     jbuf_init(&c->ev_head, 256);
     jbuf_init(&c->ev_tail, 256);
@@ -1135,6 +1213,7 @@ static void *cdc_create(const void *settings, struct endpoint_host *host, char *
             log_warn(COMPONENT, host->name, "checkpoint %s is written without a fencing epoch "
                      "(guard is not \"active\")", c->ckpt_key);
         }
+        if (pthread_create(&c->follower, NULL, follower_main, c) == 0) c->follower_started = true;
     }
     return c;
 }
@@ -1203,6 +1282,11 @@ static void cdc_destroy(void *ep)
     struct cdc *c = ep;
     if (!c) return;
     cdc_stop(c);
+    if (c->follower_started) {
+        atomic_store(&c->follower_stop, true);
+        pthread_join(c->follower, NULL);
+    }
+    pthread_mutex_destroy(&c->cache_mu);
     tables_clear(c);
     cdc_filter_free(&c->filter);
     envelope_free(&c->env);

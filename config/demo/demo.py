@@ -39,10 +39,15 @@ TTL_MS = 3000  # lease ttl in baton.cfg
 MYSQL_PASSWORD_ENV = "BATON_DEMO_MYSQL_PASSWORD"  # password_env in shop-cdc.cfg
 
 
+class Interrupted(Exception):
+    def __init__(self, signum):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
 def _on_signal(signum, frame):
     ABORT.set()
-    print("\ninterrupted: stopping everything the demo started...", flush=True)
-    h._on_signal(signum, frame)
+    raise Interrupted(signum)
 
 
 for _s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -592,10 +597,13 @@ if __name__ == "__main__":
     rc = 1
     try:
         rc = main()
-    except KeyboardInterrupt:
-        rc = 130
+    except Interrupted as e:
+        print("\n%s: stopping everything the demo started..." % e, flush=True)
+        rc = 128 + e.signum
     finally:
         ABORT.set()
+        for _s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(_s, signal.SIG_IGN)
         t_stop = time.monotonic()
         h._run_cleanups()
         print("stopped every process the demo started (%.1f s)" % (time.monotonic() - t_stop))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo, from a fresh Debian 12 machine: installs dependencies
-# (idempotent), builds baton, runs 3 replicas behind a local Redis.
+# (idempotent), builds baton, runs 3 replicas against local brokers
+# (redis, mosquitto, rabbitmq, mariadb; --quick: redis and mosquitto only).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 bash "$ROOT/.ci/deps.sh"

@@ -70,6 +70,9 @@ struct endpoint_host {
      * 0 / false = the defaults (1 h, fail-closed). */
     int64_t once_ttl_ms;
     bool once_fail_open;
+    /* Set by an endpoint that keeps a OnceGuard (in create), so the metrics
+     * show its allowed / skipped / backend-error counters. */
+    const struct once_guard_stats *once_stats;
 };
 
 struct endpoint_ops {

@@ -329,6 +329,7 @@ static void *schedule_create(const void *settings, struct endpoint_host *host, c
             .log_name = host->name,
         };
         sc->once = once_guard_create(host->locker, sp, &o);
+        host->once_stats = once_guard_stats(sc->once);
     }
     pthread_mutex_init(&sc->mu, NULL);
     pthread_condattr_t ca;

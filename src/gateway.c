@@ -25,6 +25,7 @@
 
 #include "guard/active_guard.h"
 #include "guard/locker.h"
+#include "guard/once_guard.h"
 #include "guard/scope.h"
 #include "src/common/log.h"
 #include "src/common/util.h"
@@ -654,6 +655,27 @@ void gateway_render_metrics(struct gateway *gw, struct jbuf *b)
     metric_head(b, "baton_source_errors_total", "counter", "Source connection losses and errors.");
     for (size_t i = 0; i < gw->n_eps; i++)
         metric_ep(b, "baton_source_errors_total", &gw->eps[i], NULL, LOAD(gw->eps[i].stats.source_errors));
+
+    struct {
+        const char *name, *help;
+        size_t off;
+    } once_counters[] = {
+        {"baton_once_allowed_total", "OnceGuard decisions that allowed the delivery.",
+         offsetof(struct once_guard_stats, allowed)},
+        {"baton_once_skipped_total", "OnceGuard decisions that skipped it (taken elsewhere, or fail-closed).",
+         offsetof(struct once_guard_stats, skipped)},
+        {"baton_once_backend_errors_total", "OnceGuard decisions the locker could not answer.",
+         offsetof(struct once_guard_stats, backend_errors)},
+    };
+    for (size_t c = 0; c < sizeof once_counters / sizeof once_counters[0]; c++) {
+        metric_head(b, once_counters[c].name, "counter", once_counters[c].help);
+        for (size_t i = 0; i < gw->n_eps; i++) {
+            if (!gw->eps[i].host.once_stats) continue;
+            const char *base = (const char *)gw->eps[i].host.once_stats;
+            metric_ep(b, once_counters[c].name, &gw->eps[i], NULL,
+                      atomic_load((const atomic_ullong *)(base + once_counters[c].off)));
+        }
+    }
 
     metric_head(b, "baton_sink_latency_seconds", "histogram", "Time from receipt to sink acceptance.");
     for (size_t i = 0; i < gw->n_eps; i++) {

@@ -95,14 +95,17 @@ def test_metrics_health_status(t):
     redis = t.redis()
     mport = h.free_port()
     main = h.main_cfg(redis.port, extra='metrics = { listen = "127.0.0.1:%d"; };' % mport)
-    b = t.baton(main, {"orders.cfg": ENDPOINT % redis.port})
+    b = t.baton(main, {"orders.cfg": ENDPOINT % redis.port,
+                       "tick.cfg": 'name = "tick"; type = "schedule"; sink = "out"; cron = "* * * * * *";\n'})
     t.require(h.wait_until(lambda: h.port_open(mport), 10), "metrics listener up")
     t.require(h.wait_until(lambda: '"role":"leader"' in get(mport, "/status")[1], 10), "becomes leader")
     pub = redis.client()
     for i in range(50):
         pub.cmd("PUBLISH", "orders.x", "m%d" % i)
-    h.wait_until(lambda: len(b.poll_records()) >= 0 and len(b.records) >= 50, 10)
-    t.check(len(b.records) == 50, "50 forwarded, got %d" % len(b.records))
+    h.wait_until(lambda: len(b.poll_records()) >= 0 and
+                 sum(1 for r in b.records if r["endpoint"] == "orders") >= 50, 10)
+    t.check(sum(1 for r in b.records if r["endpoint"] == "orders") == 50, "50 forwarded")
+    h.wait_until(lambda: len(b.poll_records()) >= 0 and any(r["endpoint"] == "tick" for r in b.records), 5)
 
     code, text = get(mport, "/metrics")
     t.require(code == 200, "/metrics 200, got %d" % code)
@@ -117,7 +120,8 @@ def test_metrics_health_status(t):
         "baton_messages_forwarded_total": "counter", "baton_messages_dropped_total": "counter",
         "baton_queue_depth": "gauge", "baton_sink_errors_total": "counter",
         "baton_sink_latency_seconds": "histogram", "baton_locker_up": "gauge",
-        "baton_build_info": "gauge",
+        "baton_build_info": "gauge", "baton_once_allowed_total": "counter",
+        "baton_once_skipped_total": "counter", "baton_once_backend_errors_total": "counter",
     }
     for name, typ in expected.items():
         t.check(types.get(name) == typ, "%s is a %s (got %s)" % (name, typ, types.get(name)))
@@ -134,13 +138,19 @@ def test_metrics_health_status(t):
                 "dropped{%s} present and 0" % reason)
     epoch = sample(samples, "baton_lease_epoch", endpoint="orders")
     t.check(epoch and epoch > 0, "epoch > 0")
-    t.check(all(r["epoch"] == int(epoch) for r in b.records), "every envelope carries the lease epoch")
+    t.check(all(r["epoch"] == int(epoch) for r in b.records if r["endpoint"] == "orders"),
+            "every envelope carries the lease epoch")
+    ticks = sum(1 for r in b.records if r["endpoint"] == "tick")
+    allowed = sample(samples, "baton_once_allowed_total", endpoint="tick")
+    t.check(allowed is not None and allowed >= ticks >= 1,
+            "once_allowed_total counts the fired slots (%s >= %d)" % (allowed, ticks))
+    t.check(sample(samples, "baton_once_backend_errors_total", endpoint="tick") == 0, "no once backend errors")
 
     t.check(get(mport, "/healthz")[0] == 200, "/healthz 200")
     code, body = get(mport, "/readyz")
     t.check(code == 200 and json.loads(body)["ready"] is True, "/readyz 200 with redis up: %s" % body)
     st = json.loads(get(mport, "/status")[1])
-    ep = st["endpoints"][0]
+    ep = [e for e in st["endpoints"] if e["name"] == "orders"][0]
     t.check(ep["name"] == "orders" and ep["role"] == "leader" and ep["forwarded"] == 50,
             "status JSON: %s" % ep)
     t.check(("pid %d" % b.pid) in (ep.get("holder") or ""), "status names the lease holder: %s" % ep)

@@ -484,19 +484,6 @@ static struct message *build_message(struct mqtt_ep *ep, const char *topic, size
 #define REEMIT_BASE_MS 200
 #define REEMIT_CAP_MS 5000
 
-/* Adds 50 ms to now as an absolute CLOCK_REALTIME time. */
-static struct timespec in_50ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 50 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 /* stop() decided: release (acknowledge and return) or abandon (never
  * acknowledge: park paho's receive thread here until the process exits, the
  * broker redelivers to the session). Returns true on release. */
@@ -513,7 +500,7 @@ static bool stop_verdict(struct mqtt_ep *ep, bool wait)
             return true;
         }
         if (!wait) break;
-        struct timespec ts = in_50ms();
+        struct timespec ts = clock_deadline(CLOCK_REALTIME, 50);
         pthread_cond_timedwait(&ep->cv, &ep->mu, &ts);
     }
     pthread_mutex_unlock(&ep->mu);
@@ -551,7 +538,7 @@ static void deliver_and_wait(struct mqtt_ep *ep, const char *topic, size_t topic
         for (;;) {
             pthread_mutex_lock(&slot->mu);
             if (!slot->done) {
-                struct timespec ts = in_50ms();
+                struct timespec ts = clock_deadline(CLOCK_REALTIME, 50);
                 pthread_cond_timedwait(&slot->cv, &slot->mu, &ts);
             }
             bool done = slot->done;
@@ -615,13 +602,7 @@ static int op_wait(struct mqtt_ep *ep, int64_t timeout_ms, bool cancellable, cha
     pthread_mutex_lock(&ep->mu);
     while (ep->op == OP_PENDING && !(cancellable && atomic_load(&ep->stopping))) {
         if (clock_mono_ms() >= deadline) break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = clock_deadline(CLOCK_REALTIME, 50);
         pthread_cond_timedwait(&ep->cv, &ep->mu, &ts);
     }
     int rc = -1;
@@ -984,13 +965,7 @@ static void mqtt_stop(void *p)
     pthread_cond_broadcast(&ep->cv);
     /* Give the message waiting for its sink (if any) the stop timeout. */
     while (ep->in_callback && clock_mono_ms() < deadline) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 20 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = clock_deadline(CLOCK_REALTIME, 20);
         pthread_cond_timedwait(&ep->cv, &ep->mu, &ts);
     }
     if (!ep->in_callback) {

@@ -96,14 +96,7 @@ static enum wake wait_until(struct active_guard *g, int64_t until, bool leader, 
         }
         int64_t slice = until - now;
         if (leader && slice > LEADER_POLL_MS) slice = LEADER_POLL_MS;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += slice / 1000;
-        ts.tv_nsec += (slice % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = clock_deadline(CLOCK_MONOTONIC, slice);
         pthread_cond_timedwait(&g->cv, &g->mu, &ts);
     }
     pthread_mutex_unlock(&g->mu);

@@ -201,15 +201,7 @@ static bool local_wait_release(struct locker *l, const char *key, int64_t timeou
 {
     struct local_locker *ll = (struct local_locker *)l;
     struct local_waiter w = {.key = key, .fired = false};
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    if (timeout_ms < 0) timeout_ms = 0;
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = clock_deadline(CLOCK_MONOTONIC, timeout_ms);
     pthread_mutex_lock(&ll->mu);
     w.next = ll->waiters;
     ll->waiters = &w;

@@ -497,15 +497,7 @@ static bool redis_wait_release(struct locker *l, const char *key, int64_t timeou
 {
     struct redis_locker *rl = (struct redis_locker *)l;
     struct sub_waiter w = {.key = key, .fired = false};
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    if (timeout_ms < 0) timeout_ms = 0;
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = clock_deadline(CLOCK_MONOTONIC, timeout_ms);
     pthread_mutex_lock(&rl->sub_mu);
     if (!sub_ensure_started_locked(rl)) {
         pthread_mutex_unlock(&rl->sub_mu);

@@ -91,13 +91,7 @@ int queue_push_cancellable(struct queue *q, struct message *m, struct message **
             }
             q->producers_waiting++;
             if (should_give_up) {
-                struct timespec dl;
-                clock_gettime(CLOCK_MONOTONIC, &dl);
-                dl.tv_nsec += 50 * 1000000L;
-                if (dl.tv_nsec >= 1000000000L) {
-                    dl.tv_sec++;
-                    dl.tv_nsec -= 1000000000L;
-                }
+                struct timespec dl = clock_deadline(CLOCK_MONOTONIC, 50);
                 pthread_cond_timedwait(&q->not_full, &q->mu, &dl);
             } else {
                 pthread_cond_wait(&q->not_full, &q->mu);
@@ -131,14 +125,7 @@ size_t queue_pop_batch(struct queue *q, struct message **out, size_t max, int64_
         if (timeout_ms < 0) {
             while (!q->head && !q->closed) pthread_cond_wait(&q->not_empty, &q->mu);
         } else {
-            struct timespec dl;
-            clock_gettime(CLOCK_MONOTONIC, &dl);
-            dl.tv_sec += timeout_ms / 1000;
-            dl.tv_nsec += (timeout_ms % 1000) * 1000000L;
-            if (dl.tv_nsec >= 1000000000L) {
-                dl.tv_sec++;
-                dl.tv_nsec -= 1000000000L;
-            }
+            struct timespec dl = clock_deadline(CLOCK_MONOTONIC, timeout_ms);
             while (!q->head && !q->closed) {
                 if (pthread_cond_timedwait(&q->not_empty, &q->mu, &dl) == ETIMEDOUT) break;
             }

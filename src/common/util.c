@@ -239,3 +239,17 @@ const char *util_hostname(void)
     pthread_once(&hostname_once, hostname_init);
     return hostname_buf;
 }
+
+struct timespec clock_deadline(clockid_t clock, int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    if (ms < 0) ms = 0;
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}

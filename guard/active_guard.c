@@ -19,8 +19,12 @@
 
 #define DEFAULT_TTL_MS 3000
 #define DEFAULT_RETRY_MS 250
-#define LEADER_POLL_MS 20       /* generation / deadline watch between renewals */
-#define RELEASE_WAIT_CHUNK_MS 100 /* bounds stop latency while waiting for a release */
+/* Generation watch between renewals. Safety does not depend on it:
+ * is_leader_now reads the deadline and the generation itself on every call;
+ * this only bounds how soon a verification starts after a reconnect (the
+ * forwarder holds meanwhile). The deadline itself is waited for exactly. */
+#define LEADER_POLL_MS 100
+#define RELEASE_WAIT_CHUNK_MS 250 /* bounds stop latency while waiting for a release */
 #define VERIFY_RETRY_MS 100
 
 struct active_guard {
@@ -95,7 +99,11 @@ static enum wake wait_until(struct active_guard *g, int64_t until, bool leader, 
             break;
         }
         int64_t slice = until - now;
-        if (leader && slice > LEADER_POLL_MS) slice = LEADER_POLL_MS;
+        if (leader) {
+            int64_t d = atomic_load(&g->deadline);
+            if (d != 0 && d - now < slice) slice = d - now;
+            if (slice > LEADER_POLL_MS) slice = LEADER_POLL_MS;
+        }
         struct timespec ts = clock_deadline(CLOCK_MONOTONIC, slice);
         pthread_cond_timedwait(&g->cv, &g->mu, &ts);
     }

@@ -255,11 +255,11 @@ static enum lead_end lead(struct active_guard *g, const struct lock_grant *grant
     }
 }
 
-/* Standby: wait up to retry_ms, returning early when a release is announced
- * (true) or on stop / give-up. */
-static bool standby_wait(struct active_guard *g)
+/* Standby: wait wait_ms, returning early when a release is announced (true)
+ * or on stop / give-up. */
+static bool standby_wait(struct active_guard *g, int64_t wait_ms)
 {
-    int64_t until = clock_mono_ms() + g->retry_ms;
+    int64_t until = clock_mono_ms() + wait_ms;
     if (g->locker->ops->wait_release == NULL) {
         wait_until(g, until, false, 0);
         return false;
@@ -331,6 +331,7 @@ static void *guard_main(void *arg)
             if (d > 0 && wait_until(g, clock_mono_ms() + d, false, 0) != W_TIMEOUT) continue;
         }
         struct lock_grant grant;
+        memset(&grant, 0, sizeof grant);
         char err[LOCKER_ERR_MAX];
         int rc = locker_try_lock(g->locker, g->key, g->ttl_ms, &grant, err);
         atomic_fetch_add(&g->stats.attempts, 1);
@@ -343,7 +344,14 @@ static void *guard_main(void *arg)
             continue;
         }
         if (rc == LOCKER_HELD) {
-            standby_wait(g);
+            /* The holder's lease cannot expire before its remaining ttl, and
+             * a release is announced: look again when it would expire (at
+             * least retry_ms, at most ttl), instead of every retry_ms. A
+             * crash is then taken over right at the expiry. */
+            int64_t wait = g->retry_ms;
+            if (grant.held_pttl_ms > wait) wait = grant.held_pttl_ms + 1;
+            if (wait > g->ttl_ms) wait = g->ttl_ms;
+            standby_wait(g, wait);
             continue;
         }
         note_backend_error(g, "acquiring", err);

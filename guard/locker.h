@@ -38,6 +38,10 @@ struct lock_grant {
     /* Monotonic time (ms) at which the acquiring request was sent: the lease
      * deadline is computed from it, so it always falls before the expiry. */
     int64_t sent_mono_ms;
+    /* try_lock answering LOCKER_HELD: how long the current holder's lease
+     * still runs (ms), when the backend knows (0 = unknown). A standby need
+     * not try again before then, unless a release is announced. */
+    int64_t held_pttl_ms;
 };
 
 #define LOCKER_ERR_MAX 256

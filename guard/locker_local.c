@@ -109,7 +109,9 @@ static int local_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
     pthread_mutex_lock(&ll->mu);
     int64_t now = clock_mono_ms();
     sweep(ll, now);
-    if (find_live(ll, key, now) != NULL) {
+    struct local_entry *held = find_live(ll, key, now);
+    if (held != NULL) {
+        if (out) out->held_pttl_ms = held->expires_ms - now;
         pthread_mutex_unlock(&ll->mu);
         return LOCKER_HELD;
     }

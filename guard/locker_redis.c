@@ -38,7 +38,8 @@ enum { S_ACQUIRE, S_UNLOCK, S_RENEW, S_CHECK, S_COUNT };
 
 /* KEYS[1] lock key, KEYS[2] epoch key; ARGV[1] token, ARGV[2] ttl ms,
  * ARGV[3] epoch key ttl ms, ARGV[4] holder ("host pid N", stored beside the
- * lock as <key>:holder with the same expiry, for `baton status`). Returns 0 when held elsewhere, else the epoch:
+ * lock as <key>:holder with the same expiry, for `baton status`). Returns
+ * -2 - PTTL when held elsewhere (so a standby knows when to look again), else 0 when held elsewhere, else the epoch:
  * max(stored + 1, TIME in ms * 1000). Types are checked before any write so a
  * wrong-typed key never leaves a half-done acquisition behind. */
 static const char SCRIPT_ACQUIRE[] =
@@ -51,7 +52,11 @@ static const char SCRIPT_ACQUIRE[] =
     "if t2 ~= 'none' and t2 ~= 'string' then\n"
     "  return redis.error_reply('WRONGTYPE epoch key ' .. KEYS[2] .. ' holds a ' .. t2)\n"
     "end\n"
-    "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end\n"
+    "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+    "  local p = redis.call('PTTL', KEYS[1])\n"
+    "  if p < 0 then p = 0 end\n"
+    "  return -2 - p\n"
+    "end\n"
     "redis.call('SET', KEYS[1] .. ':holder', ARGV[4], 'PX', ARGV[2])\n"
     "local now = redis.call('TIME')\n"
     "local floor = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000\n"
@@ -407,6 +412,10 @@ static int redis_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
     long long v = r->integer;
     freeReplyObject(r);
     if (v == 0) return LOCKER_HELD;
+    if (v <= -2) {
+        if (out) out->held_pttl_ms = (int64_t)(-2 - v);
+        return LOCKER_HELD;
+    }
     /* a new holder wants to notice a Redis restart between renewals */
     pthread_mutex_lock(&rl->sub_mu);
     sub_ensure_started_locked(rl);

@@ -206,11 +206,14 @@ def test_guard_active_leader_only(t):
     stop_all(t, bs)
     got = slots_of(bs)
     slots = [s for s, _, _ in got]
-    per = {b.name: sum(1 for _, n, _ in got if n == b.name) for b in bs}
+    # Within the window: stopping the processes one after another hands the
+    # lease over (graceful release), so the next one may fire a slot during
+    # teardown; that is correct behaviour, not a second concurrent leader.
+    per = {b.name: sum(1 for s, n, _ in got if n == b.name and s < t1) for b in bs}
     missing = [s for s in range(int(t0) + 1, int(t1)) if s not in set(slots)]
     h.log("per process %r, missing %r" % (per, missing))
     t.check(not h.duplicates(slots), "duplicates: %r" % h.duplicates(slots))
-    t.check(sum(1 for n in per.values() if n) == 1, "more than one process fired: %r" % per)
+    t.check(sum(1 for n in per.values() if n) == 1, "more than one process fired in the window: %r" % per)
     t.check(len(missing) <= 2, "missing: %r" % missing)
     t.check(all(rec.get("epoch", 0) > 0 for _, _, rec in got), "leader messages carry the fencing epoch")
 

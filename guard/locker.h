@@ -8,7 +8,7 @@
  *
  * Fencing epoch: every successful acquisition also advances a per-key epoch
  * stored beside the lock (key "<lock key>:epoch"), atomically with the SET NX
- * PX, as new = max(stored + 1, backend clock in ms * 1000); so it is strictly
+ * PX, as new = max(stored + 1, backend clock in microseconds); so it is strictly
  * increasing across leaders even when the backend lost its data. */
 #ifndef BATON_LOCKER_H
 #define BATON_LOCKER_H

@@ -39,8 +39,10 @@ enum { S_ACQUIRE, S_UNLOCK, S_RENEW, S_CHECK, S_COUNT };
 /* KEYS[1] lock key, KEYS[2] epoch key; ARGV[1] token, ARGV[2] ttl ms,
  * ARGV[3] epoch key ttl ms, ARGV[4] holder ("host pid N", stored beside the
  * lock as <key>:holder with the same expiry, for `baton status`). Returns
- * -2 - PTTL when held elsewhere (so a standby knows when to look again), else 0 when held elsewhere, else the epoch:
- * max(stored + 1, TIME in ms * 1000). Types are checked before any write so a
+ * -2 - PTTL when held elsewhere (so a standby knows when to look again), else
+ * the epoch: max(stored + 1, TIME in microseconds) -- the design's "ms x 1000"
+ * at full resolution, so a data loss within the same millisecond as the last
+ * acquisition still yields a larger epoch. Types are checked before any write so a
  * wrong-typed key never leaves a half-done acquisition behind. */
 static const char SCRIPT_ACQUIRE[] =
     "if redis.replicate_commands then redis.replicate_commands() end\n"
@@ -59,7 +61,7 @@ static const char SCRIPT_ACQUIRE[] =
     "end\n"
     "redis.call('SET', KEYS[1] .. ':holder', ARGV[4], 'PX', ARGV[2])\n"
     "local now = redis.call('TIME')\n"
-    "local floor = tonumber(now[1]) * 1000000 + math.floor(tonumber(now[2]) / 1000) * 1000\n"
+    "local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])\n"
     "local e = (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) + 1\n"
     "if floor > e then e = floor end\n"
     "redis.call('SET', KEYS[2], string.format('%.0f', e), 'PX', ARGV[3])\n"

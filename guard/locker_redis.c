@@ -32,7 +32,7 @@
 
 #define EPOCH_KEY_MIN_TTL_MS (24LL * 3600 * 1000)
 #define RELEASED_SUFFIX ":released"
-#define SUB_POLL_MS 200
+#define SUB_POLL_MS 1000 /* the wake pipe interrupts it (new channel, destroy) */
 
 enum { S_ACQUIRE, S_UNLOCK, S_RENEW, S_CHECK, S_COUNT };
 

@@ -63,26 +63,8 @@ def vm(pid, what):
 
 
 def start_mosquitto():
-    port = h.free_port()
-    d = h.mktemp("baton-mosq-")
-    conf = os.path.join(d, "m.conf")
-    with open(conf, "w") as f:
-        f.write("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n" % port)
-    p = subprocess.Popen(["mosquitto", "-c", conf], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
-
-    def stop():
-        if p.poll() is None:
-            p.terminate()
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-    h._cleanups.append(stop)
-    if not h.wait_until(lambda: h.port_open(port), 10, 0.05):
-        raise RuntimeError("mosquitto did not start on port %d" % port)
-    return port
+    import mosquitto
+    return mosquitto.Mosquitto().port
 
 
 def candidates(redis_port, mqtt_port, amqp_port, mysql_port, server_id):

@@ -135,9 +135,7 @@ class Mosquitto:
             raise RuntimeError("mosquitto did not listen on port %d" % self.port)
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait()
+        h.stop_process(self.proc)
 
 
 def start_rabbit(_b):

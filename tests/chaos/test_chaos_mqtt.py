@@ -39,7 +39,6 @@ import signal
 import socket
 import struct
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
@@ -79,7 +78,7 @@ def _str(s):
     return struct.pack(">H", len(b)) + b
 
 
-class MqttPublisher:
+class MqttPublisher(c.BackgroundWorker):
     """Publishes "<seq>:<sent_wall_ms>" at QoS 1 at a steady rate; entries
     holds (seq, sent_ms, 1) for each message the broker acknowledged
     (PUBACK); a message whose PUBACK was lost with the connection is counted
@@ -92,22 +91,9 @@ class MqttPublisher:
         self.errors = 0
         self.seq = 1
         self.pid = 0
-        self.lock = threading.Lock()
-        self._stop = threading.Event()
         self._sock = None
         self._buf = b""
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        h._cleanups.append(self.stop)
-
-    def start(self):
-        self._thread.start()
-        return self
-
-    def stop(self):
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(15)
-        self._close()
+        super().__init__()
 
     def snapshot(self):
         with self.lock:

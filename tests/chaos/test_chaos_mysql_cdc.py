@@ -34,7 +34,6 @@ or 200 ms.
 import os
 import signal
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
@@ -64,7 +63,7 @@ def server():
     return _server
 
 
-class Writer:
+class Writer(c.BackgroundWorker):
     """Inserts rows (seq, sent_ms) into db.t at a steady rate, one
     autocommitted INSERT per row, a batch of statements per client run.
     Failed batches (server down) are simply counted: the truth is what the
@@ -74,18 +73,9 @@ class Writer:
         self.srv, self.db, self.rate = srv, db, float(rate)
         self.seq = 1
         self.failed_batches = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        h._cleanups.append(self.stop)
+        super().__init__()
 
-    def start(self):
-        self._thread.start()
-        return self
-
-    def stop(self):
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(30)
+    join_s = 30
 
     def _run(self):
         batch = max(1, int(self.rate / 8))

@@ -33,7 +33,6 @@ Short lease (ttl 1500 ms) from lib/chaos.py.
 import os
 import signal
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
@@ -56,7 +55,7 @@ def broker():
     return _broker
 
 
-class AmqpPublisher:
+class AmqpPublisher(c.BackgroundWorker):
     """Publishes "<seq>:<sent_wall_ms>" at a steady rate with publisher
     confirms; entries holds (seq, sent_ms, 1) for every confirmed message
     only (a batch whose confirms were lost with the connection is counted in
@@ -70,20 +69,10 @@ class AmqpPublisher:
         self.unconfirmed = 0
         self.errors = 0
         self.seq = 1
-        self.lock = threading.Lock()
-        self._stop = threading.Event()
         self._conn = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        h._cleanups.append(self.stop)
+        super().__init__()
 
-    def start(self):
-        self._thread.start()
-        return self
-
-    def stop(self):
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(15)
+    def _close(self):
         if self._conn:
             self._conn.close()
             self._conn = None

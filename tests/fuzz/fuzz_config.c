@@ -22,6 +22,14 @@ static void write_file(const char *path, const uint8_t *data, size_t n)
     fclose(f);
 }
 
+static void remove_dir(void)
+{
+    unlink(ep_path);
+    unlink(main_path);
+    rmdir(ep_dir);
+    rmdir(dir);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
@@ -32,6 +40,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     snprintf(ep_dir, sizeof ep_dir, "%s/endpoints.d", dir);
     snprintf(ep_path, sizeof ep_path, "%s/endpoints.d/ep.cfg", dir);
     mkdir(ep_dir, 0700);
+    atexit(remove_dir);
     return 0;
 }
 

@@ -55,6 +55,37 @@ def http_status(port):
         return None
 
 
+class BackgroundWorker:
+    """A steady-rate traffic thread: subclasses implement _run (looping until
+    self._stop is set) and may override _close (called after the thread
+    ended). Registered for cleanup at creation."""
+
+    join_s = 15
+
+    def __init__(self):
+        import threading
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        h._cleanups.append(self.stop)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(self.join_s)
+        self._close()
+
+    def _run(self):
+        raise NotImplementedError
+
+    def _close(self):
+        pass
+
+
 class Replica:
     """A baton process with its metrics listener on its own port."""
 

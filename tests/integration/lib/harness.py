@@ -100,6 +100,18 @@ def port_open(port, host="127.0.0.1"):
         return False
 
 
+def stop_process(proc, timeout=5):
+    """SIGTERM, wait up to timeout seconds, then SIGKILL. None-safe."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def mktemp(prefix="baton-it-"):
     d = tempfile.mkdtemp(prefix=prefix)
     _cleanups.append(lambda: shutil.rmtree(d, ignore_errors=True))
@@ -215,13 +227,7 @@ class RedisServer:
             return False
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc = None
 
     def kill(self):

@@ -79,13 +79,7 @@ class MariaServer:
             return ""
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        h.stop_process(self.proc, 30)
         self.proc = None
 
     def restart(self, down_s=0.0):

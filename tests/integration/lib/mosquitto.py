@@ -61,13 +61,7 @@ class Mosquitto:
         return self
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        h.stop_process(self.proc)
         self.proc = None
 
     def log_text(self):

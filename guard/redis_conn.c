@@ -2,18 +2,58 @@
  * timeout, AUTH [user] password, SELECT db, command timeout, keepalive. */
 #include "guard/redis_conn.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 
 #include "guard/redis_conn_private.h"
+#include "src/common/log.h"
 #include "src/common/util.h"
 
 static struct timeval ms_to_tv(int64_t ms)
 {
     struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
     return tv;
+}
+
+/* hiredis's own reply functions with createArray bounded. hiredis keeps its
+ * default table private: it is copied once from a throwaway reader, so every
+ * other kind of reply is built exactly as hiredis builds it. */
+static redisReplyObjectFunctions bounded_fn;
+static const redisReplyObjectFunctions *hiredis_fn;
+static pthread_once_t bounded_once = PTHREAD_ONCE_INIT;
+
+static void *bounded_create_array(const redisReadTask *task, int elements)
+{
+    if (elements < 0 || elements > REDIS_MAX_ARRAY_ELEMENTS) {
+        log_warn("redis", NULL,
+                 "refusing an array reply of %d elements (limit %d): misbehaving server or "
+                 "corrupt stream; the connection is dropped",
+                 elements, REDIS_MAX_ARRAY_ELEMENTS);
+        return NULL; /* the reader fails the reply */
+    }
+    return hiredis_fn->createArray(task, elements);
+}
+
+static void bounded_init(void)
+{
+    redisReader *r = redisReaderCreate();
+    if (r == NULL || r->fn == NULL || r->fn->createArray == NULL) {
+        if (r) redisReaderFree(r);
+        return;
+    }
+    hiredis_fn = r->fn;
+    bounded_fn = *r->fn;
+    bounded_fn.createArray = bounded_create_array;
+    redisReaderFree(r);
+}
+
+void redis_reader_bound(redisReader *reader)
+{
+    pthread_once(&bounded_once, bounded_init);
+    if (reader && hiredis_fn && reader->fn == hiredis_fn) reader->fn = &bounded_fn;
 }
 
 /* Runs one setup command; on failure fills err and returns false. */
@@ -68,6 +108,7 @@ redisContext *redis_conn_open_ex(const struct redis_opts *o, char *err, size_t e
         return NULL;
     }
     redisEnableKeepAlive(c);
+    redis_reader_bound(c->reader);
 
     if (o && o->password && o->password[0]) {
         const char *argv[3] = {"AUTH", NULL, NULL};

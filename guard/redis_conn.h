@@ -21,6 +21,17 @@ struct redis_opts {
 /* Returns a connected, authenticated context with db selected, or NULL with
  * err naming host:port and the reason ("connection refused", "WRONGPASS ..."). */
 redisContext *redis_conn_open(const struct redis_opts *o, char *err, size_t errlen);
+/* Largest array reply baton accepts from any Redis. hiredis 0.14 allocates
+ * an array's element table as soon as it reads the "*N" header, so a
+ * misbehaving server or a corrupt stream declaring "*366666666" would make it
+ * calloc gigabytes; baton's replies (pub/sub messages, script results,
+ * MGET of a config's leases) are far smaller. */
+#define REDIS_MAX_ARRAY_ELEMENTS 65536
+/* Makes reader refuse arrays larger than REDIS_MAX_ARRAY_ELEMENTS: the reply
+ * fails (reader error, the connection is dropped like any protocol error)
+ * and a warning names the declared size. redis_conn_open does this on every
+ * context it returns. */
+void redis_reader_bound(redisReader *reader);
 /* Deep copy / free of the strings in opts. */
 void redis_opts_copy(struct redis_opts *dst, const struct redis_opts *src);
 void redis_opts_clear(struct redis_opts *o);

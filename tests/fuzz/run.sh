@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang and runs each for a bounded time.
 #   bash tests/fuzz/run.sh [seconds-per-target]   (default 60)
+# FUZZ_SEED=N fixes libFuzzer's seed: the run then explores the same inputs
+# in the same order every time (a prefix of them, as far as the time allows),
+# so a finding reproduces with the same command. CI uses a fixed seed; leave
+# it unset for exploratory runs (a new random seed each time).
 # Crash inputs land in tests/fuzz/crashes/<target>/; add each one to the
 # target's corpus directory as a regression case once fixed (corpus files are
 # replayed by every run).
@@ -12,13 +16,15 @@ command -v clang >/dev/null || apt-get install -y -qq clang libclang-rt-14-dev >
 CC=clang cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DBATON_FUZZ=ON >/dev/null
 cmake --build "$BUILD" -j"$(nproc)" --target fuzz_config fuzz_cron fuzz_envelope fuzz_redis_reply >/dev/null
 export LSAN_OPTIONS="suppressions=$ROOT/tests/fuzz/lsan.supp:${LSAN_OPTIONS:-}"
+SEED_ARG=()
+if [ -n "${FUZZ_SEED:-}" ]; then SEED_ARG=(-seed="$FUZZ_SEED"); fi
 status=0
 for t in config cron envelope redis_reply; do
   mkdir -p "$ROOT/tests/fuzz/crashes/$t"
   work="$(mktemp -d)"
   cp -r "$ROOT/tests/fuzz/corpus/$t/." "$work/" 2>/dev/null || true
   echo "fuzz_$t: ${SECS}s"
-  if ! "$BUILD/tests/fuzz/fuzz_$t" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 \
+  if ! "$BUILD/tests/fuzz/fuzz_$t" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 "${SEED_ARG[@]}" \
        -artifact_prefix="$ROOT/tests/fuzz/crashes/$t/" "$work" "$ROOT/tests/fuzz/corpus/$t" \
        >"$work.log" 2>&1; then
     echo "fuzz_$t: FAILED (see crashes/$t)"; tail -30 "$work.log"; status=1

@@ -1,0 +1,195 @@
+/* Unit tests: the bounded hiredis reader every baton Redis connection uses.
+ * hiredis 0.14 allocates an array's element table when it reads the "*N"
+ * header; the fuzzer found a 2.9 GB calloc from "*366666666". Replies are fed
+ * by hand; the last test checks that redis_conn_open installs the bound, with
+ * a loopback listener that only accepts (no Redis needed for a plain connect). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <hiredis/read.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "guard/redis_conn.h"
+#include "src/common/log.h"
+
+static redisReader *bounded_reader(void)
+{
+    redisReader *r = redisReaderCreate();
+    assert_non_null(r);
+    redis_reader_bound(r);
+    return r;
+}
+
+/* Feeds s and returns the reader's verdict; *out receives a reply, if any. */
+static int feed_get(redisReader *r, const char *s, size_t n, redisReply **out)
+{
+    void *reply = NULL;
+    redisReaderFeed(r, s, n);
+    int rc = redisReaderGetReply(r, &reply);
+    *out = reply;
+    return rc;
+}
+
+static void test_normal_replies_unchanged(void **state)
+{
+    (void)state;
+    redisReader *r = bounded_reader();
+    const char pm[] = "*4\r\n$8\r\npmessage\r\n$2\r\na*\r\n$2\r\nab\r\n$5\r\nhello\r\n";
+    redisReply *rep = NULL;
+    assert_int_equal(feed_get(r, pm, sizeof pm - 1, &rep), REDIS_OK);
+    assert_non_null(rep);
+    assert_int_equal(rep->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(rep->elements, 4);
+    assert_string_equal(rep->element[3]->str, "hello");
+    freeReplyObject(rep);
+
+    const char nested[] = "*2\r\n:7\r\n*2\r\n$-1\r\n+OK\r\n";
+    assert_int_equal(feed_get(r, nested, sizeof nested - 1, &rep), REDIS_OK);
+    assert_int_equal(rep->element[0]->integer, 7);
+    assert_int_equal(rep->element[1]->element[0]->type, REDIS_REPLY_NIL);
+    assert_string_equal(rep->element[1]->element[1]->str, "OK");
+    freeReplyObject(rep);
+
+    const char nil_array[] = "*-1\r\n";
+    assert_int_equal(feed_get(r, nil_array, sizeof nil_array - 1, &rep), REDIS_OK);
+    assert_int_equal(rep->type, REDIS_REPLY_NIL);
+    freeReplyObject(rep);
+    redisReaderFree(r);
+}
+
+static void test_huge_array_refused(void **state)
+{
+    (void)state;
+    redisReader *r = bounded_reader();
+    const char huge[] = "*366666666\r\n$5\r\nhello\r\n";
+    redisReply *rep = NULL;
+    assert_int_equal(feed_get(r, huge, sizeof huge - 1, &rep), REDIS_ERR);
+    assert_null(rep);
+    assert_int_not_equal(r->err, 0);
+    redisReaderFree(r);
+
+    /* nested inside a small array: refused all the same, nothing leaks */
+    r = bounded_reader();
+    const char inner[] = "*2\r\n:1\r\n*100000000\r\n";
+    assert_int_equal(feed_get(r, inner, sizeof inner - 1, &rep), REDIS_ERR);
+    assert_null(rep);
+    redisReaderFree(r);
+}
+
+/* Builds "*n\r\n" followed by n ":1\r\n" items. */
+static char *int_array(int n, size_t *len)
+{
+    char *buf = malloc(32 + (size_t)n * 4);
+    int off = sprintf(buf, "*%d\r\n", n);
+    for (int i = 0; i < n; i++) {
+        memcpy(buf + off, ":1\r\n", 4);
+        off += 4;
+    }
+    *len = (size_t)off;
+    return buf;
+}
+
+static void test_limit_is_inclusive(void **state)
+{
+    (void)state;
+    size_t len;
+    char *ok = int_array(REDIS_MAX_ARRAY_ELEMENTS, &len);
+    redisReader *r = bounded_reader();
+    redisReply *rep = NULL;
+    assert_int_equal(feed_get(r, ok, len, &rep), REDIS_OK);
+    assert_non_null(rep);
+    assert_int_equal(rep->elements, REDIS_MAX_ARRAY_ELEMENTS);
+    freeReplyObject(rep);
+    redisReaderFree(r);
+    free(ok);
+
+    char *over = int_array(REDIS_MAX_ARRAY_ELEMENTS + 1, &len);
+    r = bounded_reader();
+    assert_int_equal(feed_get(r, over, len, &rep), REDIS_ERR);
+    assert_null(rep);
+    redisReaderFree(r);
+    free(over);
+}
+
+/* The input the fuzzer reported (out-of-memory in redisReaderGetReply). */
+static void test_fuzzer_input(void **state)
+{
+    (void)state;
+    static const unsigned char input[] = {
+        0x2a, 0x33, 0x36, 0x36, 0x36, 0x36, 0x36, 0x36, 0x36, 0x36, 0xd, 0xa, 0x24, 0x35, 0xd,
+        0xa,  0x61, 0x2a, 0xd,  0xa,  0x2d, 0xd,  0xa,  0x20, 0x64, 0x2a, 0x33, 0xd, 0xa};
+    redisReader *r = bounded_reader();
+    redisReply *rep = NULL;
+    assert_int_equal(feed_get(r, (const char *)input, sizeof input, &rep), REDIS_ERR);
+    assert_null(rep);
+    redisReaderFree(r);
+}
+
+static void test_bound_idempotent_and_foreign_tables_kept(void **state)
+{
+    (void)state;
+    redisReader *r = bounded_reader();
+    redisReplyObjectFunctions *bounded = r->fn;
+    redis_reader_bound(r);
+    assert_ptr_equal(r->fn, bounded);
+    redisReaderFree(r);
+
+    /* a reader with its own table (nobody in baton, but a caller could) is left alone */
+    redisReplyObjectFunctions mine = {0};
+    r = redisReaderCreateWithFunctions(&mine);
+    redis_reader_bound(r);
+    assert_ptr_equal(r->fn, &mine);
+    redisReaderFree(r);
+    redis_reader_bound(NULL);
+}
+
+static void test_conn_open_installs_bound(void **state)
+{
+    (void)state;
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(ls >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(ls, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(ls, 1), 0);
+    socklen_t alen = sizeof a;
+    assert_int_equal(getsockname(ls, (struct sockaddr *)&a, &alen), 0);
+
+    struct redis_opts o = {.host = (char *)"127.0.0.1", .port = ntohs(a.sin_port)};
+    char err[256];
+    redisContext *c = redis_conn_open(&o, err, sizeof err); /* the backlog completes the connect */
+    assert_non_null(c);
+    redisReader *plain = redisReaderCreate();
+    assert_ptr_not_equal(c->reader->fn, plain->fn);
+    redisReaderFree(plain);
+
+    const char huge[] = "*366666666\r\n";
+    redisReaderFeed(c->reader, huge, sizeof huge - 1);
+    void *rep = NULL;
+    assert_int_equal(redisGetReplyFromReader(c, &rep), REDIS_ERR);
+    assert_null(rep);
+    redisFree(c);
+    close(ls);
+}
+
+int main(void)
+{
+    log_set_level(LOG_ERROR); /* the refusal warnings are expected here */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_normal_replies_unchanged),
+        cmocka_unit_test(test_huge_array_refused),
+        cmocka_unit_test(test_limit_is_inclusive),
+        cmocka_unit_test(test_fuzzer_input),
+        cmocka_unit_test(test_bound_idempotent_and_foreign_tables_kept),
+        cmocka_unit_test(test_conn_open_installs_bound),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -174,6 +174,7 @@ struct mqtt_ep {
     pthread_cond_t cv;
     enum op_state op;
     char op_err[256];
+    char tls_err[200];   /* OpenSSL's first error of the current connect, if any */
     bool conn_lost;
     bool start_done;
     int start_rc;
@@ -665,11 +666,40 @@ static void client_teardown(struct mqtt_ep *ep, bool connected)
  * protocol line into it for every packet (a vsnprintf under a global mutex on
  * the receive thread). Raising the level to errors skips that; the library
  * still logs its errors. MQTT_C_CLIENT_TRACE (paho's own switch for trace
- * output) keeps the default. Process-wide, set once. */
+ * output) keeps the default. paho is also told not to initialise OpenSSL
+ * itself: by default its first client loads every algorithm, the error
+ * strings and the OpenSSL configuration even for tcp:// (1.3 MiB more
+ * resident memory per leader); OpenSSL 3 initialises itself when an ssl://
+ * connection first needs it (test_mqtt test_tls_mutual). Process-wide, set
+ * once, before the first client. */
 static pthread_once_t paho_tuned = PTHREAD_ONCE_INIT;
 static void paho_tune(void)
 {
+    MQTTAsync_init_options init = MQTTAsync_init_options_initializer;
+    init.do_openssl_init = 0;
+    MQTTAsync_global_init(&init);
     if (!getenv("MQTT_C_CLIENT_TRACE")) MQTTAsync_setTraceLevel(MQTTASYNC_TRACE_ERROR);
+}
+
+/* OpenSSL's error queue, line by line (paho calls this on its own thread when
+ * a TLS handshake fails): the first line is kept for the connect error, so
+ * "certificate verify failed" reaches the log instead of paho's generic
+ * "TCP/TLS connect failure". */
+static int on_tls_error(const char *str, size_t len, void *u)
+{
+    struct mqtt_ep *ep = u;
+    while (len > 0 && (str[len - 1] == '\n' || str[len - 1] == '\r')) len--;
+    /* "<thread id>:error:<code>:<library>:<function>:<reason>:<file>:<line>:" */
+    const char *e = memchr(str, ':', len);
+    if (e) {
+        len -= (size_t)(e + 1 - str);
+        str = e + 1;
+    }
+    pthread_mutex_lock(&ep->mu);
+    if (!ep->tls_err[0])
+        snprintf(ep->tls_err, sizeof ep->tls_err, "%.*s", (int)(len < 190 ? len : 190), str);
+    pthread_mutex_unlock(&ep->mu);
+    return 1;
 }
 
 /* Creates the client, connects and subscribes. 0, or -1 with err. */
@@ -736,8 +766,13 @@ static int connect_and_subscribe(struct mqtt_ep *ep, char *err, size_t errlen)
         ssl.privateKey = s->key_file;
         ssl.enableServerCertAuth = s->tls_verify;
         ssl.verify = s->tls_verify;
+        ssl.ssl_error_cb = on_tls_error;
+        ssl.ssl_error_context = ep;
         co.ssl = &ssl;
     }
+    pthread_mutex_lock(&ep->mu);
+    ep->tls_err[0] = '\0';
+    pthread_mutex_unlock(&ep->mu);
     op_begin(ep);
     rc = MQTTAsync_connect(ep->client, &co);
     MQTTProperties_free(&props);
@@ -751,8 +786,13 @@ static int connect_and_subscribe(struct mqtt_ep *ep, char *err, size_t errlen)
     }
     char why[256];
     if (op_wait(ep, s->connect_timeout_ms + 1000, true, why, sizeof why) != 0) {
-        snprintf(err, errlen, "connect to %s as '%s'%s%s: %s", s->server, ep->client_id,
-                 s->user ? " user " : "", s->user ? s->user : "", why);
+        char tls_err[sizeof ep->tls_err];
+        pthread_mutex_lock(&ep->mu);
+        memcpy(tls_err, ep->tls_err, sizeof tls_err);
+        pthread_mutex_unlock(&ep->mu);
+        snprintf(err, errlen, "connect to %s as '%s'%s%s: %s%s%s%s", s->server, ep->client_id,
+                 s->user ? " user " : "", s->user ? s->user : "", why,
+                 tls_err[0] ? " (TLS: " : "", tls_err, tls_err[0] ? ")" : "");
         client_teardown(ep, false);
         return -1;
     }

@@ -12,7 +12,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import harness as h  # noqa: E402
-from mosquitto import Mosquitto  # noqa: E402
+from mosquitto import Mosquitto, make_ca, make_tls_files  # noqa: E402
 
 LEASE = {"ttl_ms": 1500, "renew_ms": 500, "retry_ms": 250}
 SUBSCRIBED = "subscribed to"
@@ -299,6 +299,43 @@ def test_broker_down_and_bad_credentials(t):
             "late endpoint forwarded nothing")
     t.check(not subscribed(b, "badpw"), "badpw subscribed with a wrong password?")
     t.check(b.term() == 0, "baton did not exit 0")
+
+
+def test_tls_mutual(t):
+    """ssl:// with a CA file and a client certificate against a mosquitto TLS
+    listener that requires one: subscribes and forwards. A CA that did not sign
+    the broker's certificate: no subscription, a clear TLS error, retries."""
+    d = h.mktemp("baton-mqtt-tls-")
+    tls = make_tls_files(d)
+    other_ca = make_ca(d, "other-ca")[0]
+    os.chmod(other_ca, 0o644)
+    b = Mosquitto(tls=tls)
+
+    def tls_cfg(name, ca, topic):
+        return ('name = "%s"; type = "mqtt"; sink = "out"; shared_group = "g";\n'
+                'server = "ssl://127.0.0.1:%d"; topics = ["%s"]; reconnect_max_ms = 500;\n'
+                'ca_file = "%s"; cert_file = "%s"; key_file = "%s";\n'
+                % (name, b.tls_port, topic, ca, tls["client_cert"], tls["client_key"]))
+    cfgs = {"a-tls.cfg": tls_cfg("tls", tls["ca"], "secure/#"),
+            "b-wrongca.cfg": tls_cfg("wrongca", other_ca, "secure/#")}
+    x = t.baton(h.main_cfg(), cfgs)
+    t.require(h.wait_until(lambda: subscribed(x, "tls"), 20, 0.1),
+              "tls endpoint not subscribed: %s" % x.stderr_text()[-1500:])
+    for i in range(50):
+        b.publish("secure/%d" % (i % 3), "tls-%d" % i)  # plain listener; delivered over TLS
+    h.wait_until(lambda: len([r for r in recs(x) if r["endpoint"] == "tls"]) >= 50, 15, 0.1)
+    got = sorted(r["payload"] for r in x.records if r["endpoint"] == "tls")
+    h.log("over TLS: %d of 50 forwarded" % len(got))
+    t.check(got == sorted("tls-%d" % i for i in range(50)), "TLS endpoint forwarded %d of 50" % len(got))
+    time.sleep(1.5)
+    wrong = [l for l in x.stderr_text().splitlines() if "mqtt[wrongca]" in l]
+    h.log("wrong CA: %s" % wrong[:1])
+    t.check(not subscribed(x, "wrongca"), "subscribed although the broker's CA was not trusted")
+    t.check(any("127.0.0.1:%d" % b.tls_port in l and "certificate verify failed" in l
+                and "retrying" in l for l in wrong),
+            "no clear error for the untrusted broker certificate")
+    t.check(not any(r["endpoint"] == "wrongca" for r in x.records), "wrongca forwarded messages")
+    t.check(x.term() == 0, "baton did not exit 0")
 
 
 def test_check_config(t):

@@ -12,7 +12,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import harness as h  # noqa: E402
-from mosquitto import Mosquitto, make_ca, make_tls_files  # noqa: E402
+from mosquitto import Mosquitto  # noqa: E402
+from tlsfiles import make_ca, make_tls_files  # noqa: E402
 
 LEASE = {"ttl_ms": 1500, "renew_ms": 500, "retry_ms": 250}
 SUBSCRIBED = "subscribed to"

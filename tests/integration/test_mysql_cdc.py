@@ -14,10 +14,11 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
 import harness as h  # noqa: E402
 import mariadb as mdb  # noqa: E402
+from tlsfiles import make_ca, make_tls_files  # noqa: E402
 
 ORDER = ["test_steady_state_exactly_once", "test_leader_sigkill_no_loss",
          "test_checkpoint_none_shows_loss", "test_stale_epoch_checkpoint_rejected",
-         "test_filters_ddl_rotation_restart", "test_errors_keep_retrying"]
+         "test_filters_ddl_rotation_restart", "test_errors_keep_retrying", "test_tls"]
 
 _server = None
 CDC_USER, CDC_PW = "cdc", "cdc-pw"
@@ -347,6 +348,50 @@ def test_errors_keep_retrying(t):
                 "%s: no clear error mentioning %r" % (name, needle))
         promos = err.count("promoted to leader")
         t.check(promos >= 2, "%s: not retrying (promoted %d times in 4 s)" % (name, promos))
+
+
+def test_tls(t):
+    """ssl = true with a CA and a client certificate against a server whose
+    replication user REQUIRE X509 (so a plain connection would be refused):
+    rows stream over TLS. An unrelated CA: a clear certificate error, retries,
+    nothing forwarded. ssl = false for the same user: access denied."""
+    d = h.mktemp("baton-cdc-tls-")
+    tls = make_tls_files(d)
+    other_ca = make_ca(d, "other-ca")[0]
+    srv = mdb.MariaServer(extra_args=["--ssl-ca=" + tls["ca"], "--ssl-cert=" + tls["server_cert"],
+                                      "--ssl-key=" + tls["server_key"]])
+    t.cleanup(srv.stop)
+    srv.sql("CREATE USER 'x509'@'%%' IDENTIFIED BY '%s' REQUIRE X509;\n"
+            "GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO 'x509'@'%%';\n"
+            "CREATE DATABASE tls;\nCREATE TABLE tls.t (id INT PRIMARY KEY, v VARCHAR(20));\n"
+            % CDC_PW)
+    redis = t.redis()
+    main = h.main_cfg(redis.port, lease=LEASE)
+
+    def cfg(name, ca=None):
+        extra = ('ssl = true; ssl_ca = "%s"; ssl_cert = "%s"; ssl_key = "%s";'
+                 % (ca, tls["client_cert"], tls["client_key"])) if ca else "ssl = false;"
+        return cdc_cfg(srv, name, "tls", extra).replace('"%s"' % CDC_USER, '"x509"')
+    env = {"CDC_PW": CDC_PW}
+    good = t.baton(main, {"cdc.cfg": cfg("good", tls["ca"])}, env=env, name="good")
+    wrong = t.baton(main, {"cdc.cfg": cfg("wrongca", other_ca)}, env=env, name="wrongca")
+    plain = t.baton(main, {"cdc.cfg": cfg("plain")}, env=env, name="plain")
+    wait_streaming(t, [good])
+    srv.sql("".join("INSERT INTO tls.t VALUES (%d, 'tls-%d');\n" % (i, i) for i in range(1, 101)))
+    h.wait_until(lambda: len(rows_of([good])) >= 100, 20, 0.1)
+    time.sleep(1.0)
+    got = sorted(r["after"]["id"] for r in rows_of([good]))
+    h.log("over TLS: %d of 100 row events forwarded" % len(got))
+    t.check(got == list(range(1, 101)), "TLS endpoint forwarded %d of 100 rows" % len(got))
+    for b, needle in ((wrong, "certificate"), (plain, "Access denied")):
+        err = b.stderr_text()
+        lines = [l for l in err.splitlines() if "cannot stream the binlog" in l]
+        h.log("%s: %s" % (b.name, lines[0][lines[0].find("cannot"):][:240] if lines else "(no error line)"))
+        t.check(b.alive(), "%s: baton exited" % b.name)
+        t.check(any(needle.lower() in l.lower() for l in lines),
+                "%s: no clear error mentioning %r" % (b.name, needle))
+        t.check(err.count("promoted to leader") >= 2, "%s: not retrying" % b.name)
+        t.check(not rows_of([b]), "%s forwarded rows" % b.name)
 
 
 if __name__ == "__main__":

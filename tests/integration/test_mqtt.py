@@ -166,6 +166,31 @@ def test_active_guard_failover(t):
             "the new leader's epoch is not above the old one")
 
 
+def test_qos2_shared_exactly_once(t):
+    """QoS 2 (exactly-once handshake PUBREC/PUBREL/PUBCOMP) over a $share
+    group of 3 processes: 1,000 messages, each forwarded once, qos 2 in the
+    envelope, acknowledged after the sink."""
+    mq = Mosquitto()
+    cfg = ep_cfg("q2", mq.port, ["q2/#"], 'shared_group = "g"; qos = 2;')
+    bs = [t.baton(h.main_cfg(), {"mqtt.cfg": cfg}) for _ in range(3)]
+    t.require(h.wait_until(lambda: all(subscribed(b) for b in bs), 15, 0.1), "not all subscribed")
+    n = 1000
+    t0 = time.monotonic()
+    mq.publish_lines("q2/x", ["q2-%d" % i for i in range(n)], qos=2)
+    got = wait_records(bs, n, 30)
+    dt = time.monotonic() - t0
+    time.sleep(0.5)
+    allrecs = [r for b in bs for r in recs(b)]
+    payloads = [r["payload"] for r in allrecs]
+    per = [len(recs(b)) for b in bs]
+    h.log("QoS 2: forwarded %d of %d in %.1fs, per process %s" % (got, n, dt, per))
+    t.check(sorted(payloads) == sorted("q2-%d" % i for i in range(n)),
+            "not each message exactly once: %d records, %d distinct" % (len(payloads), len(set(payloads))))
+    t.check(all(r.get("qos") == 2 for r in allrecs), "envelope qos is not 2")
+    for b in bs:
+        t.check(b.term() == 0, "baton did not exit 0")
+
+
 def test_qos1_sink_down(t):
     """QoS 1 with the HTTP sink down for 5 s: everything is delivered once it
     recovers (acknowledged to the broker only after the sink accepted)."""

@@ -319,6 +319,8 @@ class Amqp:
         self.next_seq = 1
         self.acked = 0
         self.nacked = 0
+        self._low = 1          # every tag below it is confirmed
+        self._above = set()    # confirmed tags >= _low
         self.out = []
         self.sock.sendall(b"AMQP\x00\x00\x09\x01")
         self._expect(0, 10, 10)  # connection.start
@@ -377,7 +379,20 @@ class Amqp:
                 return p[4:]
 
     def _confirm(self, tag, multiple, ack):
-        n = (tag - self.acked - self.nacked) if multiple else 1
+        # confirms may come out of order (an unroutable message is confirmed
+        # at once, a routed one once its queues have it): count each tag once
+        if multiple:
+            n = sum(1 for x in range(self._low, tag + 1) if x not in self._above)
+            self._above = {x for x in self._above if x > tag}
+            self._low = max(self._low, tag + 1)
+        elif tag >= self._low and tag not in self._above:
+            n = 1
+            self._above.add(tag)
+        else:
+            n = 0
+        while self._low in self._above:
+            self._above.discard(self._low)
+            self._low += 1
         if ack:
             self.acked += n
         else:

@@ -1,6 +1,6 @@
 """rabbitmq endpoint against a real rabbitmq-server (one broker for the whole
-file, ~7-20 s to start) and real baton processes coordinated through a real
-redis-server.
+file, ~7-20 s to start, with a plain and a mutual-TLS listener) and real
+baton processes coordinated through a real redis-server.
 
   1. 3 processes, fanout exchange, 5,000 messages with unique ids: each
      forwarded exactly once, by one process; rabbitmqctl shows exactly one
@@ -16,7 +16,12 @@ redis-server.
   5. wrong password, unknown vhost, exchange type mismatch: the broker's
      reply text is logged, each endpoint keeps retrying, and another endpoint
      of the same process (redis_psub) keeps forwarding
-  6. broker restart while leading (2 processes): the leader reconnects with
+  6. mutual TLS against the broker's TLS listener (client certificate
+     required; host "localhost"): with the right CA and a client
+     certificate, N messages (published on the plain port) are forwarded
+     exactly once; an unrelated CA: never consumes, a clear TLS error naming
+     host:port, retries; no client certificate: refused by the broker
+  7. broker restart while leading (2 processes): the leader reconnects with
      backoff, gives its lease up once the broker is gone longer than the ttl,
      and after the restart exactly one queue is bound and messages flow
      exactly once; the unbound window is printed (runs last: it restarts the
@@ -36,19 +41,24 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
 import harness as h  # noqa: E402
 import rabbitmq as rmq  # noqa: E402
+from tlsfiles import make_ca, make_tls_files  # noqa: E402
 
 TTL, RETRY = 3000, 250
 ORDER = ["test_three_replicas_exactly_once", "test_leader_sigkill", "test_group_mode_sigkill",
-         "test_topic_headers_binary", "test_errors_keep_retrying", "test_broker_restart"]
+         "test_topic_headers_binary", "test_errors_keep_retrying", "test_tls",
+         "test_broker_restart"]
 
 _broker = None
+_tls = None
 
 
 def broker():
-    """The file's one broker, started on first use."""
-    global _broker
+    """The file's one broker, started on first use: a plain listener
+    (srv.port) and a mutual-TLS one (srv.tls_port, certificates in _tls)."""
+    global _broker, _tls
     if _broker is None:
-        _broker = rmq.RabbitServer()
+        _tls = make_tls_files(h.mktemp("baton-rabbit-tls-"))
+        _broker = rmq.RabbitServer(tls=_tls)
     return _broker
 
 
@@ -62,9 +72,12 @@ def records(b):
     return [r for r in b.records if r.get("type") == "rabbitmq"]
 
 
-def queue_of(b):
-    """Queue name the process last logged it consumes from."""
-    m = re.findall(r'consuming from \w+ queue "([^"]+)"', b.stderr_text())
+def queue_of(b, ep=None):
+    """Queue name the process (or its endpoint ep) last logged it consumes from."""
+    text = b.stderr_text()
+    if ep is not None:
+        text = "\n".join(ln for ln in text.splitlines() if "rabbitmq[%s]" % ep in ln)
+    m = re.findall(r'consuming from \w+ queue "([^"]+)"', text)
     return m[-1] if m else None
 
 
@@ -357,6 +370,74 @@ def test_errors_keep_retrying(t):
     t.check(not [x for x in b.records if x.get("type") == "rabbitmq"], "rabbitmq forwarded?")
     t.check(srv.bound_queues("topic_existing") == [], "a queue got bound despite the errors")
     t.check(b.term() == 0, "exit status on SIGTERM")
+
+
+def test_tls(t):
+    """Mutual TLS against the broker's TLS listener (client certificate
+    required): with the right CA and a client certificate the endpoint
+    consumes and forwards each message once; with an unrelated CA it never
+    consumes, logs a clear TLS error naming host:port and keeps retrying."""
+    srv = broker()
+    tls = _tls
+    other_ca = make_ca(os.path.dirname(tls["ca"]), "other-ca")[0]
+    os.chmod(other_ca, 0o644)
+    c = rmq.Amqp(srv.port)
+    c.exchange_declare("tls1", "fanout")
+
+    # host "localhost": rabbitmq-c 0.11 checks the host against the
+    # certificate's DNS names only (with host "127.0.0.1" verify_hostname
+    # fails although the certificate has IP:127.0.0.1)
+    def tls_cfg(name, ca, client_cert=True):
+        cert = ('cert_file = "%s"; key_file = "%s";' % (tls["client_cert"], tls["client_key"])
+                if client_cert else "")
+        return ('name = "%s"; type = "rabbitmq"; sink = "out";\n'
+                'host = "localhost"; port = %d; exchange = "tls1"; reconnect_max_ms = 500;\n'
+                'tls = true; verify_peer = true; verify_hostname = true; ca_file = "%s";\n%s\n'
+                % (name, srv.tls_port, ca, cert))
+    b = t.baton(h.main_cfg(), {"a-tls.cfg": tls_cfg("tls", tls["ca"]),
+                               "b-wrongca.cfg": tls_cfg("wrongca", other_ca),
+                               "c-nocert.cfg": tls_cfg("nocert", tls["ca"], client_cert=False)})
+    t.require(h.wait_until(lambda: queue_of(b, "tls"), 20, 0.05),
+              "tls endpoint not consuming: %s"
+              % [ln for ln in b.stderr_text().splitlines() if "rabbitmq[tls]" in ln][:3])
+    total = 2000
+    c.confirm_select()
+    t0 = time.monotonic()
+    c.publish_many(("tls1", "", b"tls-%d" % i, {"message_id": "tls-%d" % i}) for i in range(total))
+    acked, nacked = c.wait_confirms(30)
+    t.require(acked == total and nacked == 0, "broker confirmed %d/%d" % (acked, total))
+    h.wait_until(lambda: len(records(b)) >= total, 15, 0.05)
+    dt = time.monotonic() - t0
+    time.sleep(1.5)  # the wrongca endpoint had several attempts meanwhile
+    rs = records(b)
+    ids = [r["id"] for r in rs if r["endpoint"] == "tls"]
+    h.log("over TLS (client certificate, verify_peer + verify_hostname): %d of %d forwarded in "
+          "%.2fs, %d duplicates" % (len(set(ids)), total, dt, len(ids) - len(set(ids))))
+    t.check(sorted(ids) == sorted("tls-%d" % i for i in range(total)),
+            "TLS endpoint forwarded %d (%d distinct) of %d" % (len(ids), len(set(ids)), total))
+    t.check(all(r["payload"] == r["id"] for r in rs if r["endpoint"] == "tls"), "payloads differ")
+    err = b.stderr_text().splitlines()
+    wrong = [ln for ln in err if "rabbitmq[wrongca]" in ln]
+    retries = [ln for ln in err if "guard[wrongca]" in ln and "starting the consumer failed" in ln]
+    h.log("wrong CA: %d start failures, %d error lines (rate-limited), first: %s"
+          % (len(retries), len(wrong), wrong[:1]))
+    t.check(wrong and all("cannot start: connect localhost:%d (tls): SSL peer cert verification "
+                          "failed" % srv.tls_port in ln for ln in wrong),
+            "no clear error for the untrusted broker certificate: %r" % wrong[:2])
+    t.check(len(retries) >= 3, "the guard did not keep retrying the wrongca endpoint")
+    nocert = [ln for ln in err if "rabbitmq[nocert]" in ln]
+    h.log("no client certificate: %s" % nocert[:1])
+    t.check(queue_of(b, "nocert") is None and not any(r["endpoint"] == "nocert" for r in rs),
+            "consumed without a client certificate: the listener does not require one")
+    t.check(nocert and all("localhost:%d" % srv.tls_port in ln and "SSL" in ln for ln in nocert),
+            "no TLS error logged for the endpoint without a client certificate: %r" % nocert[:2])
+    t.check(queue_of(b, "wrongca") is None, "consumed although the broker's CA was not trusted")
+    t.check(not any(r["endpoint"] == "wrongca" for r in rs), "wrongca forwarded messages")
+    bound = srv.bound_queues("tls1")
+    t.check(bound == [queue_of(b, "tls")], "queues bound to tls1: %r (only the tls endpoint's)"
+            % bound)
+    t.check(b.term() == 0, "baton did not exit 0")
+    c.close()
 
 
 def test_broker_restart(t):

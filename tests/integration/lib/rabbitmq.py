@@ -16,6 +16,15 @@ broker per test file, not per test.
     c.publish("ev", "", b"hello", message_id="m1", headers={"k": 1})
     srv.list_queues()  -> [{"name":..., "messages":..., "consumers":..., ...}]
     srv.list_bindings()-> [{"source":..., "destination":..., "routing_key":...}]
+
+    srv = rmq.RabbitServer(tls=make_tls_files(dir))  # plus a TLS listener on srv.tls_port
+
+With tls (a tlsfiles.make_tls_files dict), a rabbitmq.conf (RABBITMQ_CONFIG_FILE)
+adds an AMQPS listener on 127.0.0.1:srv.tls_port that verifies clients and
+requires a client certificate signed by tls["ca"] (mutual TLS). The plain
+listener on srv.port stays: the tests publish there and rabbitmqctl needs no
+TLS. The files must be readable by the rabbitmq user (tlsfiles makes them
+world-readable).
 """
 
 import os
@@ -33,7 +42,7 @@ CTL = "rabbitmqctl"
 
 
 class RabbitServer:
-    def __init__(self, start=True):
+    def __init__(self, start=True, tls=None):
         self.port = h.free_port()
         self.dist_port = h.free_port()
         self.epmd_port = h.free_port()
@@ -46,6 +55,21 @@ class RabbitServer:
             f.write("[].\n")
         for sub in ("mnesia", "log"):
             os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
+        self.tls_port = None
+        conf = None
+        if tls:
+            # new-style (sysctl) config: a second listener, TLS with client
+            # certificates; the plain one comes from RABBITMQ_NODE_PORT
+            self.tls_port = h.free_port()
+            conf = os.path.join(self.dir, "rabbitmq.conf")
+            with open(conf, "w") as f:
+                f.write("listeners.ssl.default = 127.0.0.1:%d\n"
+                        "ssl_options.cacertfile = %s\n"
+                        "ssl_options.certfile = %s\n"
+                        "ssl_options.keyfile = %s\n"
+                        "ssl_options.verify = verify_peer\n"
+                        "ssl_options.fail_if_no_peer_cert = true\n"
+                        % (self.tls_port, tls["ca"], tls["server_cert"], tls["server_key"]))
         try:
             pw = pwd.getpwnam("rabbitmq")
             for root, dirs, files in os.walk(self.dir):
@@ -68,6 +92,8 @@ class RabbitServer:
             "ERL_EPMD_PORT": str(self.epmd_port),
             "ERL_EPMD_ADDRESS": "127.0.0.1",
         })
+        if conf:
+            self.env["RABBITMQ_CONFIG_FILE"] = conf
         self.proc = None
         h._cleanups.append(self.stop)
         if start:
@@ -88,13 +114,16 @@ class RabbitServer:
             tail = self.log_tail()
             self.stop()
             raise RuntimeError("rabbitmq-server did not start on port %d:\n%s" % (self.port, tail))
-        h.log("rabbitmq-server %s on 127.0.0.1:%d up in %.1fs"
-              % (self.node, self.port, time.monotonic() - t0))
+        h.log("rabbitmq-server %s on 127.0.0.1:%d%s up in %.1fs"
+              % (self.node, self.port, " (tls %d)" % self.tls_port if self.tls_port else "",
+                 time.monotonic() - t0))
 
     def _ready(self):
         if self.proc.poll() is not None:
             return False
         if not h.port_open(self.port):
+            return False
+        if self.tls_port and not h.port_open(self.tls_port):
             return False
         rc, _out, _err = self.ctl("await_startup", timeout=30)
         return rc == 0

@@ -21,7 +21,11 @@ baton processes coordinated through a real redis-server.
      certificate, N messages (published on the plain port) are forwarded
      exactly once; an unrelated CA: never consumes, a clear TLS error naming
      host:port, retries; no client certificate: refused by the broker
-  7. broker restart while leading (2 processes): the leader reconnects with
+  7. headers exchange (bind_headers region=eu + tier=gold), one endpoint
+     with bind_match "all" and one with "any", 3 processes: exactly the
+     matching messages, each once, by one process per endpoint; the
+     envelope's headers object is the published table
+  8. broker restart while leading (2 processes): the leader reconnects with
      backoff, gives its lease up once the broker is gone longer than the ttl,
      and after the restart exactly one queue is bound and messages flow
      exactly once; the unbound window is printed (runs last: it restarts the
@@ -46,7 +50,7 @@ from tlsfiles import make_ca, make_tls_files  # noqa: E402
 TTL, RETRY = 3000, 250
 ORDER = ["test_three_replicas_exactly_once", "test_leader_sigkill", "test_group_mode_sigkill",
          "test_topic_headers_binary", "test_errors_keep_retrying", "test_tls",
-         "test_broker_restart"]
+         "test_headers_exchange", "test_broker_restart"]
 
 _broker = None
 _tls = None
@@ -438,6 +442,97 @@ def test_tls(t):
             % bound)
     t.check(b.term() == 0, "baton did not exit 0")
     c.close()
+
+
+# headers exchange: what each published header set is, and whether a binding
+# with bind_match "all" / "any" on region=eu, tier=gold matches it
+HDR_KINDS = [
+    ({"region": "eu", "tier": "gold"}, True, True),
+    ({"region": "eu", "tier": "silver"}, False, True),
+    ({"region": "us", "tier": "gold"}, False, True),
+    ({"region": "us", "tier": "silver"}, False, False),
+    ({"region": "eu"}, False, True),
+    (None, False, False),  # no headers at all
+]
+
+
+def test_headers_exchange(t):
+    """exchange_type "headers", bind_headers region=eu + tier=gold, one
+    endpoint with bind_match "all" and one with "any", 3 processes: exactly
+    the matching messages are forwarded, each once, by one process per
+    endpoint, and the envelope's headers object carries the headers."""
+    srv = broker()
+    redis = t.redis()
+    main = h.main_cfg(redis_port=redis.port)
+
+    def hdr_cfg(name, match):
+        return ep_cfg(srv.port, "hdr1",
+                      'exchange_type = "headers"; declare_exchange = true; '
+                      'exchange_durable = false;\n'
+                      'bind_headers = ["region=eu", "tier=gold"]; bind_match = "%s";' % match,
+                      name=name)
+    cfgs = {"all.cfg": hdr_cfg("hall", "all"), "any.cfg": hdr_cfg("hany", "any")}
+    batons = [t.baton(main, cfgs) for _ in range(3)]
+
+    def consumers(ep):
+        return [b for b in batons if queue_of(b, ep)]
+    t.require(h.wait_until(lambda: consumers("hall") and consumers("hany"), 20, 0.05),
+              "headers endpoints not consuming")
+    time.sleep(1.0)  # standbys had several retries to (wrongly) start too
+    lead = {ep: consumers(ep) for ep in ("hall", "hany")}
+    h.log("leaders: hall %s, hany %s" % ([b.name for b in lead["hall"]],
+                                         [b.name for b in lead["hany"]]))
+    t.check(all(len(v) == 1 for v in lead.values()), "consumers per endpoint: %r"
+            % {k: [b.name for b in v] for k, v in lead.items()})
+    bound = srv.bound_queues("hdr1")
+    t.check(bound == sorted(queue_of(v[0], ep) for ep, v in lead.items()),
+            "queues bound to hdr1: %r" % bound)
+
+    total = 600
+    c = rmq.Amqp(srv.port)
+    c.confirm_select()
+    items, want_all, want_any, sent_headers = [], set(), set(), {}
+    for i in range(total):
+        hdrs, m_all, m_any = HDR_KINDS[i % len(HDR_KINDS)]
+        mid = "h-%d" % i
+        kw = {"message_id": mid}
+        if hdrs is not None:
+            kw["headers"] = dict(hdrs, n=i)  # an extra header: "all" ignores it
+            sent_headers[mid] = kw["headers"]
+        items.append(("hdr1", "", b"hdr-%d" % i, kw))
+        if m_all:
+            want_all.add(mid)
+        if m_any:
+            want_any.add(mid)
+    c.publish_many(items)
+    acked, nacked = c.wait_confirms(30)
+    t.require(acked == total and nacked == 0, "broker confirmed %d/%d" % (acked, total))
+    c.close()
+
+    def got(ep):
+        return [(b, r) for b in batons for r in records(b) if r["endpoint"] == ep]
+    h.wait_until(lambda: len(got("hall")) >= len(want_all) and len(got("hany")) >= len(want_any),
+                 15, 0.05)
+    time.sleep(1.0)  # anything non-matching or duplicated would have arrived too
+    for ep, want in (("hall", want_all), ("hany", want_any)):
+        rs = got(ep)
+        ids = [r["id"] for _b, r in rs]
+        by = sorted({b.name for b, _r in rs})
+        dups = h.duplicates(ids)
+        h.log("%s (x-match %s): %d published, %d matching, %d forwarded by %s, %d unexpected, "
+              "%d missing, %d duplicates" % (ep, ep[1:], total, len(want), len(ids), by,
+                                             len(set(ids) - want), len(want - set(ids)), len(dups)))
+        t.check(set(ids) == want, "%s: unexpected %r, missing %r" % (
+            ep, sorted(set(ids) - want)[:5], sorted(want - set(ids))[:5]))
+        t.check(not dups, "%s: duplicates %r" % (ep, list(dups.items())[:5]))
+        t.check(by == [lead[ep][0].name] if lead[ep] else False,
+                "%s forwarded by %r, leader %r" % (ep, by, [b.name for b in lead[ep]]))
+        bad = [r for _b, r in rs if r.get("headers") != sent_headers.get(r["id"]) or
+               r["exchange"] != "hdr1" or r["payload"] != "hdr-%s" % r["id"][2:]]
+        t.check(not bad, "%s: %d envelopes with wrong headers/payload, e.g. %r"
+                % (ep, len(bad), bad[:1]))
+    sample = next((r for _b, r in got("hall")), None)
+    h.log("envelope headers, e.g.: %s" % (sample and json.dumps(sample.get("headers"))))
 
 
 def test_broker_restart(t):

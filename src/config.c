@@ -109,6 +109,24 @@ static int line_of(const config_setting_t *s)
     return l > 0 ? l : 1;
 }
 
+/* The setting a validation message is about: a message that begins with a
+ * key of the group ("cron: ...", "topics[2]: ...", "'bind_headers' entry
+ * ...", "guard \"none\" ...") is reported at that key's line. NULL when the
+ * message names none. */
+static const config_setting_t *setting_named_by(const config_setting_t *group, const char *msg)
+{
+    if (*msg == '\'') msg++;
+    size_t n = 0;
+    while ((msg[n] >= 'a' && msg[n] <= 'z') || (msg[n] >= 'A' && msg[n] <= 'Z') || msg[n] == '_' ||
+           (n > 0 && msg[n] >= '0' && msg[n] <= '9'))
+        n++;
+    if (n == 0 || n >= 64) return NULL;
+    char key[64];
+    memcpy(key, msg, n);
+    key[n] = '\0';
+    return config_setting_get_member(group, key);
+}
+
 /* Names of a settings table as a NULL-terminated array (for also_allowed). */
 static const char **def_names(const struct setting_def *defs)
 {
@@ -525,7 +543,9 @@ static int parse_sink(struct baton_config *c, const config_setting_t *g, int ind
     if (sc->ops->validate) {
         char msg[400] = "";
         if (sc->ops->validate(sc->settings, msg, sizeof msg)) {
-            config_error_set(err, file, line_of(g), "%s: %s", what, msg[0] ? msg : "invalid settings");
+            const config_setting_t *at = setting_named_by(g, msg);
+            config_error_set(err, file, line_of(at ? at : g), "%s: %s", what,
+                             msg[0] ? msg : "invalid settings");
             return -1;
         }
     }
@@ -656,7 +676,8 @@ static int load_endpoint(struct baton_config *c, const char *path, struct name_s
     if (ep->ops->validate) {
         char msg[400] = "";
         if (ep->ops->validate(ep->settings, ep->guard, ep->force_guard, msg, sizeof msg)) {
-            config_error_set(err, path, line_of(gs ? gs : ts), "%s: %s", what,
+            const config_setting_t *at = setting_named_by(root, msg);
+            config_error_set(err, path, line_of(at ? at : gs ? gs : ts), "%s: %s", what,
                              msg[0] ? msg : "invalid settings");
             goto out;
         }

@@ -20,6 +20,7 @@
 set -euo pipefail
 BUILD_DIR=${1:-${BATON_BUILD_DIR:-$(dirname "$0")/../build}}
 export BATON_BIN=${BATON_BIN:-$BUILD_DIR/baton}
+export BATON_TEST_LIB=${BATON_TEST_LIB:-$(cd "$(dirname "$0")/.." && pwd)/tests/integration/lib}
 exec python3 - "$@" <<'EOF'
 import json, os, shutil, signal, socket, subprocess, sys, tempfile, time
 
@@ -35,10 +36,8 @@ work = tempfile.mkdtemp(prefix="bench-mqtt-")
 procs = []
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.environ["BATON_TEST_LIB"])
+from harness import free_port  # below the ephemeral range, never twice
 
 
 def cleanup():

@@ -37,7 +37,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+PORT=$(python3 -c "import sys; sys.path.insert(0, \"$SRC/tests/integration/lib\"); import harness; print(harness.free_port())")
 redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
     --dir "$TMP" --pidfile "$TMP/redis.pid" --logfile "$TMP/redis.log" >/dev/null
 for _ in $(seq 100); do

@@ -47,7 +47,8 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+    # harness.free_port: below the ephemeral range, where connect() does not take ports
+    python3 -c "import sys; sys.path.insert(0, '$SRC/tests/integration/lib'); import harness; print(harness.free_port())"
 }
 
 start_redis() { # port name

@@ -24,6 +24,7 @@
 
 #include "endpoints/redis_psub.h"
 #include "src/common/util.h"
+#include "tests/support/free_port.h"
 
 extern const struct endpoint_ops ep_redis_psub_ops;
 
@@ -32,17 +33,6 @@ extern const struct endpoint_ops ep_redis_psub_ops;
 static int redis_port;
 static pid_t redis_pid = -1;
 static char redis_dir[] = "/tmp/baton-itest-psub-XXXXXX";
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || getsockname(fd, (struct sockaddr *)&a, &len))
-        return -1;
-    close(fd);
-    return ntohs(a.sin_port);
-}
 
 static bool redis_ping(void)
 {
@@ -257,7 +247,7 @@ static void test_start_cycles(void **state)
 static void test_start_fails_when_source_down(void **state)
 {
     (void)state;
-    settings.port = free_port();
+    settings.port = test_free_port();
     void *ep = create_ep();
     int64_t t0 = clock_mono_ms();
     assert_int_equal(ep_redis_psub_ops.start(ep), -1);
@@ -345,7 +335,7 @@ int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     if (!mkdtemp(redis_dir)) return 1;
-    redis_port = free_port();
+    redis_port = test_free_port();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_start_confirms_then_forwards, setup),
         cmocka_unit_test_setup(test_stop_is_prompt, setup),

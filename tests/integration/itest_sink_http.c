@@ -21,6 +21,7 @@
 #include "src/common/log.h"
 #include "src/common/util.h"
 #include "src/sink.h"
+#include "tests/support/free_port.h"
 
 /* ---- the test HTTP server ---------------------------------------------- */
 
@@ -390,14 +391,9 @@ static void test_batch_ndjson(void **state)
 
 static unsigned closed_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t sl = sizeof sa;
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
-    close(fd); /* nothing listens there now */
-    return ntohs(sa.sin_port);
+    int p = test_free_port(); /* nothing listens there */
+    assert_true(p > 0);
+    return (unsigned)p;
 }
 
 static void test_unreachable(void **state)

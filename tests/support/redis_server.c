@@ -1,6 +1,8 @@
 /* See redis_server.h. */
 #include "tests/support/redis_server.h"
 
+#include "tests/support/free_port.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -88,21 +90,6 @@ static void reg_remove(struct redis_server *s)
     pthread_mutex_unlock(&reg_mu);
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
 static int64_t now_ms(void)
 {
     struct timespec ts;
@@ -180,7 +167,7 @@ struct redis_server *redis_server_start(const char *const *extra_args)
         s->extra[i] = strdup(extra_args[i]);
     reg_add(s);
     for (int attempt = 0; attempt < 5; attempt++) {
-        s->port = free_port();
+        s->port = test_free_port();
         if (s->port > 0 && spawn(s) == 0) return s;
     }
     fprintf(stderr, "redis_server: could not start redis-server (see %s/redis.log)\n", s->dir);

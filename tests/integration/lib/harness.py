@@ -73,11 +73,50 @@ def log(*args):
     print("   ", *args, flush=True)
 
 
-def free_port():
-    """A free TCP port on 127.0.0.1 (bind to 0, read it back, close)."""
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_EPHEMERAL_LOW = _ephemeral_low()
+# Test ports come from just below the kernel's ephemeral range: bind(0)
+# hands out ports from that range, and so does every outgoing connect(), so
+# a port read back from bind(0) can be taken as the local end of a
+# connection (or handed out again) before the server meant for it binds.
+_PORT_LO = max(1024, _EPHEMERAL_LOW - 12000)
+_PORT_HI = max(_PORT_LO + 1000, _EPHEMERAL_LOW)
+_handed_out = set()
+_port_rng = __import__("random").Random(os.getpid() ^ time.time_ns())
+_port_lock = threading.Lock()
+
+
+def _bindable(port):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))  # no SO_REUSEADDR: TIME_WAIT counts as taken
+        except OSError:
+            return False
+    return not port_open(port)
+
+
+def free_port():
+    """A free TCP port on 127.0.0.1 that this process has not handed out
+    before, outside the ephemeral range (see _PORT_LO)."""
+    with _port_lock:
+        for _ in range(1000):
+            port = _port_rng.randrange(_PORT_LO, _PORT_HI)
+            if port in _handed_out or not _bindable(port):
+                continue
+            _handed_out.add(port)
+            return port
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        _handed_out.add(port)
+        return port
 
 
 def wait_until(pred, timeout, interval=0.02, what="condition"):

@@ -6,7 +6,8 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake pkg-config git python3 procps iproute2
   libhiredis-dev librabbitmq-dev libmariadb-dev libpaho-mqtt-dev libconfig-dev
-  libcmocka-dev libcurl4-openssl-dev libmicrohttpd-dev
+  libcmocka-dev libcurl4-openssl-dev
+  libmicrohttpd-dev  # only the HTTP sink test's server; baton has its own listener
   redis-server redis-tools rabbitmq-server mariadb-server mariadb-client
   mosquitto mosquitto-clients
   valgrind docker-compose

@@ -1,4 +1,4 @@
-/* The operations HTTP listener (libmicrohttpd, its own thread):
+/* The operations HTTP listener (built in, its own thread; see http_listener.c):
  *   GET /metrics  Prometheus text format
  *   GET /healthz  200 "ok" while the process runs
  *   GET /readyz   200 when the locker and every sink are reachable, else 503

@@ -178,6 +178,77 @@ def test_metrics_health_status(t):
     t.check(b.term() == 0, "SIGTERM exits 0")
 
 
+def raw_http(port, data, timeout=3.0):
+    """Sends raw bytes, returns everything the listener answers until it closes."""
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        out = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return out
+            out += chunk
+
+
+def test_listener_protocol_and_slow_clients(t):
+    """baton's own HTTP listener: status lines, HEAD, query strings, bad
+    requests; silent clients filling every slot (32) do not keep /healthz
+    from answering (the oldest silent one is evicted) and do not stay
+    connected past the 5 s connection deadline."""
+    import socket
+    redis = t.redis()
+    mport = h.free_port()
+    main = h.main_cfg(redis.port, extra='metrics = { listen = "127.0.0.1:%d"; };' % mport)
+    b = t.baton(main, {"orders.cfg": ENDPOINT % redis.port})
+    t.require(h.wait_until(lambda: h.port_open(mport), 10), "metrics listener up")
+
+    r = raw_http(mport, b"GET /healthz?probe=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+    t.check(r.startswith(b"HTTP/1.1 200 OK\r\n") and r.endswith(b"\r\n\r\nok\n")
+            and b"Content-Length: 3\r\n" in r, "GET with a query string: %r" % r[:200])
+    r = raw_http(mport, b"HEAD /status HTTP/1.0\r\n\r\n")
+    head, _, body = r.partition(b"\r\n\r\n")
+    clen = re.search(rb"Content-Length: (\d+)", head)
+    t.check(head.startswith(b"HTTP/1.1 200") and body == b"" and clen and int(clen.group(1)) > 10,
+            "HEAD: headers with the GET length, no body: %r" % r[:200])
+    r = raw_http(mport, b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+    t.check(r.startswith(b"HTTP/1.1 405") and b"Allow: GET, HEAD\r\n" in r, "POST -> 405: %r" % r[:120])
+    r = raw_http(mport, b"nonsense\r\n\r\n")
+    t.check(r.startswith(b"HTTP/1.1 400"), "malformed request line -> 400: %r" % r[:80])
+    r = raw_http(mport, b"GET /nope HTTP/1.1\r\n\r\n")
+    t.check(r.startswith(b"HTTP/1.1 404") and b"/metrics" in r, "unknown path -> 404: %r" % r[:120])
+    r = raw_http(mport, b"GET /healthz HTTP/1.1\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n")
+    t.check(r.startswith(b"HTTP/1.1 431"), "9 kB of headers -> 431: %r" % r[:80])
+
+    # 40 silent connections (more than the listener's 32 slots)
+    silent = []
+    for _ in range(40):
+        s = socket.socket()
+        s.settimeout(10)
+        s.connect(("127.0.0.1", mport))
+        silent.append(s)
+    t0 = time.monotonic()
+    code = None
+    while time.monotonic() - t0 < 15 and code != 200:
+        try:
+            code = get(mport, "/healthz", timeout=10.0)[0]
+        except OSError:
+            time.sleep(0.2)
+    waited = time.monotonic() - t0
+    # well under the 5 s deadline: /healthz did not wait for silent clients to time out
+    t.check(code == 200 and waited < 4, "/healthz answers despite 40 silent clients (after %.1f s)" % waited)
+    print("    /healthz with 40 silent clients answered after %.2f s" % waited)
+    closed = 0
+    for s in silent:
+        try:
+            closed += s.recv(1) == b""
+        except OSError:
+            closed += 1
+        s.close()
+    t.check(closed == len(silent), "every silent client is closed by its deadline (%d of %d)" % (closed, len(silent)))
+    t.check(b.alive(), "baton still running")
+
+
 def test_exit_statuses(t):
     rc, out, err = h.run_baton(["--version"])
     t.check(rc == 0 and out.startswith("baton "), "--version")

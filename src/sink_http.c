@@ -10,7 +10,6 @@
  * percent-encoded outside printable ASCII, so a source id can never inject a
  * header. */
 #include <ctype.h>
-#include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -19,6 +18,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "src/curl_dl.h"
 #include "src/common/json.h"
 #include "src/common/log.h"
 #include "src/common/util.h"
@@ -75,13 +75,6 @@ struct http_sink {
     size_t resp_len;
     const atomic_bool *cancel; /* during send() */
 };
-
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc;
-static void curl_init_once(void)
-{
-    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
 
 /* RFC 7230 token characters. */
 static bool is_tchar(unsigned char c)
@@ -205,8 +198,8 @@ static void http_destroy(void *sink)
 {
     struct http_sink *k = sink;
     if (!k) return;
-    if (k->curl) curl_easy_cleanup(k->curl);
-    curl_slist_free_all(k->static_headers);
+    if (k->curl) sym_curl_easy_cleanup(k->curl);
+    sym_curl_slist_free_all(k->static_headers);
     jbuf_free(&k->body);
     free(k->name);
     free(k->url);
@@ -215,7 +208,7 @@ static void http_destroy(void *sink)
 
 static bool append_header(struct curl_slist **list, const char *h)
 {
-    struct curl_slist *n = curl_slist_append(*list, h);
+    struct curl_slist *n = sym_curl_slist_append(*list, h);
     if (!n) return false;
     *list = n;
     return true;
@@ -225,10 +218,9 @@ static void *http_create(const char *name, const void *settings, char *err, size
 {
     const struct http_settings *s = settings;
     if (http_validate(s, err, errlen) != 0) return NULL;
-    pthread_once(&curl_once, curl_init_once);
-    if (curl_init_rc != CURLE_OK) {
-        snprintf(err, errlen, "sink '%s': curl_global_init failed: %s", name,
-                 curl_easy_strerror(curl_init_rc));
+    char lerr[512];
+    if (curl_dl_load(lerr, sizeof lerr) != 0) {
+        snprintf(err, errlen, "%s", lerr); /* the caller names the sink */
         return NULL;
     }
     struct http_sink *k = xcalloc(1, sizeof *k);
@@ -279,28 +271,28 @@ static void *http_create(const char *name, const void *settings, char *err, size
     /* no "Expect: 100-continue" round trip for large bodies */
     if (!append_header(&k->static_headers, "Expect:")) goto oom;
 
-    k->curl = curl_easy_init();
+    k->curl = sym_curl_easy_init();
     if (!k->curl) {
         snprintf(err, errlen, "sink '%s': curl_easy_init failed", k->name);
         http_destroy(k);
         return NULL;
     }
     CURL *c = k->curl;
-    curl_easy_setopt(c, CURLOPT_URL, k->url);
-    curl_easy_setopt(c, CURLOPT_POST, 1L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, k->timeout_ms);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, k->connect_timeout_ms);
-    curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, k->errbuf);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, k);
-    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
-    curl_easy_setopt(c, CURLOPT_XFERINFODATA, k);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_USERAGENT, "baton/" BATON_VERSION);
+    sym_curl_easy_setopt(c, CURLOPT_URL, k->url);
+    sym_curl_easy_setopt(c, CURLOPT_POST, 1L);
+    sym_curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    sym_curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, k->timeout_ms);
+    sym_curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, k->connect_timeout_ms);
+    sym_curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+    sym_curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+    sym_curl_easy_setopt(c, CURLOPT_ERRORBUFFER, k->errbuf);
+    sym_curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    sym_curl_easy_setopt(c, CURLOPT_WRITEDATA, k);
+    sym_curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    sym_curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+    sym_curl_easy_setopt(c, CURLOPT_XFERINFODATA, k);
+    sym_curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    sym_curl_easy_setopt(c, CURLOPT_USERAGENT, "baton/" BATON_VERSION);
     return k;
 oom:
     snprintf(err, errlen, "sink '%s': out of memory building headers", k->name);
@@ -353,7 +345,7 @@ static struct curl_slist *request_headers(struct http_sink *k, struct message *c
     for (struct curl_slist *s = k->static_headers; ok && s; s = s->next)
         ok = append_header(&h, s->data);
     if (!ok) {
-        curl_slist_free_all(h);
+        sym_curl_slist_free_all(h);
         return NULL;
     }
     return h;
@@ -385,15 +377,15 @@ static enum attempt_result post_once(struct http_sink *k, const char *body, size
     k->resp_len = 0;
     k->resp[0] = '\0';
     *status = 0;
-    curl_easy_setopt(k->curl, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(k->curl, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(k->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-    CURLcode rc = curl_easy_perform(k->curl);
+    sym_curl_easy_setopt(k->curl, CURLOPT_HTTPHEADER, hdrs);
+    sym_curl_easy_setopt(k->curl, CURLOPT_POSTFIELDS, body);
+    sym_curl_easy_setopt(k->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    CURLcode rc = sym_curl_easy_perform(k->curl);
     if (rc != CURLE_OK) {
-        snprintf(what, whatlen, "%s", k->errbuf[0] ? k->errbuf : curl_easy_strerror(rc));
+        snprintf(what, whatlen, "%s", k->errbuf[0] ? k->errbuf : sym_curl_easy_strerror(rc));
         return curl_error_retryable(rc) ? ATTEMPT_RETRY : ATTEMPT_FATAL;
     }
-    curl_easy_getinfo(k->curl, CURLINFO_RESPONSE_CODE, status);
+    sym_curl_easy_getinfo(k->curl, CURLINFO_RESPONSE_CODE, status);
     if (*status >= 200 && *status < 300) return ATTEMPT_OK;
     /* keep the response excerpt printable on one line */
     for (size_t i = 0; i < k->resp_len; i++)
@@ -451,7 +443,7 @@ static bool deliver(struct http_sink *k, struct message *const *msgs, size_t n, 
         int64_t delay = backoff_ms(attempt, k->backoff_ms, k->backoff_max_ms);
         curl_off_t retry_after = 0;
         if (status == 429 || status == 503) {
-            if (curl_easy_getinfo(k->curl, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK &&
+            if (sym_curl_easy_getinfo(k->curl, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK &&
                 retry_after > 0) {
                 int64_t ra = (int64_t)retry_after * 1000;
                 if (ra > k->backoff_max_ms) ra = k->backoff_max_ms;
@@ -468,8 +460,8 @@ static bool deliver(struct http_sink *k, struct message *const *msgs, size_t n, 
         }
         attempt++;
     }
-    curl_easy_setopt(k->curl, CURLOPT_HTTPHEADER, NULL);
-    curl_slist_free_all(hdrs);
+    sym_curl_easy_setopt(k->curl, CURLOPT_HTTPHEADER, NULL);
+    sym_curl_slist_free_all(hdrs);
     return ok;
 }
 
@@ -511,24 +503,24 @@ static int http_check(void *sink, char *msg, size_t msglen)
     struct http_sink *k = sink;
     /* own handle: check() runs on the status thread while send() may be
      * using k->curl on the forwarder thread */
-    CURL *c = curl_easy_init();
+    CURL *c = sym_curl_easy_init();
     if (!c) {
         snprintf(msg, msglen, "sink '%s': curl_easy_init failed", k->name);
         return -1;
     }
     char eb[CURL_ERROR_SIZE] = "";
-    curl_easy_setopt(c, CURLOPT_URL, k->url);
-    curl_easy_setopt(c, CURLOPT_CONNECT_ONLY, 1L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, k->connect_timeout_ms);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, k->connect_timeout_ms);
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, eb);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    CURLcode rc = curl_easy_perform(c);
-    curl_easy_cleanup(c);
+    sym_curl_easy_setopt(c, CURLOPT_URL, k->url);
+    sym_curl_easy_setopt(c, CURLOPT_CONNECT_ONLY, 1L);
+    sym_curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    sym_curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, k->connect_timeout_ms);
+    sym_curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, k->connect_timeout_ms);
+    sym_curl_easy_setopt(c, CURLOPT_ERRORBUFFER, eb);
+    sym_curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    CURLcode rc = sym_curl_easy_perform(c);
+    sym_curl_easy_cleanup(c);
     if (rc != CURLE_OK) {
         snprintf(msg, msglen, "sink '%s': %s unreachable: %s", k->name, k->url,
-                 eb[0] ? eb : curl_easy_strerror(rc));
+                 eb[0] ? eb : sym_curl_easy_strerror(rc));
         return -1;
     }
     return 0;

@@ -80,5 +80,42 @@ def test_sink_down_counts_every_drop(t):
     t.check(b.alive(), "process alive")
 
 
+
+TICK = 'name = "tick"; type = "schedule"; sink = "%s"; cron = "* * * * * *";\n'
+
+
+def maps_libcurl(pid):
+    with open("/proc/%d/maps" % pid) as f:
+        return "libcurl" in f.read()
+
+
+def test_libcurl_loaded_only_for_http_sinks(t):
+    """libcurl is dlopen'ed by the first HTTP sink: a replica with stdout
+    sinks only never maps it; one with an HTTP sink does and delivers; when
+    it cannot be loaded, baton refuses to start and says which endpoint,
+    which sink and which library."""
+    recv = h.HttpReceiver()
+    t.cleanup(recv.close)
+    hook = '{ name = "hook"; type = "http"; url = "%s"; }' % recv.url
+    plain = t.baton(h.main_cfg(None), {"tick.cfg": TICK % "out"}, name="plain")
+    t.require(h.wait_until(lambda: "started" in plain.stderr_text(), 10), "stdout-only replica starts")
+    t.check(not maps_libcurl(plain.pid), "a replica without an HTTP sink does not map libcurl")
+    withhttp = t.baton(h.main_cfg(None, sinks=hook), {"tick.cfg": TICK % "hook"}, name="withhttp")
+    t.require(h.wait_until(lambda: len(recv.accepted()) >= 1, 10), "the HTTP sink delivers a tick")
+    t.check(maps_libcurl(withhttp.pid), "a replica with an HTTP sink maps libcurl")
+
+    main = os.path.join(t.workdir, "missing.cfg")
+    os.makedirs(os.path.join(t.workdir, "missing.d"))
+    with open(os.path.join(t.workdir, "missing.d", "tick.cfg"), "w") as f:
+        f.write(TICK % "hook")
+    with open(main, "w") as f:
+        f.write(h.main_cfg(None, sinks=hook, extra='endpoints_dir = "missing.d";'))
+    rc, _, err = h.run_baton(["-c", main], timeout=10,
+                             env={"BATON_LIBCURL": "/nonexistent/libcurl.so.4"})
+    t.check(rc not in (0, None) and "endpoint 'tick'" in err and "sink 'hook'" in err
+            and "libcurl" in err and "/nonexistent/libcurl.so.4" in err,
+            "libcurl missing: a clear refusal (%r, %r)" % (rc, err[-400:]))
+    print("    libcurl missing: exit %d: %s" % (rc, err.strip().splitlines()[-1] if err.strip() else ""))
+
 if __name__ == "__main__":
     h.main(globals())

@@ -1,0 +1,85 @@
+/* See curl_dl.h. */
+#include "src/curl_dl.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/common/log.h"
+
+CURL *(*sym_curl_easy_init)(void);
+CURLcode (*sym_curl_easy_setopt)(CURL *, CURLoption, ...);
+CURLcode (*sym_curl_easy_perform)(CURL *);
+CURLcode (*sym_curl_easy_getinfo)(CURL *, CURLINFO, ...);
+void (*sym_curl_easy_cleanup)(CURL *);
+const char *(*sym_curl_easy_strerror)(CURLcode);
+struct curl_slist *(*sym_curl_slist_append)(struct curl_slist *, const char *);
+void (*sym_curl_slist_free_all)(struct curl_slist *);
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int load_rc = -1;
+static char load_err[512];
+static void *handle; /* never closed: the sinks use it until exit */
+
+static int resolve(void **slot, const char *name)
+{
+    dlerror();
+    *slot = dlsym(handle, name);
+    if (*slot) return 0;
+    const char *e = dlerror();
+    snprintf(load_err, sizeof load_err, "%s has no symbol %s: %s", BATON_LIBCURL_SONAME, name,
+             e ? e : "not found");
+    return -1;
+}
+
+static void load_once(void)
+{
+    const char *lib = getenv("BATON_LIBCURL");
+    if (!lib || !*lib) lib = BATON_LIBCURL_SONAME;
+    handle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        const char *e = dlerror();
+        snprintf(load_err, sizeof load_err,
+                 "the HTTP sink needs libcurl, which could not be loaded (%s; on Debian: apt-get install libcurl4)",
+                 e ? e : lib);
+        return;
+    }
+    CURLcode (*global_init)(long) = NULL;
+    /* object pointers from dlsym to function pointers: POSIX guarantees the
+     * representation; a union keeps -Wpedantic quiet */
+#define RESOLVE(var, name)                                                                         \
+    do {                                                                                           \
+        union {                                                                                    \
+            void *obj;                                                                             \
+            __typeof__(var) fn;                                                                    \
+        } u_;                                                                                      \
+        if (resolve(&u_.obj, name) != 0) return;                                                   \
+        var = u_.fn;                                                                               \
+    } while (0)
+    RESOLVE(global_init, "curl_global_init");
+    RESOLVE(sym_curl_easy_init, "curl_easy_init");
+    RESOLVE(sym_curl_easy_setopt, "curl_easy_setopt");
+    RESOLVE(sym_curl_easy_perform, "curl_easy_perform");
+    RESOLVE(sym_curl_easy_getinfo, "curl_easy_getinfo");
+    RESOLVE(sym_curl_easy_cleanup, "curl_easy_cleanup");
+    RESOLVE(sym_curl_easy_strerror, "curl_easy_strerror");
+    RESOLVE(sym_curl_slist_append, "curl_slist_append");
+    RESOLVE(sym_curl_slist_free_all, "curl_slist_free_all");
+#undef RESOLVE
+    CURLcode rc = global_init(CURL_GLOBAL_DEFAULT);
+    if (rc != CURLE_OK) {
+        snprintf(load_err, sizeof load_err, "curl_global_init failed: %s", sym_curl_easy_strerror(rc));
+        return;
+    }
+    log_debug("sink_http", NULL, "loaded %s", lib);
+    load_rc = 0;
+}
+
+int curl_dl_load(char *err, size_t errlen)
+{
+    pthread_once(&once, load_once);
+    if (load_rc != 0 && err && errlen) snprintf(err, errlen, "%s", load_err);
+    return load_rc;
+}

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "src/common/json.h"
@@ -46,6 +47,7 @@ struct http_listener {
     int stop_pipe[2];
     pthread_t thread;
     struct gateway *gw;
+    int64_t accept_err_logged_ms;
     struct conn conns[MAX_CONNS];
 };
 
@@ -216,8 +218,18 @@ static void accept_all(struct http_listener *l)
         int fd = accept4(l->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR) continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                log_warn("http", NULL, "accept failed: %s", strerror(errno));
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                /* out of descriptors (EMFILE) and the like: the listening
+                 * socket stays readable, so back off instead of spinning,
+                 * and say so at most every 10 s */
+                int64_t now = clock_mono_ms();
+                if (now - l->accept_err_logged_ms >= 10000) {
+                    log_warn("http", NULL, "accept failed: %s (retrying every 100 ms)", strerror(errno));
+                    l->accept_err_logged_ms = now;
+                }
+                struct timespec ts = {0, 100 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+            }
             return;
         }
         struct conn *c = NULL, *oldest = NULL;
@@ -315,6 +327,7 @@ struct http_listener *http_listener_start(const char *listen_addr, struct gatewa
     struct http_listener *l = xcalloc(1, sizeof *l);
     l->gw = gw;
     l->lfd = fd;
+    l->accept_err_logged_ms = INT64_MIN / 2;
     for (int i = 0; i < MAX_CONNS; i++) l->conns[i].fd = -1;
     if (pipe2(l->stop_pipe, O_CLOEXEC) != 0) {
         snprintf(err, errlen, "cannot listen on %s:%d: pipe: %s", host, port, strerror(errno));

@@ -249,6 +249,63 @@ def test_listener_protocol_and_slow_clients(t):
     t.check(b.alive(), "baton still running")
 
 
+def test_listener_out_of_descriptors(t):
+    """When accept() fails for want of descriptors, the listener backs off
+    (no busy loop), logs it, and answers again once descriptors are free."""
+    import resource
+    import socket
+    redis = t.redis()
+    mport = h.free_port()
+    main = h.main_cfg(redis.port, extra='metrics = { listen = "127.0.0.1:%d"; };' % mport)
+    b = t.baton(main, {"orders.cfg": ENDPOINT % redis.port})
+    t.require(h.wait_until(lambda: h.port_open(mport), 10), "metrics listener up")
+    nfd = len(os.listdir("/proc/%d/fd" % b.pid))
+    old = resource.prlimit(b.pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(b.pid, resource.RLIMIT_NOFILE, (nfd, old[1]))
+    socks = []
+    try:
+        for _ in range(4):  # queued in the backlog; accept() gets EMFILE
+            s = socket.create_connection(("127.0.0.1", mport), timeout=2)
+            s.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+            socks.append(s)
+        t.require(h.wait_until(lambda: "accept failed" in b.stderr_text(), 5), "EMFILE logged")
+        hz = os.sysconf("SC_CLK_TCK")
+
+        def cpu():
+            with open("/proc/%d/stat" % b.pid) as f:
+                v = f.read().rsplit(")", 1)[1].split()
+            return (int(v[11]) + int(v[12])) / hz
+        c0, t0 = cpu(), time.monotonic()
+        time.sleep(2.0)
+        share = (cpu() - c0) / (time.monotonic() - t0)
+        print("    CPU while accept() fails with EMFILE: %.1f %% of a core" % (100 * share))
+        t.check(share < 0.5, "no busy loop while accept fails: %.0f %% of a core" % (100 * share))
+        t.check(b.stderr_text().count("accept failed") <= 2, "the accept error is logged, not flooded")
+    finally:
+        resource.prlimit(b.pid, resource.RLIMIT_NOFILE, old)
+    answered = 0
+    for s in socks:
+        try:
+            answered += raw_http_rest(s).startswith(b"HTTP/1.1 200")
+        except OSError:
+            pass
+        s.close()
+    t.check(answered == len(socks), "queued clients answered once descriptors are back (%d of %d)"
+            % (answered, len(socks)))
+    t.check(get(mport, "/healthz")[0] == 200, "/healthz answers again")
+    t.check(b.alive(), "baton still running")
+
+
+def raw_http_rest(s, timeout=5.0):
+    s.settimeout(timeout)
+    out = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            return out
+        out += chunk
+
+
 def test_exit_statuses(t):
     rc, out, err = h.run_baton(["--version"])
     t.check(rc == 0 and out.startswith("baton "), "--version")

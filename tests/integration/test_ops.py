@@ -183,12 +183,18 @@ def raw_http(port, data, timeout=3.0):
     import socket
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(data)
-        out = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                return out
-            out += chunk
+        return raw_http_rest(s, timeout)
+
+
+def raw_http_rest(s, timeout=5.0):
+    """Everything the listener still sends on s until it closes."""
+    s.settimeout(timeout)
+    out = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            return out
+        out += chunk
 
 
 def test_listener_protocol_and_slow_clients(t):
@@ -294,16 +300,6 @@ def test_listener_out_of_descriptors(t):
             % (answered, len(socks)))
     t.check(get(mport, "/healthz")[0] == 200, "/healthz answers again")
     t.check(b.alive(), "baton still running")
-
-
-def raw_http_rest(s, timeout=5.0):
-    s.settimeout(timeout)
-    out = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            return out
-        out += chunk
 
 
 def test_exit_statuses(t):

@@ -29,11 +29,16 @@
  * acked and still queued. Both measured in bench/bench_mqtt.sh.
  *
  * Stopping while a message waits for its sink: stop() waits up to
- * stop_timeout_ms for its outcome. If it is still pending and the process is
- * shutting down, the message is left unacknowledged for good (the paho thread
- * stays parked until exit, the broker redelivers it to the session later);
- * on a demotion it is acknowledged (the gateway forwards it while the lease
- * still holds, or counts it as dropped).
+ * stop_timeout_ms for its outcome, or not at all when the outcome is already
+ * final and undelivered (not leader, shutdown, term ended: such a message is
+ * never emitted again, in particular never in a later lease term; it waits
+ * for the stop() that always follows the end of a term). If it is still
+ * pending or undelivered and the process is shutting down, the message is
+ * left unacknowledged for good (the paho thread stays parked until exit, the
+ * broker redelivers it to the session later); on a demotion it is
+ * acknowledged (the gateway forwards it while the lease still holds, or
+ * counts it as dropped): paho cannot withhold an acknowledgement without
+ * parking its receive thread, shared by every client of the process.
  *
  * Connection: one supervisor thread per start(): create the client, connect,
  * subscribe (every granted code checked), then wait for connectionLost;
@@ -179,6 +184,9 @@ struct mqtt_ep {
     bool start_done;
     int start_rc;
     bool in_callback;    /* a QoS 1/2 message waits for its sink */
+    bool awaiting_stop;  /* ... or its outcome is final and undelivered (not
+                            leader, shutdown, term ended): it waits for stop() */
+    enum msg_outcome final_outcome; /* that outcome, when awaiting_stop */
     int64_t stop_deadline_ms;
     bool release;        /* stop: acknowledge the waiting message and return */
     bool abandoned;      /* stop at exit: leave it unacknowledged for good */
@@ -501,11 +509,24 @@ static bool stop_verdict(struct mqtt_ep *ep, bool wait)
             return true;
         }
         if (!wait) break;
-        struct timespec ts = clock_deadline(CLOCK_REALTIME, 50);
+        struct timespec ts = clock_deadline(CLOCK_MONOTONIC, 50);
         pthread_cond_timedwait(&ep->cv, &ep->mu, &ts);
     }
     pthread_mutex_unlock(&ep->mu);
     return false;
+}
+
+/* The message's outcome is final and it was not delivered: tell stop() so
+ * it decides at once (no stop_timeout_ms wait for an outcome that cannot
+ * change), then wait for its decision. */
+static void await_stop(struct mqtt_ep *ep, enum msg_outcome outcome)
+{
+    pthread_mutex_lock(&ep->mu);
+    ep->awaiting_stop = true;
+    ep->final_outcome = outcome;
+    pthread_cond_broadcast(&ep->cv);
+    pthread_mutex_unlock(&ep->mu);
+    stop_verdict(ep, true);
 }
 
 /* Emits one QoS 1/2 message and waits for the sink's verdict; re-emits it
@@ -539,7 +560,7 @@ static void deliver_and_wait(struct mqtt_ep *ep, const char *topic, size_t topic
         for (;;) {
             pthread_mutex_lock(&slot->mu);
             if (!slot->done) {
-                struct timespec ts = clock_deadline(CLOCK_REALTIME, 50);
+                struct timespec ts = clock_deadline(CLOCK_MONOTONIC, 50);
                 pthread_cond_timedwait(&slot->cv, &slot->mu, &ts);
             }
             bool done = slot->done;
@@ -548,22 +569,28 @@ static void deliver_and_wait(struct mqtt_ep *ep, const char *topic, size_t topic
             if (done) break;
             if (stop_verdict(ep, false)) goto out;
         }
-        if (outcome == MSG_DELIVERED) {
+        enum mqtt_verdict v = mqtt_after_sink_verdict(outcome);
+        if (v == MQTT_VERDICT_ACK) {
             rt_us = clock_mono_us() - t_emit;
             break;
         }
-        /* Not delivered. Not leader / shutting down: the guard or the
-         * gateway stops us next, and acknowledging now would lose it: wait
-         * for stop() to decide. Evicted from the queue or the sink gave up:
-         * emit it again after a pause. */
-        if (outcome == MSG_DROPPED_NOT_LEADER || outcome == MSG_DROPPED_SHUTDOWN ||
-            atomic_load(&ep->stopping)) {
-            stop_verdict(ep, true);
+        /* Not delivered. Final (not leader, shutting down, or its lease term
+         * ended: a term_ended message is never delivered in a later term, so
+         * it is never emitted again): the guard or the gateway stops us next
+         * (a term's end always demotes), and returning now would acknowledge
+         * it: wait for stop() to decide, which it does at once for a final
+         * outcome. Evicted from the queue or the sink gave up within the
+         * term: emit it again after a pause (unless stop() already came). */
+        if (v == MQTT_VERDICT_AWAIT_STOP || atomic_load(&ep->stopping)) {
+            await_stop(ep, outcome);
             goto out;
         }
         int64_t wait = backoff_ms(attempt, REEMIT_BASE_MS, REEMIT_CAP_MS);
         log_warn(COMPONENT, h->name, "message on '%.*s' not accepted by the sink (%s): emitting it again in %lld ms",
                  (int)(topic_len > 200 ? 200 : topic_len), topic, msg_outcome_name(outcome), (long long)wait);
+        /* a stop() meanwhile cuts the pause short: the message is emitted
+         * once more (the gateway may still deliver it while draining, or
+         * settles it as not leader / term ended) and then waits for stop() */
         sleep_ms_cancellable(wait, &ep->stopping);
     }
 out:
@@ -574,6 +601,7 @@ out:
         if (rt_us > ep->rt_max_us) ep->rt_max_us = rt_us;
     }
     ep->in_callback = false;
+    ep->awaiting_stop = false;
     pthread_cond_broadcast(&ep->cv);
     pthread_mutex_unlock(&ep->mu);
 }
@@ -603,7 +631,7 @@ static int op_wait(struct mqtt_ep *ep, int64_t timeout_ms, bool cancellable, cha
     pthread_mutex_lock(&ep->mu);
     while (ep->op == OP_PENDING && !(cancellable && atomic_load(&ep->stopping))) {
         if (clock_mono_ms() >= deadline) break;
-        struct timespec ts = clock_deadline(CLOCK_REALTIME, 50);
+        struct timespec ts = clock_deadline(CLOCK_MONOTONIC, 50);
         pthread_cond_timedwait(&ep->cv, &ep->mu, &ts);
     }
     int rc = -1;
@@ -916,6 +944,17 @@ static void *supervisor_main(void *arg)
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
+/* Every timed wait of this file is on CLOCK_MONOTONIC (clock_deadline with
+ * CLOCK_MONOTONIC): a wall-clock step must neither stretch nor cut it. */
+static void cond_init_monotonic(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
 static void *mqtt_create(const void *settings, struct endpoint_host *host, char *err, size_t errlen)
 {
     const struct mqtt_settings *s = settings;
@@ -950,9 +989,9 @@ static void *mqtt_create(const void *settings, struct endpoint_host *host, char 
     }
     ep->slot = xcalloc(1, sizeof *ep->slot);
     pthread_mutex_init(&ep->slot->mu, NULL);
-    pthread_cond_init(&ep->slot->cv, NULL);
+    cond_init_monotonic(&ep->slot->cv);
     pthread_mutex_init(&ep->mu, NULL);
-    pthread_cond_init(&ep->cv, NULL);
+    cond_init_monotonic(&ep->cv);
     envelope_init(&ep->env);
     return ep;
 fail:
@@ -1003,24 +1042,40 @@ static void mqtt_stop(void *p)
     ep->stop_deadline_ms = deadline;
     atomic_store(&ep->stopping, true);
     pthread_cond_broadcast(&ep->cv);
-    /* Give the message waiting for its sink (if any) the stop timeout. */
-    while (ep->in_callback && clock_mono_ms() < deadline) {
-        struct timespec ts = clock_deadline(CLOCK_REALTIME, 20);
+    /* Give the message waiting for its sink (if any) the stop timeout,
+     * unless its outcome is already final (not leader, shutdown, term ended:
+     * nothing can change it, so there is nothing to wait for). */
+    while (ep->in_callback && !ep->awaiting_stop && clock_mono_ms() < deadline) {
+        struct timespec ts = clock_deadline(CLOCK_MONOTONIC, 20);
         pthread_cond_timedwait(&ep->cv, &ep->mu, &ts);
     }
     if (!ep->in_callback) {
         ep->release = true; /* a message arriving before the disconnect: no wait */
     } else {
+        char why[160];
+        if (ep->awaiting_stop)
+            snprintf(why, sizeof why, "was not delivered (%s)", msg_outcome_name(ep->final_outcome));
+        else
+            snprintf(why, sizeof why, "still waits for the sink after %lld ms",
+                     (long long)ep->s->stop_timeout_ms);
         if (h->stopping(h)) {
             ep->abandoned = true;
-            log_warn(COMPONENT, h->name, "a QoS %lld message still waits for the sink after %lld ms: "
-                     "leaving it unacknowledged (the broker redelivers it to this session)",
-                     (long long)ep->s->qos, (long long)ep->s->stop_timeout_ms);
+            log_warn(COMPONENT, h->name, "a QoS %lld message %s: leaving it unacknowledged "
+                     "(the broker redelivers it to this session)", (long long)ep->s->qos, why);
         } else {
+            /* Demotion. paho 1.3 sends the PUBACK/PUBCOMP as the callback
+             * returns and has no way to withhold it: only a callback that
+             * never returns does, and that parks paho's receive thread,
+             * shared by every MQTT client of the process, for good. So the
+             * message is acknowledged; an undelivered one was counted as
+             * dropped by the gateway (not_leader / term_ended). With a
+             * session shared by the replicas (one client_id, clean_start =
+             * false), a connection the next leader already took over makes
+             * this acknowledgement void and the broker redelivers it. */
             ep->release = true;
-            log_warn(COMPONENT, h->name, "a message still waits for the sink after %lld ms at demotion: "
-                     "acknowledging it (the gateway forwards it under the lease or counts it dropped)",
-                     (long long)ep->s->stop_timeout_ms);
+            log_warn(COMPONENT, h->name, "a QoS %lld message %s at demotion: acknowledging it "
+                     "(paho cannot withhold the acknowledgement without blocking every MQTT "
+                     "client of the process)", (long long)ep->s->qos, why);
         }
         pthread_cond_broadcast(&ep->cv);
     }

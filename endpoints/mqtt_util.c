@@ -309,3 +309,16 @@ bool mqtt_properties_find_user(const MQTTProperties *props, const char *name, ch
     }
     return false;
 }
+
+enum mqtt_verdict mqtt_after_sink_verdict(enum msg_outcome o)
+{
+    switch (o) {
+    case MSG_DELIVERED: return MQTT_VERDICT_ACK;
+    case MSG_DROPPED_QUEUE_FULL:
+    case MSG_DROPPED_SINK_FAILED: return MQTT_VERDICT_REEMIT;
+    case MSG_DROPPED_NOT_LEADER:
+    case MSG_DROPPED_SHUTDOWN:
+    case MSG_DROPPED_TERM_ENDED: return MQTT_VERDICT_AWAIT_STOP;
+    }
+    return MQTT_VERDICT_AWAIT_STOP; /* an unknown outcome is never re-emitted */
+}

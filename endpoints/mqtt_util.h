@@ -11,6 +11,7 @@
 #include <MQTTProperties.h>
 
 #include "src/common/envelope.h"
+#include "src/common/message.h"
 
 /* Longest topic filter / client id MQTT can carry (two-byte length). */
 #define MQTT_STRING_MAX 65535
@@ -55,5 +56,21 @@ void mqtt_properties_to_envelope(const MQTTProperties *props, struct envelope *e
  * non-empty. */
 bool mqtt_properties_find_user(const MQTTProperties *props, const char *name, char *out,
                                size_t outlen);
+
+/* ack = "after_sink", QoS 1/2: what the message callback does with the
+ * outcome of the message it waits for.
+ *   MQTT_VERDICT_ACK         delivered: return, paho sends PUBACK/PUBCOMP
+ *   MQTT_VERDICT_REEMIT      evicted by the queue (drop_oldest) or the sink
+ *                            gave up, within a running term: emit it again
+ *                            after a pause
+ *   MQTT_VERDICT_AWAIT_STOP  final, not delivered: not leader, shutdown, or
+ *                            its lease term ended (MSG_DROPPED_TERM_ENDED:
+ *                            never delivered in a later term, so never
+ *                            re-emitted). stop() always follows (a term's end
+ *                            always demotes): the callback waits for it, and
+ *                            stop() decides at once, without its
+ *                            stop_timeout_ms wait (nothing more can come). */
+enum mqtt_verdict { MQTT_VERDICT_ACK, MQTT_VERDICT_REEMIT, MQTT_VERDICT_AWAIT_STOP };
+enum mqtt_verdict mqtt_after_sink_verdict(enum msg_outcome o);
 
 #endif

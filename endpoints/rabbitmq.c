@@ -640,7 +640,12 @@ static void drain_acks(struct rmq_ep *ep)
 {
     if (!ep->after_sink || !ep->conn || ep->s->ack_drain_ms <= 0) return;
     int64_t deadline = clock_mono_ms() + ep->s->ack_drain_ms;
-    if (ep->outstanding == 0 && ep->nacks == 0) return;
+    /* nacks is written by the forwarder thread (on_message_done): read it
+     * under its lock */
+    pthread_mutex_lock(&ep->ack_lock);
+    size_t queued = ep->nacks;
+    pthread_mutex_unlock(&ep->ack_lock);
+    if (ep->outstanding == 0 && queued == 0) return;
     /* no basic.cancel: it is a round trip that may interleave deliveries;
      * anything delivered but not emitted is requeued when we close */
     while (clock_mono_ms() < deadline) {
@@ -810,7 +815,11 @@ static void *create(const void *sv, struct endpoint_host *host, char *err, size_
         }
     }
     pthread_mutex_init(&ep->lock, NULL);
-    pthread_cond_init(&ep->cond, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* any timed wait on it: monotonic */
+    pthread_cond_init(&ep->cond, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_mutex_init(&ep->ack_lock, NULL);
     envelope_init(&ep->env);
     if (errlen) err[0] = '\0';
@@ -860,13 +869,11 @@ static void stop(void *p)
     if (!ep->thread_started) return;
     atomic_store(&ep->stop, true);
     if (ep->after_sink && ep->s->ack_drain_ms > 0) {
-        /* let the consumer ack what the forwarder finishes meanwhile */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t ns = ts.tv_nsec + (ep->s->ack_drain_ms + 500) % 1000 * 1000000LL;
-        ts.tv_sec += (ep->s->ack_drain_ms + 500) / 1000 + ns / 1000000000LL;
-        ts.tv_nsec = ns % 1000000000LL;
-        if (pthread_timedjoin_np(ep->thread, NULL, &ts) == 0) {
+        /* let the consumer ack what the forwarder finishes meanwhile; the
+         * bound is on CLOCK_MONOTONIC (a wall-clock step must not stretch
+         * or cut it) */
+        struct timespec ts = clock_deadline(CLOCK_MONOTONIC, ep->s->ack_drain_ms + 500);
+        if (pthread_clockjoin_np(ep->thread, NULL, CLOCK_MONOTONIC, &ts) == 0) {
             ep->thread_started = false;
             return;
         }

@@ -182,6 +182,15 @@ enum rmq_ack_action rmq_ack_action_for(enum msg_outcome o, bool group_mode)
         /* demotion or exit closes the connection next: the broker requeues
          * what is unacked (group) or deletes the private queue (private) */
         return RMQ_LEAVE;
+    case MSG_DROPPED_TERM_ENDED:
+        /* received in a lease term that ended before the sink took it; it
+         * is never delivered in a later term. group: the term's end always
+         * demotes, and demotion closes this connection next, so the broker
+         * requeues it for the next leader; a requeue now would only
+         * redeliver it to this same consumer, whose every copy would end as
+         * term_ended again. private: dropped (the gateway counted it);
+         * rejected at once so it never holds a prefetch slot. */
+        return group_mode ? RMQ_LEAVE : RMQ_NACK_DROP;
     case MSG_DROPPED_QUEUE_FULL:
     case MSG_DROPPED_SINK_FAILED:
         return group_mode ? RMQ_NACK_REQUEUE : RMQ_NACK_DROP;

@@ -52,8 +52,13 @@ int rmq_queue_name_check(const char *tmpl, char *err, size_t errlen);
  *                    private queue only loops it back to the same consumer;
  *                    the gateway has counted and logged the drop)
  *   RMQ_LEAVE        send nothing: the connection is about to close (not
- *                    leader, shutdown) and the broker requeues unacked
- *                    messages itself, without a redelivery loop meanwhile. */
+ *                    leader, shutdown, the lease term ended) and the broker
+ *                    requeues unacked messages itself, without a redelivery
+ *                    loop meanwhile.
+ * MSG_DROPPED_TERM_ENDED (the message's lease term ended before the sink
+ * took it; never delivered in a later term): group -> RMQ_LEAVE (requeued
+ * for the next leader when the demotion that always follows a term's end
+ * closes the connection), private -> RMQ_NACK_DROP (dropped and counted). */
 enum rmq_ack_action { RMQ_ACK, RMQ_NACK_REQUEUE, RMQ_NACK_DROP, RMQ_LEAVE };
 enum rmq_ack_action rmq_ack_action_for(enum msg_outcome o, bool group_mode);
 

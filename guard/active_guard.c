@@ -1,9 +1,25 @@
 /* ActiveGuard: one lease per scope; the holder is the only active consumer.
  *
- * The loop runs on its own thread. Leader state visible to other threads is
- * two atomics: the lease deadline (monotonic ms, 0 = not leader) and the
- * locker generation recorded at the last successful acquire/renew/check.
- * active_guard_is_leader_now() reads both and the monotonic clock. */
+ * Two threads per guard:
+ *   lease thread   acquire, renew, verify, release: never waits for a
+ *                  callback, so the lease keeps being renewed while a slow
+ *                  on_promoted (a broker handshake) or on_demoted (a drain)
+ *                  runs;
+ *   worker thread  runs on_promoted / on_demoted, one at a time, posted by
+ *                  the lease thread.
+ *
+ * Terms. A term is one acquisition: one epoch, from the grant until its
+ * deadline passes or the lease is released or lost. The state other threads
+ * read is three atomics: term_epoch, deadline (CLOCK_BOOTTIME ms; > 0 while
+ * the term may still be live, 0 once it ended) and lease_gen (the locker
+ * generation the lease was last confirmed on). A passed deadline is final:
+ * the first reader that sees the clock past it swaps it to 0
+ * (compare-and-swap), and a renewal may only move it forward by a
+ * compare-and-swap from the value it read while the clock was still before
+ * it; so a renewal answered after the deadline can never revive the term:
+ * leading again needs a new acquisition and a new epoch.
+ * (guard/model/ checks this protocol with spin; its README maps the model's
+ * transitions to the functions here.) */
 #include "guard/active_guard.h"
 
 #include <pthread.h>
@@ -19,13 +35,15 @@
 
 #define DEFAULT_TTL_MS 3000
 #define DEFAULT_RETRY_MS 250
-/* Generation watch between renewals. Safety does not depend on it:
- * is_leader_now reads the deadline and the generation itself on every call;
- * this only bounds how soon a verification starts after a reconnect (the
- * forwarder holds meanwhile). The deadline itself is waited for exactly. */
-#define LEADER_POLL_MS 100
+/* The lease thread wakes at least this often while leader (deadline and
+ * generation watch). Safety does not depend on it: every reader checks the
+ * deadline and the generation itself; this only bounds how soon a
+ * verification or a demotion starts. */
+#define LEADER_POLL_MS 50
 #define RELEASE_WAIT_CHUNK_MS 250 /* bounds stop latency while waiting for a release */
 #define VERIFY_RETRY_MS 100
+
+enum wk_cmd { WK_NONE = 0, WK_PROMOTE, WK_DEMOTE };
 
 struct active_guard {
     struct locker *locker; /* not owned */
@@ -38,23 +56,66 @@ struct active_guard {
 
     pthread_mutex_t life_mu; /* start/stop/destroy */
     bool running;
-    pthread_t thread;
+    pthread_t thread, worker;
+    bool worker_running;
 
-    pthread_mutex_t mu; /* wakeups and the give-up reason */
-    pthread_cond_t cv;  /* CLOCK_MONOTONIC */
+    pthread_mutex_t mu; /* wakeups, the give-up reason, the worker mailbox */
+    pthread_cond_t cv;  /* lease thread waits here (CLOCK_MONOTONIC) */
+    pthread_cond_t wk_cv; /* worker waits here */
     atomic_bool stop;
     atomic_bool give_up;
     char give_up_reason[160];
+    /* worker mailbox (under mu) */
+    enum wk_cmd wk_cmd;
+    uint64_t wk_epoch;
+    bool wk_exit;
+    atomic_bool wk_done; /* the posted command finished */
+    int wk_result;
 
-    atomic_llong deadline; /* monotonic ms; 0 = not leader */
+    /* the term, read lock-free by forwarders */
+    atomic_ullong term_epoch;
+    atomic_llong deadline; /* CLOCK_BOOTTIME ms; 0 = no live term */
     atomic_ullong lease_gen;
-    char token[RANDOM_TOKEN_LEN]; /* guard thread only */
+    char token[RANDOM_TOKEN_LEN]; /* lease thread only */
     struct log_ratelimit rl_err;
     struct active_guard_stats stats;
 };
 
-enum wake { W_TIMEOUT, W_STOP, W_GIVE_UP, W_GEN, W_DEADLINE };
+enum wake { W_TIMEOUT, W_STOP, W_GIVE_UP, W_GEN, W_DEADLINE, W_WORKER };
 enum lead_end { LEAD_STANDBY, LEAD_REACQUIRE, LEAD_STOPPED };
+
+int active_guard_check_timings(int64_t ttl, int64_t renew, int64_t retry, int64_t margin,
+                               int64_t command_timeout_ms, char *msg, size_t msglen)
+{
+    if (ttl == 0) ttl = DEFAULT_TTL_MS;
+    if (renew == 0) renew = ttl / 3;
+    if (retry == 0) retry = DEFAULT_RETRY_MS;
+    if (margin == 0) margin = ttl / 20 > 10 ? ttl / 20 : 10;
+    const char *what = NULL;
+    char buf[320];
+    if (ttl <= 0)
+        what = "ttl must be > 0";
+    else if (renew <= 0)
+        what = "renew interval must be > 0";
+    else if (renew >= ttl)
+        what = "renew interval must be shorter than the ttl";
+    else if (retry <= 0)
+        what = "retry interval must be > 0";
+    else if (margin < 0 || ttl - margin <= renew)
+        what = "ttl - safety margin must exceed the renew interval";
+    else if (command_timeout_ms > 0 && ttl - margin - renew < command_timeout_ms) {
+        snprintf(buf, sizeof buf,
+                 "ttl - safety margin - renew = %lld ms is shorter than the locker command "
+                 "timeout (%lld ms): a renewal that times out would leave no time to demote "
+                 "before the key expires; raise ttl or lower renew",
+                 (long long)(ttl - margin - renew), (long long)command_timeout_ms);
+        what = buf;
+    }
+    if (what == NULL) return 0;
+    snprintf(msg, msglen, "lease ttl %lld ms, renew %lld ms, retry %lld ms (margin %lld ms): %s",
+             (long long)ttl, (long long)renew, (long long)retry, (long long)margin, what);
+    return -1;
+}
 
 static uint64_t locker_gen(const struct active_guard *g)
 {
@@ -67,28 +128,103 @@ static bool gen_changed(const struct active_guard *g)
     return locker_gen(g) != atomic_load(&g->lease_gen);
 }
 
-/* Waits until `until` (monotonic ms) or an event. While leader, also watches
- * the deadline and (from gen_after on) the locker generation. */
-static enum wake wait_until(struct active_guard *g, int64_t until, bool leader, int64_t gen_after)
+/* ---- the term ------------------------------------------------------------- */
+
+/* Reads the term consistently: its epoch and its deadline, ending it (swap
+ * to 0) when the clock has passed the deadline. Returns the deadline (> 0
+ * while live, 0 once ended) and *epoch. *now receives the clock reading. */
+static int64_t term_read(const struct active_guard *cg, uint64_t *epoch, int64_t *now)
+{
+    struct active_guard *g = (struct active_guard *)cg; /* atomics only */
+    for (;;) {
+        uint64_t e1 = atomic_load(&g->term_epoch);
+        int64_t d = atomic_load(&g->deadline);
+        uint64_t e2 = atomic_load(&g->term_epoch);
+        if (e1 != e2) continue;
+        *epoch = e1;
+        *now = clock_boot_ms();
+        if (d <= 0) return 0;
+        if (*now < d) return d;
+        /* passed: final. If the swap fails, a renewal moved it (from a
+         * reading taken before it passed) or it ended: look again. */
+        if (atomic_compare_exchange_strong(&g->deadline, &d, 0)) return 0;
+    }
+}
+
+static void term_begin(struct active_guard *g, uint64_t epoch, int64_t sent_ms, uint64_t gen)
+{
+    int64_t d = sent_ms + g->ttl_ms - g->margin_ms;
+    if (d <= 0) d = 1;
+    atomic_store(&g->deadline, 0);
+    atomic_store(&g->lease_gen, gen);
+    atomic_store(&g->term_epoch, epoch); /* before the deadline: readers see a consistent pair */
+    atomic_store(&g->deadline, d);
+}
+
+/* A renewal sent at sent_ms was answered OK: move the deadline forward, but
+ * only if the term is still live now. false = the term had ended (the reply
+ * came too late, or a reader saw the deadline pass): it stays ended. */
+static bool term_extend(struct active_guard *g, int64_t sent_ms, uint64_t gen)
+{
+    int64_t d = atomic_load(&g->deadline);
+    if (d <= 0) return false;
+    if (clock_boot_ms() >= d) {
+        atomic_compare_exchange_strong(&g->deadline, &d, 0);
+        return false;
+    }
+    int64_t nd = sent_ms + g->ttl_ms - g->margin_ms;
+    atomic_store(&g->lease_gen, gen);
+    if (nd <= d) return true; /* never shrinks it */
+    /* fails only when a reader ended the term meanwhile */
+    return atomic_compare_exchange_strong(&g->deadline, &d, nd);
+}
+
+static void term_end(struct active_guard *g)
+{
+    atomic_store(&g->deadline, 0);
+}
+
+static bool term_live(const struct active_guard *g)
+{
+    uint64_t e;
+    int64_t now;
+    return term_read(g, &e, &now) > 0;
+}
+
+/* ---- waiting -------------------------------------------------------------- */
+
+/* Waits until `until` (boot ms) or an event. watch_flags: stop / give-up
+ * wake it; leader: also the term's end and (from gen_after on) the locker
+ * generation; the worker's completion always wakes it. */
+static enum wake wait_until(struct active_guard *g, int64_t until, bool watch_flags, bool leader,
+                            int64_t gen_after)
 {
     enum wake w;
     pthread_mutex_lock(&g->mu);
     for (;;) {
-        if (atomic_load(&g->stop)) {
+        if (watch_flags && atomic_load(&g->stop)) {
             w = W_STOP;
             break;
         }
-        if (atomic_load(&g->give_up)) {
+        if (watch_flags && atomic_load(&g->give_up)) {
             w = W_GIVE_UP;
             break;
         }
-        int64_t now = clock_mono_ms();
+        if (atomic_load(&g->wk_done)) {
+            w = W_WORKER;
+            break;
+        }
+        int64_t now = clock_boot_ms();
+        int64_t d = 0;
         if (leader) {
-            int64_t d = atomic_load(&g->deadline);
-            if (d != 0 && now >= d) {
+            pthread_mutex_unlock(&g->mu);
+            bool live = term_live(g);
+            pthread_mutex_lock(&g->mu);
+            if (!live) {
                 w = W_DEADLINE;
                 break;
             }
+            d = atomic_load(&g->deadline);
             if (now >= gen_after && gen_changed(g)) {
                 w = W_GEN;
                 break;
@@ -100,10 +236,10 @@ static enum wake wait_until(struct active_guard *g, int64_t until, bool leader, 
         }
         int64_t slice = until - now;
         if (leader) {
-            int64_t d = atomic_load(&g->deadline);
-            if (d != 0 && d - now < slice) slice = d - now;
+            if (d > 0 && d - now < slice) slice = d - now;
             if (slice > LEADER_POLL_MS) slice = LEADER_POLL_MS;
         }
+        if (slice > 1000) slice = 1000; /* the boot clock may jump (resume) */
         struct timespec ts = clock_deadline(CLOCK_MONOTONIC, slice);
         pthread_cond_timedwait(&g->cv, &g->mu, &ts);
     }
@@ -120,42 +256,57 @@ static void note_backend_error(struct active_guard *g, const char *what, const c
                  suppressed);
 }
 
-static void set_lease(struct active_guard *g, uint64_t gen, int64_t sent_mono_ms)
+/* ---- the callback worker ---------------------------------------------------- */
+
+static void *worker_main(void *arg)
 {
-    int64_t d = sent_mono_ms + g->ttl_ms - g->margin_ms;
-    if (d <= 0) d = 1;
-    atomic_store(&g->lease_gen, gen); /* before the deadline: readers see a consistent pair */
-    atomic_store(&g->deadline, d);
+    struct active_guard *g = arg;
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        while (g->wk_cmd == WK_NONE && !g->wk_exit) pthread_cond_wait(&g->wk_cv, &g->mu);
+        if (g->wk_cmd == WK_NONE && g->wk_exit) break;
+        enum wk_cmd cmd = g->wk_cmd;
+        uint64_t epoch = g->wk_epoch;
+        pthread_mutex_unlock(&g->mu);
+        int rc = 0;
+        if (cmd == WK_PROMOTE && g->cb.on_promoted) rc = g->cb.on_promoted(g->cb.arg, epoch);
+        if (cmd == WK_DEMOTE && g->cb.on_demoted) g->cb.on_demoted(g->cb.arg);
+        pthread_mutex_lock(&g->mu);
+        g->wk_cmd = WK_NONE;
+        g->wk_result = rc;
+        atomic_store(&g->wk_done, true);
+        pthread_cond_broadcast(&g->cv);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
 }
 
-/* Demote: on_demoted first (the lease is still valid unless lost, so the
- * consumer may drain under it), then drop leadership, then release. */
-static void demote(struct active_guard *g, const char *reason, bool lost, bool announce)
+static void worker_post(struct active_guard *g, enum wk_cmd cmd, uint64_t epoch)
 {
-    if (lost) atomic_store(&g->deadline, 0);
-    if (g->cb.on_demoted) g->cb.on_demoted(g->cb.arg);
-    atomic_store(&g->deadline, 0);
-    atomic_store(&g->stats.role, ROLE_STANDBY);
-    atomic_fetch_add(&g->stats.demotions, 1);
-    log_info("guard", g->log_name, "demoted from leader of %s (epoch %llu): %s", g->key,
-             (unsigned long long)atomic_load(&g->stats.epoch), reason);
-    if (lost) return;
-    char err[LOCKER_ERR_MAX];
-    int rc = locker_unlock(g->locker, g->key, g->token, err);
-    if (rc != LOCKER_OK) {
-        log_warn("guard", g->log_name, "release of %s: %s", g->key, err);
-        return;
-    }
-    if (announce && g->locker->ops->announce_release) {
-        if (g->locker->ops->announce_release(g->locker, g->key, err) != LOCKER_OK)
-            log_warn("guard", g->log_name, "announcing the release of %s: %s", g->key, err);
-    }
+    pthread_mutex_lock(&g->mu);
+    atomic_store(&g->wk_done, false);
+    g->wk_cmd = cmd;
+    g->wk_epoch = epoch;
+    pthread_cond_signal(&g->wk_cv);
+    pthread_mutex_unlock(&g->mu);
 }
+
+/* Takes the finished command's result (W_WORKER). */
+static int worker_take(struct active_guard *g)
+{
+    pthread_mutex_lock(&g->mu);
+    atomic_store(&g->wk_done, false);
+    int rc = g->wk_result;
+    pthread_mutex_unlock(&g->mu);
+    return rc;
+}
+
+/* ---- leading ---------------------------------------------------------------- */
 
 /* Verifies the lease after the locker connection broke. */
 static int verify_lease(struct active_guard *g, char err[LOCKER_ERR_MAX])
 {
-    uint64_t g1 = locker_gen(g);
+    uint64_t g1 = locker_gen(g); /* before the request: a break during it shows */
     int rc;
     if (g->locker->ops->check) {
         err[0] = '\0';
@@ -164,15 +315,23 @@ static int verify_lease(struct active_guard *g, char err[LOCKER_ERR_MAX])
     } else {
         int64_t sent = 0;
         rc = locker_renew(g->locker, g->key, g->token, g->ttl_ms, &sent, err);
-        if (rc == LOCKER_OK) set_lease(g, g1, sent);
+        if (rc == LOCKER_OK && !term_extend(g, sent, g1)) rc = LOCKER_LOST;
     }
     return rc;
 }
 
+enum end_mode {
+    END_NONE = 0,
+    END_GRACEFUL,  /* stop, give-up, failed start: drain under the renewed lease, release, announce */
+    END_REACQUIRE, /* locker cannot renew: release and try again at once */
+    END_EXPIRED,   /* the deadline passed: the term ended; release quietly */
+    END_LOST,      /* the key is gone or another's: nothing to release */
+};
+
 static enum lead_end lead(struct active_guard *g, const struct lock_grant *grant, uint64_t gen0)
 {
     memcpy(g->token, grant->token, sizeof g->token);
-    set_lease(g, gen0, grant->sent_mono_ms);
+    term_begin(g, grant->epoch, grant->sent_ms, gen0);
     atomic_store(&g->stats.epoch, grant->epoch);
     atomic_store(&g->stats.leader_since_ms, clock_wall_ms());
     atomic_store(&g->stats.role, ROLE_LEADER);
@@ -180,96 +339,168 @@ static enum lead_end lead(struct active_guard *g, const struct lock_grant *grant
     log_info("guard", g->log_name, "promoted to leader of %s (epoch %llu)", g->key,
              (unsigned long long)grant->epoch);
 
-    if (g->cb.on_promoted && g->cb.on_promoted(g->cb.arg, grant->epoch) < 0) {
-        log_warn("guard", g->log_name, "starting the consumer failed; releasing %s", g->key);
-        demote(g, "promotion failed", false, true);
-        wait_until(g, clock_mono_ms() + g->retry_ms, false, 0);
-        return LEAD_STANDBY;
-    }
-
+    worker_post(g, WK_PROMOTE, grant->epoch);
+    bool promoting = true, demoting = false, promote_failed = false;
+    enum end_mode end = END_NONE;
+    enum lead_end ret = LEAD_STANDBY;
+    char reason[sizeof g->give_up_reason + LOCKER_ERR_MAX + 128] = "";
     bool can_renew = locker_can_renew(g->locker);
-    int64_t next_renew = grant->sent_mono_ms + g->renew_ms;
+    int64_t next_renew = grant->sent_ms + g->renew_ms;
     int64_t gen_after = 0;
     char err[LOCKER_ERR_MAX];
+
     for (;;) {
-        enum wake w = wait_until(g, next_renew, true, gen_after);
+        bool live = end != END_EXPIRED && end != END_LOST && term_live(g);
+        if (!live && end != END_EXPIRED && end != END_LOST) {
+            /* the deadline passed (seen here or by a reader): final */
+            atomic_fetch_add(&g->stats.renew_failures, 1);
+            if (end == END_NONE)
+                snprintf(reason, sizeof reason, "lease deadline passed without a successful renewal");
+            else
+                snprintf(reason + strlen(reason), sizeof reason - strlen(reason),
+                         "; the lease deadline passed meanwhile");
+            end = END_EXPIRED;
+            term_end(g);
+        }
+        if (end != END_NONE && !promoting && !demoting) {
+            /* on_demoted only after on_promoted returned; the lease keeps
+             * being renewed meanwhile (graceful) */
+            worker_post(g, WK_DEMOTE, 0);
+            demoting = true;
+        }
+        bool renewing = live && end != END_EXPIRED && end != END_LOST;
+        enum wake w = wait_until(g, renewing ? next_renew : INT64_MAX, end == END_NONE, renewing,
+                                 gen_after);
         switch (w) {
+        case W_WORKER: {
+            int rc = worker_take(g);
+            if (promoting) {
+                promoting = false;
+                if (rc < 0 && end == END_NONE) {
+                    log_warn("guard", g->log_name, "starting the consumer failed; releasing %s", g->key);
+                    snprintf(reason, sizeof reason, "promotion failed");
+                    end = END_GRACEFUL;
+                    promote_failed = true;
+                }
+            } else if (demoting) {
+                demoting = false;
+                goto done;
+            }
+            break;
+        }
         case W_STOP:
-            demote(g, "stopping", false, true);
-            return LEAD_STOPPED;
-        case W_GIVE_UP: {
-            char reason[sizeof g->give_up_reason + 16];
+            snprintf(reason, sizeof reason, "stopping");
+            end = END_GRACEFUL;
+            ret = LEAD_STOPPED;
+            break;
+        case W_GIVE_UP:
             pthread_mutex_lock(&g->mu);
             snprintf(reason, sizeof reason, "gave up: %s", g->give_up_reason);
             pthread_mutex_unlock(&g->mu);
-            demote(g, reason, false, true);
-            return LEAD_STANDBY;
-        }
+            end = END_GRACEFUL; /* guard_main sits out afterwards */
+            break;
         case W_DEADLINE:
-            atomic_fetch_add(&g->stats.renew_failures, 1);
-            demote(g, "lease deadline passed without a successful renewal", false, false);
-            return LEAD_STANDBY;
+            break; /* handled at the top */
         case W_GEN: {
             int rc = verify_lease(g, err);
             if (rc == LOCKER_OK) {
                 log_info("guard", g->log_name,
                          "lease %s (epoch %llu) verified after the connection was re-established",
-                         g->key, (unsigned long long)atomic_load(&g->stats.epoch));
+                         g->key, (unsigned long long)grant->epoch);
                 gen_after = 0;
             } else if (rc == LOCKER_LOST) {
                 atomic_fetch_add(&g->stats.renew_failures, 1);
-                demote(g, "lease lost while the connection was down", true, false);
-                return LEAD_STANDBY;
+                snprintf(reason, sizeof reason, "lease lost while the connection was down");
+                end = END_LOST;
+                term_end(g);
             } else {
                 note_backend_error(g, "verifying", err);
-                gen_after = clock_mono_ms() + VERIFY_RETRY_MS;
+                gen_after = clock_boot_ms() + VERIFY_RETRY_MS;
             }
             break;
         }
         case W_TIMEOUT: {
+            if (!renewing) break;
             if (!can_renew) {
-                demote(g, "re-acquiring (locker cannot renew)", false, false);
-                return LEAD_REACQUIRE;
+                if (end == END_NONE) {
+                    snprintf(reason, sizeof reason, "re-acquiring (locker cannot renew)");
+                    end = END_REACQUIRE;
+                }
+                next_renew = INT64_MAX;
+                break;
             }
-            uint64_t g1 = locker_gen(g);
+            uint64_t g1 = locker_gen(g); /* before the request: a break during it shows */
             int64_t sent = 0;
             int rc = locker_renew(g->locker, g->key, g->token, g->ttl_ms, &sent, err);
             if (rc == LOCKER_OK) {
-                set_lease(g, g1, sent);
+                if (!term_extend(g, sent, g1)) {
+                    atomic_fetch_add(&g->stats.renew_failures, 1);
+                    int64_t late = clock_boot_ms() - (sent + g->ttl_ms - g->margin_ms);
+                    snprintf(reason + strlen(reason), sizeof reason - strlen(reason),
+                             "%srenewal answered after the lease deadline (%lld ms after it was "
+                             "sent): the term ended and is not revived",
+                             reason[0] ? "; " : "", (long long)(clock_boot_ms() - sent));
+                    (void)late;
+                    end = END_EXPIRED;
+                    term_end(g);
+                    break;
+                }
                 next_renew = sent + g->renew_ms;
                 gen_after = 0;
             } else if (rc == LOCKER_LOST) {
                 atomic_fetch_add(&g->stats.renew_failures, 1);
-                demote(g, err, true, false);
-                return LEAD_STANDBY;
+                snprintf(reason, sizeof reason, "%s", err);
+                end = END_LOST;
+                term_end(g);
             } else {
-                /* keep trying until the deadline; W_DEADLINE demotes */
+                /* keep trying until the deadline; the term ends there */
                 atomic_fetch_add(&g->stats.renew_failures, 1);
                 note_backend_error(g, "renewing", err);
                 int64_t step = g->retry_ms < g->renew_ms ? g->retry_ms : g->renew_ms;
-                next_renew = clock_mono_ms() + step;
+                next_renew = clock_boot_ms() + step;
             }
             break;
         }
         }
     }
+done:
+    term_end(g);
+    atomic_store(&g->stats.role, ROLE_STANDBY);
+    atomic_fetch_add(&g->stats.demotions, 1);
+    log_info("guard", g->log_name, "demoted from leader of %s (epoch %llu): %s", g->key,
+             (unsigned long long)grant->epoch, reason);
+    if (end != END_LOST) {
+        int rc = locker_unlock(g->locker, g->key, g->token, err);
+        if (rc != LOCKER_OK) {
+            if (end != END_EXPIRED) log_warn("guard", g->log_name, "release of %s: %s", g->key, err);
+        } else if (end == END_GRACEFUL && g->locker->ops->announce_release) {
+            if (g->locker->ops->announce_release(g->locker, g->key, err) != LOCKER_OK)
+                log_warn("guard", g->log_name, "announcing the release of %s: %s", g->key, err);
+        }
+    }
+    if (promote_failed && ret != LEAD_STOPPED) {
+        wait_until(g, clock_boot_ms() + g->retry_ms, true, false, 0);
+        atomic_store(&g->wk_done, false);
+    }
+    if (end == END_REACQUIRE && ret != LEAD_STOPPED) return LEAD_REACQUIRE;
+    return ret;
 }
 
-/* Standby: wait wait_ms, returning early when a release is announced (true)
- * or on stop / give-up. */
-static bool standby_wait(struct active_guard *g, int64_t wait_ms)
+/* Standby: wait wait_ms, returning early when a release is announced after
+ * `seen` was read (true) or on stop / give-up. */
+static bool standby_wait(struct active_guard *g, int64_t wait_ms, uint64_t seen)
 {
-    int64_t until = clock_mono_ms() + wait_ms;
+    int64_t until = clock_boot_ms() + wait_ms;
     if (g->locker->ops->wait_release == NULL) {
-        wait_until(g, until, false, 0);
+        wait_until(g, until, true, false, 0);
         return false;
     }
     for (;;) {
         if (atomic_load(&g->stop) || atomic_load(&g->give_up)) return false;
-        int64_t rem = until - clock_mono_ms();
+        int64_t rem = until - clock_boot_ms();
         if (rem <= 0) return false;
         if (rem > RELEASE_WAIT_CHUNK_MS) rem = RELEASE_WAIT_CHUNK_MS;
-        if (g->locker->ops->wait_release(g->locker, g->key, rem)) return true;
+        if (g->locker->ops->wait_release(g->locker, g->key, seen, rem)) return true;
     }
 }
 
@@ -282,7 +513,7 @@ static void sit_out(struct active_guard *g)
     pthread_mutex_unlock(&g->mu);
     log_warn("guard", g->log_name, "giving up %s (%s): not competing for %lld ms", g->key, reason,
              (long long)g->ttl_ms);
-    wait_until(g, clock_mono_ms() + g->ttl_ms, false, 0);
+    wait_until(g, clock_boot_ms() + g->ttl_ms, true, false, 0);
 }
 
 static void run_single(struct active_guard *g)
@@ -299,11 +530,11 @@ static void run_single(struct active_guard *g)
             } else {
                 log_warn("guard", g->log_name, "starting the consumer failed; retrying");
                 if (g->cb.on_demoted) g->cb.on_demoted(g->cb.arg);
-                wait_until(g, clock_mono_ms() + g->retry_ms, false, 0);
+                wait_until(g, clock_boot_ms() + g->retry_ms, true, false, 0);
                 continue;
             }
         }
-        enum wake w = wait_until(g, INT64_MAX, false, 0);
+        enum wake w = wait_until(g, INT64_MAX, true, false, 0);
         if (w == W_GIVE_UP) {
             if (g->cb.on_demoted) g->cb.on_demoted(g->cb.arg);
             atomic_fetch_add(&g->stats.demotions, 1);
@@ -321,6 +552,7 @@ static void *guard_main(void *arg)
         run_single(g);
         return NULL;
     }
+    bool have_seq = g->locker->ops->release_seq != NULL;
     while (!atomic_load(&g->stop)) {
         if (atomic_load(&g->give_up)) {
             sit_out(g);
@@ -328,19 +560,24 @@ static void *guard_main(void *arg)
         }
         if (g->standby_delay_ms) {
             int64_t d = g->standby_delay_ms(g->standby_delay_arg);
-            if (d > 0 && wait_until(g, clock_mono_ms() + d, false, 0) != W_TIMEOUT) continue;
+            if (d > 0 && wait_until(g, clock_boot_ms() + d, true, false, 0) != W_TIMEOUT) continue;
         }
+        /* Read before try_lock: an announcement made after this point is
+         * seen by standby_wait, whenever it comes. */
+        uint64_t seen = have_seq ? g->locker->ops->release_seq(g->locker, g->key) : 0;
         struct lock_grant grant;
         memset(&grant, 0, sizeof grant);
         char err[LOCKER_ERR_MAX];
+        /* The generation of the connection that carries the grant, read
+         * before the request: a break at any point after it shows as a
+         * change and makes the guard verify (a reconnect inside try_lock
+         * costs one extra check, never a missed break). The backend's own
+         * reading (grant.gen) is preferred when it gives one. */
+        uint64_t gen_before = locker_gen(g);
         int rc = locker_try_lock(g->locker, g->key, g->ttl_ms, &grant, err);
         atomic_fetch_add(&g->stats.attempts, 1);
         if (rc == LOCKER_OK) {
-            /* The generation of the connection that carried the grant: read
-             * after the call, since try_lock may have reconnected first (a
-             * generation read before would make the new lease look broken). */
-            uint64_t gen0 = locker_gen(g);
-            lead(g, &grant, gen0); /* LEAD_REACQUIRE: try again at once */
+            lead(g, &grant, grant.gen ? grant.gen : gen_before); /* LEAD_REACQUIRE: at once */
             continue;
         }
         if (rc == LOCKER_HELD) {
@@ -351,11 +588,11 @@ static void *guard_main(void *arg)
             int64_t wait = g->retry_ms;
             if (grant.held_pttl_ms > wait) wait = grant.held_pttl_ms + 1;
             if (wait > g->ttl_ms) wait = g->ttl_ms;
-            standby_wait(g, wait);
+            standby_wait(g, wait, seen);
             continue;
         }
         note_backend_error(g, "acquiring", err);
-        wait_until(g, clock_mono_ms() + g->retry_ms, false, 0);
+        wait_until(g, clock_boot_ms() + g->retry_ms, true, false, 0);
     }
     atomic_store(&g->stats.role, ROLE_STANDBY);
     return NULL;
@@ -368,28 +605,16 @@ struct active_guard *active_guard_create(struct locker *locker, const char *scop
 {
     struct active_guard_options o = {0};
     if (opts) o = *opts;
+    char msg[400];
+    if (active_guard_check_timings(o.ttl_ms, o.renew_ms, o.retry_ms, o.safety_margin_ms,
+                                   locker ? o.command_timeout_ms : 0, msg, sizeof msg) != 0) {
+        snprintf(err, errlen, "active guard %s: %s", scope ? scope : "", msg);
+        return NULL;
+    }
     int64_t ttl = o.ttl_ms ? o.ttl_ms : DEFAULT_TTL_MS;
     int64_t renew = o.renew_ms ? o.renew_ms : ttl / 3;
     int64_t retry = o.retry_ms ? o.retry_ms : DEFAULT_RETRY_MS;
     int64_t margin = o.safety_margin_ms ? o.safety_margin_ms : (ttl / 20 > 10 ? ttl / 20 : 10);
-    const char *what = NULL;
-    if (ttl <= 0)
-        what = "ttl must be > 0";
-    else if (renew <= 0)
-        what = "renew interval must be > 0";
-    else if (renew >= ttl)
-        what = "renew interval must be shorter than the ttl";
-    else if (retry <= 0)
-        what = "retry interval must be > 0";
-    else if (margin < 0 || ttl - margin <= renew)
-        what = "ttl - safety margin must exceed the renew interval";
-    if (what) {
-        snprintf(err, errlen,
-                 "active guard %s: %s (ttl %lld ms, renew %lld ms, retry %lld ms, margin %lld ms)",
-                 scope ? scope : "", what, (long long)ttl, (long long)renew, (long long)retry,
-                 (long long)margin);
-        return NULL;
-    }
     struct active_guard *g = xcalloc(1, sizeof *g);
     if (guard_key(g->key, sizeof g->key, o.prefix, "active", scope, NULL) < 0) {
         snprintf(err, errlen, "active guard %s: key too long", scope ? scope : "");
@@ -411,6 +636,7 @@ struct active_guard *active_guard_create(struct locker *locker, const char *scop
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&g->cv, &ca);
+    pthread_cond_init(&g->wk_cv, &ca);
     pthread_condattr_destroy(&ca);
     atomic_store(&g->stats.role, locker ? ROLE_STANDBY : ROLE_SINGLE);
     return g;
@@ -423,6 +649,19 @@ int active_guard_start(struct active_guard *g)
     int rc = 0;
     if (!g->running) {
         atomic_store(&g->stop, false);
+        pthread_mutex_lock(&g->mu);
+        g->wk_exit = false;
+        g->wk_cmd = WK_NONE;
+        atomic_store(&g->wk_done, false);
+        pthread_mutex_unlock(&g->mu);
+        if (g->locker && !g->worker_running) {
+            if (pthread_create(&g->worker, NULL, worker_main, g) != 0) {
+                log_error("guard", g->log_name, "cannot start the callback thread for %s", g->key);
+                pthread_mutex_unlock(&g->life_mu);
+                return -1;
+            }
+            g->worker_running = true;
+        }
         if (pthread_create(&g->thread, NULL, guard_main, g) != 0) {
             log_error("guard", g->log_name, "cannot start the guard thread for %s", g->key);
             rc = -1;
@@ -434,23 +673,38 @@ int active_guard_start(struct active_guard *g)
     return rc;
 }
 
+void active_guard_request_stop(struct active_guard *g)
+{
+    if (g == NULL) return;
+    pthread_mutex_lock(&g->mu);
+    atomic_store(&g->stop, true);
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
 void active_guard_stop(struct active_guard *g)
 {
     if (g == NULL) return;
     pthread_mutex_lock(&g->life_mu);
-    if (g->running) {
-        pthread_mutex_lock(&g->mu);
-        atomic_store(&g->stop, true);
-        pthread_cond_broadcast(&g->cv);
-        pthread_mutex_unlock(&g->mu);
-        if (pthread_equal(pthread_self(), g->thread)) {
+    if (g->running || g->worker_running) {
+        active_guard_request_stop(g);
+        if ((g->running && pthread_equal(pthread_self(), g->thread)) ||
+            (g->worker_running && pthread_equal(pthread_self(), g->worker))) {
             /* called from a callback: the loop ends after it returns; the
              * owner's later stop/destroy joins */
             pthread_mutex_unlock(&g->life_mu);
             return;
         }
-        pthread_join(g->thread, NULL);
+        if (g->running) pthread_join(g->thread, NULL);
         g->running = false;
+        if (g->worker_running) {
+            pthread_mutex_lock(&g->mu);
+            g->wk_exit = true;
+            pthread_cond_signal(&g->wk_cv);
+            pthread_mutex_unlock(&g->mu);
+            pthread_join(g->worker, NULL);
+            g->worker_running = false;
+        }
     }
     pthread_mutex_unlock(&g->life_mu);
 }
@@ -460,28 +714,39 @@ void active_guard_destroy(struct active_guard *g)
     if (g == NULL) return;
     active_guard_stop(g);
     pthread_cond_destroy(&g->cv);
+    pthread_cond_destroy(&g->wk_cv);
     pthread_mutex_destroy(&g->mu);
     pthread_mutex_destroy(&g->life_mu);
     free(g->log_name);
     free(g);
 }
 
+enum leader_state active_guard_term_state(const struct active_guard *g, uint64_t epoch,
+                                          int64_t *left_ms)
+{
+    if (left_ms) *left_ms = 0;
+    if (g == NULL) return LEADER_NO;
+    if (g->locker == NULL) {
+        if (left_ms) *left_ms = INT64_MAX;
+        return LEADER_YES;
+    }
+    uint64_t e;
+    int64_t now;
+    int64_t d = term_read(g, &e, &now);
+    if (d <= 0 || e != epoch) return LEADER_NO;
+    if (left_ms) *left_ms = d - now;
+    return gen_changed(g) ? LEADER_UNSURE : LEADER_YES;
+}
+
 bool active_guard_is_leader_now(const struct active_guard *g)
 {
-    if (g == NULL) return false;
-    if (g->locker == NULL) return true;
-    int64_t d = atomic_load(&g->deadline);
-    if (d == 0 || clock_mono_ms() >= d) return false;
-    return !gen_changed(g);
+    return active_guard_leader_state(g) == LEADER_YES;
 }
 
 enum leader_state active_guard_leader_state(const struct active_guard *g)
 {
     if (g == NULL) return LEADER_NO;
-    if (g->locker == NULL) return LEADER_YES;
-    int64_t d = atomic_load(&g->deadline);
-    if (d == 0 || clock_mono_ms() >= d) return LEADER_NO;
-    return gen_changed(g) ? LEADER_UNSURE : LEADER_YES;
+    return active_guard_term_state(g, atomic_load(&g->term_epoch), NULL);
 }
 
 uint64_t active_guard_epoch(const struct active_guard *g)

@@ -2,17 +2,22 @@
  * (<prefix>:active:<scope>); only the leader runs the subscription.
  *
  *   g = active_guard_create(locker, scope, &opts, &callbacks);
- *   active_guard_start(g);            // runs the loop on its own thread
- *   ... active_guard_is_leader_now(g) before every forwarded message ...
+ *   active_guard_start(g);            // lease thread + callback thread
+ *   ... active_guard_term_state(g, m->epoch, &left) before every sink write
  *   active_guard_stop(g);             // demote, release, announce; joins
  *   active_guard_destroy(g);
  *
- * Loop: standby try_lock every retry_ms (or at once when a release is
- * announced); won -> record token, epoch, deadline = sent + ttl - margin;
- * call on_promoted; if that fails, on_demoted then release. Leader: renew
- * every renew_ms; failure, error, lost key or passed deadline -> on_demoted
- * first, then release. Locker without renew: release and re-acquire each
- * renew interval. locker NULL: promoted once, always leader, epoch 0. */
+ * Standby: read the release counter, try_lock; held -> wait until the
+ * holder's lease would expire or a release is announced. Won -> a new term
+ * (epoch; deadline = request sent + ttl - margin, CLOCK_BOOTTIME) and
+ * on_promoted runs on the callback thread while the lease thread renews
+ * every renew_ms. A renewal answered OK before the deadline moves it; a
+ * passed deadline ends the term for good (a late reply never revives it),
+ * as do a lost key and a failed start; on_demoted then runs (after
+ * on_promoted returned), and the lease is released (and, when graceful,
+ * announced). Graceful ends (stop, give-up) keep renewing while on_demoted
+ * drains. Locker without renew: release and re-acquire each renew interval.
+ * locker NULL: promoted once, always leader, epoch 0. */
 #ifndef BATON_ACTIVE_GUARD_H
 #define BATON_ACTIVE_GUARD_H
 
@@ -34,6 +39,7 @@ struct active_guard_options {
     int64_t (*standby_delay_ms)(void *arg);
     void *standby_delay_arg;
     const char *log_name;     /* endpoint name for log lines */
+    int64_t command_timeout_ms; /* the locker's command timeout (validation) */
 };
 
 struct active_guard_callbacks {
@@ -60,7 +66,20 @@ struct active_guard_stats {
     atomic_ullong attempts;       /* acquisition attempts made (any outcome) */
 };
 
-/* Validates ttl > renew > 0 and retry > 0 (after defaults). Returns NULL and
+/* The one validation of lease timings, used by active_guard_create, by the
+ * config loader and by --check-config alike. Zero fields take their
+ * defaults (ttl 3000, renew ttl/3, retry 250, margin max(ttl/20, 10)).
+ * Requires ttl > renew > 0, retry > 0, and
+ *   ttl - margin - renew >= command_timeout_ms
+ * so that a renewal that times out still leaves time to demote before the
+ * key can expire (command_timeout_ms 0 = no locker: not checked). Returns 0,
+ * or -1 with msg ("lease ttl 100 ms, renew 95 ms: ..."). */
+int active_guard_check_timings(int64_t ttl_ms, int64_t renew_ms, int64_t retry_ms,
+                               int64_t safety_margin_ms, int64_t command_timeout_ms, char *msg,
+                               size_t msglen);
+
+/* Validates the timings with active_guard_check_timings (command timeout
+ * taken from opts->command_timeout_ms). Returns NULL and
  * fills err on invalid options. Copies scope and prefix. */
 struct active_guard *active_guard_create(struct locker *locker, const char *scope,
                                          const struct active_guard_options *opts,
@@ -70,11 +89,17 @@ int active_guard_start(struct active_guard *g);
 /* Graceful: on_demoted (if leader), unlock, announce release; joins the thread.
  * Idempotent. */
 void active_guard_stop(struct active_guard *g);
+/* Asks the guard to stop without waiting (the graceful handover starts at
+ * once); active_guard_stop then joins. Lets a process stop many guards in
+ * parallel. */
+void active_guard_request_stop(struct active_guard *g);
 void active_guard_destroy(struct active_guard *g);
 
-/* One atomic load and one monotonic clock read: true only while this replica
- * holds a lease whose deadline has not passed and whose backend connection
- * has not broken since it was last verified. Always true without a locker. */
+/* A few atomic loads and one clock read: true only while this replica holds
+ * a lease in its current term whose deadline has not passed and whose
+ * backend connection has not broken since it was last verified. Always true
+ * without a locker. (Forwarders use active_guard_term_state with the
+ * message's own epoch instead.) */
 bool active_guard_is_leader_now(const struct active_guard *g);
 /* Like active_guard_is_leader_now, but tells apart a lease whose backend
  * connection broke and is being verified (LEADER_UNSURE: forward nothing yet,
@@ -83,6 +108,17 @@ bool active_guard_is_leader_now(const struct active_guard *g);
 enum leader_state { LEADER_NO = 0, LEADER_YES = 1, LEADER_UNSURE = 2 };
 enum leader_state active_guard_leader_state(const struct active_guard *g);
 uint64_t active_guard_epoch(const struct active_guard *g);
+/* Term-scoped delivery. A term is one acquisition: one epoch, from the grant
+ * until its deadline passes or the lease is released or lost; a passed
+ * deadline is final (a renewal answered after it never revives the term).
+ * Returns the leader state *in term `epoch`*: LEADER_YES only while this
+ * replica leads now and the current term is that epoch; LEADER_UNSURE while
+ * that term's connection is being verified; LEADER_NO otherwise (the term
+ * ended, or another one runs). *left_ms (may be NULL) receives the time left
+ * until the term's current deadline (0 unless YES or UNSURE; INT64_MAX
+ * without a locker). Lock-free: a few atomic loads and one clock read. */
+enum leader_state active_guard_term_state(const struct active_guard *g, uint64_t epoch,
+                                          int64_t *left_ms);
 /* The endpoint lost its source for longer than the lease ttl: demote and
  * release so that another replica can try; this replica waits at least one
  * ttl before competing again. Safe from any thread, including a callback. */

@@ -57,7 +57,7 @@ int locker_unlock(struct locker *l, const char *key, const char *token, char err
 }
 
 int locker_renew(struct locker *l, const char *key, const char *token, int64_t ttl_ms,
-                 int64_t *sent_mono_ms, char err[LOCKER_ERR_MAX])
+                 int64_t *sent_ms, char err[LOCKER_ERR_MAX])
 {
     err[0] = '\0';
     if (!args_ok(l, key, err)) return LOCKER_ERR;
@@ -72,7 +72,7 @@ int locker_renew(struct locker *l, const char *key, const char *token, int64_t t
     }
     int64_t sent_dummy;
     return l->ops->renew(l, key, token ? token : "", ttl_ms,
-                         sent_mono_ms ? sent_mono_ms : &sent_dummy, err);
+                         sent_ms ? sent_ms : &sent_dummy, err);
 }
 
 bool locker_can_renew(const struct locker *l)

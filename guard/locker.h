@@ -35,9 +35,14 @@ const char *locker_status_name(int status);
 struct lock_grant {
     char token[RANDOM_TOKEN_LEN];
     uint64_t epoch;
-    /* Monotonic time (ms) at which the acquiring request was sent: the lease
+    /* clock_boot_ms() just before the acquiring request was sent: the lease
      * deadline is computed from it, so it always falls before the expiry. */
-    int64_t sent_mono_ms;
+    int64_t sent_ms;
+    /* The locker generation of the connection that carried the request, read
+     * before it was sent (0 = the backend does not say; the guard then uses
+     * the one it read before the call). A break after the grant then always
+     * shows as a changed generation, never absorbed. */
+    uint64_t gen;
     /* try_lock answering LOCKER_HELD: how long the current holder's lease
      * still runs (ms), when the backend knows (0 = unknown). A standby need
      * not try again before then, unless a release is announced. */
@@ -57,15 +62,22 @@ struct locker_ops {
     int (*unlock)(struct locker *l, const char *key, const char *token,
                   char err[LOCKER_ERR_MAX]);
     /* Compare-and-PEXPIRE; NULL when the backend cannot renew (the guard then
-     * falls back to release-and-reacquire). *sent_mono_ms receives when the
-     * request was sent. LOCKER_LOST when the key is gone or another's. */
+     * falls back to release-and-reacquire). *sent_ms receives when the
+     * request was sent (clock_boot_ms). LOCKER_LOST when the key is gone or
+     * another's. The backend also keeps "<key>:epoch" from expiring while the
+     * lease is renewed. */
     int (*renew)(struct locker *l, const char *key, const char *token, int64_t ttl_ms,
-                 int64_t *sent_mono_ms, char err[LOCKER_ERR_MAX]);
-    /* Optional (NULL = not supported): tell waiting standbys the key was
-     * released, and wait (up to timeout_ms) for such an announcement.
-     * wait_release returns true when one arrived for key. */
+                 int64_t *sent_ms, char err[LOCKER_ERR_MAX]);
+    /* Optional (NULL = not supported): tell standbys the key was released.
+     * A standby cannot miss an announcement: release_seq(key) is a counter
+     * of announcements seen for key (it also advances when the backend may
+     * have missed some, e.g. its subscription was re-established); the
+     * first call starts watching key. A standby reads it before try_lock and
+     * wait_release(key, seen, timeout) returns true as soon as the counter
+     * differs from seen (at once if it already does), false on timeout. */
     int (*announce_release)(struct locker *l, const char *key, char err[LOCKER_ERR_MAX]);
-    bool (*wait_release)(struct locker *l, const char *key, int64_t timeout_ms);
+    uint64_t (*release_seq)(struct locker *l, const char *key);
+    bool (*wait_release)(struct locker *l, const char *key, uint64_t seen, int64_t timeout_ms);
     /* Optional: a counter that changes whenever the backend connection broke
      * or was re-established; the guard compares it between calls to notice a
      * restart at once. NULL = never changes. */
@@ -76,11 +88,17 @@ struct locker_ops {
     void (*destroy)(struct locker *l);
     /* Optional: a one-shot claim, plain SET NX PX with no epoch or holder
      * bookkeeping (OnceGuard: one key per delivery, never renewed or
-     * released). LOCKER_OK, LOCKER_HELD or LOCKER_ERR. NULL = try_lock. */
+     * released). LOCKER_OK, LOCKER_HELD or LOCKER_ERR. NULL = try_lock.
+     * Runs on the side connection (with holder and ping), never delaying
+     * lease traffic. */
     int (*claim)(struct locker *l, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX]);
     /* Optional: who holds key ("host pid N"), for status pages. LOCKER_OK
-     * with buf filled, LOCKER_LOST when nobody holds it, LOCKER_ERR. */
+     * with buf filled, LOCKER_LOST when nobody holds it, LOCKER_ERR. Runs on
+     * a connection of its own, never delaying lease traffic. */
     int (*holder)(struct locker *l, const char *key, char *buf, size_t len, char err[LOCKER_ERR_MAX]);
+    /* Optional: one round trip to the backend on the same side connection
+     * as holder (readiness probes). LOCKER_OK or LOCKER_ERR with err. */
+    int (*ping)(struct locker *l, char err[LOCKER_ERR_MAX]);
 };
 
 struct locker {
@@ -92,7 +110,7 @@ int locker_try_lock(struct locker *l, const char *key, int64_t ttl_ms, struct lo
                     char err[LOCKER_ERR_MAX]);
 int locker_unlock(struct locker *l, const char *key, const char *token, char err[LOCKER_ERR_MAX]);
 int locker_renew(struct locker *l, const char *key, const char *token, int64_t ttl_ms,
-                 int64_t *sent_mono_ms, char err[LOCKER_ERR_MAX]);
+                 int64_t *sent_ms, char err[LOCKER_ERR_MAX]);
 bool locker_can_renew(const struct locker *l);
 /* claim() when the backend has it, else try_lock (the token is discarded). */
 int locker_claim(struct locker *l, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX]);

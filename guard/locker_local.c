@@ -1,8 +1,11 @@
 /* In-process locker: a hash map of key -> (token, expiry) under one mutex,
  * swept lazily. Epochs come from one per-locker counter, floored by the wall
  * clock (ms * 1000) like the redis backend, so they increase per key and
- * across locker instances of one process lifetime. Release announcements wake
- * waiters through a condition variable. */
+ * across locker instances of one process lifetime. Expiry runs on
+ * CLOCK_BOOTTIME, the clock of every "sent" time. Release announcements
+ * advance a per-key counter (for the keys someone watches, see release_seq)
+ * and wake waiters through a condition variable, so a standby that was busy
+ * when one was made still sees it. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,13 +22,14 @@ struct local_entry {
     struct local_entry *next;
     char *key;
     char token[RANDOM_TOKEN_LEN];
-    int64_t expires_ms; /* monotonic */
+    int64_t expires_ms; /* clock_boot_ms */
 };
 
-struct local_waiter {
-    struct local_waiter *next;
-    const char *key;
-    bool fired;
+/* A watched key's release counter. Never removed: one per guard key. */
+struct local_chan {
+    struct local_chan *next;
+    char *key;
+    uint64_t seq;
 };
 
 struct local_locker {
@@ -36,7 +40,7 @@ struct local_locker {
     size_t count;
     uint64_t last_epoch;
     int64_t next_sweep_ms;
-    struct local_waiter *waiters;
+    struct local_chan *chans[LOCAL_BUCKETS];
 };
 
 static uint32_t hash_key(const char *s)
@@ -107,7 +111,7 @@ static int local_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
         return LOCKER_ERR;
     }
     pthread_mutex_lock(&ll->mu);
-    int64_t now = clock_mono_ms();
+    int64_t now = clock_boot_ms();
     sweep(ll, now);
     struct local_entry *held = find_live(ll, key, now);
     if (held != NULL) {
@@ -131,7 +135,9 @@ static int local_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
     if (out != NULL) {
         memcpy(out->token, token, sizeof token);
         out->epoch = epoch;
-        out->sent_mono_ms = now;
+        out->sent_ms = now;
+        out->gen = 0; /* no connection: nothing can break between calls */
+        out->held_pttl_ms = 0;
     }
     return LOCKER_OK;
 }
@@ -141,7 +147,7 @@ static int local_unlock(struct locker *l, const char *key, const char *token,
 {
     struct local_locker *ll = (struct local_locker *)l;
     pthread_mutex_lock(&ll->mu);
-    int64_t now = clock_mono_ms();
+    int64_t now = clock_boot_ms();
     struct local_entry *e = find_live(ll, key, now);
     int rc = LOCKER_MISMATCH;
     if (e != NULL && strcmp(e->token, token) == 0) {
@@ -157,12 +163,12 @@ static int local_unlock(struct locker *l, const char *key, const char *token,
 }
 
 static int local_renew(struct locker *l, const char *key, const char *token, int64_t ttl_ms,
-                       int64_t *sent_mono_ms, char err[LOCKER_ERR_MAX])
+                       int64_t *sent_ms, char err[LOCKER_ERR_MAX])
 {
     struct local_locker *ll = (struct local_locker *)l;
     pthread_mutex_lock(&ll->mu);
-    int64_t now = clock_mono_ms();
-    *sent_mono_ms = now;
+    int64_t now = clock_boot_ms();
+    *sent_ms = now;
     struct local_entry *e = find_live(ll, key, now);
     int rc = LOCKER_LOST;
     if (e != NULL && strcmp(e->token, token) == 0) {
@@ -181,42 +187,66 @@ static int local_check(struct locker *l, const char *key, const char *token,
 {
     struct local_locker *ll = (struct local_locker *)l;
     pthread_mutex_lock(&ll->mu);
-    struct local_entry *e = find_live(ll, key, clock_mono_ms());
+    struct local_entry *e = find_live(ll, key, clock_boot_ms());
     int rc = (e != NULL && strcmp(e->token, token) == 0) ? LOCKER_OK : LOCKER_LOST;
     pthread_mutex_unlock(&ll->mu);
     if (rc == LOCKER_LOST) snprintf(err, LOCKER_ERR_MAX, "local locker: %s not held by us", key);
     return rc;
 }
 
+/* mu held: key's release counter; created (watching starts) when create. */
+static struct local_chan *chan_find(struct local_locker *ll, const char *key, bool create)
+{
+    uint32_t b = hash_key(key);
+    for (struct local_chan *c = ll->chans[b]; c; c = c->next)
+        if (strcmp(c->key, key) == 0) return c;
+    if (!create) return NULL;
+    struct local_chan *c = xcalloc(1, sizeof *c);
+    c->key = xstrdup(key);
+    c->next = ll->chans[b];
+    ll->chans[b] = c;
+    return c;
+}
+
 static int local_announce(struct locker *l, const char *key, char err[LOCKER_ERR_MAX])
 {
     struct local_locker *ll = (struct local_locker *)l;
     pthread_mutex_lock(&ll->mu);
-    for (struct local_waiter *w = ll->waiters; w; w = w->next)
-        if (strcmp(w->key, key) == 0) w->fired = true;
-    pthread_cond_broadcast(&ll->cv);
+    struct local_chan *c = chan_find(ll, key, false); /* unwatched: nobody to tell */
+    if (c != NULL) {
+        c->seq++;
+        pthread_cond_broadcast(&ll->cv);
+    }
     pthread_mutex_unlock(&ll->mu);
     return LOCKER_OK;
 }
 
-static bool local_wait_release(struct locker *l, const char *key, int64_t timeout_ms)
+static uint64_t local_release_seq(struct locker *l, const char *key)
 {
     struct local_locker *ll = (struct local_locker *)l;
-    struct local_waiter w = {.key = key, .fired = false};
+    pthread_mutex_lock(&ll->mu);
+    uint64_t seq = chan_find(ll, key, true)->seq;
+    pthread_mutex_unlock(&ll->mu);
+    return seq;
+}
+
+static bool local_wait_release(struct locker *l, const char *key, uint64_t seen,
+                               int64_t timeout_ms)
+{
+    struct local_locker *ll = (struct local_locker *)l;
     struct timespec ts = clock_deadline(CLOCK_MONOTONIC, timeout_ms);
     pthread_mutex_lock(&ll->mu);
-    w.next = ll->waiters;
-    ll->waiters = &w;
-    while (!w.fired)
+    struct local_chan *c = chan_find(ll, key, true);
+    while (c->seq == seen)
         if (pthread_cond_timedwait(&ll->cv, &ll->mu, &ts) != 0) break;
-    for (struct local_waiter **pp = &ll->waiters; *pp; pp = &(*pp)->next)
-        if (*pp == &w) {
-            *pp = w.next;
-            break;
-        }
-    bool fired = w.fired;
+    bool changed = c->seq != seen;
     pthread_mutex_unlock(&ll->mu);
-    return fired;
+    return changed;
+}
+
+static int local_ping(struct locker *l, char err[LOCKER_ERR_MAX])
+{
+    return LOCKER_OK; /* in process: always reachable */
 }
 
 static void local_destroy(struct locker *l)
@@ -230,6 +260,13 @@ static void local_destroy(struct locker *l)
             free(e);
             e = next;
         }
+        struct local_chan *c = ll->chans[i];
+        while (c) {
+            struct local_chan *next = c->next;
+            free(c->key);
+            free(c);
+            c = next;
+        }
     }
     pthread_cond_destroy(&ll->cv);
     pthread_mutex_destroy(&ll->mu);
@@ -242,10 +279,12 @@ static const struct locker_ops local_ops = {
     .unlock = local_unlock,
     .renew = local_renew,
     .announce_release = local_announce,
+    .release_seq = local_release_seq,
     .wait_release = local_wait_release,
     .generation = NULL,
     .check = local_check,
     .destroy = local_destroy,
+    .ping = local_ping,
 };
 
 struct locker *locker_local_create(void)

@@ -1,19 +1,33 @@
 /* Redis locker (hiredis, blocking API).
  *
- * Main connection: one redisContext under a mutex, used for every command.
- * A command that finds it broken (no reply, I/O error, timeout) frees it,
- * bumps the generation and returns LOCKER_ERR with the reason; the next call
- * reconnects (and bumps the generation again). Acquire, unlock, renew and
- * check are Lua scripts loaded with SCRIPT LOAD on each connect and called by
- * EVALSHA, falling back to EVAL (and reloading) on NOSCRIPT.
+ * Three connections, each with its own lazy connect and reconnect:
  *
- * Subscriber connection: created lazily (first wait_release, or first
- * acquisition or renewal, so that a holder notices a Redis restart between
- * renewals), owned by its own
- * thread, which SUBSCRIBEs to "<key>:released" for each key someone waits on,
- * wakes those waiters, and reconnects quietly with backoff. When it sees its
- * connection break it bumps the generation too: the guard then verifies its
- * lease at once instead of at the next renewal. */
+ * - Lease connection (one redisContext under lease.mu): try_lock, renew,
+ *   unlock, check and announce_release only, so nothing else can delay lease
+ *   traffic. A command that finds it broken (no reply, I/O error, timeout)
+ *   frees it, bumps the generation and returns LOCKER_ERR with the reason;
+ *   the next call reconnects (and bumps the generation again). Acquire,
+ *   unlock, renew and check are Lua scripts, loaded on each connect in one
+ *   pipelined round trip and called by EVALSHA, falling back to EVAL (and
+ *   reloading) on NOSCRIPT.
+ *
+ * - Side connection (under side.mu): claim (OnceGuard), holder (status pages)
+ *   and ping (readiness probes). Its breaks and reconnects never change the
+ *   generation: that counter is about the lease connection and the
+ *   subscriber only.
+ *
+ * - Subscriber connection: created lazily (first release_seq/wait_release,
+ *   or first acquisition or renewal, so that a holder notices a Redis restart
+ *   between renewals), owned by its own thread, which SUBSCRIBEs to
+ *   "<key>:released" for each key watched and counts, per key, the
+ *   announcements it sees (release_seq). A re-established subscription
+ *   advances every count too (announcements may have been missed while it
+ *   was down), so a standby comparing counts cannot miss a release. When it
+ *   sees its connection break it bumps the generation: the guard then
+ *   verifies its lease at once instead of at the next renewal.
+ *
+ * Connections name themselves (CLIENT SETNAME baton-lease / baton-side /
+ * baton-sub, best effort) so that CLIENT LIST tells them apart. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -33,6 +47,7 @@
 #define EPOCH_KEY_MIN_TTL_MS (24LL * 3600 * 1000)
 #define RELEASED_SUFFIX ":released"
 #define SUB_POLL_MS 1000 /* the wake pipe interrupts it (new channel, destroy) */
+#define ORPHAN_MAX 64    /* acquisitions with lost replies remembered, all keys */
 
 enum { S_ACQUIRE, S_UNLOCK, S_RENEW, S_CHECK, S_COUNT };
 
@@ -74,11 +89,15 @@ static const char SCRIPT_UNLOCK[] =
     "if v == ARGV[1] then redis.call('DEL', KEYS[1], KEYS[1] .. ':holder') return 1 end\n"
     "if v then return 2 end\n"
     "return 0\n";
+/* KEYS[1] lock key, KEYS[2] epoch key; ARGV[1] token, ARGV[2] ttl ms,
+ * ARGV[3] epoch key ttl ms (max(2 x ttl, 24 h), as at acquisition): the epoch
+ * key never expires while the lease is renewed. */
 static const char SCRIPT_RENEW[] =
     "local v = redis.call('GET', KEYS[1])\n"
     "if v == ARGV[1] then\n"
     "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
     "  redis.call('PEXPIRE', KEYS[1] .. ':holder', ARGV[2])\n"
+    "  redis.call('PEXPIRE', KEYS[2], ARGV[3])\n"
     "  return 1\n"
     "end\n"
     "if v then return 2 end\n"
@@ -95,13 +114,26 @@ static const char *const SCRIPTS[S_COUNT] = {SCRIPT_ACQUIRE, SCRIPT_UNLOCK, SCRI
 struct sub_channel {
     struct sub_channel *next;
     char *key;
-    bool subscribed; /* on the current subscriber connection */
+    uint64_t seq;    /* announcements seen + re-subscriptions (release_seq) */
+    bool subscribed; /* SUBSCRIBE sent on the current subscriber connection */
+    bool confirmed;  /* ... and confirmed */
 };
 
-struct sub_waiter {
-    struct sub_waiter *next;
-    const char *key;
-    bool fired;
+/* An acquisition whose reply was lost (timeout, broken connection) may still
+ * have run on the server: its token is kept and released before the next
+ * attempt on the same key, so it never blocks the key for a whole ttl. */
+struct orphan {
+    char *key;
+    char token[RANDOM_TOKEN_LEN];
+};
+
+/* One lazily (re)connected blocking connection. */
+struct rconn {
+    pthread_mutex_t mu;
+    redisContext *c;
+    const char *role; /* "lease", "side" */
+    bool ever_connected;
+    struct log_ratelimit rl_break;
 };
 
 struct redis_locker {
@@ -109,19 +141,15 @@ struct redis_locker {
     struct redis_opts opts;
     char where[128];
     char holder[128]; /* "host pid N": who holds a lock, for `baton status` */
-    /* An acquisition whose reply was lost (timeout, broken connection) may
-     * still have run on the server: its token is kept and released before
-     * the next attempt on the same key, so it never blocks the key for a
-     * whole ttl. One slot is enough: the guard retries the same key. */
-    char orphan_key[512];
-    char orphan_token[RANDOM_TOKEN_LEN];
 
-    pthread_mutex_t mu; /* main connection */
-    redisContext *c;
+    struct rconn lease; /* + everything below up to side: under lease.mu */
     char sha[S_COUNT][41];
-    bool ever_connected;
-    struct log_ratelimit rl_break;
-    atomic_ullong generation;
+    struct orphan orphans[ORPHAN_MAX]; /* oldest first */
+    int n_orphans;
+
+    struct rconn side;
+
+    atomic_ullong generation; /* lease connection and subscriber only */
 
     pthread_mutex_t sub_mu;
     pthread_cond_t sub_cv; /* CLOCK_MONOTONIC */
@@ -130,70 +158,97 @@ struct redis_locker {
     atomic_bool sub_stop;
     int wake_pipe[2];
     struct sub_channel *channels;
-    struct sub_waiter *waiters;
 };
 
-/* ---- main connection ------------------------------------------------------ */
+/* ---- blocking connections -------------------------------------------------- */
 
-static void conn_broken(struct redis_locker *rl, const char *what, char err[LOCKER_ERR_MAX])
+static void conn_broken(struct redis_locker *rl, struct rconn *cn, const char *what,
+                        char err[LOCKER_ERR_MAX])
 {
     snprintf(err, LOCKER_ERR_MAX, "redis %s: %s: %.100s", rl->where, what,
-             rl->c && rl->c->errstr[0] ? rl->c->errstr : "connection lost");
+             cn->c && cn->c->errstr[0] ? cn->c->errstr : "connection lost");
     long long suppressed = 0;
-    if (log_ratelimit_ok(&rl->rl_break, 2000, &suppressed))
-        log_warn("locker", NULL, "%s; reconnecting on the next call (%lld similar suppressed)",
-                 err, suppressed);
-    if (rl->c) redisFree(rl->c);
-    rl->c = NULL;
-    atomic_fetch_add(&rl->generation, 1);
+    if (log_ratelimit_ok(&cn->rl_break, 2000, &suppressed))
+        log_warn("locker", NULL,
+                 "%s; %s connection reconnects on the next call (%lld similar suppressed)", err,
+                 cn->role, suppressed);
+    if (cn->c) redisFree(cn->c);
+    cn->c = NULL;
+    if (cn == &rl->lease) atomic_fetch_add(&rl->generation, 1);
 }
 
-/* Best effort: a script whose load failed is sent with EVAL. */
+/* Names the lease connection and loads the scripts, all in one pipelined
+ * round trip (lease.mu held). Best effort: a script whose load failed is sent
+ * with EVAL; a refused CLIENT SETNAME (ACL) is ignored. */
 static void load_scripts(struct redis_locker *rl)
 {
-    for (int i = 0; i < S_COUNT && rl->c; i++) {
-        rl->sha[i][0] = '\0';
-        redisReply *r = redisCommand(rl->c, "SCRIPT LOAD %s", SCRIPTS[i]);
-        if (r == NULL) {
-            char err[LOCKER_ERR_MAX];
-            conn_broken(rl, "SCRIPT LOAD", err);
-            return;
+    redisContext *c = rl->lease.c;
+    for (int i = 0; i < S_COUNT; i++) rl->sha[i][0] = '\0';
+    bool ok = redisAppendCommand(c, "CLIENT SETNAME baton-lease") == REDIS_OK;
+    for (int i = 0; i < S_COUNT && ok; i++)
+        ok = redisAppendCommand(c, "SCRIPT LOAD %s", SCRIPTS[i]) == REDIS_OK;
+    for (int i = -1; i < S_COUNT && ok; i++) {
+        redisReply *r = NULL;
+        if (redisGetReply(c, (void **)&r) != REDIS_OK || r == NULL) {
+            ok = false;
+            break;
         }
-        if (r->type == REDIS_REPLY_STRING && r->len == 40)
-            memcpy(rl->sha[i], r->str, 41);
-        else
-            log_warn("locker", NULL, "redis %s: SCRIPT LOAD failed (%s); using EVAL", rl->where,
-                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        if (i >= 0) {
+            if (r->type == REDIS_REPLY_STRING && r->len == 40)
+                memcpy(rl->sha[i], r->str, 41);
+            else
+                log_warn("locker", NULL, "redis %s: SCRIPT LOAD failed (%s); using EVAL",
+                         rl->where, r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        }
         freeReplyObject(r);
+    }
+    if (!ok) {
+        char err[LOCKER_ERR_MAX];
+        conn_broken(rl, &rl->lease, "SCRIPT LOAD", err);
     }
 }
 
-static bool ensure_conn(struct redis_locker *rl, char err[LOCKER_ERR_MAX])
+/* cn->mu held. The lease connection also loads its scripts; the side
+ * connection names itself. */
+static bool ensure_conn(struct redis_locker *rl, struct rconn *cn, char err[LOCKER_ERR_MAX])
 {
-    if (rl->c) return true;
-    rl->c = redis_conn_open(&rl->opts, err, LOCKER_ERR_MAX);
-    if (rl->c == NULL) return false;
-    atomic_fetch_add(&rl->generation, 1);
-    if (rl->ever_connected) log_info("locker", NULL, "redis %s: reconnected", rl->where);
-    rl->ever_connected = true;
-    load_scripts(rl);
-    if (rl->c == NULL) {
-        snprintf(err, LOCKER_ERR_MAX, "redis %s: connection lost while loading scripts",
-                 rl->where);
+    if (cn->c) return true;
+    cn->c = redis_conn_open(&rl->opts, err, LOCKER_ERR_MAX);
+    if (cn->c == NULL) return false;
+    if (cn == &rl->lease) atomic_fetch_add(&rl->generation, 1);
+    if (cn->ever_connected)
+        log_info("locker", NULL, "redis %s: %s connection re-established", rl->where, cn->role);
+    cn->ever_connected = true;
+    if (cn == &rl->lease) {
+        load_scripts(rl);
+    } else {
+        redisReply *r = redisCommand(cn->c, "CLIENT SETNAME baton-%s", cn->role);
+        if (r == NULL) {
+            conn_broken(rl, cn, "CLIENT SETNAME", err);
+            return false;
+        }
+        freeReplyObject(r); /* an error (ACL) is fine: the name is cosmetic */
+    }
+    if (cn->c == NULL) {
+        snprintf(err, LOCKER_ERR_MAX, "redis %s: %s connection lost while setting it up",
+                 rl->where, cn->role);
         return false;
     }
     return true;
 }
 
-/* Runs script idx with the given keys and args (mu held). Returns the reply
- * (never an error reply: those become LOCKER_ERR with the reason in err) or
- * NULL. *sent receives the monotonic time just before the request that
- * produced the reply was sent. */
+/* Runs script idx on the lease connection (lease.mu held) with the given keys
+ * and args. Returns the reply (never an error reply: those become LOCKER_ERR
+ * with the reason in err) or NULL. Just before the request that produced the
+ * reply is sent, *sent (may be NULL) receives clock_boot_ms() and *gen (may be
+ * NULL) the generation (after any reconnect). *lost (may be NULL) is set true
+ * when a request was sent and its reply lost (it may have run). */
 static redisReply *run_script(struct redis_locker *rl, int idx, int nkeys, int nargs,
-                              const char **ka, const char *what, int64_t *sent,
-                              char err[LOCKER_ERR_MAX])
+                              const char **ka, const char *what, int64_t *sent, uint64_t *gen,
+                              bool *lost, char err[LOCKER_ERR_MAX])
 {
-    if (!ensure_conn(rl, err)) return NULL;
+    if (lost) *lost = false;
+    if (!ensure_conn(rl, &rl->lease, err)) return NULL;
     const char *argv[12];
     char nk[8];
     snprintf(nk, sizeof nk, "%d", nkeys);
@@ -205,10 +260,12 @@ static redisReply *run_script(struct redis_locker *rl, int idx, int nkeys, int n
     for (int attempt = 0; attempt < 2; attempt++) {
         argv[0] = by_sha ? "EVALSHA" : "EVAL";
         argv[1] = by_sha ? rl->sha[idx] : SCRIPTS[idx];
-        if (sent) *sent = clock_mono_ms();
-        r = redisCommandArgv(rl->c, argc, argv, NULL);
+        if (gen) *gen = atomic_load(&rl->generation);
+        if (sent) *sent = clock_boot_ms();
+        r = redisCommandArgv(rl->lease.c, argc, argv, NULL);
         if (r == NULL) {
-            conn_broken(rl, what, err);
+            if (lost) *lost = true;
+            conn_broken(rl, &rl->lease, what, err);
             return NULL;
         }
         if (by_sha && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
@@ -227,10 +284,10 @@ static redisReply *run_script(struct redis_locker *rl, int idx, int nkeys, int n
     }
     if (!by_sha && rl->sha[idx][0] == '\0') {
         /* reload after NOSCRIPT (Redis restarted or SCRIPT FLUSH) */
-        redisReply *lr = redisCommand(rl->c, "SCRIPT LOAD %s", SCRIPTS[idx]);
+        redisReply *lr = redisCommand(rl->lease.c, "SCRIPT LOAD %s", SCRIPTS[idx]);
         if (lr == NULL) {
             char ignored[LOCKER_ERR_MAX];
-            conn_broken(rl, "SCRIPT LOAD", ignored);
+            conn_broken(rl, &rl->lease, "SCRIPT LOAD", ignored);
         } else {
             if (lr->type == REDIS_REPLY_STRING && lr->len == 40) memcpy(rl->sha[idx], lr->str, 41);
             freeReplyObject(lr);
@@ -243,6 +300,81 @@ static redisReply *run_script(struct redis_locker *rl, int idx, int nkeys, int n
         return NULL;
     }
     return r;
+}
+
+/* Sends n pipelined commands on the side connection and reads their n
+ * replies (one round trip). false = connection error, with err; the replies
+ * are then all NULL. Never touches the generation. */
+static bool side_call(struct redis_locker *rl, int n, const int *argc, const char **const *argv,
+                      redisReply **replies, const char *what, char err[LOCKER_ERR_MAX])
+{
+    for (int i = 0; i < n; i++) replies[i] = NULL;
+    pthread_mutex_lock(&rl->side.mu);
+    bool ok = ensure_conn(rl, &rl->side, err);
+    for (int i = 0; i < n && ok; i++)
+        ok = redisAppendCommandArgv(rl->side.c, argc[i], argv[i], NULL) == REDIS_OK;
+    for (int i = 0; i < n && ok; i++)
+        ok = redisGetReply(rl->side.c, (void **)&replies[i]) == REDIS_OK && replies[i] != NULL;
+    if (!ok) {
+        for (int i = 0; i < n; i++) {
+            if (replies[i]) freeReplyObject(replies[i]);
+            replies[i] = NULL;
+        }
+        if (rl->side.c) conn_broken(rl, &rl->side, what, err);
+    }
+    pthread_mutex_unlock(&rl->side.mu);
+    return ok;
+}
+
+/* ---- orphaned acquisitions (lease.mu held) ---------------------------------- */
+
+static void orphan_remove(struct redis_locker *rl, int i)
+{
+    free(rl->orphans[i].key);
+    memmove(&rl->orphans[i], &rl->orphans[i + 1],
+            (size_t)(rl->n_orphans - i - 1) * sizeof rl->orphans[0]);
+    rl->n_orphans--;
+}
+
+static void orphan_add(struct redis_locker *rl, const char *key, const char *token)
+{
+    if (rl->n_orphans == ORPHAN_MAX) {
+        log_warn("locker", NULL,
+                 "redis %s: %d acquisitions with lost replies pending; forgetting the oldest "
+                 "(on %s): if it ran, that key stays taken until its ttl",
+                 rl->where, ORPHAN_MAX, rl->orphans[0].key);
+        orphan_remove(rl, 0);
+    }
+    struct orphan *o = &rl->orphans[rl->n_orphans++];
+    o->key = xstrdup(key);
+    memcpy(o->token, token, sizeof o->token);
+}
+
+/* Releases every orphaned acquisition of key. false (with err) when the lease
+ * connection failed meanwhile: the orphans left are retried next time. */
+static bool orphans_release(struct redis_locker *rl, const char *key, char err[LOCKER_ERR_MAX])
+{
+    for (int i = 0; i < rl->n_orphans;) {
+        if (strcmp(rl->orphans[i].key, key) != 0) {
+            i++;
+            continue;
+        }
+        const char *oa[2] = {key, rl->orphans[i].token};
+        redisReply *o = run_script(rl, S_UNLOCK, 1, 2, oa, "release lost acquisition", NULL, NULL,
+                                   NULL, err);
+        if (o == NULL && rl->lease.c == NULL) return false; /* kept for next time */
+        if (o == NULL) {
+            log_warn("locker", NULL, "%s; forgetting that acquisition", err);
+        } else {
+            if (o->integer == 1)
+                log_info("locker", NULL,
+                         "redis %s: released %s taken by an acquisition whose reply was lost",
+                         rl->where, key);
+            freeReplyObject(o);
+        }
+        orphan_remove(rl, i);
+    }
+    return true;
 }
 
 /* ---- subscriber ------------------------------------------------------------ */
@@ -261,26 +393,42 @@ static void drain_pipe(int fd)
     }
 }
 
+/* sub_mu held. */
+static struct sub_channel *channel_find(struct redis_locker *rl, const char *key, size_t kl)
+{
+    for (struct sub_channel *ch = rl->channels; ch; ch = ch->next)
+        if (strlen(ch->key) == kl && memcmp(ch->key, key, kl) == 0) return ch;
+    return NULL;
+}
+
+/* "message" on <key>:released counts one announcement; a "subscribe"
+ * confirmation counts one too (announcements before it were not seen). */
 static void sub_deliver(struct redis_locker *rl, redisReply *r)
 {
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
     redisReply *kind = r->element[0], *chan = r->element[1];
-    if (kind->type != REDIS_REPLY_STRING || strcmp(kind->str, "message") != 0) return;
-    if (chan->type != REDIS_REPLY_STRING) return;
+    if (kind->type != REDIS_REPLY_STRING || chan->type != REDIS_REPLY_STRING) return;
+    bool message = strcmp(kind->str, "message") == 0;
+    bool confirm = strcmp(kind->str, "subscribe") == 0;
+    if (!message && !confirm) return;
     size_t sl = strlen(RELEASED_SUFFIX);
     if (chan->len <= sl || strcmp(chan->str + chan->len - sl, RELEASED_SUFFIX) != 0) return;
-    size_t kl = chan->len - sl;
     pthread_mutex_lock(&rl->sub_mu);
-    for (struct sub_waiter *w = rl->waiters; w; w = w->next)
-        if (strlen(w->key) == kl && memcmp(w->key, chan->str, kl) == 0) w->fired = true;
-    pthread_cond_broadcast(&rl->sub_cv);
+    struct sub_channel *ch = channel_find(rl, chan->str, chan->len - sl);
+    if (ch) {
+        ch->seq++;
+        if (confirm) ch->confirmed = true;
+        pthread_cond_broadcast(&rl->sub_cv);
+    }
     pthread_mutex_unlock(&rl->sub_mu);
 }
 
-/* Sends SUBSCRIBE for channels not yet subscribed on sc. false = broken. */
-static bool sub_flush_subscriptions(struct redis_locker *rl, redisContext *sc)
+/* Sends SUBSCRIBE for channels not yet subscribed on sc (named first when
+ * fresh). false = broken. */
+static bool sub_flush_subscriptions(struct redis_locker *rl, redisContext *sc, bool fresh)
 {
-    bool any = false;
+    bool any = fresh;
+    if (fresh) redisAppendCommand(sc, "CLIENT SETNAME baton-sub");
     pthread_mutex_lock(&rl->sub_mu);
     for (struct sub_channel *ch = rl->channels; ch; ch = ch->next) {
         if (ch->subscribed) continue;
@@ -306,6 +454,7 @@ static void *sub_main(void *arg)
 {
     struct redis_locker *rl = arg;
     redisContext *sc = NULL;
+    bool fresh = false;
     unsigned attempt = 0;
     while (!atomic_load(&rl->sub_stop)) {
         if (sc == NULL) {
@@ -318,11 +467,10 @@ static void *sub_main(void *arg)
                 continue;
             }
             attempt = 0;
-            pthread_mutex_lock(&rl->sub_mu);
-            for (struct sub_channel *ch = rl->channels; ch; ch = ch->next) ch->subscribed = false;
-            pthread_mutex_unlock(&rl->sub_mu);
+            fresh = true;
         }
-        bool broken = !sub_flush_subscriptions(rl, sc);
+        bool broken = !sub_flush_subscriptions(rl, sc, fresh);
+        fresh = false;
         if (!broken) {
             struct pollfd p[2] = {{.fd = sc->fd, .events = POLLIN},
                                   {.fd = rl->wake_pipe[0], .events = POLLIN}};
@@ -348,6 +496,10 @@ static void *sub_main(void *arg)
                       rl->where, sc->errstr[0] ? sc->errstr : "closed");
             redisFree(sc);
             sc = NULL;
+            pthread_mutex_lock(&rl->sub_mu);
+            for (struct sub_channel *ch = rl->channels; ch; ch = ch->next)
+                ch->subscribed = ch->confirmed = false;
+            pthread_mutex_unlock(&rl->sub_mu);
             atomic_fetch_add(&rl->generation, 1);
         }
     }
@@ -366,6 +518,31 @@ static bool sub_ensure_started_locked(struct redis_locker *rl)
     }
     rl->sub_started = true;
     return true;
+}
+
+static void sub_ensure_started(struct redis_locker *rl)
+{
+    pthread_mutex_lock(&rl->sub_mu);
+    sub_ensure_started_locked(rl);
+    pthread_mutex_unlock(&rl->sub_mu);
+}
+
+/* sub_mu held: the channel of key, created (and handed to the subscriber
+ * thread) on first use; *created tells. NULL when the thread cannot start. */
+static struct sub_channel *channel_watch(struct redis_locker *rl, const char *key, bool *created)
+{
+    *created = false;
+    if (!sub_ensure_started_locked(rl)) return NULL;
+    struct sub_channel *ch = channel_find(rl, key, strlen(key));
+    if (ch == NULL) {
+        ch = xcalloc(1, sizeof *ch);
+        ch->key = xstrdup(key);
+        ch->next = rl->channels;
+        rl->channels = ch;
+        *created = true;
+        wake_sub(rl);
+    }
+    return ch;
 }
 
 /* ---- ops ------------------------------------------------------------------- */
@@ -389,39 +566,26 @@ static int redis_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
     snprintf(ettl, sizeof ettl, "%lld", (long long)et);
     const char *ka[6] = {key, ekey, token, ttl, ettl, rl->holder};
     int64_t sent = 0;
+    uint64_t gen = 0;
+    bool lost = false;
+    redisReply *r = NULL;
 
-    pthread_mutex_lock(&rl->mu);
-    if (rl->orphan_key[0] && strcmp(rl->orphan_key, key) == 0) {
-        char oerr[LOCKER_ERR_MAX];
-        const char *oa[2] = {rl->orphan_key, rl->orphan_token};
-        redisReply *o = run_script(rl, S_UNLOCK, 1, 2, oa, "release lost acquisition", NULL, oerr);
-        if (o) {
-            if (o->type == REDIS_REPLY_INTEGER && o->integer == 1)
-                log_info("locker", NULL, "redis %s: released %s taken by an acquisition whose reply was lost",
-                         rl->where, key);
-            freeReplyObject(o);
-            rl->orphan_key[0] = '\0';
-        }
+    pthread_mutex_lock(&rl->lease.mu);
+    if (orphans_release(rl, key, err)) {
+        r = run_script(rl, S_ACQUIRE, 2, 6, ka, "acquire", &sent, &gen, &lost, err);
+        if (r == NULL && lost) orphan_add(rl, key, token);
     }
-    redisReply *r = run_script(rl, S_ACQUIRE, 2, 6, ka, "acquire", &sent, err);
-    if (r == NULL && strlen(key) < sizeof rl->orphan_key) {
-        snprintf(rl->orphan_key, sizeof rl->orphan_key, "%s", key);
-        memcpy(rl->orphan_token, token, sizeof token);
-    }
-    pthread_mutex_unlock(&rl->mu);
+    pthread_mutex_unlock(&rl->lease.mu);
     free(ekey);
     if (r == NULL) return LOCKER_ERR;
     long long v = r->integer;
     freeReplyObject(r);
-    if (v == 0) return LOCKER_HELD;
-    if (v <= -2) {
-        if (out) out->held_pttl_ms = (int64_t)(-2 - v);
+    if (v == 0 || v <= -2) {
+        if (out) out->held_pttl_ms = v <= -2 ? (int64_t)(-2 - v) : 0;
         return LOCKER_HELD;
     }
     /* a new holder wants to notice a Redis restart between renewals */
-    pthread_mutex_lock(&rl->sub_mu);
-    sub_ensure_started_locked(rl);
-    pthread_mutex_unlock(&rl->sub_mu);
+    sub_ensure_started(rl);
     if (v < 0) {
         snprintf(err, LOCKER_ERR_MAX, "redis %s: acquire %s: bad epoch %lld", rl->where, key, v);
         return LOCKER_ERR;
@@ -429,20 +593,34 @@ static int redis_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
     if (out) {
         memcpy(out->token, token, sizeof token);
         out->epoch = (uint64_t)v;
-        out->sent_mono_ms = sent;
+        out->sent_ms = sent;
+        out->gen = gen;
+        out->held_pttl_ms = 0;
     }
     return LOCKER_OK;
 }
 
-/* Runs a token-comparing script: 1 -> ok_rc, 0 -> absent_rc, 2 -> other_rc. */
+/* Runs a token-comparing script on KEYS = {key[, key2]}, ARGV = {token[, arg
+ * [, arg2]]}: 1 -> ok_rc, 0 -> absent_rc, 2 -> held with another token
+ * (absent_rc too, with its own message). */
 static int token_script(struct redis_locker *rl, int idx, const char *what, const char *key,
-                        const char *token, const char *arg, int64_t *sent, int ok_rc,
-                        int absent_rc, char err[LOCKER_ERR_MAX])
+                        const char *key2, const char *token, const char *arg, const char *arg2,
+                        int64_t *sent, int ok_rc, int absent_rc, char err[LOCKER_ERR_MAX])
 {
-    const char *ka[3] = {key, token, arg};
-    pthread_mutex_lock(&rl->mu);
-    redisReply *r = run_script(rl, idx, 1, arg ? 3 : 2, ka, what, sent, err);
-    pthread_mutex_unlock(&rl->mu);
+    const char *ka[5];
+    int nkeys = 0, n = 0;
+    ka[n++] = key;
+    nkeys++;
+    if (key2) {
+        ka[n++] = key2;
+        nkeys++;
+    }
+    ka[n++] = token;
+    if (arg) ka[n++] = arg;
+    if (arg && arg2) ka[n++] = arg2;
+    pthread_mutex_lock(&rl->lease.mu);
+    redisReply *r = run_script(rl, idx, nkeys, n, ka, what, sent, NULL, NULL, err);
+    pthread_mutex_unlock(&rl->lease.mu);
     if (r == NULL) return LOCKER_ERR;
     long long v = r->integer;
     freeReplyObject(r);
@@ -455,42 +633,48 @@ static int token_script(struct redis_locker *rl, int idx, const char *what, cons
 static int redis_unlock(struct locker *l, const char *key, const char *token,
                         char err[LOCKER_ERR_MAX])
 {
-    return token_script((struct redis_locker *)l, S_UNLOCK, "unlock", key, token, NULL, NULL,
-                        LOCKER_OK, LOCKER_MISMATCH, err);
+    return token_script((struct redis_locker *)l, S_UNLOCK, "unlock", key, NULL, token, NULL,
+                        NULL, NULL, LOCKER_OK, LOCKER_MISMATCH, err);
 }
 
 static int redis_renew(struct locker *l, const char *key, const char *token, int64_t ttl_ms,
-                       int64_t *sent_mono_ms, char err[LOCKER_ERR_MAX])
+                       int64_t *sent_ms, char err[LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
     /* a renewing leader wants to notice a Redis restart between renewals */
-    pthread_mutex_lock(&rl->sub_mu);
-    sub_ensure_started_locked(rl);
-    pthread_mutex_unlock(&rl->sub_mu);
-    char ttl[24];
+    sub_ensure_started(rl);
+    char ttl[24], ettl[24];
+    int64_t et = ttl_ms * 2 > EPOCH_KEY_MIN_TTL_MS ? ttl_ms * 2 : EPOCH_KEY_MIN_TTL_MS;
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
-    return token_script(rl, S_RENEW, "renew", key, token, ttl, sent_mono_ms, LOCKER_OK,
-                        LOCKER_LOST, err);
+    snprintf(ettl, sizeof ettl, "%lld", (long long)et);
+    size_t kl = strlen(key);
+    char *ekey = xmalloc(kl + 7);
+    memcpy(ekey, key, kl);
+    memcpy(ekey + kl, ":epoch", 7);
+    int rc = token_script(rl, S_RENEW, "renew", key, ekey, token, ttl, ettl, sent_ms, LOCKER_OK,
+                          LOCKER_LOST, err);
+    free(ekey);
+    return rc;
 }
 
 static int redis_check(struct locker *l, const char *key, const char *token,
                        char err[LOCKER_ERR_MAX])
 {
-    return token_script((struct redis_locker *)l, S_CHECK, "check", key, token, NULL, NULL,
-                        LOCKER_OK, LOCKER_LOST, err);
+    return token_script((struct redis_locker *)l, S_CHECK, "check", key, NULL, token, NULL, NULL,
+                        NULL, LOCKER_OK, LOCKER_LOST, err);
 }
 
 static int redis_announce(struct locker *l, const char *key, char err[LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
     int rc = LOCKER_OK;
-    pthread_mutex_lock(&rl->mu);
-    if (!ensure_conn(rl, err)) {
+    pthread_mutex_lock(&rl->lease.mu);
+    if (!ensure_conn(rl, &rl->lease, err)) {
         rc = LOCKER_ERR;
     } else {
-        redisReply *r = redisCommand(rl->c, "PUBLISH %s" RELEASED_SUFFIX " released", key);
+        redisReply *r = redisCommand(rl->lease.c, "PUBLISH %s" RELEASED_SUFFIX " released", key);
         if (r == NULL) {
-            conn_broken(rl, "publish", err);
+            conn_broken(rl, &rl->lease, "publish", err);
             rc = LOCKER_ERR;
         } else {
             if (r->type == REDIS_REPLY_ERROR) {
@@ -500,42 +684,51 @@ static int redis_announce(struct locker *l, const char *key, char err[LOCKER_ERR
             freeReplyObject(r);
         }
     }
-    pthread_mutex_unlock(&rl->mu);
+    pthread_mutex_unlock(&rl->lease.mu);
     return rc;
 }
 
-static bool redis_wait_release(struct locker *l, const char *key, int64_t timeout_ms)
+static uint64_t redis_release_seq(struct locker *l, const char *key)
 {
     struct redis_locker *rl = (struct redis_locker *)l;
-    struct sub_waiter w = {.key = key, .fired = false};
+    pthread_mutex_lock(&rl->sub_mu);
+    bool created;
+    struct sub_channel *ch = channel_watch(rl, key, &created);
+    uint64_t seq = 0;
+    if (ch != NULL) {
+        if (created) {
+            /* wait (briefly) for the SUBSCRIBE confirmation, so that every
+             * announcement after this call is counted; if it comes later,
+             * it advances the count then */
+            int64_t to = rl->opts.command_timeout_ms > 0 ? rl->opts.command_timeout_ms : 1000;
+            struct timespec ts = clock_deadline(CLOCK_MONOTONIC, to);
+            while (!ch->confirmed && !atomic_load(&rl->sub_stop))
+                if (pthread_cond_timedwait(&rl->sub_cv, &rl->sub_mu, &ts) != 0) break;
+        }
+        seq = ch->seq;
+    }
+    pthread_mutex_unlock(&rl->sub_mu);
+    return seq;
+}
+
+static bool redis_wait_release(struct locker *l, const char *key, uint64_t seen,
+                               int64_t timeout_ms)
+{
+    struct redis_locker *rl = (struct redis_locker *)l;
     struct timespec ts = clock_deadline(CLOCK_MONOTONIC, timeout_ms);
     pthread_mutex_lock(&rl->sub_mu);
-    if (!sub_ensure_started_locked(rl)) {
+    bool created;
+    struct sub_channel *ch = channel_watch(rl, key, &created);
+    if (ch == NULL) {
         pthread_mutex_unlock(&rl->sub_mu);
         sleep_ms_cancellable(timeout_ms, NULL);
         return false;
     }
-    struct sub_channel *ch = rl->channels;
-    while (ch && strcmp(ch->key, key) != 0) ch = ch->next;
-    if (ch == NULL) {
-        ch = xcalloc(1, sizeof *ch);
-        ch->key = xstrdup(key);
-        ch->next = rl->channels;
-        rl->channels = ch;
-        wake_sub(rl);
-    }
-    w.next = rl->waiters;
-    rl->waiters = &w;
-    while (!w.fired && !atomic_load(&rl->sub_stop))
+    while (ch->seq == seen && !atomic_load(&rl->sub_stop))
         if (pthread_cond_timedwait(&rl->sub_cv, &rl->sub_mu, &ts) != 0) break;
-    for (struct sub_waiter **pp = &rl->waiters; *pp; pp = &(*pp)->next)
-        if (*pp == &w) {
-            *pp = w.next;
-            break;
-        }
-    bool fired = w.fired;
+    bool changed = ch->seq != seen;
     pthread_mutex_unlock(&rl->sub_mu);
-    return fired;
+    return changed;
 }
 
 static uint64_t redis_generation(struct locker *l)
@@ -561,19 +754,22 @@ static void redis_destroy(struct locker *l)
         free(rl->channels);
         rl->channels = next;
     }
+    while (rl->n_orphans > 0) orphan_remove(rl, rl->n_orphans - 1);
     close(rl->wake_pipe[0]);
     close(rl->wake_pipe[1]);
-    if (rl->c) redisFree(rl->c);
+    if (rl->lease.c) redisFree(rl->lease.c);
+    if (rl->side.c) redisFree(rl->side.c);
     redis_opts_clear(&rl->opts);
     pthread_cond_destroy(&rl->sub_cv);
     pthread_mutex_destroy(&rl->sub_mu);
-    pthread_mutex_destroy(&rl->mu);
+    pthread_mutex_destroy(&rl->side.mu);
+    pthread_mutex_destroy(&rl->lease.mu);
     free(rl);
 }
 
-/* One-shot claim: SET key "<holder>" NX PX ttl, pipelined with TYPE key in
- * the same round trip, so a key of another type is reported as an error
- * (WRONGTYPE) instead of looking held. */
+/* One-shot claim on the side connection: SET key "<holder>" NX PX ttl,
+ * pipelined with TYPE key in the same round trip, so a key of another type is
+ * reported as an error (WRONGTYPE) instead of looking held. */
 static int redis_claim(struct locker *l, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
@@ -581,21 +777,11 @@ static int redis_claim(struct locker *l, const char *key, int64_t ttl_ms, char e
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
     const char *set_argv[6] = {"SET", key, rl->holder, "NX", "PX", ttl};
     const char *type_argv[2] = {"TYPE", key};
-    redisReply *r = NULL, *t = NULL;
-    pthread_mutex_lock(&rl->mu);
-    if (!ensure_conn(rl, err)) {
-        pthread_mutex_unlock(&rl->mu);
-        return LOCKER_ERR;
-    }
-    if (redisAppendCommandArgv(rl->c, 6, set_argv, NULL) != REDIS_OK ||
-        redisAppendCommandArgv(rl->c, 2, type_argv, NULL) != REDIS_OK ||
-        redisGetReply(rl->c, (void **)&r) != REDIS_OK || redisGetReply(rl->c, (void **)&t) != REDIS_OK) {
-        if (r) freeReplyObject(r);
-        conn_broken(rl, "claim", err);
-        pthread_mutex_unlock(&rl->mu);
-        return LOCKER_ERR;
-    }
-    pthread_mutex_unlock(&rl->mu);
+    const char **argv[2] = {set_argv, type_argv};
+    const int argc[2] = {6, 2};
+    redisReply *rep[2];
+    if (!side_call(rl, 2, argc, argv, rep, "claim", err)) return LOCKER_ERR;
+    redisReply *r = rep[0], *t = rep[1];
     int rc;
     if (r->type == REDIS_REPLY_STATUS) {
         rc = LOCKER_OK;
@@ -624,18 +810,13 @@ static int redis_holder(struct locker *l, const char *key, char *buf, size_t len
     char *hkey = xmalloc(kl + 8);
     memcpy(hkey, key, kl);
     memcpy(hkey + kl, ":holder", 8);
-    const char *argv[2] = {"GET", hkey};
-    pthread_mutex_lock(&rl->mu);
-    if (!ensure_conn(rl, err)) {
-        pthread_mutex_unlock(&rl->mu);
-        free(hkey);
-        return LOCKER_ERR;
-    }
-    redisReply *r = redisCommandArgv(rl->c, 2, argv, NULL);
-    if (r == NULL) conn_broken(rl, "holder", err);
-    pthread_mutex_unlock(&rl->mu);
+    const char *get_argv[2] = {"GET", hkey};
+    const char **argv[1] = {get_argv};
+    const int argc[1] = {2};
+    redisReply *r;
+    bool ok = side_call(rl, 1, argc, argv, &r, "holder", err);
     free(hkey);
-    if (r == NULL) return LOCKER_ERR;
+    if (!ok) return LOCKER_ERR;
     int rc = LOCKER_LOST;
     if (r->type == REDIS_REPLY_STRING) {
         snprintf(buf, len, "%.*s", (int)r->len, r->str);
@@ -648,18 +829,37 @@ static int redis_holder(struct locker *l, const char *key, char *buf, size_t len
     return rc;
 }
 
+static int redis_ping(struct locker *l, char err[LOCKER_ERR_MAX])
+{
+    struct redis_locker *rl = (struct redis_locker *)l;
+    const char *ping_argv[1] = {"PING"};
+    const char **argv[1] = {ping_argv};
+    const int argc[1] = {1};
+    redisReply *r;
+    if (!side_call(rl, 1, argc, argv, &r, "ping", err)) return LOCKER_ERR;
+    int rc = LOCKER_OK;
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(err, LOCKER_ERR_MAX, "redis %s: ping: %.100s", rl->where, r->str);
+        rc = LOCKER_ERR;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
 static const struct locker_ops redis_ops = {
-    .holder = redis_holder,
-    .claim = redis_claim,
     .name = "redis",
     .try_lock = redis_try_lock,
     .unlock = redis_unlock,
     .renew = redis_renew,
     .announce_release = redis_announce,
+    .release_seq = redis_release_seq,
     .wait_release = redis_wait_release,
     .generation = redis_generation,
     .check = redis_check,
     .destroy = redis_destroy,
+    .claim = redis_claim,
+    .holder = redis_holder,
+    .ping = redis_ping,
 };
 
 struct locker *locker_redis_create(const struct redis_opts *opts, char err[LOCKER_ERR_MAX])
@@ -672,13 +872,16 @@ struct locker *locker_redis_create(const struct redis_opts *opts, char err[LOCKE
              rl->opts.host && rl->opts.host[0] ? rl->opts.host : "127.0.0.1",
              rl->opts.port > 0 ? rl->opts.port : 6379);
     snprintf(rl->holder, sizeof rl->holder, "%.80s pid %d", util_hostname(), (int)getpid());
+    rl->lease.role = "lease";
+    rl->side.role = "side";
     if (pipe2(rl->wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
         snprintf(err, LOCKER_ERR_MAX, "redis locker: pipe: %s", strerror(errno));
         redis_opts_clear(&rl->opts);
         free(rl);
         return NULL;
     }
-    pthread_mutex_init(&rl->mu, NULL);
+    pthread_mutex_init(&rl->lease.mu, NULL);
+    pthread_mutex_init(&rl->side.mu, NULL);
     pthread_mutex_init(&rl->sub_mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -686,13 +889,14 @@ struct locker *locker_redis_create(const struct redis_opts *opts, char err[LOCKE
     pthread_cond_init(&rl->sub_cv, &ca);
     pthread_condattr_destroy(&ca);
 
-    /* Connect now: a refused AUTH or SELECT is a configuration error and fails
-     * creation; an unreachable server is transient (every call then reports
-     * LOCKER_ERR with the reason until it is back). */
+    /* Connect the lease connection now: a refused AUTH or SELECT is a
+     * configuration error and fails creation; an unreachable server is
+     * transient (every call then reports LOCKER_ERR with the reason until it
+     * is back). The side connection connects on first use. */
     bool refused = false;
     char cerr[LOCKER_ERR_MAX];
-    rl->c = redis_conn_open_ex(&rl->opts, cerr, sizeof cerr, &refused);
-    if (rl->c == NULL) {
+    rl->lease.c = redis_conn_open_ex(&rl->opts, cerr, sizeof cerr, &refused);
+    if (rl->lease.c == NULL) {
         if (refused) {
             snprintf(err, LOCKER_ERR_MAX, "%s", cerr);
             redis_destroy(&rl->base);
@@ -700,7 +904,7 @@ struct locker *locker_redis_create(const struct redis_opts *opts, char err[LOCKE
         }
         log_warn("locker", NULL, "%s (will keep retrying)", cerr);
     } else {
-        rl->ever_connected = true;
+        rl->lease.ever_connected = true;
         atomic_fetch_add(&rl->generation, 1);
         load_scripts(rl);
     }

@@ -56,25 +56,6 @@ void redis_reader_bound(redisReader *reader)
     if (reader && hiredis_fn && reader->fn == hiredis_fn) reader->fn = &bounded_fn;
 }
 
-/* Runs one setup command; on failure fills err and returns false. */
-static bool setup_command(redisContext *c, const char *where, const char *what, char *err,
-                          size_t errlen, bool *refused, int argc, const char **argv)
-{
-    redisReply *r = redisCommandArgv(c, argc, argv, NULL);
-    if (r == NULL) {
-        snprintf(err, errlen, "redis %s: %s: %s", where, what,
-                 c->errstr[0] ? c->errstr : "connection lost");
-        return false;
-    }
-    bool ok = r->type != REDIS_REPLY_ERROR;
-    if (!ok) {
-        snprintf(err, errlen, "redis %s: %s refused: %s", where, what, r->str ? r->str : "error");
-        if (refused) *refused = true;
-    }
-    freeReplyObject(r);
-    return ok;
-}
-
 redisContext *redis_conn_open_ex(const struct redis_opts *o, char *err, size_t errlen,
                                  bool *refused)
 {
@@ -110,30 +91,57 @@ redisContext *redis_conn_open_ex(const struct redis_opts *o, char *err, size_t e
     redisEnableKeepAlive(c);
     redis_reader_bound(c->reader);
 
+    /* AUTH and SELECT pipelined: one round trip, replies checked in order
+     * (after a refused AUTH, SELECT's NOAUTH is not the reason to report). */
+    const char *auth_argv[3] = {"AUTH", NULL, NULL}, *sel_argv[2] = {"SELECT", NULL};
+    const char *what[2];
+    int n = 0;
+    bool ok = true;
     if (o && o->password && o->password[0]) {
-        const char *argv[3] = {"AUTH", NULL, NULL};
-        int argc = 0;
+        int argc = 2;
         if (o->user && o->user[0]) {
-            argv[1] = o->user;
-            argv[2] = o->password;
+            auth_argv[1] = o->user;
+            auth_argv[2] = o->password;
             argc = 3;
         } else {
-            argv[1] = o->password;
-            argc = 2;
+            auth_argv[1] = o->password;
         }
-        if (!setup_command(c, where, "AUTH", err, errlen, refused, argc, argv)) {
-            redisFree(c);
-            return NULL;
+        ok = redisAppendCommandArgv(c, argc, auth_argv, NULL) == REDIS_OK;
+        what[n++] = "AUTH";
+    }
+    char db[24];
+    if (ok && o && o->db != 0) {
+        snprintf(db, sizeof db, "%d", o->db);
+        sel_argv[1] = db;
+        ok = redisAppendCommandArgv(c, 2, sel_argv, NULL) == REDIS_OK;
+        what[n++] = "SELECT";
+    }
+    if (!ok) {
+        snprintf(err, errlen, "redis %s: cannot queue the setup commands", where);
+        redisFree(c);
+        return NULL;
+    }
+    redisReply *rep[2] = {NULL, NULL};
+    for (int i = 0; i < n && ok; i++) {
+        if (redisGetReply(c, (void **)&rep[i]) != REDIS_OK || rep[i] == NULL) {
+            snprintf(err, errlen, "redis %s: %s: %s", where, what[i],
+                     c->errstr[0] ? c->errstr : "connection lost");
+            ok = false;
         }
     }
-    if (o && o->db != 0) {
-        char db[24];
-        snprintf(db, sizeof db, "%d", o->db);
-        const char *argv[2] = {"SELECT", db};
-        if (!setup_command(c, where, "SELECT", err, errlen, refused, 2, argv)) {
-            redisFree(c);
-            return NULL;
+    for (int i = 0; i < n && ok; i++) {
+        if (rep[i]->type == REDIS_REPLY_ERROR) {
+            snprintf(err, errlen, "redis %s: %s refused: %s", where, what[i],
+                     rep[i]->str ? rep[i]->str : "error");
+            if (refused) *refused = true;
+            ok = false;
         }
+    }
+    for (int i = 0; i < n; i++)
+        if (rep[i]) freeReplyObject(rep[i]);
+    if (!ok) {
+        redisFree(c);
+        return NULL;
     }
     return c;
 }

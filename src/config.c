@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "guard/active_guard.h"
 #include "src/common/util.h"
 #include "src/config_test.h"
 
@@ -428,6 +429,7 @@ static int parse_locker(struct baton_config *c, const config_setting_t *g, struc
         ls.user = NULL;
         c->locker_redis.connect_timeout_ms = ls.connect_timeout_ms;
         c->locker_redis.command_timeout_ms = ls.command_timeout_ms;
+        c->locker_command_timeout_set = g && config_setting_get_member(g, "command_timeout_ms") != NULL;
         free(c->key_prefix);
         c->key_prefix = ls.prefix;
         ls.prefix = NULL;
@@ -442,15 +444,83 @@ static int parse_lease(struct lease_config *l, const config_setting_t *g, struct
     if (settings_parse(lease_defs, g, NULL, "lease", l, err)) return -1;
     if (l->renew_ms == 0) l->renew_ms = l->ttl_ms / 3;
     if (l->balance_step_ms == 0) l->balance_step_ms = l->retry_ms / 2 > 0 ? l->retry_ms / 2 : 1;
-    if (g && l->renew_ms >= l->ttl_ms) {
-        const config_setting_t *s = config_setting_get_member(g, "renew_ms");
-        config_error_set(err, config_setting_source_file(g), line_of(s ? s : g),
-                         "lease: renew_ms = %" PRId64 " must be less than ttl_ms = %" PRId64
-                         " (ttl > renew > 0)",
-                         l->renew_ms, l->ttl_ms);
-        return -1;
-    }
     return 0;
+}
+
+/* ---- lease timings ----
+ *
+ * One validation for --check-config and start-up alike: the guard's own
+ * active_guard_check_timings (the one active_guard_create applies), with the
+ * same inputs the gateway passes it: the effective lease, the default safety
+ * margin and the locker's command timeout (0 without a locker). A lease that
+ * passes here is never refused when the guard is created. */
+
+/* The command timeout the guard checks against: the locker's Redis command
+ * timeout, 0 in single-process mode (no locker, nothing can time out). */
+static int64_t lease_command_timeout(const struct baton_config *c)
+{
+    return c->has_locker ? c->locker_redis.command_timeout_ms : 0;
+}
+
+/* A lease that fails only against a command timeout nobody set: the
+ * default is lowered to what the lease leaves (ttl - margin - renew), when
+ * that is at least LEASE_MIN_COMMAND_TIMEOUT_MS, instead of refusing a
+ * config that never mentioned the timeout. Returns true when it did. */
+#define LEASE_MIN_COMMAND_TIMEOUT_MS 50
+static bool fit_default_command_timeout(struct baton_config *c, const struct lease_config *l)
+{
+    if (!c->has_locker || c->locker_command_timeout_set) return false;
+    char scratch[400];
+    if (active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0, 0, scratch, sizeof scratch) != 0)
+        return false;
+    int64_t ttl = l->ttl_ms ? l->ttl_ms : 3000;
+    int64_t renew = l->renew_ms ? l->renew_ms : ttl / 3;
+    int64_t margin = ttl / 20 > 10 ? ttl / 20 : 10;
+    int64_t fit = ttl - margin - renew;
+    if (fit < LEASE_MIN_COMMAND_TIMEOUT_MS) return false;
+    if (fit < c->locker_redis.command_timeout_ms) c->locker_redis.command_timeout_ms = fit;
+    return true;
+}
+
+/* "lease ttl 100 ms, ..." -> "ttl 100 ms, ..." (the callers name the lease). */
+static const char *lease_msg_tail(const char *msg)
+{
+    return strncmp(msg, "lease ", 6) == 0 ? msg + 6 : msg;
+}
+
+/* The main file's lease group (g, NULL when absent). Reported at renew_ms,
+ * else ttl_ms, else the lease group; with no lease group the defaults only
+ * fail against the locker's command timeout: reported there. */
+static int check_main_lease(struct baton_config *c, const config_setting_t *g,
+                            const config_setting_t *locker, struct config_error *err)
+{
+    char msg[400];
+    const struct lease_config *l = &c->lease;
+    int64_t cmd = lease_command_timeout(c);
+    if (active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0, cmd, msg, sizeof msg) == 0)
+        return 0;
+    if (fit_default_command_timeout(c, l)) return 0;
+    char scratch[400];
+    bool cmd_involved = cmd > 0 && active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0, 0,
+                                                              scratch, sizeof scratch) == 0;
+    const config_setting_t *cmd_setting = locker ? config_setting_get_member(locker, "command_timeout_ms") : NULL;
+    const config_setting_t *at = NULL;
+    if (g) {
+        at = config_setting_get_member(g, "renew_ms");
+        if (!at) at = config_setting_get_member(g, "ttl_ms");
+        if (!at) at = g;
+    } else if (locker) {
+        at = cmd_setting ? cmd_setting : locker;
+    }
+    const char *cmd_from = !cmd_involved ? NULL
+                           : cmd_setting ? "command timeout: locker command_timeout_ms"
+                                         : "command timeout: the locker's default command_timeout_ms";
+    const char *lease_from = g ? NULL : "default lease timings: the main file has no lease group";
+    config_error_set(err, at ? config_setting_source_file(at) : c->path, line_of(at), "lease: %s%s%s%s%s%s",
+                     lease_msg_tail(msg), lease_from || cmd_from ? " (" : "", lease_from ? lease_from : "",
+                     lease_from && cmd_from ? "; " : "", cmd_from ? cmd_from : "",
+                     lease_from || cmd_from ? ")" : "");
+    return -1;
 }
 
 /* "host:port" or "[v6]:port"; port 0..65535 (0: any free port). */
@@ -588,6 +658,37 @@ struct name_site {
     int line;
 };
 
+/* An endpoint's effective lease (the main lease with its lease_*_ms
+ * overrides). The main lease passed already, so a failure comes from an
+ * override: reported at lease_renew_ms, else lease_ttl_ms, else
+ * lease_retry_ms. */
+static int check_endpoint_lease(struct baton_config *c, const struct endpoint_config *ep,
+                                const config_setting_t *root, const char *what,
+                                const struct endpoint_common *com, struct config_error *err)
+{
+    char msg[400];
+    const struct lease_config *l = &ep->lease;
+    int64_t cmd = lease_command_timeout(c);
+    if (active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0, cmd, msg, sizeof msg) == 0)
+        return 0;
+    if (fit_default_command_timeout(c, l)) return 0;
+    char scratch[400];
+    bool cmd_involved = cmd > 0 && active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0, 0,
+                                                              scratch, sizeof scratch) == 0;
+    const config_setting_t *at = config_setting_get_member(root, "lease_renew_ms");
+    if (!at) at = config_setting_get_member(root, "lease_ttl_ms");
+    if (!at) at = config_setting_get_member(root, "lease_retry_ms");
+    char from[200];
+    snprintf(from, sizeof from, "ttl from %s, renew from %s",
+             com->lease_ttl_ms ? "lease_ttl_ms" : "the main file's lease",
+             com->lease_renew_ms ? "lease_renew_ms"
+             : com->lease_ttl_ms ? "lease_ttl_ms / 3"
+                                 : "the main file's lease");
+    config_error_set(err, ep->file, line_of(at), "%s: %s (%s%s)", what, msg, from,
+                     cmd_involved ? "; command timeout from the locker's command_timeout_ms in the main file" : "");
+    return -1;
+}
+
 static int load_endpoint(struct baton_config *c, const char *path, struct name_site *sites,
                          struct config_error *err)
 {
@@ -706,16 +807,7 @@ static int load_endpoint(struct baton_config *c, const char *path, struct name_s
         ep->lease.retry_ms = com.lease_retry_ms;
         ep->lease.balance_step_ms = com.lease_retry_ms / 2 > 0 ? com.lease_retry_ms / 2 : 1;
     }
-    if (ep->lease.renew_ms >= ep->lease.ttl_ms) {
-        const config_setting_t *s = config_setting_get_member(root, "lease_renew_ms");
-        if (!s) s = config_setting_get_member(root, "lease_ttl_ms");
-        config_error_set(err, path, line_of(s),
-                         "%s: lease renew %" PRId64 " ms must be less than lease ttl %" PRId64
-                         " ms (ttl > renew > 0; %s)",
-                         what, ep->lease.renew_ms, ep->lease.ttl_ms,
-                         com.lease_ttl_ms ? "ttl from lease_ttl_ms" : "ttl from the main file's lease");
-        goto out;
-    }
+    if (check_endpoint_lease(c, ep, root, what, &com, err)) goto out;
     rc = 0;
 out:
     free(type_keys);
@@ -810,6 +902,7 @@ int config_load(const char *path, struct baton_config *out, struct config_error 
     }
     if ((s = group_member(root, "locker")) && parse_locker(out, s, err)) goto out;
     if (parse_lease(&out->lease, group_member(root, "lease"), err)) goto out;
+    if (check_main_lease(out, group_member(root, "lease"), group_member(root, "locker"), err)) goto out;
     if ((s = group_member(root, "sinks")) && parse_sinks(out, s, err)) goto out;
     if ((s = group_member(root, "metrics"))) {
         struct metrics_settings m = { 0 };

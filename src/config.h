@@ -53,6 +53,9 @@ struct baton_config {
     char *owner;          /* NULL when absent */
     bool has_locker;      /* false: single-process mode */
     struct redis_opts locker_redis;
+    /* command_timeout_ms was given; otherwise its default (1000) is lowered
+     * to fit the shortest lease (ttl - margin - renew, at least 50 ms). */
+    bool locker_command_timeout_set;
     char *key_prefix;     /* default "baton" */
     struct lease_config lease;
     struct sink_config *sinks;

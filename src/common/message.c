@@ -14,6 +14,7 @@ const char *msg_outcome_name(enum msg_outcome o)
     case MSG_DROPPED_NOT_LEADER: return "not_leader";
     case MSG_DROPPED_SINK_FAILED: return "sink_failed";
     case MSG_DROPPED_SHUTDOWN: return "shutdown";
+    case MSG_DROPPED_TERM_ENDED: return "term_ended";
     }
     return "unknown";
 }

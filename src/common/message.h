@@ -15,6 +15,9 @@ enum msg_outcome {
     MSG_DROPPED_NOT_LEADER,     /* the lease deadline had passed */
     MSG_DROPPED_SINK_FAILED,    /* the sink gave up after its retries */
     MSG_DROPPED_SHUTDOWN,       /* the drain deadline passed at exit */
+    MSG_DROPPED_TERM_ENDED,     /* received in a lease term that ended before
+                                   the sink took it: never delivered in a
+                                   later term (settled by source semantics) */
 };
 const char *msg_outcome_name(enum msg_outcome o);
 

@@ -11,6 +11,10 @@
 /* CLOCK_MONOTONIC in milliseconds / microseconds. */
 int64_t clock_mono_ms(void);
 int64_t clock_mono_us(void);
+/* CLOCK_BOOTTIME in milliseconds: like CLOCK_MONOTONIC, but it keeps running
+ * while the machine or VM is suspended. Lease deadlines use it, so a resumed
+ * leader sees its lease as expired instead of believing it still runs. */
+int64_t clock_boot_ms(void);
 /* CLOCK_REALTIME in milliseconds since the epoch. */
 int64_t clock_wall_ms(void);
 /* Formats a wall-clock time as RFC 3339 UTC with milliseconds:

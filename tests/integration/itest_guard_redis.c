@@ -2,7 +2,11 @@
  * token CAS, expiry, epochs, script cache loss, bad input (unreachable,
  * wrong password, non-string keys), a Redis restart under two ActiveGuards,
  * and three ActiveGuards handing over while the leader is repeatedly
- * stopped. The sampler asserts that never two guards are leader at once. */
+ * stopped. The sampler asserts that never two guards are leader at once.
+ * Issue 13: the epoch key kept alive by renewals, release counters a standby
+ * cannot miss, the generation carried by the grant, orphaned acquisitions
+ * per key, and the side connection (claim, holder, ping) apart from lease
+ * traffic. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +14,7 @@
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,9 +95,9 @@ static void test_token_cas_unlock_renew(void **state)
     struct locker *a = redis_locker(PORT), *b = redis_locker(PORT);
     struct lock_grant ga, gb;
     char err[LOCKER_ERR_MAX];
-    int64_t sent = 0, t0 = clock_mono_ms();
+    int64_t sent = 0, t0 = clock_boot_ms();
     assert_int_equal(locker_try_lock(a, "cas", 2000, &ga, err), LOCKER_OK);
-    assert_true(ga.sent_mono_ms >= t0 && ga.sent_mono_ms <= clock_mono_ms());
+    assert_true(ga.sent_ms >= t0 && ga.sent_ms <= clock_boot_ms());
     assert_int_equal(strlen(ga.token), 32);
     assert_int_equal(locker_try_lock(b, "cas", 2000, &gb, err), LOCKER_HELD);
     /* the stored value is our token */
@@ -109,7 +114,9 @@ static void test_token_cas_unlock_renew(void **state)
                      LOCKER_LOST);
     assert_int_equal(a->ops->check(a, "cas", ga.token, err), LOCKER_OK);
     /* renew with the right token extends the expiry */
+    t0 = clock_boot_ms();
     assert_int_equal(locker_renew(a, "cas", ga.token, 60000, &sent, err), LOCKER_OK);
+    assert_true(sent >= t0 && sent <= clock_boot_ms());
     r = raw(PORT, "PTTL cas");
     assert_true(r->integer > 50000);
     freeReplyObject(r);
@@ -331,6 +338,288 @@ static void test_wrong_password(void **state)
     redis_server_destroy(s);
 }
 
+/* ---- issue 13 ------------------------------------------------------------- */
+
+static long long raw_int(int port, const char *fmt, const char *arg)
+{
+    redisReply *r = raw(port, fmt, arg);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+/* Subscribers of channel (PUBSUB NUMSUB). */
+static long long numsub(int port, const char *channel)
+{
+    redisReply *r = raw(port, "PUBSUB NUMSUB %s", channel);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    long long v = r->element[1]->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+/* The id of the client named name (CLIENT SETNAME), or -1. */
+static long long client_id(int port, const char *name)
+{
+    redisReply *r = raw(port, "CLIENT LIST");
+    long long id = -1;
+    char pat[64];
+    snprintf(pat, sizeof pat, " name=%s ", name);
+    for (char *line = r->str; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = '\0';
+        if (strstr(line, pat)) id = strtoll(line + 3, NULL, 10); /* "id=N ..." */
+        line = nl ? nl + 1 : NULL;
+    }
+    freeReplyObject(r);
+    return id;
+}
+
+/* (4) The epoch key must not expire while a lease exists. It gets a TTL of
+ * max(2 x ttl, 24 h) at acquisition; here its TTL is cut to 300 ms with a raw
+ * connection, as if those 24 h had passed. The old renew script refreshed only
+ * the lock and holder keys, so PTTL stayed <= 300 and the key vanished. */
+static void test_epoch_expiry_renew_keeps_epoch_key(void **state)
+{
+    struct locker *a = redis_locker(PORT);
+    struct lock_grant g;
+    char err[LOCKER_ERR_MAX];
+    int64_t sent;
+    freeReplyObject(raw(PORT, "DEL ep ep:epoch"));
+    assert_int_equal(locker_try_lock(a, "ep", 2000, &g, err), LOCKER_OK);
+    long long pttl = raw_int(PORT, "PTTL %s", "ep:epoch");
+    assert_true(pttl > 23LL * 3600 * 1000);
+    freeReplyObject(raw(PORT, "PEXPIRE ep:epoch 300"));
+    assert_int_equal(locker_renew(a, "ep", g.token, 2000, &sent, err), LOCKER_OK);
+    pttl = raw_int(PORT, "PTTL %s", "ep:epoch");
+    printf("epoch_expiry: epoch key PTTL after renew: %lld ms (cut to 300 ms before)\n", pttl);
+    assert_true(pttl >= 2000);
+    assert_true(pttl > 23LL * 3600 * 1000); /* max(2 x ttl, 24 h) */
+    usleep(400 * 1000);
+    assert_int_equal(locker_renew(a, "ep", g.token, 2000, &sent, err), LOCKER_OK);
+    assert_int_equal(raw_int(PORT, "EXISTS %s", "ep:epoch"), 1);
+    redisReply *r = raw(PORT, "GET ep:epoch");
+    assert_int_equal(strtoull(r->str, NULL, 10), g.epoch);
+    freeReplyObject(r);
+    /* a long ttl: the epoch key lives at least 2 x ttl */
+    assert_int_equal(locker_renew(a, "ep", g.token, 13LL * 3600 * 1000, &sent, err), LOCKER_OK);
+    assert_true(raw_int(PORT, "PTTL %s", "ep:epoch") > 25LL * 3600 * 1000);
+    /* renewing someone else's lease touches nothing */
+    freeReplyObject(raw(PORT, "PEXPIRE ep:epoch 5000"));
+    assert_int_equal(locker_renew(a, "ep", "ffffffffffffffffffffffffffffffff", 2000, &sent, err),
+                     LOCKER_LOST);
+    assert_true(raw_int(PORT, "PTTL %s", "ep:epoch") <= 5000);
+    assert_int_equal(locker_unlock(a, "ep", g.token, err), LOCKER_OK);
+    locker_destroy(a);
+}
+
+/* (5) A standby reads the release counter, is then busy (try_lock, balancing
+ * delay, between wait chunks) while the leader releases and announces: its
+ * next wait_release returns at once. The old wait_release only saw messages
+ * arriving while it waited, so this announcement was lost and the handover
+ * waited for the retry interval or the ttl. A break of the subscriber
+ * connection advances the counter too: announcements may have been missed
+ * while it was down. */
+static void test_missed_release_counted_and_resubscribed(void **state)
+{
+    struct redis_server *srv = redis_server_start(NULL); /* CLIENT KILL hits only ours */
+    assert_non_null(srv);
+    int port = redis_server_port(srv);
+    struct locker *leader = redis_locker(port), *standby = redis_locker(port);
+    struct lock_grant g, h;
+    char err[LOCKER_ERR_MAX];
+    assert_int_equal(locker_try_lock(leader, "mr", 10000, &g, err), LOCKER_OK);
+    int64_t t0 = clock_mono_ms();
+    uint64_t seen = standby->ops->release_seq(standby, "mr");
+    printf("missed_release: first release_seq (subscribe confirmed) took %lld ms\n",
+           (long long)(clock_mono_ms() - t0));
+    assert_int_equal(numsub(port, "mr:released"), 1); /* confirmed before it returned */
+    assert_int_equal(locker_try_lock(standby, "mr", 10000, &h, err), LOCKER_HELD);
+    /* the standby is busy: the leader releases and announces now */
+    assert_int_equal(locker_unlock(leader, "mr", g.token, err), LOCKER_OK);
+    assert_int_equal(leader->ops->announce_release(leader, "mr", err), LOCKER_OK);
+    usleep(50 * 1000); /* still busy; the subscriber thread counts it meanwhile */
+    t0 = clock_mono_ms();
+    assert_true(standby->ops->wait_release(standby, "mr", seen, 2000));
+    int64_t took = clock_mono_ms() - t0;
+    printf("missed_release: wait_release after a past announcement returned in %lld ms\n",
+           (long long)took);
+    assert_true(took < 100);
+    assert_int_equal(standby->ops->release_seq(standby, "mr"), seen + 1);
+    assert_int_equal(locker_try_lock(standby, "mr", 10000, &h, err), LOCKER_OK);
+
+    /* every announcement counts, waited for or not */
+    uint64_t s1 = standby->ops->release_seq(standby, "mr");
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(leader->ops->announce_release(leader, "mr", err), LOCKER_OK);
+    assert_true(WAIT_FOR(standby->ops->release_seq(standby, "mr") == s1 + 3, 2000) >= 0);
+    /* nothing new: times out */
+    assert_false(standby->ops->wait_release(standby, "mr", s1 + 3, 100));
+
+    /* the subscriber connection breaks: the counter advances once it is
+     * subscribed again, so a standby that read it before cannot miss what was
+     * announced in between */
+    uint64_t s2 = standby->ops->release_seq(standby, "mr");
+    uint64_t gen = standby->ops->generation(standby);
+    assert_true(raw_int(port, "CLIENT KILL TYPE %s", "pubsub") >= 1);
+    t0 = clock_mono_ms();
+    assert_true(standby->ops->wait_release(standby, "mr", s2, 3000));
+    printf("missed_release: counter advanced %lld ms after the subscriber was killed\n",
+           (long long)(clock_mono_ms() - t0));
+    assert_true(standby->ops->release_seq(standby, "mr") != s2);
+    assert_true(standby->ops->generation(standby) != gen);
+    /* subscribed again: announcements are counted again */
+    assert_true(WAIT_FOR(numsub(port, "mr:released") == 1, 2000) >= 0);
+    uint64_t s3 = standby->ops->release_seq(standby, "mr");
+    assert_int_equal(leader->ops->announce_release(leader, "mr", err), LOCKER_OK);
+    assert_true(standby->ops->wait_release(standby, "mr", s3, 2000));
+    assert_int_equal(locker_unlock(standby, "mr", h.token, err), LOCKER_OK);
+    locker_destroy(leader);
+    locker_destroy(standby);
+    redis_server_destroy(srv);
+}
+
+/* (6) try_lock reports the generation of the connection that carried the
+ * acquisition, read before it was sent (after any reconnect). A break right
+ * after the grant -- before anyone reads the generation -- then shows as
+ * generation() != grant.gen. The old try_lock did not fill grant.gen (the
+ * guard read the generation after the call, absorbing such a break). */
+static void test_gen_before_grant(void **state)
+{
+    struct redis_server *srv = redis_server_start(NULL);
+    assert_non_null(srv);
+    int port = redis_server_port(srv);
+    struct locker *l = redis_locker(port);
+    struct lock_grant g, g2;
+    char err[LOCKER_ERR_MAX];
+    l->ops->release_seq(l, "gb"); /* the subscriber is connected and subscribed */
+    assert_int_equal(locker_try_lock(l, "gb", 10000, &g, err), LOCKER_OK);
+    assert_true(g.gen != 0);
+    assert_int_equal(g.gen, l->ops->generation(l)); /* nothing broke yet */
+    /* a break right after the grant: the lease and subscriber connections die */
+    assert_true(raw_int(port, "CLIENT KILL TYPE %s", "normal") >= 1);
+    assert_true(raw_int(port, "CLIENT KILL TYPE %s", "pubsub") >= 1);
+    /* the subscriber notices without any call on the lease connection */
+    int64_t noticed = WAIT_FOR(l->ops->generation(l) != g.gen, 2000);
+    printf("gen_before_grant: generation moved %lld ms after the kill\n", (long long)noticed);
+    assert_true(noticed >= 0);
+    /* the lease connection's break shows at its next use and moves it again */
+    uint64_t g1 = l->ops->generation(l);
+    assert_int_equal(l->ops->check(l, "gb", g.token, err), LOCKER_ERR);
+    printf("gen_before_grant: check on the killed lease connection: %s\n", err);
+    assert_true(l->ops->generation(l) != g1);
+    assert_int_equal(l->ops->check(l, "gb", g.token, err), LOCKER_OK); /* reconnected */
+    /* the grant's generation is the one after the reconnect, before sending */
+    assert_true(raw_int(port, "CLIENT KILL TYPE %s", "normal") >= 1);
+    assert_int_equal(locker_try_lock(l, "gb2", 10000, &g2, err), LOCKER_ERR); /* found broken */
+    uint64_t before = l->ops->generation(l);
+    assert_int_equal(locker_try_lock(l, "gb2", 10000, &g2, err), LOCKER_OK); /* reconnects */
+    assert_true(g2.gen > before);
+    assert_int_equal(g2.gen, l->ops->generation(l));
+    locker_destroy(l);
+    redis_server_destroy(srv);
+}
+
+static long server_pid(int port)
+{
+    redisReply *r = raw(port, "INFO server");
+    char *p = strstr(r->str, "process_id:");
+    assert_non_null(p);
+    long pid = strtol(p + strlen("process_id:"), NULL, 10);
+    freeReplyObject(r);
+    assert_true(pid > 0);
+    return pid;
+}
+
+/* (7) An acquisition whose reply was lost (here: Redis stopped with SIGSTOP,
+ * the command times out, and runs once Redis continues) is remembered per
+ * key and released before the next try_lock of that key. Two keys with lost
+ * replies: both are acquirable at once. With the old single slot the second
+ * orphan overwrote the first, whose key stayed blocked for its whole ttl. */
+static void test_orphan_per_key(void **state)
+{
+    struct redis_server *srv = redis_server_start(NULL);
+    assert_non_null(srv);
+    int port = redis_server_port(srv);
+    pid_t pid = (pid_t)server_pid(port);
+    struct locker *l = redis_locker(port); /* command timeout 500 ms */
+    struct lock_grant g;
+    char err[LOCKER_ERR_MAX];
+    const char *keys[2] = {"orph:a", "orph:b"};
+    for (int i = 0; i < 2; i++) {
+        /* the lease connection is up (reconnected after the previous timeout) */
+        assert_int_equal(l->ops->check(l, "orph:warm", "x", err), LOCKER_LOST);
+        assert_int_equal(kill(pid, SIGSTOP), 0);
+        int rc = locker_try_lock(l, keys[i], 30000, &g, err);
+        assert_int_equal(kill(pid, SIGCONT), 0);
+        printf("orphan_per_key: try_lock %s with Redis stopped: %s (%s)\n", keys[i],
+               locker_status_name(rc), err);
+        assert_int_equal(rc, LOCKER_ERR);
+        /* the acquisition ran once Redis continued: the key is taken by a token
+         * only the locker knows */
+        assert_true(WAIT_FOR(raw_int(port, "EXISTS %s", keys[i]) == 1, 2000) >= 0);
+    }
+    assert_true(raw_int(port, "PTTL %s", "orph:a") > 20000);
+    assert_true(raw_int(port, "PTTL %s", "orph:b") > 20000);
+    /* both orphans are released before the next try_lock of each key */
+    for (int i = 0; i < 2; i++) {
+        int rc = locker_try_lock(l, keys[i], 30000, &g, err);
+        printf("orphan_per_key: next try_lock %s: %s\n", keys[i], locker_status_name(rc));
+        assert_int_equal(rc, LOCKER_OK);
+        assert_int_equal(locker_unlock(l, keys[i], g.token, err), LOCKER_OK);
+    }
+    locker_destroy(l);
+    redis_server_destroy(srv);
+}
+
+/* (3) claim, holder and ping run on a side connection of their own: lease
+ * traffic (try_lock, renew, check) never waits behind them, and a break or
+ * reconnect of the side connection never moves the generation (the guard
+ * would re-verify its lease for nothing). */
+static void test_side_connection_keeps_generation(void **state)
+{
+    struct redis_server *srv = redis_server_start(NULL);
+    assert_non_null(srv);
+    int port = redis_server_port(srv);
+    struct locker *l = redis_locker(port);
+    struct lock_grant g;
+    char err[LOCKER_ERR_MAX], who[128];
+    int64_t sent;
+    assert_int_equal(locker_try_lock(l, "side", 10000, &g, err), LOCKER_OK);
+    uint64_t gen = l->ops->generation(l);
+    assert_int_equal(l->ops->ping(l, err), LOCKER_OK);
+    assert_int_equal(l->ops->holder(l, "side", who, sizeof who, err), LOCKER_OK);
+    assert_non_null(strstr(who, " pid "));
+    assert_int_equal(l->ops->holder(l, "nobody", who, sizeof who, err), LOCKER_LOST);
+    assert_int_equal(locker_claim(l, "side:once", 10000, err), LOCKER_OK);
+    assert_int_equal(locker_claim(l, "side:once", 10000, err), LOCKER_HELD);
+    /* two connections, each named after its role */
+    long long lease_id = client_id(port, "baton-lease"), side_id = client_id(port, "baton-side");
+    assert_true(lease_id > 0 && side_id > 0 && lease_id != side_id);
+    assert_true(WAIT_FOR(client_id(port, "baton-sub") > 0, 2000) >= 0);
+    /* the side connection breaks: side calls recover, the generation stays */
+    freeReplyObject(raw(port, "CLIENT KILL ID %lld", side_id));
+    int rc = l->ops->ping(l, err);
+    if (rc != LOCKER_OK) rc = l->ops->ping(l, err); /* the first call may find it broken */
+    assert_int_equal(rc, LOCKER_OK);
+    assert_int_equal(l->ops->holder(l, "side", who, sizeof who, err), LOCKER_OK);
+    assert_true(client_id(port, "baton-side") != side_id); /* a new one */
+    assert_int_equal(l->ops->generation(l), gen);
+    /* lease traffic never noticed: same connection, no error */
+    assert_int_equal(locker_renew(l, "side", g.token, 10000, &sent, err), LOCKER_OK);
+    assert_int_equal(l->ops->check(l, "side", g.token, err), LOCKER_OK);
+    assert_int_equal(client_id(port, "baton-lease"), lease_id);
+    assert_int_equal(l->ops->generation(l), gen);
+    /* a side call failing on an unreachable Redis does not move it either */
+    assert_int_equal(redis_server_stop(srv), 0);
+    assert_int_equal(l->ops->ping(l, err), LOCKER_ERR);
+    printf("side connection, Redis down: %s\n", err);
+    assert_int_equal(l->ops->ping(l, err), LOCKER_ERR);
+    locker_destroy(l);
+    redis_server_destroy(srv);
+}
+
 /* ---- ActiveGuard ---------------------------------------------------------- */
 
 #define MAXG 3
@@ -510,6 +799,8 @@ static void test_three_guards_leader_repeatedly_stopped(void **state)
 int main(void)
 {
     log_set_level(LOG_ERROR);
+    /* BATON_TEST_FILTER=test_orphan* runs only the matching tests */
+    if (getenv("BATON_TEST_FILTER")) cmocka_set_test_filter(getenv("BATON_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_token_cas_unlock_renew),
         cmocka_unit_test(test_expiry),
@@ -518,6 +809,11 @@ int main(void)
         cmocka_unit_test(test_non_string_key),
         cmocka_unit_test(test_unreachable_redis),
         cmocka_unit_test(test_wrong_password),
+        cmocka_unit_test(test_epoch_expiry_renew_keeps_epoch_key),
+        cmocka_unit_test(test_missed_release_counted_and_resubscribed),
+        cmocka_unit_test(test_gen_before_grant),
+        cmocka_unit_test(test_orphan_per_key),
+        cmocka_unit_test(test_side_connection_keeps_generation),
         cmocka_unit_test(test_redis_restart_never_two_leaders),
         cmocka_unit_test(test_three_guards_leader_repeatedly_stopped),
     };

@@ -49,13 +49,16 @@ static void journal_reset(void)
 
 /* ---- flaky locker -------------------------------------------------------- */
 
-enum { PASS = 0, FAIL_ERR = 1, FAIL_LOST = 2, HANG = 3 };
+enum { PASS = 0, FAIL_ERR = 1, FAIL_LOST = 2, HANG = 3, LATE_OK = 4 };
+/* try_lock modes */
+enum { TRY_PASS = 0, TRY_BREAK_AFTER_GRANT = 1 };
 
 struct flaky {
     struct locker base;
     struct locker *inner; /* local */
     atomic_int renew_mode, check_mode;
     atomic_int hang_ms;
+    atomic_int try_mode;
     atomic_ullong gen;
     atomic_int renews, checks, unlocks, announces;
 };
@@ -66,6 +69,10 @@ static int fl_try(struct locker *l, const char *key, int64_t ttl, struct lock_gr
     struct flaky *f = (struct flaky *)l;
     int rc = f->inner->ops->try_lock(f->inner, key, ttl, out, err);
     if (rc == LOCKER_OK) note('L');
+    /* the connection breaks right after the grant, before the guard could
+     * read any generation: it must not be absorbed */
+    if (rc == LOCKER_OK && atomic_load(&f->try_mode) == TRY_BREAK_AFTER_GRANT)
+        atomic_fetch_add(&f->gen, 1);
     return rc;
 }
 
@@ -85,18 +92,24 @@ static int fl_renew(struct locker *l, const char *key, const char *token, int64_
     atomic_fetch_add(&f->renews, 1);
     switch (atomic_load(&f->renew_mode)) {
     case FAIL_ERR:
-        *sent = clock_mono_ms();
+        *sent = clock_boot_ms();
         snprintf(err, LOCKER_ERR_MAX, "injected: connection reset");
         return LOCKER_ERR;
     case FAIL_LOST:
-        *sent = clock_mono_ms();
+        *sent = clock_boot_ms();
         snprintf(err, LOCKER_ERR_MAX, "injected: key gone");
         return LOCKER_LOST;
     case HANG:
-        *sent = clock_mono_ms();
+        *sent = clock_boot_ms();
         usleep((useconds_t)atomic_load(&f->hang_ms) * 1000);
         snprintf(err, LOCKER_ERR_MAX, "injected: timeout");
         return LOCKER_ERR;
+    case LATE_OK: {
+        /* applied at once, answered hang_ms later: a slow reply */
+        int rc = f->inner->ops->renew(f->inner, key, token, ttl, sent, err);
+        usleep((useconds_t)atomic_load(&f->hang_ms) * 1000);
+        return rc;
+    }
     default:
         return f->inner->ops->renew(f->inner, key, token, ttl, sent, err);
     }
@@ -127,10 +140,16 @@ static int fl_announce(struct locker *l, const char *key, char err[LOCKER_ERR_MA
     return f->inner->ops->announce_release(f->inner, key, err);
 }
 
-static bool fl_wait(struct locker *l, const char *key, int64_t timeout)
+static bool fl_wait(struct locker *l, const char *key, uint64_t seen, int64_t timeout)
 {
     struct flaky *f = (struct flaky *)l;
-    return f->inner->ops->wait_release(f->inner, key, timeout);
+    return f->inner->ops->wait_release(f->inner, key, seen, timeout);
+}
+
+static uint64_t fl_seq(struct locker *l, const char *key)
+{
+    struct flaky *f = (struct flaky *)l;
+    return f->inner->ops->release_seq(f->inner, key);
 }
 
 static uint64_t fl_gen(struct locker *l)
@@ -152,6 +171,7 @@ static const struct locker_ops flaky_ops = {
     .renew = fl_renew,
     .announce_release = fl_announce,
     .wait_release = fl_wait,
+    .release_seq = fl_seq,
     .generation = fl_gen,
     .check = fl_check,
     .destroy = fl_destroy,
@@ -164,6 +184,7 @@ static const struct locker_ops norenew_ops = {
     .renew = NULL,
     .announce_release = fl_announce,
     .wait_release = fl_wait,
+    .release_seq = fl_seq,
     .destroy = fl_destroy,
 };
 
@@ -180,6 +201,7 @@ static struct flaky *flaky_create(const struct locker_ops *ops)
 struct consumer {
     atomic_int promoted, demoted;
     atomic_int fail_promote;
+    atomic_int promote_ms; /* a slow start (a broker handshake) */
     atomic_ullong last_epoch;
     atomic_bool running;
 };
@@ -190,6 +212,7 @@ static int on_promoted(void *arg, uint64_t epoch)
     atomic_fetch_add(&c->promoted, 1);
     atomic_store(&c->last_epoch, epoch);
     note('P');
+    if (atomic_load(&c->promote_ms) > 0) usleep((useconds_t)atomic_load(&c->promote_ms) * 1000);
     if (atomic_load(&c->fail_promote)) return -1;
     atomic_store(&c->running, true);
     return 0;
@@ -535,6 +558,171 @@ static void test_give_up_hands_over_and_sits_out(void **state)
     locker_destroy(l);
 }
 
+
+/* ---- terms: a passed deadline is final ------------------------------------ */
+
+/* Samples the leader state of one term every 1 ms; records whether it was
+ * ever YES again after it had been NO (a revived term). */
+struct term_watch {
+    struct active_guard *g;
+    atomic_ullong epoch;
+    atomic_bool stop;
+    atomic_bool seen_no, revived;
+    pthread_t t;
+};
+
+static void *term_watch_main(void *arg)
+{
+    struct term_watch *w = arg;
+    while (!atomic_load(&w->stop)) {
+        uint64_t e = atomic_load(&w->epoch);
+        if (e) {
+            enum leader_state st = active_guard_term_state(w->g, e, NULL);
+            if (st == LEADER_NO) atomic_store(&w->seen_no, true);
+            if (st == LEADER_YES && atomic_load(&w->seen_no)) atomic_store(&w->revived, true);
+        }
+        usleep(1000);
+    }
+    return NULL;
+}
+
+/* [late_renew] ttl 1000, a renewal answered 800 ms after it was sent: the
+ * reply comes after the deadline (sent + 950). The term must end for good:
+ * on_demoted runs, the term is never YES again, and leading again takes a
+ * new acquisition with a new, larger epoch. */
+static void test_late_renew_ends_the_term(void **state)
+{
+    struct flaky *f = flaky_create(&flaky_ops);
+    struct consumer c = {0};
+    struct active_guard *g = make_guard(&f->base, &c, 1000, 300, 50);
+    struct term_watch w = {.g = g};
+    assert_int_equal(pthread_create(&w.t, NULL, term_watch_main, &w), 0);
+    assert_int_equal(active_guard_start(g), 0);
+    assert_true(WAIT_FOR(atomic_load(&c.running), 2000) >= 0);
+    uint64_t e1 = active_guard_epoch(g);
+    assert_true(e1 > 0);
+    atomic_store(&w.epoch, e1);
+    atomic_store(&f->hang_ms, 800);
+    atomic_store(&f->renew_mode, LATE_OK);
+    /* the first late renewal ends the term */
+    assert_true(WAIT_FOR(atomic_load(&c.demoted) >= 1, 3000) >= 0);
+    assert_true(WAIT_FOR(STAT(g, demotions) >= 1, 1000) >= 0);
+    assert_int_equal(active_guard_term_state(g, e1, NULL), LEADER_NO);
+    /* replies are fast again: a new term with a new epoch */
+    atomic_store(&f->renew_mode, PASS);
+    assert_true(WAIT_FOR(atomic_load(&c.promoted) >= 2 && atomic_load(&c.running), 3000) >= 0);
+    uint64_t e2 = active_guard_epoch(g);
+    assert_true(e2 > e1);
+    assert_int_equal(active_guard_term_state(g, e2, NULL), LEADER_YES);
+    assert_int_equal(active_guard_term_state(g, e1, NULL), LEADER_NO); /* old messages: never */
+    usleep(100 * 1000);
+    atomic_store(&w.stop, true);
+    pthread_join(w.t, NULL);
+    assert_false(atomic_load(&w.revived));
+    assert_true(atomic_load(&w.seen_no));
+    active_guard_destroy(g);
+    locker_destroy(&f->base);
+}
+
+/* [slow_promote] ttl 1000 and a start that takes 1500 ms: the lease is
+ * renewed while on_promoted runs, so the promotion holds (one promotion,
+ * no demotion), instead of ending in a deadline demotion every time. */
+static void test_slow_promote_keeps_the_lease(void **state)
+{
+    struct flaky *f = flaky_create(&flaky_ops);
+    struct consumer c = {0};
+    atomic_store(&c.promote_ms, 1500);
+    struct active_guard *g = make_guard(&f->base, &c, 1000, 300, 50);
+    assert_int_equal(active_guard_start(g), 0);
+    assert_true(WAIT_FOR(atomic_load(&c.running), 4000) >= 0);
+    usleep(2500 * 1000);
+    printf("slow_promote: promotions %llu, demotions %llu, renewals %d\n",
+           (unsigned long long)STAT(g, promotions), (unsigned long long)STAT(g, demotions),
+           atomic_load(&f->renews));
+    assert_int_equal(STAT(g, promotions), 1);
+    assert_int_equal(STAT(g, demotions), 0);
+    assert_int_equal(atomic_load(&c.demoted), 0);
+    assert_true(active_guard_is_leader_now(g));
+    assert_true(atomic_load(&f->renews) >= 8); /* renewed all along, from the start */
+    active_guard_destroy(g);
+    locker_destroy(&f->base);
+}
+
+/* A stop during a slow start: on_demoted follows on_promoted, the lease is
+ * released, the guard joins. */
+static void test_stop_during_slow_promote(void **state)
+{
+    struct flaky *f = flaky_create(&flaky_ops);
+    struct consumer c = {0};
+    atomic_store(&c.promote_ms, 600);
+    struct active_guard *g = make_guard(&f->base, &c, 1000, 300, 50);
+    journal_reset();
+    assert_int_equal(active_guard_start(g), 0);
+    assert_true(WAIT_FOR(atomic_load(&c.promoted) == 1, 2000) >= 0);
+    active_guard_stop(g);
+    assert_int_equal(atomic_load(&c.demoted), 1);
+    char j[64];
+    journal_get(j, sizeof j);
+    assert_non_null(strstr(j, "LPDUA"));
+    active_guard_destroy(g);
+    locker_destroy(&f->base);
+}
+
+/* [gen_before_grant] the connection breaks right after the grant: the guard
+ * must see it (generation read before the request), verify, and demote when
+ * the key is gone -- not absorb the break and lead unverified. */
+static void test_break_after_grant_is_verified(void **state)
+{
+    struct flaky *f = flaky_create(&flaky_ops);
+    atomic_store(&f->try_mode, TRY_BREAK_AFTER_GRANT);
+    atomic_store(&f->check_mode, FAIL_LOST);
+    struct consumer c = {0};
+    struct active_guard *g = make_guard(&f->base, &c, 3000, 1000, 50);
+    assert_int_equal(active_guard_start(g), 0);
+    /* well before the first renewal (1000 ms) */
+    assert_true(WAIT_FOR(STAT(g, demotions) >= 1, 900) >= 0);
+    assert_true(atomic_load(&f->checks) >= 1);
+    active_guard_destroy(g);
+    locker_destroy(&f->base);
+}
+
+/* term_state is scoped to the epoch: a message of an older term is never
+ * "leader now", whatever the current term. */
+static void test_term_state_is_per_epoch(void **state)
+{
+    struct locker *l = locker_local_create();
+    struct consumer c = {0};
+    struct active_guard *g = make_guard(l, &c, 1000, 300, 50);
+    assert_int_equal(active_guard_term_state(g, 0, NULL), LEADER_NO);
+    assert_int_equal(active_guard_start(g), 0);
+    assert_true(WAIT_FOR(atomic_load(&c.running), 2000) >= 0);
+    uint64_t e = active_guard_epoch(g);
+    int64_t left = 0;
+    assert_int_equal(active_guard_term_state(g, e, &left), LEADER_YES);
+    assert_true(left > 0 && left <= 1000);
+    assert_int_equal(active_guard_term_state(g, e - 1, &left), LEADER_NO);
+    assert_int_equal(left, 0);
+    assert_int_equal(active_guard_term_state(g, e + 1, NULL), LEADER_NO);
+    active_guard_stop(g);
+    assert_int_equal(active_guard_term_state(g, e, NULL), LEADER_NO);
+    active_guard_destroy(g);
+    locker_destroy(l);
+}
+
+static void test_check_timings(void **state)
+{
+    char msg[400];
+    assert_int_equal(active_guard_check_timings(0, 0, 0, 0, 1000, msg, sizeof msg), 0);
+    /* ttl 100 / renew 95: the margin (10) leaves no room */
+    assert_int_equal(active_guard_check_timings(100, 95, 0, 0, 0, msg, sizeof msg), -1);
+    /* ttl 1000, renew 900, command timeout 1000: a timed-out renewal would
+     * leave no time to demote before the key expires */
+    assert_int_equal(active_guard_check_timings(1000, 900, 0, 0, 1000, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "command timeout"));
+    assert_int_equal(active_guard_check_timings(1000, 900, 0, 0, 0, msg, sizeof msg), 0);
+    assert_int_equal(active_guard_check_timings(3000, 1000, 250, 0, 1000, msg, sizeof msg), 0);
+}
+
 int main(void)
 {
     log_set_level(LOG_ERROR);
@@ -550,6 +738,12 @@ int main(void)
         cmocka_unit_test(test_generation_change_verifies_then_demotes_if_lost),
         cmocka_unit_test(test_without_renew_release_and_reacquire),
         cmocka_unit_test(test_give_up_hands_over_and_sits_out),
+        cmocka_unit_test(test_late_renew_ends_the_term),
+        cmocka_unit_test(test_slow_promote_keeps_the_lease),
+        cmocka_unit_test(test_stop_during_slow_promote),
+        cmocka_unit_test(test_break_after_grant_is_verified),
+        cmocka_unit_test(test_term_state_is_per_epoch),
+        cmocka_unit_test(test_check_timings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "guard/active_guard.h"
 #include "src/config.h"
 #include "src/config_test.h"
 
@@ -246,7 +247,7 @@ static const struct bad_case bad_cases[] = {
       "baton.cfg", 2, "'locker' expected a group", NULL },
     { "lease: ttl equal to renew",
       { { "baton.cfg", SINKS_OUT "lease = {\n  ttl_ms = 1000;\n  renew_ms = 1000;\n};\n" } },
-      "baton.cfg", 4, "lease: renew_ms = 1000 must be less than ttl_ms = 1000", NULL },
+      "baton.cfg", 4, "lease: ttl 1000 ms, renew 1000 ms", "renew interval must be shorter than the ttl" },
     { "lease: retry 0",
       { { "baton.cfg", SINKS_OUT "lease = { retry_ms = 0; };\n" } },
       "baton.cfg", 2, "lease: retry_ms = 0 is out of range 1..3600000", NULL },
@@ -349,7 +350,20 @@ static const struct bad_case bad_cases[] = {
       "endpoints.d/b.cfg", 3, "duplicate endpoint name 'a' (also defined at ", "endpoints.d/a.cfg:1)" },
     { "endpoint: lease renew not below the main ttl",
       { { "baton.cfg", SINKS_OUT "lease = { ttl_ms = 3000; };\n" }, { "endpoints.d/a.cfg", EP_A "\nlease_renew_ms = 5000;\n" } },
-      "endpoints.d/a.cfg", 6, "endpoint 'a': lease renew 5000 ms must be less than lease ttl 3000 ms", NULL },
+      "endpoints.d/a.cfg", 6, "endpoint 'a': lease ttl 3000 ms, renew 5000 ms", "renew interval must be shorter than the ttl" },
+    { "timings: main lease ttl 100 / renew 95 (no locker)",
+      { { "baton.cfg", SINKS_OUT "lease = {\n  ttl_ms = 100;\n  renew_ms = 95;\n};\n" } },
+      "baton.cfg", 4, "lease: ttl 100 ms, renew 95 ms", "ttl - safety margin must exceed the renew interval" },
+    { "timings: ttl - margin - renew below the locker command timeout",
+      { { "baton.cfg", SINKS_OUT "locker = { command_timeout_ms = 1000; };\nlease = {\n  ttl_ms = 1000;\n  renew_ms = 900;\n};\n" } },
+      "baton.cfg", 5, "ttl - safety margin - renew = 50 ms is shorter than the locker command timeout (1000 ms)",
+      "(command timeout: locker command_timeout_ms)" },
+    { "timings: default lease against a long command timeout",
+      { { "baton.cfg", SINKS_OUT "locker = {\n  host = \"h\";\n  command_timeout_ms = 2000;\n};\n" } },
+      "baton.cfg", 4, "lease: ttl 3000 ms, renew 1000 ms", "no lease group" },
+    { "timings: endpoint lease_ttl_ms override too short for the command timeout",
+      { { "baton.cfg", SINKS_OUT "locker = { host = \"h\"; command_timeout_ms = 1000; };\n" }, { "endpoints.d/a.cfg", EP_A "\nlease_ttl_ms = 1000;\n" } },
+      "endpoints.d/a.cfg", 6, "endpoint 'a': lease ttl 1000 ms, renew 333 ms", "ttl from lease_ttl_ms, renew from lease_ttl_ms / 3" },
     { "endpoint: type validation (guard on a shared subscription)",
       { { "baton.cfg", SINKS_OUT }, { "endpoints.d/m.cfg", "name = \"m\";\ntype = \"mq\";\nsink = \"out\";\ntopic = \"t\";\nshared_group = \"g\";\nguard = \"active\";\n" } },
       "endpoints.d/m.cfg", 6, "endpoint 'm': a guard on a $share subscription", "force_guard = true" },
@@ -429,6 +443,272 @@ static void test_missing_default_endpoints_dir(void **state)
     assert_non_null(strstr(err.msg, "cannot open endpoints directory"));
     assert_non_null(strstr(err.msg, "endpoints_dir defaults to endpoints.d next to the main file"));
     remove_tree(&t);
+}
+
+/* ---- lease timings (issue 13 item 8) ----
+ *
+ * --check-config and start-up validate lease timings with one function,
+ * active_guard_check_timings, the one active_guard_create applies; the
+ * loader passes it the effective lease of the main file and of every
+ * endpoint and the locker's command timeout (0 without a locker). A failure
+ * is a configuration error with file:line, so both exit 78. */
+
+/* Loads files; expects an error at err_file:line whose message holds want
+ * and want2 (optional). */
+static void expect_config_error(const struct file *files, const char *err_file, int line,
+                                const char *want, const char *want2)
+{
+    struct tree t;
+    write_tree(&t, files, true);
+    struct baton_config c = { 0 };
+    struct config_error err = { 0 };
+    int rc = config_load(t.main, &c, &err);
+    config_free(&c);
+    char want_file[512];
+    snprintf(want_file, sizeof want_file, "%s/%s", t.root, err_file);
+    print_message("  -> %s:%d: %s\n", err.file + (strncmp(err.file, t.root, strlen(t.root)) == 0 ? strlen(t.root) + 1 : 0),
+                  err.line, err.msg);
+    bool ok = rc == -1 && strcmp(err.file, want_file) == 0 && err.line == line && strstr(err.msg, want) &&
+              (!want2 || strstr(err.msg, want2));
+    remove_tree(&t);
+    if (!ok)
+        fail_msg("rc=%d %s:%d: %s; wanted %s:%d '%s' '%s'", rc, err.file, err.line, err.msg, err_file, line,
+                 want, want2 ? want2 : "");
+}
+
+/* Loads files; expects success and returns nothing (the caller checks what
+ * it needs through *out when non-NULL; the caller frees it). */
+static void expect_config_ok(const struct file *files, struct baton_config *out, struct tree *t)
+{
+    write_tree(t, files, true);
+    struct config_error err = { 0 };
+    if (config_load(t->main, out, &err)) fail_msg("%s:%d: %s", err.file, err.line, err.msg);
+}
+
+/* The reproduction of the issue: ttl 100 / renew 95 passed --check-config
+ * and failed at start (exit 69). Now a config error at renew_ms, with and
+ * without a locker (the margin alone breaks it: 100 - 10 <= 95). */
+static void test_timings_ttl100_renew95_rejected(void **state)
+{
+    (void)state;
+    const struct file no_locker[] = {
+        { "baton.cfg", SINKS_OUT "lease = {\n  ttl_ms = 100;\n  renew_ms = 95;\n};\n" }, { NULL, NULL } };
+    expect_config_error(no_locker, "baton.cfg", 4, "lease: ttl 100 ms, renew 95 ms",
+                        "ttl - safety margin must exceed the renew interval");
+    const struct file with_locker[] = {
+        { "baton.cfg", SINKS_OUT "locker = { host = \"127.0.0.1\"; };\n"
+                       "lease = {\n  ttl_ms = 100;\n  renew_ms = 95;\n};\n" }, { NULL, NULL } };
+    expect_config_error(with_locker, "baton.cfg", 5, "lease: ttl 100 ms, renew 95 ms", NULL);
+    /* only ttl_ms given: renew = ttl / 3 = 33 leaves 100 - 10 - 33 = 57 ms; the
+     * command timeout was not given, so its default (1000) is lowered to fit */
+    const struct file ttl_only[] = {
+        { "baton.cfg", SINKS_OUT "locker = { host = \"127.0.0.1\"; };\n"
+                       "lease = {\n  retry_ms = 50;\n  ttl_ms = 100;\n};\n" }, { "endpoints.d/a.cfg", EP_A },
+        { NULL, NULL } };
+    struct baton_config c = { 0 };
+    struct tree t;
+    expect_config_ok(ttl_only, &c, &t);
+    assert_int_equal(c.locker_redis.command_timeout_ms, 57);
+    config_free(&c);
+    remove_tree(&t);
+    /* given explicitly, it is checked: reported at ttl_ms */
+    const struct file ttl_only_given[] = {
+        { "baton.cfg", SINKS_OUT "locker = { host = \"127.0.0.1\"; command_timeout_ms = 1000; };\n"
+                       "lease = {\n  retry_ms = 50;\n  ttl_ms = 100;\n};\n" }, { NULL, NULL } };
+    expect_config_error(ttl_only_given, "baton.cfg", 5, "lease: ttl 100 ms, renew 33 ms",
+                        "shorter than the locker command timeout (1000 ms)");
+}
+
+/* ttl 1000 / renew 900 leaves 1000 - 50 - 900 = 50 ms after a renewal that
+ * times out: shorter than the locker's command timeout (1000 ms, given or
+ * default). Without a locker nothing can time out: accepted. */
+static void test_timings_command_timeout_rejected(void **state)
+{
+    (void)state;
+    const struct file given[] = {
+        { "baton.cfg", SINKS_OUT "locker = {\n  command_timeout_ms = 1000;\n};\n"
+                       "lease = {\n  ttl_ms = 1000;\n  renew_ms = 900;\n};\n" }, { NULL, NULL } };
+    expect_config_error(given, "baton.cfg", 7,
+                        "ttl - safety margin - renew = 50 ms is shorter than the locker command timeout (1000 ms)",
+                        "(command timeout: locker command_timeout_ms)");
+    /* not given: the default (1000) is lowered to what the lease leaves
+     * (50 ms here, the floor), instead of refusing a config that never
+     * mentioned it */
+    const struct file by_default[] = {
+        { "baton.cfg", SINKS_OUT "locker = { host = \"127.0.0.1\"; };\n"
+                       "lease = {\n  ttl_ms = 1000;\n  renew_ms = 900;\n};\n" }, { "endpoints.d/a.cfg", EP_A },
+        { NULL, NULL } };
+    {
+        struct baton_config c0 = { 0 };
+        struct tree t0;
+        expect_config_ok(by_default, &c0, &t0);
+        assert_int_equal(c0.locker_redis.command_timeout_ms, 50);
+        config_free(&c0);
+        remove_tree(&t0);
+    }
+    /* the plain ttl 1000 (renew 333) leaves 617 ms: the default becomes 617 */
+    const struct file ttl1000[] = {
+        { "baton.cfg", SINKS_OUT "locker = { host = \"127.0.0.1\"; };\nlease = { ttl_ms = 1000; };\n" },
+        { "endpoints.d/a.cfg", EP_A }, { NULL, NULL } };
+    {
+        struct baton_config c0 = { 0 };
+        struct tree t0;
+        expect_config_ok(ttl1000, &c0, &t0);
+        assert_int_equal(c0.locker_redis.command_timeout_ms, 617);
+        config_free(&c0);
+        remove_tree(&t0);
+    }
+    /* below the 50 ms floor even the default cannot fit: refused */
+    const struct file too_short[] = {
+        { "baton.cfg", SINKS_OUT "locker = { host = \"127.0.0.1\"; };\n"
+                       "lease = {\n  ttl_ms = 1000;\n  renew_ms = 920;\n};\n" }, { NULL, NULL } };
+    expect_config_error(too_short, "baton.cfg", 5, "shorter than the locker command timeout (1000 ms)",
+                        "(command timeout: the locker's default command_timeout_ms)");
+    /* a shorter command timeout makes the same lease valid */
+    const struct file short_cmd[] = {
+        { "baton.cfg", SINKS_OUT "locker = { command_timeout_ms = 50; };\n"
+                       "lease = { ttl_ms = 1000; renew_ms = 900; };\n" }, { "endpoints.d/a.cfg", EP_A },
+        { NULL, NULL } };
+    struct baton_config c = { 0 };
+    struct tree t;
+    expect_config_ok(short_cmd, &c, &t);
+    assert_int_equal(c.lease.ttl_ms, 1000);
+    assert_int_equal(c.lease.renew_ms, 900);
+    config_free(&c);
+    remove_tree(&t);
+    /* no locker: command timeout 0, only ttl > renew + margin applies */
+    const struct file no_locker[] = {
+        { "baton.cfg", SINKS_OUT "lease = { ttl_ms = 1000; renew_ms = 900; };\n" }, { "endpoints.d/a.cfg", EP_A },
+        { NULL, NULL } };
+    memset(&c, 0, sizeof c);
+    expect_config_ok(no_locker, &c, &t);
+    assert_false(c.has_locker);
+    config_free(&c);
+    remove_tree(&t);
+}
+
+/* The defaults (ttl 3000, renew 1000, margin 150: 1850 ms >= 1000 ms) pass
+ * with the default command timeout, for the main file and for endpoints. */
+static void test_timings_defaults_accepted(void **state)
+{
+    (void)state;
+    const struct file files[] = {
+        { "baton.cfg", SINKS_OUT "locker = { host = \"127.0.0.1\"; };\n" },
+        { "endpoints.d/a.cfg", EP_A },
+        { "endpoints.d/b.cfg", "name = \"b\"; type = \"psub\"; sink = \"out\"; patterns = [\"x.*\"];\n" },
+        { NULL, NULL } };
+    struct baton_config c = { 0 };
+    struct tree t;
+    expect_config_ok(files, &c, &t);
+    assert_true(c.has_locker);
+    assert_int_equal(c.locker_redis.command_timeout_ms, 1000);
+    assert_int_equal(c.lease.ttl_ms, 3000);
+    assert_int_equal(c.lease.renew_ms, 1000);
+    assert_int_equal(c.n_endpoints, 2);
+    char msg[400];
+    for (size_t i = 0; i < c.n_endpoints; i++) {
+        const struct lease_config *l = &c.endpoints[i].lease;
+        assert_int_equal(l->ttl_ms, 3000);
+        assert_int_equal(active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0,
+                                                    c.locker_redis.command_timeout_ms, msg, sizeof msg), 0);
+    }
+    config_free(&c);
+    remove_tree(&t);
+    /* a valid endpoint override is accepted and applied */
+    const struct file ovr[] = {
+        { "baton.cfg", SINKS_OUT "locker = { host = \"127.0.0.1\"; };\n" },
+        { "endpoints.d/a.cfg", EP_A "lease_ttl_ms = 6000;\nlease_renew_ms = 2000;\n" },
+        { NULL, NULL } };
+    memset(&c, 0, sizeof c);
+    expect_config_ok(ovr, &c, &t);
+    assert_int_equal(c.endpoints[0].lease.ttl_ms, 6000);
+    assert_int_equal(c.endpoints[0].lease.renew_ms, 2000);
+    config_free(&c);
+    remove_tree(&t);
+}
+
+/* The main lease is valid; an endpoint's override breaks it: reported in the
+ * endpoint's own file, at the override's line. */
+static void test_timings_endpoint_override_rejected(void **state)
+{
+    (void)state;
+    /* lease_renew_ms 2500 under the main ttl 3000: 3000 - 150 - 2500 = 350 < 1000 */
+    const struct file renew[] = {
+        { "baton.cfg", SINKS_OUT "locker = { host = \"127.0.0.1\"; command_timeout_ms = 1000; };\n" },
+        { "endpoints.d/a.cfg", EP_A "# comment\nlease_renew_ms = 2500;\n" },
+        { NULL, NULL } };
+    expect_config_error(renew, "endpoints.d/a.cfg", 6, "endpoint 'a': lease ttl 3000 ms, renew 2500 ms",
+                        "ttl from the main file's lease, renew from lease_renew_ms");
+    /* lease_ttl_ms 1000 (renew ttl / 3): reported at lease_ttl_ms */
+    const struct file ttl[] = {
+        { "baton.cfg", SINKS_OUT "locker = { host = \"127.0.0.1\"; command_timeout_ms = 1000; };\n" },
+        { "endpoints.d/a.cfg", EP_A "lease_retry_ms = 100;\nlease_ttl_ms = 1000;\n" },
+        { NULL, NULL } };
+    expect_config_error(ttl, "endpoints.d/a.cfg", 6, "ttl - safety margin - renew = 617 ms", "lease_ttl_ms / 3");
+    /* ttl 100 / renew 95 as overrides, without a locker: the margin breaks it */
+    const struct file both[] = {
+        { "baton.cfg", SINKS_OUT },
+        { "endpoints.d/a.cfg", EP_A "lease_ttl_ms = 100;\n\nlease_renew_ms = 95;\n" },
+        { NULL, NULL } };
+    expect_config_error(both, "endpoints.d/a.cfg", 7, "endpoint 'a': lease ttl 100 ms, renew 95 ms",
+                        "ttl from lease_ttl_ms, renew from lease_renew_ms");
+    /* a second endpoint file is the one reported, not the valid first one */
+    const struct file second[] = {
+        { "baton.cfg", SINKS_OUT "locker = { host = \"127.0.0.1\"; };\n" },
+        { "endpoints.d/a.cfg", EP_A },
+        { "endpoints.d/b.cfg", "name = \"b\";\ntype = \"psub\";\nsink = \"out\";\npatterns = [\"x\"];\nlease_renew_ms = 2900;\n" },
+        { NULL, NULL } };
+    expect_config_error(second, "endpoints.d/b.cfg", 5, "endpoint 'b': lease ttl 3000 ms, renew 2900 ms", NULL);
+}
+
+/* The loader accepts exactly what the guard accepts: for a grid of timings,
+ * with and without a locker (command timeouts 0, 200, 1000), config_load
+ * succeeds iff active_guard_check_timings does. */
+static void test_timings_loader_agrees_with_guard(void **state)
+{
+    (void)state;
+    static const int64_t ttls[] = { 10, 100, 500, 1000, 1300, 2000, 3000 };
+    static const int64_t renews[] = { 0, 1, 95, 300, 900, 1500, 2999 };
+    static const int64_t cmds[] = { 0, 200, 1000 };
+    int accepted = 0, rejected = 0;
+    for (size_t a = 0; a < sizeof ttls / sizeof *ttls; a++)
+        for (size_t b = 0; b < sizeof renews / sizeof *renews; b++)
+            for (size_t k = 0; k < sizeof cmds / sizeof *cmds; k++) {
+                char main_text[512], lease[128] = "", locker[128] = "";
+                if (renews[b])
+                    snprintf(lease, sizeof lease, "lease = { ttl_ms = %lld; renew_ms = %lld; };\n",
+                             (long long)ttls[a], (long long)renews[b]);
+                else
+                    snprintf(lease, sizeof lease, "lease = { ttl_ms = %lld; };\n", (long long)ttls[a]);
+                if (cmds[k])
+                    snprintf(locker, sizeof locker, "locker = { command_timeout_ms = %lld; };\n",
+                             (long long)cmds[k]);
+                snprintf(main_text, sizeof main_text, SINKS_OUT "%s%s", locker, lease);
+                /* an endpoint without overrides inherits the main lease */
+                const struct file files[] = { { "baton.cfg", main_text }, { "endpoints.d/a.cfg", EP_A },
+                                              { NULL, NULL } };
+                struct tree t;
+                write_tree(&t, files, true);
+                struct baton_config c = { 0 };
+                struct config_error err = { 0 };
+                int rc = config_load(t.main, &c, &err);
+                if (rc == 0) {
+                    assert_int_equal(c.n_endpoints, 1);
+                    assert_int_equal(c.endpoints[0].lease.ttl_ms, ttls[a]);
+                }
+                config_free(&c);
+                remove_tree(&t);
+                char msg[400];
+                int want = active_guard_check_timings(ttls[a], renews[b], 250, 0, cmds[k], msg, sizeof msg);
+                if ((rc == 0) != (want == 0))
+                    fail_msg("ttl %lld renew %lld cmd %lld: loader %s (%s), guard %s (%s)", (long long)ttls[a],
+                             (long long)renews[b], (long long)cmds[k], rc ? "rejects" : "accepts", err.msg,
+                             want ? "rejects" : "accepts", want ? msg : "");
+                if (rc == 0) accepted++;
+                else rejected++;
+            }
+    print_message("  %d accepted, %d rejected, all as the guard decides\n", accepted, rejected);
+    assert_true(accepted > 0 && rejected > 0);
 }
 
 /* ---- good configurations ---- */
@@ -793,6 +1073,11 @@ int main(void)
         cmocka_unit_test(test_absolute_endpoints_dir_and_metrics_default),
         cmocka_unit_test(test_repeat_load_error_paths_free),
         cmocka_unit_test(test_example_main_file),
+        cmocka_unit_test(test_timings_ttl100_renew95_rejected),
+        cmocka_unit_test(test_timings_command_timeout_rejected),
+        cmocka_unit_test(test_timings_defaults_accepted),
+        cmocka_unit_test(test_timings_endpoint_override_rejected),
+        cmocka_unit_test(test_timings_loader_agrees_with_guard),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

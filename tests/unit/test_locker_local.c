@@ -36,9 +36,10 @@ static void test_expiry(void **state)
     struct locker *l = locker_local_create();
     struct lock_grant a, b;
     char err[LOCKER_ERR_MAX];
-    int64_t t0 = clock_mono_ms();
+    int64_t t0 = clock_boot_ms();
     assert_int_equal(locker_try_lock(l, "exp", 100, &a, err), LOCKER_OK);
-    assert_true(a.sent_mono_ms >= t0 && a.sent_mono_ms <= clock_mono_ms());
+    assert_true(a.sent_ms >= t0 && a.sent_ms <= clock_boot_ms());
+    assert_int_equal(a.gen, 0); /* no connection that could break */
     assert_int_equal(locker_try_lock(l, "exp", 100, &b, err), LOCKER_HELD);
     usleep(150 * 1000);
     assert_int_equal(locker_try_lock(l, "exp", 100, &b, err), LOCKER_OK);
@@ -67,8 +68,9 @@ static void test_token_mismatch_and_renew(void **state)
     /* renewing keeps it alive past the original ttl */
     for (int i = 0; i < 4; i++) {
         usleep(80 * 1000);
+        int64_t before = clock_boot_ms();
         assert_int_equal(locker_renew(l, "m", a.token, 150, &sent, err), LOCKER_OK);
-        assert_true(sent > 0);
+        assert_true(sent >= before && sent <= clock_boot_ms());
     }
     struct lock_grant b;
     assert_int_equal(locker_try_lock(l, "m", 150, &b, err), LOCKER_HELD);
@@ -214,13 +216,14 @@ struct waiter {
     const char *key;
     bool fired;
     int64_t took;
+    uint64_t seen;
 };
 
 static void *wait_for_release(void *arg)
 {
     struct waiter *w = arg;
     int64_t t0 = clock_mono_ms();
-    w->fired = w->l->ops->wait_release(w->l, w->key, 2000);
+    w->fired = w->l->ops->wait_release(w->l, w->key, w->seen, 2000);
     w->took = clock_mono_ms() - t0;
     return NULL;
 }
@@ -229,7 +232,8 @@ static void test_announce_wakes_waiters_of_that_key(void **state)
 {
     struct locker *l = locker_local_create();
     char err[LOCKER_ERR_MAX];
-    struct waiter w1 = {l, "x", false, 0}, w2 = {l, "y", false, 0};
+    struct waiter w1 = {l, "x", false, 0, l->ops->release_seq(l, "x")},
+                  w2 = {l, "y", false, 0, l->ops->release_seq(l, "y")};
     pthread_t t1, t2;
     pthread_create(&t1, NULL, wait_for_release, &w1);
     pthread_create(&t2, NULL, wait_for_release, &w2);
@@ -241,8 +245,48 @@ static void test_announce_wakes_waiters_of_that_key(void **state)
     assert_true(w1.took < 1000);
     assert_false(w2.fired);
     assert_true(w2.took >= 1900);
-    /* nothing announced: times out */
-    assert_false(l->ops->wait_release(l, "x", 30));
+    /* nothing announced since: times out */
+    assert_false(l->ops->wait_release(l, "x", l->ops->release_seq(l, "x"), 30));
+    assert_int_equal(l->ops->ping(l, err), LOCKER_OK);
+    locker_destroy(l);
+}
+
+/* Issue 13 (5): a standby reads the release counter, is then busy (in
+ * try_lock, in its balancing delay, between wait chunks: not waiting) while
+ * the leader releases and announces; its next wait_release must return at
+ * once, not after its timeout. The old wait_release only woke waiters
+ * registered at the moment of the announcement, so this waited 2 s and
+ * returned false. */
+static void test_missed_release_counted_while_busy(void **state)
+{
+    struct locker *l = locker_local_create();
+    char err[LOCKER_ERR_MAX];
+    struct lock_grant leader, standby;
+    assert_int_equal(locker_try_lock(l, "mr", 10000, &leader, err), LOCKER_OK);
+    uint64_t seen = l->ops->release_seq(l, "mr");
+    assert_int_equal(locker_try_lock(l, "mr", 10000, &standby, err), LOCKER_HELD);
+    /* the standby is busy: the leader releases and announces now */
+    assert_int_equal(locker_unlock(l, "mr", leader.token, err), LOCKER_OK);
+    assert_int_equal(l->ops->announce_release(l, "mr", err), LOCKER_OK);
+    int64_t t0 = clock_mono_ms();
+    assert_true(l->ops->wait_release(l, "mr", seen, 2000));
+    int64_t took = clock_mono_ms() - t0;
+    printf("missed_release (local): wait_release after a past announcement returned in %lld ms\n",
+           (long long)took);
+    assert_true(took < 100);
+    assert_int_equal(locker_try_lock(l, "mr", 10000, &standby, err), LOCKER_OK);
+    /* the counter moved by exactly one; every announcement counts, waited or not */
+    assert_int_equal(l->ops->release_seq(l, "mr"), seen + 1);
+    assert_int_equal(l->ops->announce_release(l, "mr", err), LOCKER_OK);
+    assert_int_equal(l->ops->announce_release(l, "mr", err), LOCKER_OK);
+    assert_int_equal(l->ops->release_seq(l, "mr"), seen + 3);
+    /* another key's announcement does not move it; no announcement: timeout */
+    uint64_t now_seen = l->ops->release_seq(l, "mr");
+    l->ops->release_seq(l, "other");
+    assert_int_equal(l->ops->announce_release(l, "other", err), LOCKER_OK);
+    t0 = clock_mono_ms();
+    assert_false(l->ops->wait_release(l, "mr", now_seen, 50));
+    assert_true(clock_mono_ms() - t0 >= 45);
     locker_destroy(l);
 }
 
@@ -282,6 +326,7 @@ int main(void)
         cmocka_unit_test(test_lock_with_retry_counts),
         cmocka_unit_test(test_lock_blocks_until_free_or_cancelled),
         cmocka_unit_test(test_announce_wakes_waiters_of_that_key),
+        cmocka_unit_test(test_missed_release_counted_while_busy),
         cmocka_unit_test(test_epochs_increase_and_sweep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -278,6 +278,30 @@ static void release(void *s)
     free(s);
 }
 
+/* ack = after_sink, QoS 1/2 (issue 12): a message whose lease term ended
+ * before the sink took it is never emitted again (not in a later term
+ * either): it waits for the stop() that always follows a term's end, like
+ * not_leader and shutdown; only queue evictions and sink failures within a
+ * running term are re-emitted; only a delivery returns (acknowledges) at
+ * once. */
+static void test_after_sink_verdict_term_ended(void **state)
+{
+    (void)state;
+    assert_int_equal(mqtt_after_sink_verdict(MSG_DROPPED_TERM_ENDED), MQTT_VERDICT_AWAIT_STOP);
+    assert_int_equal(mqtt_after_sink_verdict(MSG_DROPPED_NOT_LEADER), MQTT_VERDICT_AWAIT_STOP);
+    assert_int_equal(mqtt_after_sink_verdict(MSG_DROPPED_SHUTDOWN), MQTT_VERDICT_AWAIT_STOP);
+    assert_int_equal(mqtt_after_sink_verdict(MSG_DROPPED_QUEUE_FULL), MQTT_VERDICT_REEMIT);
+    assert_int_equal(mqtt_after_sink_verdict(MSG_DROPPED_SINK_FAILED), MQTT_VERDICT_REEMIT);
+    assert_int_equal(mqtt_after_sink_verdict(MSG_DELIVERED), MQTT_VERDICT_ACK);
+    for (int o = MSG_DELIVERED; o <= MSG_DROPPED_TERM_ENDED; o++) {
+        enum mqtt_verdict v = mqtt_after_sink_verdict((enum msg_outcome)o);
+        assert_int_equal(v == MQTT_VERDICT_ACK, o == MSG_DELIVERED);
+    }
+    /* an outcome unknown to this build is never re-emitted */
+    assert_int_equal(mqtt_after_sink_verdict((enum msg_outcome)(MSG_DROPPED_TERM_ENDED + 1)),
+                     MQTT_VERDICT_AWAIT_STOP);
+}
+
 static void test_auto_guard_and_validate(void **state)
 {
     (void)state;
@@ -343,6 +367,7 @@ int main(void)
         cmocka_unit_test(test_client_id),
         cmocka_unit_test(test_server_uri),
         cmocka_unit_test(test_properties_json),
+        cmocka_unit_test(test_after_sink_verdict_term_ended),
         cmocka_unit_test(test_auto_guard_and_validate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

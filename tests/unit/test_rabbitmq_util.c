@@ -208,6 +208,32 @@ static void test_ack_actions(void **state)
     assert_int_equal(rmq_ack_action_for(MSG_DROPPED_SHUTDOWN, false), RMQ_LEAVE);
 }
 
+/* Issue 12: a message whose lease term ended before the sink took it is
+ * never delivered in a later term. group: left unacked, so the demotion that
+ * always follows a term's end closes the connection and the broker requeues
+ * it for the next leader (no nack-requeue: that would redeliver it to this
+ * same consumer at once, to end as term_ended again); private: rejected
+ * without requeue (dropped, counted by the gateway). */
+static void test_ack_action_term_ended(void **state)
+{
+    (void)state;
+    assert_int_equal(rmq_ack_action_for(MSG_DROPPED_TERM_ENDED, true), RMQ_LEAVE);
+    assert_int_equal(rmq_ack_action_for(MSG_DROPPED_TERM_ENDED, false), RMQ_NACK_DROP);
+    /* never an ack, never a requeue-now, whatever the mode */
+    for (int group = 0; group <= 1; group++) {
+        enum rmq_ack_action a = rmq_ack_action_for(MSG_DROPPED_TERM_ENDED, group);
+        assert_int_not_equal(a, RMQ_ACK);
+        assert_int_not_equal(a, RMQ_NACK_REQUEUE);
+    }
+    /* every outcome has a decision; only a delivery is acked */
+    for (int o = MSG_DELIVERED; o <= MSG_DROPPED_TERM_ENDED; o++)
+        for (int group = 0; group <= 1; group++) {
+            enum rmq_ack_action a = rmq_ack_action_for((enum msg_outcome)o, group);
+            assert_true(a == RMQ_ACK || a == RMQ_NACK_REQUEUE || a == RMQ_NACK_DROP || a == RMQ_LEAVE);
+            assert_int_equal(a == RMQ_ACK, o == MSG_DELIVERED);
+        }
+}
+
 static void test_seq_packing(void **state)
 {
     (void)state;
@@ -358,6 +384,7 @@ int main(void)
         cmocka_unit_test(test_table_depth_limit),
         cmocka_unit_test(test_queue_template),
         cmocka_unit_test(test_ack_actions),
+        cmocka_unit_test(test_ack_action_term_ended),
         cmocka_unit_test(test_seq_packing),
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_create),

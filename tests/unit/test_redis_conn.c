@@ -2,7 +2,8 @@
  * hiredis 0.14 allocates an array's element table when it reads the "*N"
  * header; the fuzzer found a 2.9 GB calloc from "*366666666". Replies are fed
  * by hand; the last test checks that redis_conn_open installs the bound, with
- * a loopback listener that only accepts (no Redis needed for a plain connect). */
+ * a loopback listener that only accepts (no Redis needed for a plain connect).
+ * A scripted fake server checks that AUTH and SELECT go in one round trip. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,9 @@
 #include <arpa/inet.h>
 #include <hiredis/read.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +23,7 @@
 #include <unistd.h>
 
 #include "guard/redis_conn.h"
+#include "guard/redis_conn_private.h"
 #include "src/common/log.h"
 
 static redisReader *bounded_reader(void)
@@ -180,6 +185,90 @@ static void test_conn_open_installs_bound(void **state)
     close(ls);
 }
 
+/* A fake server that answers only once it has received both AUTH and SELECT:
+ * a client that waits for AUTH's reply before sending SELECT times out. */
+struct fake_server {
+    int ls;
+    const char *answer;
+    char got[512];
+    pthread_t th;
+};
+
+static void *fake_serve(void *arg)
+{
+    struct fake_server *f = arg;
+    int c = accept(f->ls, NULL, NULL);
+    if (c < 0) return NULL;
+    size_t n = 0;
+    for (int i = 0; i < 20 && !(strstr(f->got, "AUTH") && strstr(f->got, "SELECT")); i++) {
+        struct pollfd p = {.fd = c, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0) continue;
+        ssize_t r = read(c, f->got + n, sizeof f->got - 1 - n);
+        if (r <= 0) break;
+        n += (size_t)r;
+        f->got[n] = '\0';
+    }
+    if (strstr(f->got, "AUTH") && strstr(f->got, "SELECT")) {
+        ssize_t w = write(c, f->answer, strlen(f->answer));
+        (void)w;
+    }
+    struct pollfd p = {.fd = c, .events = POLLIN};
+    poll(&p, 1, 1000); /* until the client closes */
+    close(c);
+    return NULL;
+}
+
+/* true when redis_conn_open_ex returned a connection (closed at once). */
+static bool open_against(const char *answer, char *err, size_t errlen, bool *refused)
+{
+    struct fake_server f = {.answer = answer};
+    f.ls = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(f.ls >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(f.ls, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(f.ls, 1), 0);
+    socklen_t alen = sizeof a;
+    assert_int_equal(getsockname(f.ls, (struct sockaddr *)&a, &alen), 0);
+    assert_int_equal(pthread_create(&f.th, NULL, fake_serve, &f), 0);
+    struct redis_opts o = {.host = (char *)"127.0.0.1", .port = ntohs(a.sin_port),
+                           .password = (char *)"pw", .db = 3, .command_timeout_ms = 500};
+    redisContext *c = redis_conn_open_ex(&o, err, errlen, refused);
+    bool connected = c != NULL;
+    if (c) redisFree(c); /* lets the server thread finish */
+    pthread_join(f.th, NULL);
+    close(f.ls);
+    return connected;
+}
+
+/* Reconnects are shorter (issue 13, item 3): AUTH and SELECT pipelined in one
+ * round trip, the replies still checked in order. Before, the client waited
+ * for AUTH's reply before sending SELECT, so against this server it timed out
+ * ("AUTH: Resource temporarily unavailable", not refused). */
+static void test_auth_and_select_one_round_trip(void **state)
+{
+    (void)state;
+    char err[256];
+    bool refused = false;
+    assert_false(open_against("-WRONGPASS invalid username-password pair\r\n"
+                             "-NOAUTH Authentication required.\r\n",
+                             err, sizeof err, &refused));
+    printf("refused AUTH: %s\n", err);
+    assert_non_null(strstr(err, "AUTH refused"));
+    assert_non_null(strstr(err, "WRONGPASS"));
+    assert_true(refused);
+
+    refused = false;
+    assert_false(open_against("+OK\r\n-ERR DB index is out of range\r\n", err, sizeof err,
+                             &refused));
+    printf("refused SELECT: %s\n", err);
+    assert_non_null(strstr(err, "SELECT refused"));
+    assert_true(refused);
+
+    refused = true;
+    assert_true(open_against("+OK\r\n+OK\r\n", err, sizeof err, &refused));
+    assert_false(refused);
+}
+
 int main(void)
 {
     log_set_level(LOG_ERROR); /* the refusal warnings are expected here */
@@ -190,6 +279,7 @@ int main(void)
         cmocka_unit_test(test_fuzzer_input),
         cmocka_unit_test(test_bound_idempotent_and_foreign_tables_kept),
         cmocka_unit_test(test_conn_open_installs_bound),
+        cmocka_unit_test(test_auth_and_select_one_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,9 +2,14 @@
  *
  * Per enabled endpoint:
  *   endpoint thread --emit--> bounded queue --forwarder thread--> sink
- * The forwarder checks "leader now" right before every batch it hands to the
- * sink, so a paused or cut-off leader stops forwarding the moment its lease
- * may have expired, whatever its socket still holds.
+ * Term-scoped, lease-bounded delivery: every message carries the lease term
+ * (epoch) it was received in, and the sink gets it only while this replica
+ * leads now in that same term. The sink asks before every request, every
+ * retry attempt and every poll slice (fwd_time_left) and bounds each
+ * blocking operation by the time left on the lease; messages of a term that
+ * ended are settled as term_ended and never delivered in a later term (the
+ * endpoint's done callback settles them by source semantics: dropped,
+ * requeued, or left unchekpointed).
  *
  * Guards:
  *   active  an ActiveGuard starts the endpoint on promotion and stops it on
@@ -22,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "guard/active_guard.h"
 #include "guard/locker.h"
@@ -29,6 +35,7 @@
 #include "guard/scope.h"
 #include "src/common/log.h"
 #include "src/common/util.h"
+#include "src/forward.h"
 #include "src/queue.h"
 
 struct gw_endpoint {
@@ -46,7 +53,8 @@ struct gw_endpoint {
 
     pthread_t fwd_thread;
     bool fwd_started;
-    atomic_bool fwd_cancel;  /* drain deadline passed: sink retries stop */
+    atomic_bool fwd_cancel;  /* drain deadline passed: sinks abort, the rest is settled */
+    atomic_llong drain_deadline_ms; /* while demoting: a blocked producer gives up after it */
     atomic_llong pending;    /* queued or being sent, not yet finished */
 
     pthread_t starter_thread; /* unguarded endpoints: start with retries */
@@ -62,15 +70,34 @@ struct gw_endpoint {
     struct log_ratelimit rl_sink_failed;
 };
 
+/* What the HTTP pages show of the backend, refreshed by the observer thread
+ * every OBSERVE_MS: the listener never waits for Redis or a sink. */
+#define OBSERVE_MS 1000
+struct observed {
+    pthread_mutex_t mu;
+    bool valid;            /* refreshed at least once */
+    bool locker_up;
+    char ready_reason[320]; /* "" = ready */
+    char (*holder)[160];    /* per endpoint; "" = nobody / unknown */
+    bool *holder_known;
+};
+
 struct gateway {
     const struct baton_config *cfg;
     struct locker *locker;
     struct gw_endpoint *eps;
     size_t n_eps;
     atomic_bool stopping;
+    atomic_llong stop_deadline_ms; /* mono ms: drain bound at shutdown */
     atomic_int leaders;      /* endpoints this replica leads (balancing) */
     int64_t started_wall_ms;
+    struct observed obs;
+    pthread_t obs_thread;
+    bool obs_started;
+    atomic_bool obs_stop;
 };
+
+static void *observer_main(void *arg);
 
 /* ---- host callbacks (what endpoints see) ------------------------------ */
 
@@ -103,6 +130,10 @@ static void drop_message(struct gw_endpoint *e, struct message *m, enum msg_outc
         counter = &e->stats.dropped_sink_failed;
         rl = &e->rl_sink_failed;
         break;
+    case MSG_DROPPED_TERM_ENDED:
+        counter = &e->stats.dropped_term_ended;
+        rl = &e->rl_not_leader;
+        break;
     default:
         counter = &e->stats.dropped_shutdown;
         rl = NULL;
@@ -123,7 +154,8 @@ static bool producer_should_give_up(void *arg)
 {
     struct gw_endpoint *e = arg;
     if (!atomic_load(&e->ep_stopping)) return false;
-    return e->guard ? active_guard_leader_state(e->guard) == LEADER_NO : atomic_load(&e->fwd_cancel);
+    if (atomic_load(&e->fwd_cancel) || clock_mono_ms() >= atomic_load(&e->drain_deadline_ms)) return true;
+    return e->guard && active_guard_leader_state(e->guard) == LEADER_NO;
 }
 
 static int host_emit(struct endpoint_host *h, struct message *m)
@@ -175,16 +207,53 @@ static bool host_stopping(const struct endpoint_host *h)
 
 /* ---- forwarder -------------------------------------------------------- */
 
+static enum leader_state fwd_term_state(void *arg, uint64_t epoch, int64_t *left_ms)
+{
+    struct gw_endpoint *e = arg;
+    return active_guard_term_state(e->guard, epoch, left_ms);
+}
+
+/* Settles msgs[0..n) with their outcomes: counters, latency, done callbacks. */
+static void settle(struct gw_endpoint *e, struct message **msgs, const enum msg_outcome *outcome,
+                   size_t n)
+{
+    int64_t now = clock_mono_us();
+    unsigned long long delivered = 0;
+    struct stats_batch lat;
+    stats_batch_init(&lat);
+    for (size_t i = 0; i < n; i++) {
+        if (outcome[i] == MSG_DELIVERED) {
+            delivered++;
+            stats_batch_observe(&lat, now - msgs[i]->received_mono_us);
+            message_finish(msgs[i], MSG_DELIVERED);
+        } else {
+            drop_message(e, msgs[i], outcome[i]);
+        }
+    }
+    if (delivered) {
+        atomic_fetch_add_explicit(&e->stats.forwarded, delivered, memory_order_relaxed);
+        stats_batch_publish(&e->stats, &lat);
+    }
+    /* pending drops after every message was finished (drain_wait only needs
+     * it to reach zero after) */
+    atomic_fetch_sub(&e->pending, (long long)n);
+}
+
 static void *forwarder_main(void *arg)
 {
     struct gw_endpoint *e = arg;
     size_t max = (size_t)(e->cfg->batch_max > 0 ? e->cfg->batch_max : 256);
     struct message **batch = xcalloc(max, sizeof *batch);
-    struct message **send = xcalloc(max, sizeof *send);
     enum msg_outcome *outcome = xcalloc(max, sizeof *outcome);
-    const struct sink_ops *sops = e->cfg->sink->ops;
     size_t last_n = 0;
     const long linger_ns = 100000; /* 100 us */
+    const struct forward_ctx ctx = {
+        .sink_ops = e->cfg->sink->ops,
+        .sink = e->sink,
+        .term_state = e->guard ? fwd_term_state : NULL,
+        .arg = e,
+        .cancel = &e->fwd_cancel,
+    };
 
     for (;;) {
         /* Coalescing: after a partial batch, pause linger_ns before the
@@ -207,50 +276,11 @@ static void *forwarder_main(void *arg)
             if (queue_closed(e->q)) break;
             continue;
         }
-        /* Lease-deadline safety: checked right before handing over. A lease
-         * being verified after a locker reconnect is waited for (nothing is
-         * forwarded meanwhile): it resolves within a round trip, or the
-         * deadline passes and the batch is dropped as not_leader. */
-        if (e->guard)
-            while (active_guard_leader_state(e->guard) == LEADER_UNSURE) sleep_ms_cancellable(1, NULL);
-        size_t k = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (e->guard && !active_guard_is_leader_now(e->guard)) {
-                drop_message(e, batch[i], MSG_DROPPED_NOT_LEADER);
-                atomic_fetch_sub(&e->pending, 1);
-            } else {
-                send[k++] = batch[i];
-            }
-        }
-        if (k == 0) continue;
-        unsigned long long errors = 0;
-        for (size_t i = 0; i < k; i++) outcome[i] = MSG_DROPPED_SINK_FAILED;
-        sops->send(e->sink, send, k, outcome, &e->fwd_cancel, &errors);
+        unsigned long long errors = forward_batch(&ctx, batch, outcome, n);
         if (errors) atomic_fetch_add_explicit(&e->stats.sink_errors, errors, memory_order_relaxed);
-        /* Counters and the latency histogram are summed over the batch and
-         * published once; pending drops after every message of the batch
-         * was finished (drain_wait only needs it to reach zero after). */
-        int64_t now = clock_mono_us();
-        unsigned long long delivered = 0;
-        struct stats_batch lat;
-        stats_batch_init(&lat);
-        for (size_t i = 0; i < k; i++) {
-            if (outcome[i] == MSG_DELIVERED) {
-                delivered++;
-                stats_batch_observe(&lat, now - send[i]->received_mono_us);
-                message_finish(send[i], MSG_DELIVERED);
-            } else {
-                drop_message(e, send[i], outcome[i]);
-            }
-        }
-        if (delivered) {
-            atomic_fetch_add_explicit(&e->stats.forwarded, delivered, memory_order_relaxed);
-            stats_batch_publish(&e->stats, &lat);
-        }
-        atomic_fetch_sub(&e->pending, (long long)k);
+        settle(e, batch, outcome, n);
     }
     free(batch);
-    free(send);
     free(outcome);
     return NULL;
 }
@@ -274,6 +304,7 @@ static int on_promoted(void *arg, uint64_t epoch)
     struct gw_endpoint *e = arg;
     pthread_mutex_lock(&e->lifecycle);
     atomic_store(&e->ep_stopping, false);
+    if (!atomic_load(&e->gw->stopping)) atomic_store(&e->fwd_cancel, false);
     int rc = e->cfg->ops->start(e->ep);
     pthread_mutex_unlock(&e->lifecycle);
     if (rc != 0) {
@@ -286,20 +317,41 @@ static int on_promoted(void *arg, uint64_t epoch)
     return 0;
 }
 
+/* How long a demotion may drain: at shutdown, until the drain deadline;
+ * otherwise (give-up, a failed start, a lost term) one lease ttl. */
+static int64_t demotion_drain_bound(struct gw_endpoint *e)
+{
+    if (atomic_load(&e->gw->stopping)) {
+        int64_t left = atomic_load(&e->gw->stop_deadline_ms) - clock_mono_ms();
+        return left > 0 ? left : 0;
+    }
+    return e->cfg->lease.ttl_ms;
+}
+
+/* Runs on the guard's callback thread; the lease keeps being renewed
+ * meanwhile (graceful), so what was received drains under it. */
 static void on_demoted(void *arg)
 {
     struct gw_endpoint *e = arg;
     int64_t t0 = clock_mono_ms();
+    int64_t bound = demotion_drain_bound(e);
+    atomic_store(&e->drain_deadline_ms, t0 + bound);
     atomic_store(&e->ep_stopping, true);
     pthread_mutex_lock(&e->lifecycle);
     e->cfg->ops->stop(e->ep);
     pthread_mutex_unlock(&e->lifecycle);
-    /* Drain what was received while the lease (if still valid) covers it;
-     * after the deadline the forwarder drops the rest as not_leader. */
-    int64_t bound = e->cfg->lease.ttl_ms;
-    if (!drain_wait(e, bound))
-        log_warn("gateway", e->cfg->name, "queue not drained within %lld ms at demotion (%lld pending)",
-                 (long long)bound, (long long)atomic_load(&e->pending));
+    int64_t left = t0 + bound - clock_mono_ms();
+    if (!drain_wait(e, left > 0 ? left : 0)) {
+        long long pending = atomic_load(&e->pending);
+        /* out of time: the sink aborts, the forwarder settles the rest */
+        atomic_store(&e->fwd_cancel, true);
+        drain_wait(e, 1000);
+        log_warn("gateway", e->cfg->name,
+                 "queue not drained within %lld ms at demotion: settled %lld undelivered messages "
+                 "(dropped as shutdown / term_ended; rabbitmq group and mqtt QoS 1/2 are "
+                 "redelivered by the broker, CDC is replayed from its checkpoint)",
+                 (long long)bound, pending);
+    }
     if (atomic_exchange(&e->leading, false)) atomic_fetch_sub(&e->gw->leaders, 1);
     log_info("gateway", e->cfg->name, "stopped consuming (%lld ms)", (long long)(clock_mono_ms() - t0));
 }
@@ -360,6 +412,7 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
             .standby_delay_ms = standby_delay,
             .standby_delay_arg = e,
             .log_name = c->name,
+            .command_timeout_ms = gw->cfg->has_locker ? gw->cfg->locker_redis.command_timeout_ms : 0,
         };
         struct active_guard_callbacks cb = {.on_promoted = on_promoted, .on_demoted = on_demoted, .arg = e};
         char gerr[256] = "";
@@ -403,9 +456,12 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
 
 static void endpoint_teardown(struct gw_endpoint *e)
 {
-    if (e->ep) e->cfg->ops->destroy(e->ep);
+    /* the guard first (its callbacks use the endpoint), then the queue (a
+     * leftover message's done callback reaches into the endpoint), then the
+     * endpoint */
     if (e->guard) active_guard_destroy(e->guard);
     if (e->q) queue_destroy(e->q);
+    if (e->ep) e->cfg->ops->destroy(e->ep);
     if (e->sink) e->cfg->sink->ops->destroy(e->sink);
     free(e->lease_key);
     pthread_mutex_destroy(&e->lifecycle);
@@ -430,6 +486,9 @@ struct gateway *gateway_create(const struct baton_config *cfg, char *err, size_t
     for (size_t i = 0; i < cfg->n_endpoints; i++)
         if (cfg->endpoints[i].enabled) n++;
     gw->eps = xcalloc(n ? n : 1, sizeof *gw->eps);
+    pthread_mutex_init(&gw->obs.mu, NULL);
+    gw->obs.holder = xcalloc(n ? n : 1, sizeof *gw->obs.holder);
+    gw->obs.holder_known = xcalloc(n ? n : 1, sizeof *gw->obs.holder_known);
     for (size_t i = 0; i < cfg->n_endpoints; i++) {
         if (!cfg->endpoints[i].enabled) {
             log_info("gateway", cfg->endpoints[i].name, "disabled in %s", cfg->endpoints[i].file);
@@ -446,6 +505,8 @@ struct gateway *gateway_create(const struct baton_config *cfg, char *err, size_t
 
 int gateway_start(struct gateway *gw)
 {
+    if (pthread_create(&gw->obs_thread, NULL, observer_main, gw) != 0) return -1;
+    gw->obs_started = true;
     for (size_t i = 0; i < gw->n_eps; i++) {
         struct gw_endpoint *e = &gw->eps[i];
         if (pthread_create(&e->fwd_thread, NULL, forwarder_main, e) != 0) return -1;
@@ -476,45 +537,82 @@ int gateway_start(struct gateway *gw)
     return 0;
 }
 
+/* Settled-without-delivery counters, for the shutdown log line. */
+static unsigned long long undelivered(const struct gw_endpoint *e)
+{
+    return atomic_load(&e->stats.dropped_shutdown) + atomic_load(&e->stats.dropped_term_ended) +
+           atomic_load(&e->stats.dropped_not_leader);
+}
+
+static bool all_drained(struct gateway *gw)
+{
+    for (size_t i = 0; i < gw->n_eps; i++)
+        if (atomic_load(&gw->eps[i].pending) > 0) return false;
+    return true;
+}
+
+/* Graceful stop, bounded by shutdown.drain_timeout_ms (+ about 1 s): every
+ * endpoint stops at once (the guards hand over in parallel, each draining
+ * under its still-renewed lease); at the drain deadline the sinks abort and
+ * what is left is settled and counted. A stalled sink cannot hold it. */
 void gateway_stop(struct gateway *gw)
 {
-    atomic_store(&gw->stopping, true);
     int64_t t0 = clock_mono_ms();
-    /* 1. Stop consuming and release leases (guards drain while still valid). */
+    atomic_store(&gw->stop_deadline_ms, t0 + gw->cfg->drain_timeout_ms);
+    atomic_store(&gw->stopping, true);
+    unsigned long long *before = xcalloc(gw->n_eps ? gw->n_eps : 1, sizeof *before);
+    for (size_t i = 0; i < gw->n_eps; i++) before[i] = undelivered(&gw->eps[i]);
+    /* 1. Stop consuming everywhere at once. */
     for (size_t i = 0; i < gw->n_eps; i++) {
         struct gw_endpoint *e = &gw->eps[i];
-        if (e->guard) {
-            active_guard_stop(e->guard);
-        } else {
-            if (e->starter_started) {
-                pthread_join(e->starter_thread, NULL);
-                e->starter_started = false;
-            }
-            atomic_store(&e->ep_stopping, true);
-            pthread_mutex_lock(&e->lifecycle);
-            if (atomic_exchange(&e->running, false)) e->cfg->ops->stop(e->ep);
-            pthread_mutex_unlock(&e->lifecycle);
-        }
-    }
-    /* 2. Drain every queue to its sink within the drain bound. */
-    int64_t deadline = t0 + gw->cfg->drain_timeout_ms;
-    for (size_t i = 0; i < gw->n_eps; i++) {
-        struct gw_endpoint *e = &gw->eps[i];
-        int64_t left = deadline - clock_mono_ms();
-        if (!drain_wait(e, left > 0 ? left : 0)) {
-            log_warn("gateway", e->cfg->name, "drain timeout: %lld messages not delivered",
-                     (long long)atomic_load(&e->pending));
-            atomic_store(&e->fwd_cancel, true);
-        }
-        queue_close(e->q);
+        atomic_store(&e->drain_deadline_ms, t0 + gw->cfg->drain_timeout_ms);
+        if (e->guard) active_guard_request_stop(e->guard);
     }
     for (size_t i = 0; i < gw->n_eps; i++) {
         struct gw_endpoint *e = &gw->eps[i];
-        atomic_store(&e->fwd_cancel, true);
+        if (e->guard) continue;
+        if (e->starter_started) {
+            pthread_join(e->starter_thread, NULL);
+            e->starter_started = false;
+        }
+        atomic_store(&e->ep_stopping, true);
+        pthread_mutex_lock(&e->lifecycle);
+        if (atomic_exchange(&e->running, false)) e->cfg->ops->stop(e->ep);
+        pthread_mutex_unlock(&e->lifecycle);
+    }
+    /* 2. Drain until the deadline; then every sink aborts. The guards'
+     * demotions (on their own threads) wait for the same deadline. */
+    while (clock_mono_ms() < t0 + gw->cfg->drain_timeout_ms) {
+        bool guards_done = true;
+        for (size_t i = 0; i < gw->n_eps; i++)
+            if (gw->eps[i].guard && atomic_load(&gw->eps[i].leading)) guards_done = false;
+        if (guards_done && all_drained(gw)) break;
+        sleep_ms_cancellable(5, NULL);
+    }
+    for (size_t i = 0; i < gw->n_eps; i++) atomic_store(&gw->eps[i].fwd_cancel, true);
+    /* 3. Join the guards (releases and announcements), then the forwarders. */
+    for (size_t i = 0; i < gw->n_eps; i++)
+        if (gw->eps[i].guard) active_guard_stop(gw->eps[i].guard);
+    for (size_t i = 0; i < gw->n_eps; i++) queue_close(gw->eps[i].q);
+    for (size_t i = 0; i < gw->n_eps; i++) {
+        struct gw_endpoint *e = &gw->eps[i];
         if (e->fwd_started) {
             pthread_join(e->fwd_thread, NULL);
             e->fwd_started = false;
         }
+        unsigned long long n = undelivered(e) - before[i];
+        if (n)
+            log_warn("gateway", e->cfg->name,
+                     "shutdown: settled %llu messages without delivering them (drain timeout %lld "
+                     "ms; dropped and counted by reason; acked sources redeliver them, CDC "
+                     "replays them)",
+                     n, (long long)gw->cfg->drain_timeout_ms);
+    }
+    free(before);
+    atomic_store(&gw->obs_stop, true);
+    if (gw->obs_started) {
+        pthread_join(gw->obs_thread, NULL);
+        gw->obs_started = false;
     }
     log_info("gateway", NULL, "stopped in %lld ms", (long long)(clock_mono_ms() - t0));
 }
@@ -522,29 +620,81 @@ void gateway_stop(struct gateway *gw)
 void gateway_destroy(struct gateway *gw)
 {
     if (!gw) return;
+    atomic_store(&gw->obs_stop, true);
+    if (gw->obs_started) pthread_join(gw->obs_thread, NULL);
     for (size_t i = 0; i < gw->n_eps; i++) endpoint_teardown(&gw->eps[i]);
     free(gw->eps);
+    free(gw->obs.holder);
+    free(gw->obs.holder_known);
+    pthread_mutex_destroy(&gw->obs.mu);
     if (gw->locker) locker_destroy(gw->locker);
     free(gw);
 }
 
 /* ---- introspection ------------------------------------------------------ */
 
-/* One round trip to the locker backend: a token check on a key nobody holds.
- * 0 when it answered (or there is no locker). */
+/* One round trip to the locker backend on its side connection (never the
+ * lease connection). 0 when it answered (or there is no locker). */
 static int gateway_locker_probe(struct gateway *gw, char *reason, size_t len)
 {
     if (!gw->locker) return 0;
     char err[LOCKER_ERR_MAX] = "";
-    char key[GUARD_KEY_MAX];
-    guard_key(key, sizeof key, gw->cfg->key_prefix, "probe", util_hostname(), NULL);
-    int rc = gw->locker->ops->check ? gw->locker->ops->check(gw->locker, key, "probe", err)
+    int rc;
+    if (gw->locker->ops->ping) {
+        rc = gw->locker->ops->ping(gw->locker, err);
+    } else {
+        char key[GUARD_KEY_MAX];
+        guard_key(key, sizeof key, gw->cfg->key_prefix, "probe", util_hostname(), NULL);
+        rc = gw->locker->ops->check ? gw->locker->ops->check(gw->locker, key, "probe", err)
                                     : locker_unlock(gw->locker, key, "probe", err);
+    }
     if (rc == LOCKER_ERR) {
         if (reason) snprintf(reason, len, "locker unreachable: %s", err);
         return -1;
     }
     return 0;
+}
+
+/* One refresh of what the HTTP pages show: the locker probe, the holders of
+ * the leases, the sinks' readiness. Runs on the observer thread only. */
+static void observe_once(struct gateway *gw)
+{
+    char reason[320] = "";
+    bool up = gateway_locker_probe(gw, reason, sizeof reason) == 0;
+    for (size_t i = 0; i < gw->n_eps && !reason[0]; i++) {
+        const struct gw_endpoint *e = &gw->eps[i];
+        if (!e->cfg->sink->ops->check) continue;
+        char msg[256] = "";
+        if (e->cfg->sink->ops->check(e->sink, msg, sizeof msg) != 0)
+            snprintf(reason, sizeof reason, "sink '%s' of endpoint '%s' unreachable: %s",
+                     e->cfg->sink->name, e->cfg->name, msg);
+    }
+    for (size_t i = 0; i < gw->n_eps; i++) {
+        const struct gw_endpoint *e = &gw->eps[i];
+        if (!e->guard || !gw->locker || !gw->locker->ops->holder) continue;
+        char who[160] = "", err[LOCKER_ERR_MAX];
+        int rc = up ? gw->locker->ops->holder(gw->locker, e->lease_key, who, sizeof who, err)
+                    : LOCKER_ERR;
+        pthread_mutex_lock(&gw->obs.mu);
+        gw->obs.holder_known[i] = rc == LOCKER_OK;
+        snprintf(gw->obs.holder[i], sizeof gw->obs.holder[i], "%s", rc == LOCKER_OK ? who : "");
+        pthread_mutex_unlock(&gw->obs.mu);
+    }
+    pthread_mutex_lock(&gw->obs.mu);
+    gw->obs.locker_up = up;
+    snprintf(gw->obs.ready_reason, sizeof gw->obs.ready_reason, "%s", reason);
+    gw->obs.valid = true;
+    pthread_mutex_unlock(&gw->obs.mu);
+}
+
+static void *observer_main(void *arg)
+{
+    struct gateway *gw = arg;
+    while (!atomic_load(&gw->obs_stop)) {
+        observe_once(gw);
+        sleep_ms_cancellable(OBSERVE_MS, &gw->obs_stop);
+    }
+    return NULL;
 }
 
 static const char *role_name(const struct gw_endpoint *e)
@@ -602,7 +752,10 @@ void gateway_render_metrics(struct gateway *gw, struct jbuf *b)
     jbuf_rawz(b, "baton_build_info{version=\"" BATON_VERSION "\"} 1\n");
     metric_head(b, "baton_locker_up", "gauge", "1 when the locker backend answered its last request (1 without a locker).");
     jbuf_rawz(b, "baton_locker_up ");
-    jbuf_rawz(b, gateway_locker_probe(gw, NULL, 0) == 0 ? "1\n" : "0\n");
+    pthread_mutex_lock(&gw->obs.mu);
+    bool up = gw->obs.valid ? gw->obs.locker_up : gw->locker == NULL;
+    pthread_mutex_unlock(&gw->obs.mu);
+    jbuf_rawz(b, up ? "1\n" : "0\n");
 
     metric_head(b, "baton_endpoint_leader", "gauge", "1 while this replica may forward for the endpoint.");
     for (size_t i = 0; i < gw->n_eps; i++)
@@ -645,6 +798,7 @@ void gateway_render_metrics(struct gateway *gw, struct jbuf *b)
         metric_ep(b, "baton_messages_dropped_total", &gw->eps[i], "reason=\"not_leader\"", LOAD(s->dropped_not_leader));
         metric_ep(b, "baton_messages_dropped_total", &gw->eps[i], "reason=\"sink_failed\"", LOAD(s->dropped_sink_failed));
         metric_ep(b, "baton_messages_dropped_total", &gw->eps[i], "reason=\"shutdown\"", LOAD(s->dropped_shutdown));
+        metric_ep(b, "baton_messages_dropped_total", &gw->eps[i], "reason=\"term_ended\"", LOAD(s->dropped_term_ended));
     }
     metric_head(b, "baton_queue_depth", "gauge", "Messages waiting for the sink.");
     for (size_t i = 0; i < gw->n_eps; i++)
@@ -730,10 +884,20 @@ void gateway_render_status(struct gateway *gw, struct jbuf *b)
             jbuf_key(b, &f, "lease_key");
             jbuf_strz(b, e->lease_key);
             if (gw->locker && gw->locker->ops->holder) {
-                char who[160] = "", err[LOCKER_ERR_MAX];
-                int rc = gw->locker->ops->holder(gw->locker, e->lease_key, who, sizeof who, err);
+                /* this replica when it leads now, else as last observed (at
+                 * most OBSERVE_MS old): no Redis call here */
+                char who[160] = "";
+                bool known = true;
+                if (active_guard_is_leader_now(e->guard)) {
+                    snprintf(who, sizeof who, "%.80s pid %d", util_hostname(), (int)getpid());
+                } else {
+                    pthread_mutex_lock(&gw->obs.mu);
+                    known = gw->obs.holder_known[i];
+                    if (known) snprintf(who, sizeof who, "%s", gw->obs.holder[i]);
+                    pthread_mutex_unlock(&gw->obs.mu);
+                }
                 jbuf_key(b, &f, "holder");
-                if (rc == LOCKER_OK)
+                if (known)
                     jbuf_strz(b, who);
                 else
                     jbuf_null(b);
@@ -756,7 +920,8 @@ void gateway_render_status(struct gateway *gw, struct jbuf *b)
         jbuf_u64(b, LOAD(e->stats.forwarded));
         jbuf_key(b, &f, "dropped");
         jbuf_u64(b, LOAD(e->stats.dropped_queue_full) + LOAD(e->stats.dropped_not_leader) +
-                        LOAD(e->stats.dropped_sink_failed) + LOAD(e->stats.dropped_shutdown));
+                        LOAD(e->stats.dropped_sink_failed) + LOAD(e->stats.dropped_shutdown) +
+                        LOAD(e->stats.dropped_term_ended));
         jbuf_key(b, &f, "queue_depth");
         jbuf_u64(b, queue_depth(e->q));
         jbuf_char(b, '}');
@@ -767,17 +932,16 @@ void gateway_render_status(struct gateway *gw, struct jbuf *b)
 
 int gateway_ready(struct gateway *gw, char *reason, size_t len)
 {
-    if (gateway_locker_probe(gw, reason, len) != 0) return -1;
-    for (size_t i = 0; i < gw->n_eps; i++) {
-        const struct gw_endpoint *e = &gw->eps[i];
-        if (e->cfg->sink->ops->check) {
-            char msg[256] = "";
-            if (e->cfg->sink->ops->check(e->sink, msg, sizeof msg) != 0) {
-                snprintf(reason, len, "sink '%s' of endpoint '%s' unreachable: %s", e->cfg->sink->name,
-                         e->cfg->name, msg);
-                return -1;
-            }
-        }
+    /* as last observed by the observer thread: never waits for a backend */
+    pthread_mutex_lock(&gw->obs.mu);
+    int rc = 0;
+    if (!gw->obs.valid) {
+        snprintf(reason, len, "starting: the locker and the sinks were not probed yet");
+        rc = -1;
+    } else if (gw->obs.ready_reason[0]) {
+        snprintf(reason, len, "%s", gw->obs.ready_reason);
+        rc = -1;
     }
-    return 0;
+    pthread_mutex_unlock(&gw->obs.mu);
+    return rc;
 }

@@ -12,6 +12,30 @@
 #include "src/common/message.h"
 #include "src/common/settings.h"
 
+/* What one send() runs under. Every message of one call belongs to the same
+ * lease term (msgs[0]->epoch; the forwarder splits batches by term). */
+struct sink_call {
+    /* Shutdown past the drain deadline: abort at once (MSG_DROPPED_SHUTDOWN). */
+    const atomic_bool *cancel;
+    /* Term-scoped, lease-bounded delivery. NULL = unguarded (always live, no
+     * deadline). Otherwise asked before every request, every retry attempt
+     * and every poll slice: > 0 = ms left on the lease in the messages' term
+     * (bound every blocking operation by it); 0 = the lease is being
+     * verified (send nothing now, ask again shortly); < 0 = the term ended:
+     * send nothing more, settle the rest as MSG_DROPPED_TERM_ENDED. */
+    int64_t (*time_left)(void *arg, uint64_t epoch);
+    void *arg;
+    /* Out: failed attempts, for metrics. */
+    unsigned long long attempt_errors;
+};
+
+/* Helpers for sinks (src/sinks.c). sink_time_left: call->time_left, or
+ * INT64_MAX when unguarded. sink_wait_live: waits while the lease is being
+ * verified (0), at most until the cancel flag; returns the time left (> 0),
+ * or < 0 when the term ended, or 0 when cancelled. */
+int64_t sink_time_left(const struct sink_call *call, uint64_t epoch);
+int64_t sink_wait_live(const struct sink_call *call, uint64_t epoch);
+
 struct sink_ops {
     const char *type; /* "stdout", "http" */
     const struct setting_def *settings;
@@ -19,12 +43,13 @@ struct sink_ops {
     /* Optional cross-field validation after the table checks. */
     int (*validate)(const void *settings, char *msg, size_t msglen);
     void *(*create)(const char *name, const void *settings, char *err, size_t errlen);
-    /* Delivers msgs[0..n); fills outcome[i] with MSG_DELIVERED or
-     * MSG_DROPPED_SINK_FAILED (after the sink's own retries). Retries stop
-     * early when *cancel turns true (shutdown past the drain deadline).
-     * *attempt_errors receives the number of failed attempts (for metrics). */
+    /* Delivers msgs[0..n); fills outcome[i] with MSG_DELIVERED,
+     * MSG_DROPPED_SINK_FAILED (after the sink's own retries),
+     * MSG_DROPPED_TERM_ENDED (the term ended before it went out, or the lease
+     * ran out during the operation: aborted, never "sent and hoped") or
+     * MSG_DROPPED_SHUTDOWN (*call->cancel turned true). */
     void (*send)(void *sink, struct message *const *msgs, size_t n, enum msg_outcome *outcome,
-                 const atomic_bool *cancel, unsigned long long *attempt_errors);
+                 struct sink_call *call);
     /* Readiness: 0 when the sink looks reachable, -1 with msg otherwise. */
     int (*check)(void *sink, char *msg, size_t msglen);
     void (*destroy)(void *sink);

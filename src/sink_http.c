@@ -2,6 +2,15 @@
  * a kept-alive connection, retrying with exponential backoff and jitter on
  * connection errors, timeouts, 5xx and 429; other 4xx fail at once.
  *
+ * Lease-bounded: before every attempt the sink asks how long the lease of
+ * the messages' term still runs (sink_wait_live); an ended term stops it
+ * (MSG_DROPPED_TERM_ENDED), and the attempt's connect and total timeouts are
+ * capped at the time left, back-off sleeps re-ask at least every 20 ms and
+ * never run past the deadline. A request already written when the deadline
+ * passes is aborted by the timeout; the receiver may still have processed
+ * it (it carries X-Baton-Epoch, so a receiver keeping the highest epoch it
+ * saw can reject it).
+ *
  * Headers: Content-Type, X-Baton-Endpoint (from the envelope), X-Baton-Epoch
  * and X-Baton-Id (from the message; omitted when the id is empty), plus the
  * static ones from `headers` and `headers_env`. In a batch (batch_max > 1)
@@ -75,6 +84,12 @@ struct http_sink {
     size_t resp_len;
     const atomic_bool *cancel; /* during send() */
 };
+
+static long cap_ms(long configured, int64_t left)
+{
+    if (left < 1) left = 1;
+    return left < configured ? (long)left : configured;
+}
 
 /* RFC 7230 token characters. */
 static bool is_tchar(unsigned char c)
@@ -395,35 +410,77 @@ static enum attempt_result post_once(struct http_sink *k, const char *body, size
     return ATTEMPT_FATAL; /* other 4xx, 3xx (redirects are not followed) */
 }
 
-/* Delivers one request (one message or one NDJSON batch) with retries.
- * Returns true when accepted. */
-static bool deliver(struct http_sink *k, struct message *const *msgs, size_t n, const char *body,
-                    size_t len, const atomic_bool *cancel, unsigned long long *attempt_errors)
+/* Sleeps delay_ms between attempts, asking the lease every 20 ms at most:
+ * returns MSG_DELIVERED when the delay passed with the term still live,
+ * MSG_DROPPED_TERM_ENDED when it ended, MSG_DROPPED_SHUTDOWN on cancel. */
+static enum msg_outcome backoff_sleep(const struct sink_call *call, uint64_t epoch, int64_t delay_ms)
+{
+    int64_t until = clock_mono_ms() + delay_ms;
+    for (;;) {
+        int64_t left = sink_wait_live(call, epoch);
+        if (call->cancel && atomic_load(call->cancel)) return MSG_DROPPED_SHUTDOWN;
+        if (left < 0) return MSG_DROPPED_TERM_ENDED;
+        int64_t rem = until - clock_mono_ms();
+        if (rem <= 0) return MSG_DELIVERED;
+        int64_t step = rem < 20 ? rem : 20;
+        if (step > left) step = left; /* never sleep past the deadline */
+        sleep_ms_cancellable(step, call->cancel);
+    }
+}
+
+/* Delivers one request (one message or one NDJSON batch, all of one term)
+ * with retries. Returns MSG_DELIVERED, MSG_DROPPED_SINK_FAILED,
+ * MSG_DROPPED_TERM_ENDED or MSG_DROPPED_SHUTDOWN. */
+static enum msg_outcome deliver(struct http_sink *k, struct message *const *msgs, size_t n,
+                                const char *body, size_t len, struct sink_call *call)
 {
     char ep[128];
     sink_envelope_endpoint(msgs[0], ep, sizeof ep);
     const char *epn = ep[0] ? ep : NULL;
+    uint64_t epoch = msgs[0]->epoch;
     struct curl_slist *hdrs = request_headers(k, msgs, n);
     if (!hdrs) {
         log_error("sink_http", epn, "sink '%s': out of memory building request headers", k->name);
-        (*attempt_errors)++;
-        return false;
+        call->attempt_errors++;
+        return MSG_DROPPED_SINK_FAILED;
     }
     char what[400] = "";
     long status = 0;
-    bool ok = false;
+    enum msg_outcome res = MSG_DROPPED_SINK_FAILED;
     unsigned attempt = 0;
     int64_t t0 = clock_mono_ms();
     for (;;) {
+        /* leader now, in this term, before every attempt */
+        int64_t left = sink_wait_live(call, epoch);
+        if (call->cancel && atomic_load(call->cancel)) {
+            res = MSG_DROPPED_SHUTDOWN;
+            break;
+        }
+        if (left < 0) {
+            res = MSG_DROPPED_TERM_ENDED;
+            if (attempt > 0)
+                log_warn("sink_http", epn,
+                         "sink '%s': term %llu ended while retrying (%s); %zu message(s) not "
+                         "delivered, id '%s'%s",
+                         k->name, (unsigned long long)epoch, what, n, msgs[0]->id,
+                         n > 1 ? " and following" : "");
+            break;
+        }
+        sym_curl_easy_setopt(k->curl, CURLOPT_TIMEOUT_MS, cap_ms(k->timeout_ms, left));
+        sym_curl_easy_setopt(k->curl, CURLOPT_CONNECTTIMEOUT_MS, cap_ms(k->connect_timeout_ms, left));
         enum attempt_result r = post_once(k, body, len, hdrs, &status, what, sizeof what);
         if (r == ATTEMPT_OK) {
-            ok = true;
+            res = MSG_DELIVERED;
             if (attempt > 0)
                 log_info("sink_http", epn, "sink '%s': delivered id '%s' after %u retries", k->name,
                          msgs[0]->id, attempt);
             break;
         }
-        (*attempt_errors)++;
+        call->attempt_errors++;
+        if (call->cancel && atomic_load(call->cancel)) {
+            res = MSG_DROPPED_SHUTDOWN;
+            break;
+        }
         if (r == ATTEMPT_FATAL) {
             log_error("sink_http", epn,
                       "sink '%s': POST %s failed, not retried: %s; dropping %zu message(s), "
@@ -431,13 +488,12 @@ static bool deliver(struct http_sink *k, struct message *const *msgs, size_t n, 
                       k->name, k->url, what, n, msgs[0]->id, n > 1 ? " and following" : "");
             break;
         }
-        if (attempt >= k->retries || (cancel && atomic_load(cancel))) {
+        if (attempt >= k->retries) {
             log_error("sink_http", epn,
-                      "sink '%s': POST %s failed after %u attempts in %lld ms%s: %s; dropping "
+                      "sink '%s': POST %s failed after %u attempts in %lld ms: %s; dropping "
                       "%zu message(s), id '%s'%s",
-                      k->name, k->url, attempt + 1, (long long)(clock_mono_ms() - t0),
-                      (cancel && atomic_load(cancel)) ? " (shutdown)" : "", what, n, msgs[0]->id,
-                      n > 1 ? " and following" : "");
+                      k->name, k->url, attempt + 1, (long long)(clock_mono_ms() - t0), what, n,
+                      msgs[0]->id, n > 1 ? " and following" : "");
             break;
         }
         int64_t delay = backoff_ms(attempt, k->backoff_ms, k->backoff_max_ms);
@@ -452,30 +508,30 @@ static bool deliver(struct http_sink *k, struct message *const *msgs, size_t n, 
         }
         log_warn("sink_http", epn, "sink '%s': POST attempt %u failed: %s; retrying in %lld ms",
                  k->name, attempt + 1, what, (long long)delay);
-        if (sleep_ms_cancellable(delay, cancel)) {
-            log_error("sink_http", epn,
-                      "sink '%s': shutdown while retrying: %s; dropping %zu message(s), id '%s'%s",
-                      k->name, what, n, msgs[0]->id, n > 1 ? " and following" : "");
+        enum msg_outcome b = backoff_sleep(call, epoch, delay);
+        if (b != MSG_DELIVERED) {
+            res = b;
+            log_warn("sink_http", epn,
+                     "sink '%s': %s while retrying (%s); %zu message(s) not delivered, id '%s'%s",
+                     k->name, b == MSG_DROPPED_SHUTDOWN ? "shutdown" : "lease term ended", what, n,
+                     msgs[0]->id, n > 1 ? " and following" : "");
             break;
         }
         attempt++;
     }
     sym_curl_easy_setopt(k->curl, CURLOPT_HTTPHEADER, NULL);
     sym_curl_slist_free_all(hdrs);
-    return ok;
+    return res;
 }
 
 static void http_send(void *sink, struct message *const *msgs, size_t n, enum msg_outcome *outcome,
-                      const atomic_bool *cancel, unsigned long long *attempt_errors)
+                      struct sink_call *call)
 {
     struct http_sink *k = sink;
-    unsigned long long errors = 0;
-    k->cancel = cancel;
+    k->cancel = call->cancel;
     if (k->batch_max <= 1) {
-        for (size_t i = 0; i < n; i++) {
-            bool ok = deliver(k, &msgs[i], 1, msgs[i]->json, msgs[i]->len, cancel, &errors);
-            outcome[i] = ok ? MSG_DELIVERED : MSG_DROPPED_SINK_FAILED;
-        }
+        for (size_t i = 0; i < n; i++)
+            outcome[i] = deliver(k, &msgs[i], 1, msgs[i]->json, msgs[i]->len, call);
     } else {
         for (size_t i = 0; i < n; i += k->batch_max) {
             size_t cnt = n - i < k->batch_max ? n - i : k->batch_max;
@@ -484,9 +540,8 @@ static void http_send(void *sink, struct message *const *msgs, size_t n, enum ms
                 jbuf_raw(&k->body, msgs[i + j]->json, msgs[i + j]->len);
                 jbuf_char(&k->body, '\n');
             }
-            bool ok = deliver(k, &msgs[i], cnt, k->body.data, k->body.len, cancel, &errors);
-            for (size_t j = 0; j < cnt; j++)
-                outcome[i + j] = ok ? MSG_DELIVERED : MSG_DROPPED_SINK_FAILED;
+            enum msg_outcome o = deliver(k, &msgs[i], cnt, k->body.data, k->body.len, call);
+            for (size_t j = 0; j < cnt; j++) outcome[i + j] = o;
         }
         /* do not pin a huge batch buffer */
         if (k->body.cap > ((size_t)8 << 20)) {
@@ -495,7 +550,6 @@ static void http_send(void *sink, struct message *const *msgs, size_t n, enum ms
         }
     }
     k->cancel = NULL;
-    if (attempt_errors) *attempt_errors = errors;
 }
 
 static int http_check(void *sink, char *msg, size_t msglen)

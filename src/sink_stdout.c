@@ -2,7 +2,15 @@
  * buffer and goes out with as few write(2) calls as possible under one
  * process-wide mutex, so lines from different endpoints' forwarders never
  * interleave. No stdio buffering: a
- * batch is on the file descriptor when send() returns. */
+ * batch is on the file descriptor when send() returns.
+ *
+ * Lease-bounded: writes never block. A pipe, FIFO or terminal is reopened
+ * through /proc/self/fd with O_NONBLOCK (a file description of our own, so
+ * the flag never leaks to whoever shares the original); a socket is written
+ * with MSG_DONTWAIT; a regular file is written as is (it never stalls on a
+ * reader). Waiting for room polls in slices of at most 20 ms, asking the
+ * lease each time: a reader that stalls can hold a message only until the
+ * term's deadline or the drain deadline, never longer. */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -10,6 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -27,9 +39,18 @@ static const struct setting_def stdout_defs[] = {
     SETTINGS_END,
 };
 
+enum out_mode {
+    OUT_NONBLOCK, /* wfd is our own O_NONBLOCK description */
+    OUT_SOCKET,   /* send(MSG_DONTWAIT) on fd */
+    OUT_FILE,     /* a regular file: plain writes */
+    OUT_CHUNKED,  /* could not reopen: poll, then at most PIPE_BUF per write */
+};
+
 struct stdout_sink {
     char *name;
-    int fd;
+    int fd;       /* as configured (identifies the shared descriptor) */
+    int wfd;      /* what we write to */
+    enum out_mode mode;
     struct log_ratelimit rl;
 };
 
@@ -43,6 +64,24 @@ static void *stdout_create(const char *name, const void *settings, char *err, si
     k->name = xstrdup(name ? name : "stdout");
     k->fd = s ? (int)s->fd : STDOUT_FILENO;
     if (k->fd <= 0) k->fd = STDOUT_FILENO;
+    k->wfd = k->fd;
+    k->mode = OUT_CHUNKED;
+    struct stat st;
+    if (fstat(k->fd, &st) == 0) {
+        if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) {
+            k->mode = OUT_FILE;
+        } else if (S_ISSOCK(st.st_mode)) {
+            k->mode = OUT_SOCKET;
+        } else {
+            char path[64];
+            snprintf(path, sizeof path, "/proc/self/fd/%d", k->fd);
+            int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+            if (fd >= 0) {
+                k->wfd = fd;
+                k->mode = OUT_NONBLOCK;
+            }
+        }
+    }
     return k;
 }
 
@@ -50,19 +89,58 @@ static void stdout_destroy(void *sink)
 {
     struct stdout_sink *k = sink;
     if (!k) return;
+    if (k->wfd != k->fd) close(k->wfd);
     free(k->name);
     free(k);
 }
 
-/* Waits for a non-blocking descriptor to become writable. */
-static int wait_writable(int fd, const atomic_bool *cancel)
+/* One write that never blocks: >= 0 bytes written, or -1 with errno
+ * (EAGAIN when there is no room now). */
+static ssize_t out_write(const struct stdout_sink *k, const char *buf, size_t n)
+{
+    switch (k->mode) {
+    case OUT_SOCKET: return send(k->wfd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    case OUT_CHUNKED: {
+        struct pollfd p = {.fd = k->wfd, .events = POLLOUT};
+        if (poll(&p, 1, 0) == 0) {
+            errno = EAGAIN;
+            return -1;
+        }
+        return write(k->wfd, buf, n < PIPE_BUF ? n : PIPE_BUF);
+    }
+    default: return write(k->wfd, buf, n);
+    }
+}
+
+/* Why a write stopped before the end. */
+struct wstop {
+    int err;               /* errno of a failed write (0: lease or cancel) */
+    enum msg_outcome why;  /* SINK_FAILED, TERM_ENDED or SHUTDOWN */
+};
+
+/* Waits for room, in poll slices of at most 20 ms and never past the
+ * lease deadline, asking the lease each slice. 0 = writable. */
+static int wait_writable(const struct stdout_sink *k, struct sink_call *call, uint64_t epoch,
+                         struct wstop *st)
 {
     for (;;) {
-        if (cancel && atomic_load(cancel)) return -1;
-        struct pollfd p = {.fd = fd, .events = POLLOUT};
-        int r = poll(&p, 1, 100);
+        int64_t left = sink_wait_live(call, epoch);
+        if (call->cancel && atomic_load(call->cancel)) {
+            st->why = MSG_DROPPED_SHUTDOWN;
+            return -1;
+        }
+        if (left < 0) {
+            st->why = MSG_DROPPED_TERM_ENDED;
+            return -1;
+        }
+        struct pollfd p = {.fd = k->wfd, .events = POLLOUT};
+        int r = poll(&p, 1, (int)(left < 20 ? left : 20));
         if (r > 0) return 0;
-        if (r < 0 && errno != EINTR) return -1;
+        if (r < 0 && errno != EINTR) {
+            st->err = errno;
+            st->why = MSG_DROPPED_SINK_FAILED;
+            return -1;
+        }
     }
 }
 
@@ -70,7 +148,7 @@ static const char newline = '\n';
 
 /* Lines are copied into one staging buffer and written with write(2): one
  * contiguous segment costs the kernel far less than two iovecs per line.
- * A line longer than the buffer goes out on its own with writev. */
+ * A line longer than the buffer goes out on its own. */
 #define STDOUT_STAGE_SIZE ((size_t)64 * 1024)
 #define STDOUT_STAGE_LINES 1024
 static char stage[STDOUT_STAGE_SIZE]; /* under stdout_mu */
@@ -78,20 +156,22 @@ static char stage[STDOUT_STAGE_SIZE]; /* under stdout_mu */
 #define PENDING_NL_FDS 1024
 static bool pending_newline[PENDING_NL_FDS];
 
-/* Writes n bytes of buf; returns how many went out (n unless *err). */
-static size_t write_all(int fd, const char *buf, size_t n, const atomic_bool *cancel, int *err)
+/* Writes n bytes of buf; returns how many went out (n unless it stopped:
+ * *st says why). */
+static size_t write_all(const struct stdout_sink *k, const char *buf, size_t n,
+                        struct sink_call *call, uint64_t epoch, struct wstop *st)
 {
     size_t off = 0;
     while (off < n) {
-        ssize_t w = write(fd, buf + off, n - off);
+        ssize_t w = out_write(k, buf + off, n - off);
         if (w < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                if (wait_writable(fd, cancel) == 0) continue;
-                *err = EAGAIN;
+                if (wait_writable(k, call, epoch, st) == 0) continue;
                 return off;
             }
-            *err = errno;
+            st->err = errno;
+            st->why = MSG_DROPPED_SINK_FAILED;
             return off;
         }
         off += (size_t)w;
@@ -99,56 +179,35 @@ static size_t write_all(int fd, const char *buf, size_t n, const atomic_bool *ca
     return off;
 }
 
-/* One line too long for the staging buffer: json + "\n" with writev.
- * Returns true when it went out whole; *cut when only part of it did. */
-static bool write_one_long(int fd, const struct message *m, const atomic_bool *cancel, int *err,
-                           bool *cut)
-{
-    struct iovec iov[2] = {
-        {.iov_base = (void *)m->json, .iov_len = m->len},
-        {.iov_base = (void *)&newline, .iov_len = 1},
-    };
-    size_t first = 0, wrote = 0;
-    while (first < 2) {
-        ssize_t w = writev(fd, iov + first, (int)(2 - first));
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                if (wait_writable(fd, cancel) == 0) continue;
-                *err = EAGAIN;
-            } else {
-                *err = errno;
-            }
-            *cut = wrote > 0;
-            return false;
-        }
-        wrote += (size_t)w;
-        size_t left = (size_t)w;
-        while (first < 2 && left >= iov[first].iov_len) {
-            left -= iov[first].iov_len;
-            first++;
-        }
-        if (first < 2) {
-            iov[first].iov_base = (char *)iov[first].iov_base + left;
-            iov[first].iov_len -= left;
-        }
-    }
-    return true;
-}
-
-/* Writes the lines of msgs[0..n). Returns how many messages went out whole;
- * *err receives errno when fewer than n did, *cut whether part of the next
- * line was written. Call with stdout_mu held. */
-static size_t write_lines(int fd, struct message *const *msgs, size_t n, const atomic_bool *cancel,
-                          int *err, bool *cut)
+/* Writes the lines of msgs[0..n) (all of one term). Returns how many
+ * messages went out whole; *st says why fewer did, *cut whether part of the
+ * next line was written. Call with stdout_mu held. */
+static size_t write_lines(const struct stdout_sink *k, struct message *const *msgs, size_t n,
+                          struct sink_call *call, struct wstop *st, bool *cut)
 {
     size_t ends[STDOUT_STAGE_LINES]; /* end offset of each staged line */
     size_t done = 0; /* messages fully written */
-    *err = 0;
+    uint64_t epoch = n ? msgs[0]->epoch : 0;
     *cut = false;
     while (done < n) {
+        /* leader now, in this term, before every write */
+        int64_t left = sink_wait_live(call, epoch);
+        if (call->cancel && atomic_load(call->cancel)) {
+            st->why = MSG_DROPPED_SHUTDOWN;
+            return done;
+        }
+        if (left < 0) {
+            st->why = MSG_DROPPED_TERM_ENDED;
+            return done;
+        }
         if (msgs[done]->len + 1 > STDOUT_STAGE_SIZE) {
-            if (!write_one_long(fd, msgs[done], cancel, err, cut)) return done;
+            const struct message *m = msgs[done];
+            size_t w = write_all(k, m->json, m->len, call, epoch, st);
+            if (w == m->len) w += write_all(k, &newline, 1, call, epoch, st);
+            if (w < m->len + 1) {
+                *cut = w > 0;
+                return done;
+            }
             done++;
             continue;
         }
@@ -162,7 +221,7 @@ static size_t write_lines(int fd, struct message *const *msgs, size_t n, const a
             stage[used++] = '\n';
             ends[cnt++] = used;
         }
-        size_t wrote = write_all(fd, stage, used, cancel, err);
+        size_t wrote = write_all(k, stage, used, call, epoch, st);
         size_t whole = 0;
         while (whole < cnt && ends[whole] <= wrote) whole++;
         done += whole;
@@ -175,13 +234,11 @@ static size_t write_lines(int fd, struct message *const *msgs, size_t n, const a
 }
 
 static void stdout_send(void *sink, struct message *const *msgs, size_t n,
-                        enum msg_outcome *outcome, const atomic_bool *cancel,
-                        unsigned long long *attempt_errors)
+                        enum msg_outcome *outcome, struct sink_call *call)
 {
     struct stdout_sink *k = sink;
-    if (attempt_errors) *attempt_errors = 0;
     if (n == 0) return;
-    int err = 0;
+    struct wstop st = {0, MSG_DROPPED_SINK_FAILED};
     bool cut = false;
     pthread_mutex_lock(&stdout_mu);
     /* A line cut by an earlier failure must be terminated before anything
@@ -190,22 +247,23 @@ static void stdout_send(void *sink, struct message *const *msgs, size_t n,
     bool *pending = k->fd >= 0 && k->fd < PENDING_NL_FDS ? &pending_newline[k->fd] : NULL;
     size_t done = 0;
     if (pending && *pending) {
-        if (write(k->fd, &newline, 1) == 1) {
+        if (out_write(k, &newline, 1) == 1) {
             *pending = false;
         } else {
-            err = errno;
+            st.err = errno == EAGAIN ? 0 : errno;
+            st.why = MSG_DROPPED_SINK_FAILED;
         }
     }
-    if (!pending || !*pending) done = write_lines(k->fd, msgs, n, cancel, &err, &cut);
-    if (cut && err != EPIPE && err != EBADF) {
+    if (!pending || !*pending) done = write_lines(k, msgs, n, call, &st, &cut);
+    if (cut && st.err != EPIPE && st.err != EBADF) {
         /* A line was cut: terminate it now if possible, else before the
          * next batch (that message counts as failed either way). */
-        if (write(k->fd, &newline, 1) != 1 && pending) *pending = true;
+        if (out_write(k, &newline, 1) != 1 && pending) *pending = true;
     }
     pthread_mutex_unlock(&stdout_mu);
-    for (size_t i = 0; i < n; i++) outcome[i] = i < done ? MSG_DELIVERED : MSG_DROPPED_SINK_FAILED;
-    if (done < n) {
-        if (attempt_errors) *attempt_errors = 1;
+    for (size_t i = 0; i < n; i++) outcome[i] = i < done ? MSG_DELIVERED : st.why;
+    if (done < n && st.why == MSG_DROPPED_SINK_FAILED) {
+        call->attempt_errors++;
         long long suppressed = 0;
         if (log_ratelimit_ok(&k->rl, 1000, &suppressed)) {
             char ep[128];
@@ -213,8 +271,8 @@ static void stdout_send(void *sink, struct message *const *msgs, size_t n,
             log_error("sink_stdout", ep[0] ? ep : NULL,
                       "sink '%s': write to fd %d failed: %s (errno %d); %zu of %zu messages "
                       "dropped (first id '%s')%s",
-                      k->name, k->fd, strerror(err), err, n - done, n, msgs[done]->id,
-                      suppressed ? " (earlier failures suppressed)" : "");
+                      k->name, k->fd, st.err ? strerror(st.err) : "no room", st.err, n - done, n,
+                      msgs[done]->id, suppressed ? " (earlier failures suppressed)" : "");
         }
     }
 }

@@ -1,5 +1,8 @@
-/* The sink registry: every sink type baton knows. */
+/* The sink registry: every sink type baton knows, and the helpers sinks
+ * share for term-scoped, lease-bounded delivery. */
+#include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "src/sink.h"
 #include "src/sink_impl.h"
@@ -47,4 +50,22 @@ size_t sink_envelope_endpoint(const struct message *m, char *out, size_t outlen)
     }
     out[n] = '\0';
     return n;
+}
+
+int64_t sink_time_left(const struct sink_call *call, uint64_t epoch)
+{
+    if (call == NULL || call->time_left == NULL) return INT64_MAX;
+    return call->time_left(call->arg, epoch);
+}
+
+int64_t sink_wait_live(const struct sink_call *call, uint64_t epoch)
+{
+    for (;;) {
+        if (call && call->cancel && atomic_load(call->cancel)) return 0;
+        int64_t left = sink_time_left(call, epoch);
+        if (left != 0) return left;
+        /* being verified: resolves within a round trip, or the term ends */
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
 }

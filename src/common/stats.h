@@ -17,6 +17,7 @@ struct ep_stats {
     atomic_ullong dropped_not_leader;
     atomic_ullong dropped_sink_failed;
     atomic_ullong dropped_shutdown;
+    atomic_ullong dropped_term_ended;  /* its lease term ended before the sink took it */
     atomic_ullong sink_errors;         /* failed attempts, including retried ones */
     atomic_llong queue_depth;
     atomic_ullong source_errors;       /* connection losses, decode errors, ... */

@@ -31,6 +31,7 @@ struct seen_req {
     char *body;
     size_t len;
     char epoch[32], id[128], endpoint[128], ctype[64], count[16], stat[64], auth[128];
+    int64_t at_ms; /* clock_boot_ms() when the request arrived */
 };
 
 static struct {
@@ -38,6 +39,7 @@ static struct {
     int fail_first;      /* the first fail_first requests get fail_status */
     unsigned fail_status;
     unsigned status;     /* afterwards */
+    int delay_ms;        /* answer this much later (a slow receiver) */
     int nreq;
     int connections;
     struct seen_req req[MAX_REQS];
@@ -81,6 +83,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         struct seen_req *r = &srv.req[i];
         r->body = u->buf ? u->buf : calloc(1, 1);
         r->len = u->len;
+        r->at_ms = clock_boot_ms();
         u->buf = NULL;
         copy_hdr(c, "X-Baton-Epoch", r->epoch, sizeof r->epoch);
         copy_hdr(c, "X-Baton-Id", r->id, sizeof r->id);
@@ -91,7 +94,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         copy_hdr(c, "Authorization", r->auth, sizeof r->auth);
     }
     status = i < srv.fail_first ? srv.fail_status : srv.status;
+    int delay = srv.delay_ms;
     pthread_mutex_unlock(&srv.mu);
+    if (delay > 0) usleep((useconds_t)delay * 1000);
     static const char ok[] = "{\"ok\":true}";
     static const char bad[] = "{\"error\":\"nope\"}";
     struct MHD_Response *resp =
@@ -136,6 +141,7 @@ static void server_reset(int fail_first, unsigned fail_status, unsigned status)
     srv.fail_first = fail_first;
     srv.fail_status = fail_status;
     srv.status = status;
+    srv.delay_ms = 0;
     pthread_mutex_unlock(&srv.mu);
 }
 
@@ -242,7 +248,11 @@ static void test_retries_then_delivery(void **state)
     unsigned long long errors = 0;
     atomic_bool cancel = false;
     int64_t t0 = clock_mono_ms();
-    m.ops->send(m.sink, &msg, 1, &out, &cancel, &errors);
+    {
+        struct sink_call call_ = {.cancel = &cancel};
+        m.ops->send(m.sink, &msg, 1, &out, &call_);
+        errors = call_.attempt_errors;
+    }
     int64_t el = clock_mono_ms() - t0;
     printf("%d x 503 then 200: delivered after %lld ms, attempt_errors=%llu, requests=%d, "
            "connections=%d\n", K, (long long)el, errors, srv.nreq, srv.connections);
@@ -273,7 +283,11 @@ static void test_retries_then_delivery(void **state)
     struct message *msgs[4];
     enum msg_outcome outs[4];
     for (int i = 0; i < 4; i++) msgs[i] = mk_msg("orders", 7, NULL, "x");
-    m.ops->send(m.sink, msgs, 4, outs, &cancel, &errors);
+    {
+        struct sink_call call_ = {.cancel = &cancel};
+        m.ops->send(m.sink, msgs, 4, outs, &call_);
+        errors = call_.attempt_errors;
+    }
     printf("4 messages, batch_max=1: requests=%d over %d new connection(s)\n", srv.nreq,
            srv.connections);
     assert_int_equal(errors, 0);
@@ -299,7 +313,11 @@ static void test_429_retried(void **state)
     struct message *msg = mk_msg("e", 1, "a", "p");
     enum msg_outcome out;
     unsigned long long errors = 0;
-    m.ops->send(m.sink, &msg, 1, &out, NULL, &errors);
+    {
+        struct sink_call call_ = {.cancel = NULL};
+        m.ops->send(m.sink, &msg, 1, &out, &call_);
+        errors = call_.attempt_errors;
+    }
     assert_int_equal(out, MSG_DELIVERED);
     assert_int_equal(errors, 2);
     assert_int_equal(srv.nreq, 3);
@@ -307,7 +325,11 @@ static void test_429_retried(void **state)
     /* 3 failures with retries = 2: exhausted */
     server_reset(3, 500, 200);
     msg = mk_msg("e", 1, "b", "p");
-    m.ops->send(m.sink, &msg, 1, &out, NULL, &errors);
+    {
+        struct sink_call call_ = {.cancel = NULL};
+        m.ops->send(m.sink, &msg, 1, &out, &call_);
+        errors = call_.attempt_errors;
+    }
     assert_int_equal(out, MSG_DROPPED_SINK_FAILED);
     assert_int_equal(errors, 3);
     assert_int_equal(srv.nreq, 3);
@@ -326,7 +348,11 @@ static void test_4xx_not_retried(void **state)
     enum msg_outcome outs[2] = {MSG_DELIVERED, MSG_DELIVERED};
     unsigned long long errors = 0;
     int64_t t0 = clock_mono_ms();
-    m.ops->send(m.sink, msgs, 2, outs, NULL, &errors);
+    {
+        struct sink_call call_ = {.cancel = NULL};
+        m.ops->send(m.sink, msgs, 2, outs, &call_);
+        errors = call_.attempt_errors;
+    }
     int64_t el = clock_mono_ms() - t0;
     printf("400: both failed at once in %lld ms, requests=%d\n", (long long)el, srv.nreq);
     assert_int_equal(outs[0], MSG_DROPPED_SINK_FAILED);
@@ -354,7 +380,11 @@ static void test_batch_ndjson(void **state)
         msgs[i] = mk_msg("batched", (uint64_t)10 + (uint64_t)i, id, pl);
     }
     unsigned long long errors = 0;
-    m.ops->send(m.sink, msgs, 5, outs, NULL, &errors);
+    {
+        struct sink_call call_ = {.cancel = NULL};
+        m.ops->send(m.sink, msgs, 5, outs, &call_);
+        errors = call_.attempt_errors;
+    }
     assert_int_equal(errors, 1);    /* the first batch's first attempt */
     assert_int_equal(srv.nreq, 3);  /* failed batch 1, batch 1 again, batch 2 */
     const int lines_per_req[3][2] = {{0, 3}, {0, 3}, {3, 5}};
@@ -409,7 +439,11 @@ static void test_unreachable(void **state)
     enum msg_outcome out = MSG_DELIVERED;
     unsigned long long errors = 0;
     int64_t t0 = clock_mono_ms();
-    m.ops->send(m.sink, &msg, 1, &out, NULL, &errors);
+    {
+        struct sink_call call_ = {.cancel = NULL};
+        m.ops->send(m.sink, &msg, 1, &out, &call_);
+        errors = call_.attempt_errors;
+    }
     int64_t el = clock_mono_ms() - t0;
     printf("unreachable: failed after %llu attempts in %lld ms\n", errors, (long long)el);
     assert_int_equal(out, MSG_DROPPED_SINK_FAILED);
@@ -446,12 +480,16 @@ static void test_cancel_stops_retries(void **state)
     pthread_t t;
     pthread_create(&t, NULL, cancel_later, NULL);
     int64_t t0 = clock_mono_ms();
-    m.ops->send(m.sink, &msg, 1, &out, &cancel_flag, &errors);
+    {
+        struct sink_call call_ = {.cancel = &cancel_flag};
+        m.ops->send(m.sink, &msg, 1, &out, &call_);
+        errors = call_.attempt_errors;
+    }
     int64_t el = clock_mono_ms() - t0;
     pthread_join(t, NULL);
     printf("cancel after 300 ms: send returned after %lld ms, %llu failed attempts\n",
            (long long)el, errors);
-    assert_int_equal(out, MSG_DROPPED_SINK_FAILED);
+    assert_int_equal(out, MSG_DROPPED_SHUTDOWN);
     assert_true(errors >= 1);
     assert_true(el < 1500);
     message_finish(msg, out);
@@ -520,15 +558,162 @@ static void test_large_message(void **state)
     struct message *msg = mk_msg("e", 0, "big", big);
     free(big);
     enum msg_outcome out;
-    unsigned long long errors = 0;
     int64_t t0 = clock_mono_ms();
-    m.ops->send(m.sink, &msg, 1, &out, NULL, &errors);
+    struct sink_call call = {.cancel = NULL};
+    m.ops->send(m.sink, &msg, 1, &out, &call);
     printf("4 MiB message posted in %lld ms\n", (long long)(clock_mono_ms() - t0));
+    assert_int_equal(call.attempt_errors, 0);
     assert_int_equal(out, MSG_DELIVERED);
     assert_int_equal(srv.nreq, 1);
     assert_int_equal(srv.req[0].len, msg->len);
     assert_memory_equal(srv.req[0].body, msg->json, msg->len);
     message_finish(msg, out);
+    unmake_sink(&m);
+}
+
+/* ---- lease-bounded delivery: a fake lease for the sink's time_left ---- */
+
+struct fake_lease {
+    atomic_llong end_at;       /* boot ms at which the term ends (0 = never) */
+    atomic_llong unsure_until; /* boot ms until which it is being verified */
+    atomic_int end_after_reqs; /* the term ends once the server saw this many (0 = off) */
+    atomic_int asked;
+};
+
+static int64_t fake_time_left(void *arg, uint64_t epoch)
+{
+    struct fake_lease *fl = arg;
+    atomic_fetch_add(&fl->asked, 1);
+    int64_t now = clock_boot_ms();
+    int after = atomic_load(&fl->end_after_reqs);
+    if (after > 0) {
+        pthread_mutex_lock(&srv.mu);
+        int n = srv.nreq;
+        pthread_mutex_unlock(&srv.mu);
+        if (n >= after) return -1;
+    }
+    if (now < atomic_load(&fl->unsure_until)) return 0;
+    int64_t end = atomic_load(&fl->end_at);
+    if (end == 0) return 60000;
+    return end > now ? end - now : -1;
+}
+
+/* The term ends during the retry back-off of a failing receiver: the sink
+ * stops at the deadline (term_ended), and no request reaches the receiver
+ * after it. */
+static void test_term_ends_during_backoff(void **state)
+{
+    server_reset(1000, 503, 503);
+    char cfg[512], err[512] = "";
+    url_cfg(cfg, sizeof cfg, "retries = 1000; backoff_ms = 150; backoff_max_ms = 400;\n");
+    struct made m = {0};
+    assert_int_equal(make_sink(&m, cfg, err, sizeof err), 0);
+    struct message *msg = mk_msg("e", 7, "t-1", "p");
+    enum msg_outcome out = MSG_DELIVERED;
+    struct fake_lease fl = {0};
+    int64_t t0 = clock_boot_ms();
+    atomic_store(&fl.end_at, t0 + 600);
+    struct sink_call call = {.time_left = fake_time_left, .arg = &fl};
+    m.ops->send(m.sink, &msg, 1, &out, &call);
+    int64_t el = clock_boot_ms() - t0;
+    pthread_mutex_lock(&srv.mu);
+    int n = srv.nreq;
+    int64_t last = n ? srv.req[n - 1].at_ms : 0;
+    pthread_mutex_unlock(&srv.mu);
+    printf("term ends at 600 ms during back-off: returned after %lld ms, %d requests, last at %lld ms\n",
+           (long long)el, n, (long long)(last - t0));
+    assert_int_equal(out, MSG_DROPPED_TERM_ENDED);
+    assert_true(n >= 2);
+    assert_true(last - t0 < 600);   /* nothing after the deadline */
+    assert_true(el >= 590 && el < 600 + 200);
+    message_finish(msg, out);
+    unmake_sink(&m);
+}
+
+/* A slow receiver (2 s per request) and 300 ms left on the lease: the
+ * request's timeout is capped at the time left, not the configured 5 s. */
+static void test_request_timeout_capped_by_lease(void **state)
+{
+    server_reset(0, 0, 200);
+    pthread_mutex_lock(&srv.mu);
+    srv.delay_ms = 2000;
+    pthread_mutex_unlock(&srv.mu);
+    char cfg[512], err[512] = "";
+    url_cfg(cfg, sizeof cfg, "timeout_ms = 5000; retries = 5;\n");
+    struct made m = {0};
+    assert_int_equal(make_sink(&m, cfg, err, sizeof err), 0);
+    struct message *msg = mk_msg("e", 7, "t-2", "p");
+    enum msg_outcome out = MSG_DELIVERED;
+    struct fake_lease fl = {0};
+    int64_t t0 = clock_boot_ms();
+    atomic_store(&fl.end_at, t0 + 300);
+    struct sink_call call = {.time_left = fake_time_left, .arg = &fl};
+    m.ops->send(m.sink, &msg, 1, &out, &call);
+    int64_t el = clock_boot_ms() - t0;
+    printf("slow receiver, 300 ms of lease: returned after %lld ms (outcome %s)\n", (long long)el,
+           msg_outcome_name(out));
+    assert_int_equal(out, MSG_DROPPED_TERM_ENDED);
+    assert_true(el < 300 + 300);
+    message_finish(msg, out);
+    unmake_sink(&m);
+    server_reset(0, 0, 200); /* delay off */
+}
+
+/* While the lease is being verified nothing is sent; once verified, it is. */
+static void test_unsure_lease_holds_then_delivers(void **state)
+{
+    server_reset(0, 0, 200);
+    char cfg[512], err[512] = "";
+    url_cfg(cfg, sizeof cfg, "retries = 2;\n");
+    struct made m = {0};
+    assert_int_equal(make_sink(&m, cfg, err, sizeof err), 0);
+    struct message *msg = mk_msg("e", 7, "t-3", "p");
+    enum msg_outcome out = MSG_DROPPED_SINK_FAILED;
+    struct fake_lease fl = {0};
+    int64_t t0 = clock_boot_ms();
+    atomic_store(&fl.unsure_until, t0 + 200);
+    struct sink_call call = {.time_left = fake_time_left, .arg = &fl};
+    m.ops->send(m.sink, &msg, 1, &out, &call);
+    pthread_mutex_lock(&srv.mu);
+    int n = srv.nreq;
+    int64_t at = n ? srv.req[0].at_ms : 0;
+    pthread_mutex_unlock(&srv.mu);
+    assert_int_equal(out, MSG_DELIVERED);
+    assert_int_equal(n, 1);
+    assert_true(at - t0 >= 200);
+    message_finish(msg, out);
+    unmake_sink(&m);
+}
+
+/* The term ends after the second request of a run of five: the rest are
+ * settled as term_ended and never sent (the check runs before every request,
+ * not once per batch). */
+static void test_term_checked_before_every_request(void **state)
+{
+    server_reset(0, 0, 200);
+    char cfg[512], err[512] = "";
+    url_cfg(cfg, sizeof cfg, "retries = 2;\n");
+    struct made m = {0};
+    assert_int_equal(make_sink(&m, cfg, err, sizeof err), 0);
+    struct message *msgs[5];
+    enum msg_outcome outs[5];
+    for (int i = 0; i < 5; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "r-%d", i);
+        msgs[i] = mk_msg("e", 9, id, "p");
+    }
+    struct fake_lease fl = {0};
+    atomic_store(&fl.end_after_reqs, 2);
+    struct sink_call call = {.time_left = fake_time_left, .arg = &fl};
+    m.ops->send(m.sink, msgs, 5, outs, &call);
+    pthread_mutex_lock(&srv.mu);
+    int n = srv.nreq;
+    pthread_mutex_unlock(&srv.mu);
+    assert_int_equal(n, 2);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(outs[i], i < 2 ? MSG_DELIVERED : MSG_DROPPED_TERM_ENDED);
+        message_finish(msgs[i], outs[i]);
+    }
     unmake_sink(&m);
 }
 
@@ -542,6 +727,10 @@ int main(void)
         cmocka_unit_test(test_batch_ndjson),
         cmocka_unit_test(test_unreachable),
         cmocka_unit_test(test_cancel_stops_retries),
+        cmocka_unit_test(test_term_ends_during_backoff),
+        cmocka_unit_test(test_request_timeout_capped_by_lease),
+        cmocka_unit_test(test_unsure_lease_holds_then_delivers),
+        cmocka_unit_test(test_term_checked_before_every_request),
         cmocka_unit_test(test_create_errors),
         cmocka_unit_test(test_large_message),
     };

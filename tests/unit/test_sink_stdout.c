@@ -96,7 +96,11 @@ static void *write_thread(void *arg)
         enum msg_outcome out[PER_BATCH];
         for (int k = 0; k < PER_BATCH; k++) msgs[k] = mk(w->t, b * PER_BATCH + k);
         unsigned long long errors = 0;
-        m.ops->send(m.sink, msgs, PER_BATCH, out, NULL, &errors);
+        {
+            struct sink_call call_ = {.cancel = NULL};
+            m.ops->send(m.sink, msgs, PER_BATCH, out, &call_);
+            errors = call_.attempt_errors;
+        }
         for (int k = 0; k < PER_BATCH; k++) {
             if (out[k] != MSG_DELIVERED) w->failures++;
             message_finish(msgs[k], out[k]);
@@ -194,7 +198,11 @@ static void test_epipe_fails_messages(void **state)
     struct message *msgs[3] = {mk(0, 1), mk(0, 2), mk(0, 3)};
     enum msg_outcome out[3] = {MSG_DELIVERED, MSG_DELIVERED, MSG_DELIVERED};
     unsigned long long errors = 0;
-    m.ops->send(m.sink, msgs, 3, out, NULL, &errors);
+    {
+        struct sink_call call_ = {.cancel = NULL};
+        m.ops->send(m.sink, msgs, 3, out, &call_);
+        errors = call_.attempt_errors;
+    }
     for (int i = 0; i < 3; i++) {
         assert_int_equal(out[i], MSG_DROPPED_SINK_FAILED);
         message_finish(msgs[i], out[i]);
@@ -224,6 +232,118 @@ static void test_registry(void **state)
     assert_int_equal(n, 2);
 }
 
+struct fake_lease {
+    int64_t end_at; /* boot ms */
+};
+
+static int64_t fake_time_left(void *arg, uint64_t epoch)
+{
+    const struct fake_lease *fl = arg;
+    (void)epoch;
+    int64_t now = clock_boot_ms();
+    return fl->end_at > now ? fl->end_at - now : -1;
+}
+
+static struct message *mk_sized(int i, size_t n)
+{
+    char *p = malloc(n + 1);
+    memset(p, 'x', n);
+    p[n] = '\0';
+    char id[32];
+    snprintf(id, sizeof id, "s:%d", i);
+    struct envelope e;
+    envelope_init(&e);
+    envelope_begin(&e, "ep", "test", 5, id, 0);
+    envelope_payload(&e, p, n);
+    struct message *m = envelope_finish(&e);
+    envelope_free(&e);
+    free(p);
+    return m;
+}
+
+/* A reader that stalls (a pipe nobody reads from): the write never blocks
+ * past the lease deadline. What went out whole is delivered, the rest is
+ * settled as term_ended; the descriptor the sink shares with others stays
+ * blocking (its own O_NONBLOCK description). */
+static void test_stalled_reader_bounded_by_the_lease(void **state)
+{
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    struct made m;
+    make_sink(&m, p[1]);
+    assert_int_equal(fcntl(p[1], F_GETFL) & O_NONBLOCK, 0);
+    enum { N = 200 };
+    struct message *msgs[N];
+    enum msg_outcome out[N];
+    for (int i = 0; i < N; i++) msgs[i] = mk_sized(i, 1000); /* 200 KB > the 64 KiB pipe */
+    struct fake_lease fl = {.end_at = clock_boot_ms() + 300};
+    struct sink_call call = {.time_left = fake_time_left, .arg = &fl};
+    int64_t t0 = clock_boot_ms();
+    m.ops->send(m.sink, msgs, N, out, &call);
+    int64_t el = clock_boot_ms() - t0;
+    int delivered = 0, ended = 0;
+    for (int i = 0; i < N; i++) {
+        if (out[i] == MSG_DELIVERED) delivered++;
+        if (out[i] == MSG_DROPPED_TERM_ENDED) ended++;
+        if (i > 0 && out[i] == MSG_DELIVERED) assert_int_equal(out[i - 1], MSG_DELIVERED);
+        message_finish(msgs[i], out[i]);
+    }
+    printf("stalled reader, 300 ms of lease: returned after %lld ms, %d delivered, %d term_ended\n",
+           (long long)el, delivered, ended);
+    assert_true(el >= 290 && el < 300 + 200);
+    assert_true(delivered > 0 && delivered < N);
+    assert_int_equal(delivered + ended, N);
+    assert_int_equal(call.attempt_errors, 0); /* not a sink failure */
+    assert_int_equal(fcntl(p[1], F_GETFL) & O_NONBLOCK, 0);
+    unmake_sink(&m);
+    close(p[0]);
+    close(p[1]);
+}
+
+/* The same stalled reader at shutdown: the cancel flag ends the wait. */
+static atomic_bool cancel_flag;
+static void *cancel_later(void *arg)
+{
+    (void)arg;
+    sleep_ms_cancellable(200, NULL);
+    atomic_store(&cancel_flag, true);
+    return NULL;
+}
+
+static void test_stalled_reader_cancelled(void **state)
+{
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    struct made m;
+    make_sink(&m, p[1]);
+    enum { N = 200 };
+    struct message *msgs[N];
+    enum msg_outcome out[N];
+    for (int i = 0; i < N; i++) msgs[i] = mk_sized(i, 1000);
+    atomic_store(&cancel_flag, false);
+    pthread_t t;
+    pthread_create(&t, NULL, cancel_later, NULL);
+    struct sink_call call = {.cancel = &cancel_flag}; /* unguarded: no lease */
+    int64_t t0 = clock_boot_ms();
+    m.ops->send(m.sink, msgs, N, out, &call);
+    int64_t el = clock_boot_ms() - t0;
+    pthread_join(t, NULL);
+    int shut = 0;
+    for (int i = 0; i < N; i++) {
+        if (out[i] == MSG_DROPPED_SHUTDOWN) shut++;
+        message_finish(msgs[i], out[i]);
+    }
+    printf("stalled reader, cancelled at 200 ms: returned after %lld ms, %d settled as shutdown\n",
+           (long long)el, shut);
+    assert_true(el < 200 + 200);
+    assert_true(shut > 0);
+    unmake_sink(&m);
+    close(p[0]);
+    close(p[1]);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN); /* as main() does */
@@ -231,6 +351,8 @@ int main(void)
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_concurrent_lines_whole),
         cmocka_unit_test(test_epipe_fails_messages),
+        cmocka_unit_test(test_stalled_reader_bounded_by_the_lease),
+        cmocka_unit_test(test_stalled_reader_cancelled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

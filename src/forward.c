@@ -1,0 +1,71 @@
+/* Term-scoped forwarding of a batch (see src/forward.h). */
+#include "src/forward.h"
+
+#include <time.h>
+
+int64_t forward_time_left(void *arg, uint64_t epoch)
+{
+    const struct forward_ctx *ctx = arg;
+    int64_t left = 0;
+    switch (ctx->term_state(ctx->arg, epoch, &left)) {
+    case LEADER_YES: return left > 0 ? left : -1;
+    case LEADER_UNSURE: return 0;
+    default: return -1;
+    }
+}
+
+static bool cancelled(const struct forward_ctx *ctx)
+{
+    return ctx->cancel && atomic_load(ctx->cancel);
+}
+
+/* One run of messages of the same term. */
+static unsigned long long forward_run(const struct forward_ctx *ctx, struct message *const *msgs,
+                                      enum msg_outcome *outcome, size_t n)
+{
+    uint64_t epoch = msgs[0]->epoch;
+    enum msg_outcome without_sink = MSG_DELIVERED;
+    if (cancelled(ctx)) {
+        without_sink = MSG_DROPPED_SHUTDOWN;
+    } else if (ctx->term_state) {
+        /* A lease being verified after a locker reconnect is waited for
+         * (nothing is forwarded meanwhile): it resolves within a round trip,
+         * or the deadline passes and the term ends. */
+        enum leader_state st;
+        while ((st = ctx->term_state(ctx->arg, epoch, NULL)) == LEADER_UNSURE && !cancelled(ctx)) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+        if (cancelled(ctx))
+            without_sink = MSG_DROPPED_SHUTDOWN;
+        else if (st != LEADER_YES)
+            without_sink = MSG_DROPPED_TERM_ENDED;
+    }
+    if (without_sink != MSG_DELIVERED) {
+        for (size_t i = 0; i < n; i++) outcome[i] = without_sink;
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) outcome[i] = MSG_DROPPED_SINK_FAILED;
+    struct sink_call call = {
+        .cancel = ctx->cancel,
+        .time_left = ctx->term_state ? forward_time_left : NULL,
+        .arg = (void *)ctx,
+    };
+    ctx->sink_ops->send(ctx->sink, msgs, n, outcome, &call);
+    return call.attempt_errors;
+}
+
+unsigned long long forward_batch(const struct forward_ctx *ctx, struct message *const *msgs,
+                                 enum msg_outcome *outcome, size_t n)
+{
+    unsigned long long errors = 0;
+    /* One sink call per run of the same term: a batch popped across a term
+     * change never lets an old term's message ride on a newer term's check. */
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && msgs[j]->epoch == msgs[i]->epoch) j++;
+        errors += forward_run(ctx, msgs + i, outcome + i, j - i);
+        i = j;
+    }
+    return errors;
+}

@@ -1,0 +1,189 @@
+/* Term-scoped forwarding (src/forward.c) with a fake guard (a term whose
+ * epoch, deadline and verification state the test steers, on a fake clock
+ * the sink advances) and a fake sink that behaves like the real ones: it
+ * asks time_left before every request and stops when the term ended. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "src/common/util.h"
+#include "src/forward.h"
+
+/* ---- fake guard: one current term on a fake clock -------------------------- */
+
+struct fake_guard {
+    uint64_t epoch;      /* current term */
+    int64_t deadline;    /* fake ms; the term ended once now >= deadline */
+    int64_t now;         /* fake clock */
+    atomic_int unsure_polls; /* answer UNSURE this many more times */
+    int asked;
+};
+
+static enum leader_state fake_term_state(void *arg, uint64_t epoch, int64_t *left)
+{
+    struct fake_guard *g = arg;
+    g->asked++;
+    if (left) *left = 0;
+    if (epoch != g->epoch || g->now >= g->deadline) return LEADER_NO;
+    if (left) *left = g->deadline - g->now;
+    if (atomic_load(&g->unsure_polls) > 0) {
+        atomic_fetch_sub(&g->unsure_polls, 1);
+        return LEADER_UNSURE;
+    }
+    return LEADER_YES;
+}
+
+/* ---- fake sink: each request takes `cost` fake ms -------------------------- */
+
+struct fake_sink {
+    struct fake_guard *g;
+    int64_t cost;
+    int calls, requests;
+    uint64_t sent_epochs[64];
+    int64_t sent_at[64];
+};
+
+static void fake_send(void *sink, struct message *const *msgs, size_t n, enum msg_outcome *outcome,
+                      struct sink_call *call)
+{
+    struct fake_sink *k = sink;
+    k->calls++;
+    for (size_t i = 0; i < n; i++) {
+        int64_t left = sink_time_left(call, msgs[i]->epoch);
+        if (left < 0) {
+            for (size_t j = i; j < n; j++) outcome[j] = MSG_DROPPED_TERM_ENDED;
+            return;
+        }
+        /* the request would need more than what is left: aborted at the
+         * deadline (the real sinks cap their timeouts at it) */
+        if (k->cost > left) {
+            k->g->now += left;
+            outcome[i] = MSG_DROPPED_TERM_ENDED;
+            continue;
+        }
+        k->g->now += k->cost;
+        k->sent_epochs[k->requests] = msgs[i]->epoch;
+        k->sent_at[k->requests++] = k->g->now;
+        outcome[i] = MSG_DELIVERED;
+    }
+}
+
+static const struct sink_ops fake_ops = {.type = "fake", .send = fake_send};
+
+static struct message *msg(uint64_t epoch)
+{
+    struct message *m = message_new("{}", 2);
+    m->epoch = epoch;
+    return m;
+}
+
+static void finish_all(struct message **m, const enum msg_outcome *o, size_t n)
+{
+    for (size_t i = 0; i < n; i++) message_finish(m[i], o[i]);
+}
+
+/* The term's deadline passes in the middle of a batch: what was written
+ * before it is delivered, nothing is written after it. */
+static void test_term_ends_mid_batch(void **state)
+{
+    struct fake_guard g = {.epoch = 7, .deadline = 100, .now = 0};
+    struct fake_sink k = {.g = &g, .cost = 30};
+    struct forward_ctx ctx = {.sink_ops = &fake_ops, .sink = &k, .term_state = fake_term_state, .arg = &g};
+    struct message *m[6];
+    enum msg_outcome o[6];
+    for (int i = 0; i < 6; i++) m[i] = msg(7);
+    forward_batch(&ctx, m, o, 6);
+    /* 30, 60, 90 fit; the 4th would end at 120 > 100: aborted */
+    for (int i = 0; i < 6; i++) assert_int_equal(o[i], i < 3 ? MSG_DELIVERED : MSG_DROPPED_TERM_ENDED);
+    assert_int_equal(k.requests, 3);
+    for (int i = 0; i < k.requests; i++) assert_true(k.sent_at[i] <= g.deadline);
+    finish_all(m, o, 6);
+}
+
+/* Re-promotion with older messages still queued: a batch holding messages
+ * of the ended term 5 and of the new term 6. Term 5's never reach the sink;
+ * term 6's do, in order. */
+static void test_older_term_messages_never_delivered(void **state)
+{
+    struct fake_guard g = {.epoch = 6, .deadline = 1000, .now = 0};
+    struct fake_sink k = {.g = &g, .cost = 1};
+    struct forward_ctx ctx = {.sink_ops = &fake_ops, .sink = &k, .term_state = fake_term_state, .arg = &g};
+    uint64_t epochs[7] = {5, 5, 5, 6, 6, 5, 6};
+    struct message *m[7];
+    enum msg_outcome o[7];
+    for (int i = 0; i < 7; i++) m[i] = msg(epochs[i]);
+    forward_batch(&ctx, m, o, 7);
+    for (int i = 0; i < 7; i++)
+        assert_int_equal(o[i], epochs[i] == 6 ? MSG_DELIVERED : MSG_DROPPED_TERM_ENDED);
+    assert_int_equal(k.requests, 3);
+    for (int i = 0; i < k.requests; i++) assert_int_equal(k.sent_epochs[i], 6);
+    /* one sink call per run of the new term, none for the old one */
+    assert_int_equal(k.calls, 2);
+    finish_all(m, o, 7);
+}
+
+/* A lease being verified holds the batch (nothing sent, nothing dropped)
+ * until it resolves. */
+static void test_unsure_waits_then_delivers(void **state)
+{
+    struct fake_guard g = {.epoch = 3, .deadline = 1000, .now = 0};
+    atomic_store(&g.unsure_polls, 20);
+    struct fake_sink k = {.g = &g, .cost = 1};
+    struct forward_ctx ctx = {.sink_ops = &fake_ops, .sink = &k, .term_state = fake_term_state, .arg = &g};
+    struct message *m[2] = {msg(3), msg(3)};
+    enum msg_outcome o[2];
+    forward_batch(&ctx, m, o, 2);
+    assert_int_equal(atomic_load(&g.unsure_polls), 0);
+    assert_int_equal(o[0], MSG_DELIVERED);
+    assert_int_equal(o[1], MSG_DELIVERED);
+    finish_all(m, o, 2);
+}
+
+/* Past the drain deadline: settled as shutdown without the sink. */
+static void test_cancel_settles_without_the_sink(void **state)
+{
+    struct fake_guard g = {.epoch = 3, .deadline = 1000, .now = 0};
+    struct fake_sink k = {.g = &g, .cost = 1};
+    atomic_bool cancel = true;
+    struct forward_ctx ctx = {.sink_ops = &fake_ops, .sink = &k, .term_state = fake_term_state, .arg = &g,
+                              .cancel = &cancel};
+    struct message *m[2] = {msg(3), msg(3)};
+    enum msg_outcome o[2];
+    forward_batch(&ctx, m, o, 2);
+    assert_int_equal(o[0], MSG_DROPPED_SHUTDOWN);
+    assert_int_equal(o[1], MSG_DROPPED_SHUTDOWN);
+    assert_int_equal(k.calls, 0);
+    finish_all(m, o, 2);
+}
+
+/* Unguarded (schedule, mqtt $share): no term, always handed over. */
+static void test_unguarded_always_forwards(void **state)
+{
+    struct fake_guard g = {.epoch = 0, .deadline = 0, .now = 0};
+    struct fake_sink k = {.g = &g, .cost = 1};
+    struct forward_ctx ctx = {.sink_ops = &fake_ops, .sink = &k};
+    struct message *m[3] = {msg(0), msg(0), msg(0)};
+    enum msg_outcome o[3];
+    forward_batch(&ctx, m, o, 3);
+    for (int i = 0; i < 3; i++) assert_int_equal(o[i], MSG_DELIVERED);
+    finish_all(m, o, 3);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_term_ends_mid_batch),
+        cmocka_unit_test(test_older_term_messages_never_delivered),
+        cmocka_unit_test(test_unsure_waits_then_delivers),
+        cmocka_unit_test(test_cancel_settles_without_the_sink),
+        cmocka_unit_test(test_unguarded_always_forwards),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -17,6 +17,13 @@ void (*sym_curl_easy_cleanup)(CURL *);
 const char *(*sym_curl_easy_strerror)(CURLcode);
 struct curl_slist *(*sym_curl_slist_append)(struct curl_slist *, const char *);
 void (*sym_curl_slist_free_all)(struct curl_slist *);
+CURLM *(*sym_curl_multi_init)(void);
+CURLMcode (*sym_curl_multi_add_handle)(CURLM *, CURL *);
+CURLMcode (*sym_curl_multi_remove_handle)(CURLM *, CURL *);
+CURLMcode (*sym_curl_multi_perform)(CURLM *, int *);
+CURLMcode (*sym_curl_multi_poll)(CURLM *, struct curl_waitfd[], unsigned int, int, int *);
+CURLMsg *(*sym_curl_multi_info_read)(CURLM *, int *);
+CURLMcode (*sym_curl_multi_cleanup)(CURLM *);
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int load_rc = -1;
@@ -67,6 +74,13 @@ static void load_once(void)
     RESOLVE(sym_curl_easy_strerror, "curl_easy_strerror");
     RESOLVE(sym_curl_slist_append, "curl_slist_append");
     RESOLVE(sym_curl_slist_free_all, "curl_slist_free_all");
+    RESOLVE(sym_curl_multi_init, "curl_multi_init");
+    RESOLVE(sym_curl_multi_add_handle, "curl_multi_add_handle");
+    RESOLVE(sym_curl_multi_remove_handle, "curl_multi_remove_handle");
+    RESOLVE(sym_curl_multi_perform, "curl_multi_perform");
+    RESOLVE(sym_curl_multi_poll, "curl_multi_poll");
+    RESOLVE(sym_curl_multi_info_read, "curl_multi_info_read");
+    RESOLVE(sym_curl_multi_cleanup, "curl_multi_cleanup");
 #undef RESOLVE
     CURLcode rc = global_init(CURL_GLOBAL_DEFAULT);
     if (rc != CURLE_OK) {

@@ -24,6 +24,13 @@ extern void (*sym_curl_easy_cleanup)(CURL *);
 extern const char *(*sym_curl_easy_strerror)(CURLcode);
 extern struct curl_slist *(*sym_curl_slist_append)(struct curl_slist *, const char *);
 extern void (*sym_curl_slist_free_all)(struct curl_slist *);
+extern CURLM *(*sym_curl_multi_init)(void);
+extern CURLMcode (*sym_curl_multi_add_handle)(CURLM *, CURL *);
+extern CURLMcode (*sym_curl_multi_remove_handle)(CURLM *, CURL *);
+extern CURLMcode (*sym_curl_multi_perform)(CURLM *, int *);
+extern CURLMcode (*sym_curl_multi_poll)(CURLM *, struct curl_waitfd[], unsigned int, int, int *);
+extern CURLMsg *(*sym_curl_multi_info_read)(CURLM *, int *);
+extern CURLMcode (*sym_curl_multi_cleanup)(CURLM *);
 
 /* 0, or -1 with err naming the library and what failed (not installed, a
  * symbol missing, curl_global_init failing); the same answer every call. */

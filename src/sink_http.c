@@ -2,14 +2,16 @@
  * a kept-alive connection, retrying with exponential backoff and jitter on
  * connection errors, timeouts, 5xx and 429; other 4xx fail at once.
  *
- * Lease-bounded: before every attempt the sink asks how long the lease of
- * the messages' term still runs (sink_wait_live); an ended term stops it
- * (MSG_DROPPED_TERM_ENDED), and the attempt's connect and total timeouts are
- * capped at the time left, back-off sleeps re-ask at least every 20 ms and
- * never run past the deadline. A request already written when the deadline
- * passes is aborted by the timeout; the receiver may still have processed
- * it (it carries X-Baton-Epoch, so a receiver keeping the highest epoch it
- * saw can reject it).
+ * Lease-bounded: before every attempt the sink asks whether the messages'
+ * term still runs (sink_wait_live); an ended term stops it
+ * (MSG_DROPPED_TERM_ENDED). A request runs on a multi handle polled in
+ * slices of at most 20 ms, asking the lease each slice: it is aborted the
+ * moment its term ends (the deadline passed without a renewal), while a
+ * lease that keeps being renewed lets a slow receiver take its configured
+ * timeout. Back-off sleeps re-ask at least every 20 ms and never run past
+ * the deadline. A request already written when the term ends is aborted;
+ * the receiver may still have processed it (it carries X-Baton-Epoch, so a
+ * receiver keeping the highest epoch it saw can reject it).
  *
  * Headers: Content-Type, X-Baton-Endpoint (from the envelope), X-Baton-Epoch
  * and X-Baton-Id (from the message; omitted when the id is empty), plus the
@@ -78,6 +80,7 @@ struct http_sink {
     struct curl_slist *static_headers; /* static + env headers, "Name: value" */
     bool custom_content_type;
     CURL *curl;
+    CURLM *multi; /* runs k->curl, so a request can be aborted between poll slices */
     char errbuf[CURL_ERROR_SIZE];
     struct jbuf body;       /* NDJSON batch body, reused */
     char resp[256];         /* start of the last response body, for logs */
@@ -85,11 +88,7 @@ struct http_sink {
     const atomic_bool *cancel; /* during send() */
 };
 
-static long cap_ms(long configured, int64_t left)
-{
-    if (left < 1) left = 1;
-    return left < configured ? (long)left : configured;
-}
+
 
 /* RFC 7230 token characters. */
 static bool is_tchar(unsigned char c)
@@ -213,6 +212,7 @@ static void http_destroy(void *sink)
 {
     struct http_sink *k = sink;
     if (!k) return;
+    if (k->multi) sym_curl_multi_cleanup(k->multi);
     if (k->curl) sym_curl_easy_cleanup(k->curl);
     sym_curl_slist_free_all(k->static_headers);
     jbuf_free(&k->body);
@@ -287,7 +287,8 @@ static void *http_create(const char *name, const void *settings, char *err, size
     if (!append_header(&k->static_headers, "Expect:")) goto oom;
 
     k->curl = sym_curl_easy_init();
-    if (!k->curl) {
+    k->multi = sym_curl_multi_init();
+    if (!k->curl || !k->multi) {
         snprintf(err, errlen, "sink '%s': curl_easy_init failed", k->name);
         http_destroy(k);
         return NULL;
@@ -366,7 +367,7 @@ static struct curl_slist *request_headers(struct http_sink *k, struct message *c
     return h;
 }
 
-enum attempt_result { ATTEMPT_OK, ATTEMPT_RETRY, ATTEMPT_FATAL };
+enum attempt_result { ATTEMPT_OK, ATTEMPT_RETRY, ATTEMPT_FATAL, ATTEMPT_ENDED, ATTEMPT_CANCELLED };
 
 static bool curl_error_retryable(CURLcode rc)
 {
@@ -383,10 +384,54 @@ static bool curl_error_retryable(CURLcode rc)
     }
 }
 
+/* Runs the prepared request on the multi handle, asking the lease every
+ * poll slice (<= 20 ms): aborted (ATTEMPT_ENDED / ATTEMPT_CANCELLED) the
+ * moment the term ends or the drain deadline passes. *rc gets curl's result
+ * otherwise. */
+static enum attempt_result run_request(struct http_sink *k, struct sink_call *call, uint64_t epoch,
+                                       CURLcode *rc)
+{
+    enum attempt_result stop = ATTEMPT_OK;
+    *rc = CURLE_OK;
+    if (sym_curl_multi_add_handle(k->multi, k->curl) != CURLM_OK) {
+        *rc = CURLE_FAILED_INIT;
+        return ATTEMPT_OK;
+    }
+    int running = 1;
+    for (;;) {
+        if (sym_curl_multi_perform(k->multi, &running) != CURLM_OK) {
+            *rc = CURLE_FAILED_INIT;
+            break;
+        }
+        if (!running) {
+            int q = 0;
+            CURLMsg *msg;
+            while ((msg = sym_curl_multi_info_read(k->multi, &q)))
+                if (msg->msg == CURLMSG_DONE && msg->easy_handle == k->curl) *rc = msg->data.result;
+            break;
+        }
+        if (call->cancel && atomic_load(call->cancel)) {
+            stop = ATTEMPT_CANCELLED;
+            break;
+        }
+        int64_t left = sink_time_left(call, epoch);
+        if (left < 0) {
+            stop = ATTEMPT_ENDED;
+            break;
+        }
+        int wait = 20;
+        if (left > 0 && left < wait) wait = (int)left;
+        sym_curl_multi_poll(k->multi, NULL, 0, wait, NULL);
+    }
+    /* mid-transfer this closes the connection: nothing more goes out */
+    sym_curl_multi_remove_handle(k->multi, k->curl);
+    return stop;
+}
+
 /* One POST. what describes the failure for the log. */
-static enum attempt_result post_once(struct http_sink *k, const char *body, size_t len,
-                                     struct curl_slist *hdrs, long *status, char *what,
-                                     size_t whatlen)
+static enum attempt_result post_once(struct http_sink *k, struct sink_call *call, uint64_t epoch,
+                                     const char *body, size_t len, struct curl_slist *hdrs,
+                                     long *status, char *what, size_t whatlen)
 {
     k->errbuf[0] = '\0';
     k->resp_len = 0;
@@ -395,7 +440,13 @@ static enum attempt_result post_once(struct http_sink *k, const char *body, size
     sym_curl_easy_setopt(k->curl, CURLOPT_HTTPHEADER, hdrs);
     sym_curl_easy_setopt(k->curl, CURLOPT_POSTFIELDS, body);
     sym_curl_easy_setopt(k->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-    CURLcode rc = sym_curl_easy_perform(k->curl);
+    CURLcode rc;
+    enum attempt_result stop = run_request(k, call, epoch, &rc);
+    if (stop != ATTEMPT_OK) {
+        snprintf(what, whatlen, "%s", stop == ATTEMPT_ENDED ? "aborted: the lease term ended during the request"
+                                                           : "aborted: shutdown");
+        return stop;
+    }
     if (rc != CURLE_OK) {
         snprintf(what, whatlen, "%s", k->errbuf[0] ? k->errbuf : sym_curl_easy_strerror(rc));
         return curl_error_retryable(rc) ? ATTEMPT_RETRY : ATTEMPT_FATAL;
@@ -466,9 +517,17 @@ static enum msg_outcome deliver(struct http_sink *k, struct message *const *msgs
                          n > 1 ? " and following" : "");
             break;
         }
-        sym_curl_easy_setopt(k->curl, CURLOPT_TIMEOUT_MS, cap_ms(k->timeout_ms, left));
-        sym_curl_easy_setopt(k->curl, CURLOPT_CONNECTTIMEOUT_MS, cap_ms(k->connect_timeout_ms, left));
-        enum attempt_result r = post_once(k, body, len, hdrs, &status, what, sizeof what);
+        enum attempt_result r = post_once(k, call, epoch, body, len, hdrs, &status, what, sizeof what);
+        if (r == ATTEMPT_ENDED || r == ATTEMPT_CANCELLED) {
+            call->attempt_errors++;
+            res = r == ATTEMPT_ENDED ? MSG_DROPPED_TERM_ENDED : MSG_DROPPED_SHUTDOWN;
+            log_warn("sink_http", epn,
+                     "sink '%s': POST %s %s; %zu message(s) not delivered (the receiver may still "
+                     "process what was written: X-Baton-Epoch %llu), id '%s'%s",
+                     k->name, k->url, what, n, (unsigned long long)epoch, msgs[0]->id,
+                     n > 1 ? " and following" : "");
+            break;
+        }
         if (r == ATTEMPT_OK) {
             res = MSG_DELIVERED;
             if (attempt > 0)

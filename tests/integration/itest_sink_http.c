@@ -630,9 +630,10 @@ static void test_term_ends_during_backoff(void **state)
     unmake_sink(&m);
 }
 
-/* A slow receiver (2 s per request) and 300 ms left on the lease: the
- * request's timeout is capped at the time left, not the configured 5 s. */
-static void test_request_timeout_capped_by_lease(void **state)
+/* A slow receiver (2 s per request) and a term that ends 300 ms in: the
+ * request in flight is aborted when the term ends, not after the
+ * configured 5 s timeout. */
+static void test_slow_request_aborted_when_the_term_ends(void **state)
 {
     server_reset(0, 0, 200);
     pthread_mutex_lock(&srv.mu);
@@ -650,13 +651,61 @@ static void test_request_timeout_capped_by_lease(void **state)
     struct sink_call call = {.time_left = fake_time_left, .arg = &fl};
     m.ops->send(m.sink, &msg, 1, &out, &call);
     int64_t el = clock_boot_ms() - t0;
-    printf("slow receiver, 300 ms of lease: returned after %lld ms (outcome %s)\n", (long long)el,
+    printf("slow receiver, term ends at 300 ms: returned after %lld ms (outcome %s)\n", (long long)el,
            msg_outcome_name(out));
     assert_int_equal(out, MSG_DROPPED_TERM_ENDED);
     assert_true(el < 300 + 300);
     message_finish(msg, out);
     unmake_sink(&m);
     server_reset(0, 0, 200); /* delay off */
+}
+
+/* Renews the fake lease: the deadline stays 300 ms ahead, until stopped. */
+static atomic_bool renewer_stop;
+static void *renewer(void *arg)
+{
+    struct fake_lease *fl = arg;
+    while (!atomic_load(&renewer_stop)) {
+        atomic_store(&fl->end_at, clock_boot_ms() + 300);
+        usleep(100 * 1000);
+    }
+    return NULL;
+}
+
+/* The same slow receiver (1 s per request) under a lease that keeps being
+ * renewed (never more than 300 ms ahead): the request completes -- the
+ * lease bounds a request by the term's end, not by the time left when it
+ * was sent. */
+static void test_slow_request_completes_while_renewed(void **state)
+{
+    server_reset(0, 0, 200);
+    pthread_mutex_lock(&srv.mu);
+    srv.delay_ms = 1000;
+    pthread_mutex_unlock(&srv.mu);
+    char cfg[512], err[512] = "";
+    url_cfg(cfg, sizeof cfg, "timeout_ms = 5000; retries = 0;\n");
+    struct made m = {0};
+    assert_int_equal(make_sink(&m, cfg, err, sizeof err), 0);
+    struct message *msg = mk_msg("e", 7, "t-4", "p");
+    enum msg_outcome out = MSG_DROPPED_SINK_FAILED;
+    struct fake_lease fl = {0};
+    atomic_store(&fl.end_at, clock_boot_ms() + 300);
+    atomic_store(&renewer_stop, false);
+    pthread_t t;
+    pthread_create(&t, NULL, renewer, &fl);
+    struct sink_call call = {.time_left = fake_time_left, .arg = &fl};
+    int64_t t0 = clock_boot_ms();
+    m.ops->send(m.sink, &msg, 1, &out, &call);
+    int64_t el = clock_boot_ms() - t0;
+    atomic_store(&renewer_stop, true);
+    pthread_join(t, NULL);
+    printf("slow receiver (1 s) under a renewed 300 ms lease: %s after %lld ms\n", msg_outcome_name(out),
+           (long long)el);
+    assert_int_equal(out, MSG_DELIVERED);
+    assert_true(el >= 1000);
+    message_finish(msg, out);
+    unmake_sink(&m);
+    server_reset(0, 0, 200);
 }
 
 /* While the lease is being verified nothing is sent; once verified, it is. */
@@ -728,7 +777,8 @@ int main(void)
         cmocka_unit_test(test_unreachable),
         cmocka_unit_test(test_cancel_stops_retries),
         cmocka_unit_test(test_term_ends_during_backoff),
-        cmocka_unit_test(test_request_timeout_capped_by_lease),
+        cmocka_unit_test(test_slow_request_aborted_when_the_term_ends),
+        cmocka_unit_test(test_slow_request_completes_while_renewed),
         cmocka_unit_test(test_unsure_lease_holds_then_delivers),
         cmocka_unit_test(test_term_checked_before_every_request),
         cmocka_unit_test(test_create_errors),

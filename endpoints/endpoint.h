@@ -73,6 +73,12 @@ struct endpoint_host {
     /* Set by an endpoint that keeps a OnceGuard (in create), so the metrics
      * show its allowed / skipped / backend-error counters. */
     const struct once_guard_stats *once_stats;
+    /* Set in create by an endpoint whose source delivers again what this
+     * replica did not settle (rabbitmq group: the closing connection
+     * requeues it; mysql_cdc with a checkpoint: the next leader replays
+     * it). Messages of an ended term are then counted as returned to the
+     * source, not as dropped. */
+    bool source_redelivers;
 };
 
 struct endpoint_ops {

@@ -1198,6 +1198,7 @@ static void *cdc_create(const void *settings, struct endpoint_host *host, char *
         return NULL;
     }
     c->ckpt_on = s->checkpoint == CKPT_REDIS || (s->checkpoint == CKPT_AUTO && host->locker_redis);
+    host->source_redelivers = c->ckpt_on;
     if (c->ckpt_on) {
         if (guard_key(c->ckpt_key, sizeof c->ckpt_key, host->key_prefix, "cdc", host->scope, NULL) < 0) {
             snprintf(err, errlen, "endpoint '%s': checkpoint key too long", host->name);

@@ -785,6 +785,7 @@ static void *create(const void *sv, struct endpoint_host *host, char *err, size_
     ep->s = s;
     ep->host = host;
     ep->group = s->mode == MODE_GROUP;
+    host->source_redelivers = ep->group;
     ep->after_sink = ep->group || (s->ack && strcmp(s->ack, "after_sink") == 0);
     ep->sockfd = -1;
     if (s->password_env || s->password_file) {

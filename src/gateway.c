@@ -131,6 +131,12 @@ static void drop_message(struct gw_endpoint *e, struct message *m, enum msg_outc
         rl = &e->rl_sink_failed;
         break;
     case MSG_DROPPED_TERM_ENDED:
+        if (e->host.source_redelivers) {
+            /* not lost: the source delivers it again (to the next leader) */
+            atomic_fetch_add_explicit(&e->stats.returned_term_ended, 1, memory_order_relaxed);
+            message_finish(m, o);
+            return;
+        }
         counter = &e->stats.dropped_term_ended;
         rl = &e->rl_not_leader;
         break;
@@ -346,11 +352,12 @@ static void on_demoted(void *arg)
         /* out of time: the sink aborts, the forwarder settles the rest */
         atomic_store(&e->fwd_cancel, true);
         drain_wait(e, 1000);
-        log_warn("gateway", e->cfg->name,
-                 "queue not drained within %lld ms at demotion: settled %lld undelivered messages "
-                 "(dropped as shutdown / term_ended; rabbitmq group and mqtt QoS 1/2 are "
-                 "redelivered by the broker, CDC is replayed from its checkpoint)",
-                 (long long)bound, pending);
+        if (!atomic_load(&e->gw->stopping)) /* at shutdown gateway_stop reports it */
+            log_warn("gateway", e->cfg->name,
+                     "queue not drained within %lld ms at demotion: settled %lld undelivered "
+                     "messages (counted by reason; rabbitmq group requeues them, CDC replays "
+                     "them from its checkpoint)",
+                     (long long)bound, pending);
     }
     if (atomic_exchange(&e->leading, false)) atomic_fetch_sub(&e->gw->leaders, 1);
     log_info("gateway", e->cfg->name, "stopped consuming (%lld ms)", (long long)(clock_mono_ms() - t0));
@@ -541,7 +548,7 @@ int gateway_start(struct gateway *gw)
 static unsigned long long undelivered(const struct gw_endpoint *e)
 {
     return atomic_load(&e->stats.dropped_shutdown) + atomic_load(&e->stats.dropped_term_ended) +
-           atomic_load(&e->stats.dropped_not_leader);
+           atomic_load(&e->stats.dropped_not_leader) + atomic_load(&e->stats.returned_term_ended);
 }
 
 static bool all_drained(struct gateway *gw)
@@ -604,8 +611,8 @@ void gateway_stop(struct gateway *gw)
         if (n)
             log_warn("gateway", e->cfg->name,
                      "shutdown: settled %llu messages without delivering them (drain timeout %lld "
-                     "ms; dropped and counted by reason; acked sources redeliver them, CDC "
-                     "replays them)",
+                     "ms; counted by reason in baton_messages_dropped_total, or in "
+                     "baton_messages_returned_total where the source delivers them again)",
                      n, (long long)gw->cfg->drain_timeout_ms);
     }
     free(before);
@@ -800,6 +807,12 @@ void gateway_render_metrics(struct gateway *gw, struct jbuf *b)
         metric_ep(b, "baton_messages_dropped_total", &gw->eps[i], "reason=\"shutdown\"", LOAD(s->dropped_shutdown));
         metric_ep(b, "baton_messages_dropped_total", &gw->eps[i], "reason=\"term_ended\"", LOAD(s->dropped_term_ended));
     }
+    metric_head(b, "baton_messages_returned_total", "counter",
+                "Messages of an ended lease term left to a source that delivers them again "
+                "(rabbitmq group requeues them, mysql_cdc replays them from its checkpoint).");
+    for (size_t i = 0; i < gw->n_eps; i++)
+        metric_ep(b, "baton_messages_returned_total", &gw->eps[i], "reason=\"term_ended\"",
+                  LOAD(gw->eps[i].stats.returned_term_ended));
     metric_head(b, "baton_queue_depth", "gauge", "Messages waiting for the sink.");
     for (size_t i = 0; i < gw->n_eps; i++)
         metric_ep(b, "baton_queue_depth", &gw->eps[i], NULL, queue_depth(gw->eps[i].q));

@@ -18,6 +18,7 @@ struct ep_stats {
     atomic_ullong dropped_sink_failed;
     atomic_ullong dropped_shutdown;
     atomic_ullong dropped_term_ended;  /* its lease term ended before the sink took it */
+    atomic_ullong returned_term_ended; /* the same, left to a source that delivers it again */
     atomic_ullong sink_errors;         /* failed attempts, including retried ones */
     atomic_llong queue_depth;
     atomic_ullong source_errors;       /* connection losses, decode errors, ... */

@@ -1,0 +1,685 @@
+/* lease.pml -- baton's lease protocol and term-scoped delivery, for spin 6.5.
+ *
+ * guard/model/README.md gives the command, the assumptions, the figures and
+ * the map from each part below to the C function that implements it.
+ *
+ * PROCESSES
+ *   Guard(i)  i = 0..2  the lease thread of replica i (guard/active_guard.c)
+ *   Fwd(i)    i = 0..2  its forwarder and bounded sink write (src/gateway.c,
+ *                       src/forward.c, src/sink_*.c)
+ *   Redis()             one Redis node: the lock key with expiry on Redis's
+ *                       clock, the epoch key, TIME (guard/locker_redis.c)
+ *   Env()               time, clock drift, connection breaks, Redis restarts
+ *   Watch(i)            (LATE_NOTICE only) the subscriber thread that notices
+ *                       a broken connection
+ *   the sink            a monitor: deliver() checks what it receives
+ *
+ * TIME
+ *   Discrete ticks. Redis's clock is the time axis: one Env() tick is one
+ *   tick of Redis's clock (any monotone reparametrisation of real time keeps
+ *   the order of all events, so nothing is lost by choosing Redis's clock).
+ *   All timers are relative (ticks left), so there is no horizon: the state
+ *   space is finite because the budgets below bound the number of grants,
+ *   restarts, breaks, releases and messages -- not because time stops.
+ *
+ *   Processes take their steps at arbitrary moments: time may advance between
+ *   any two steps (Env() may always tick, except that Redis applies a request
+ *   within DMAX ticks of its send). So a replica, or one of its threads, can
+ *   be paused (SIGSTOP, swap, a slow thread) for any length at any point, and
+ *   a reply may be read arbitrarily late; the clocks keep running meanwhile.
+ *
+ *   Drift: a replica's clock may stand still for one tick (its timers are not
+ *   decremented while Redis's are) once per busy period -- a stretch of time
+ *   in which it times something that matters (TIMING(i)). Every lease
+ *   interval (from a request's send to the deadline it gives) lies inside
+ *   one busy period, so each interval may lose one tick, placed anywhere;
+ *   MARGIN = 1 tick covers it. -DDRIFT_WINDOW instead allows one lost tick
+ *   in any DRIFT_W consecutive ticks (bigger state space); -DNO_DRIFT none.
+ *   A replica clock running faster than Redis's only makes its deadlines
+ *   pass sooner: safe, not modelled.
+ *
+ * PROPERTIES (assertions; the first violated one is reported)
+ *   S1  never two replicas inside a sink write at the same time (checked when
+ *       a write starts; a write is "inside" from the leadership check before
+ *       it until it completes or its bound passes);
+ *   S2  the sink never receives an epoch lower than one it already received;
+ *   S3  a message is written only within the term it was received in: when
+ *       its write completes, the replica is in that same term (same epoch,
+ *       deadline not passed) and that term never ended meanwhile (a passed
+ *       deadline is final);
+ *   S4  (-DS4, optional) when a write completes, Redis still holds that
+ *       term's token;
+ *   L1  (-DLIVE: LTL, weak fairness) with Redis up and replica 0 running,
+ *       some running replica leads infinitely often.
+ *   -DNO_S1 / -DNO_S2 / -DNO_S3 switch one off (to see what else breaks).
+ *
+ * SWITCHES
+ *   wrong designs (each must give a counterexample):
+ *   LATE_RENEW_EXTENDS   a renew answered after the deadline revives the term
+ *   CHECK_PER_BATCH      "leader now" once per batch, then one write of the
+ *                        whole batch with no bound
+ *   DEADLINE_FROM_REPLY  deadline = time the reply is read + ttl - margin
+ *   GEN_AFTER_GRANT      the connection generation read after the grant
+ *   NO_MARGIN            safety margin 0: drift is no longer covered
+ *   NO_TIME_FLOOR        epoch = stored + 1 (plain INCR: back to 1 after a
+ *                        data loss)
+ *   ZOMBIE_RENEW         (with LIVE) a guard whose term ended keeps renewing
+ *                        the key instead of releasing it
+ *   environment (drop an assumption of the real model; see README "Gap"):
+ *   RESTART_MID_WRITE    Redis may restart while a sink write is in flight
+ *   LATE_NOTICE          a replica notices a broken connection at a later
+ *                        step of its own (its subscriber thread), not at once
+ *   design candidate:
+ *   FENCE                after a data loss Redis grants nothing for one ttl
+ *
+ * REDUCTIONS (each keeps every behaviour the properties can observe; marked
+ * "(reduction)" where they are made)
+ *   - a try_lock answered "held", an unlock, and a try_lock or unlock whose
+ *     connection broke bring the guard back to standby at once (what it does
+ *     next does not depend on when it reads those answers);
+ *   - messages of an ended term are dropped when the term ends, and a write
+ *     is aborted when its bound passes (the forwarder would do the same
+ *     whenever it looks: the check never says yes again for an ended term);
+ *   - messages arrive when a term begins and after a write completes (the
+ *     forwarder may wait arbitrarily, so a later arrival in the same term
+ *     carries the same epoch and allows nothing more);
+ *   - a renew is not sent in the tick its deadline was set (it could not
+ *     move the deadline);
+ *   - what matters only in a term is reset when the guard is back in standby.
+ */
+
+#define N 3
+
+/* ---- timings (ticks) ---- */
+#ifndef TTL
+#define TTL 3            /* key ttl */
+#endif
+#ifdef NO_MARGIN
+#define MARGIN 0
+#endif
+#ifndef MARGIN
+#define MARGIN 1         /* safety margin */
+#endif
+#define LEASE (TTL - MARGIN)
+#ifndef DMAX
+#define DMAX 1           /* a request is applied by Redis within DMAX ticks of its send */
+#endif
+#ifndef DRIFT_W
+#define DRIFT_W TTL      /* DRIFT_WINDOW: one lost tick per DRIFT_W ticks */
+#endif
+
+/* ---- budgets: the bounds of the exploration ---- */
+#ifndef MAXTERMS
+#define MAXTERMS 3       /* grants by Redis (lost grants included) */
+#endif
+#ifndef MAXRESTART
+#define MAXRESTART 1     /* Redis restarts that lose all data */
+#endif
+#ifndef MAXBRK
+#define MAXBRK 1         /* breaks of one replica's connection (no data loss) */
+#endif
+#ifndef MAXMSG
+#define MAXMSG 2         /* messages from the source, all replicas together */
+#endif
+#ifndef MAXREL
+#define MAXREL 1         /* graceful releases */
+#endif
+#ifndef QLEN
+#define QLEN 1           /* forwarder queue per replica (1 or 2) */
+#endif
+
+#ifdef LIVE
+#undef MAXRESTART
+#define MAXRESTART 0     /* L1: Redis up */
+#undef MAXMSG
+#define MAXMSG 0
+#endif
+
+/* ---- guard states ---- */
+#define G_STBY 0   /* standby: may send try_lock */
+#define G_ACQ  1   /* try_lock sent */
+#define G_PUB  2   /* GEN_AFTER_GRANT only: granted, generation not read yet */
+#define G_LEAD 3   /* in a term, or its deadline just passed */
+#define G_REN  4   /* renew sent */
+#define G_CHK  5   /* check sent (lease unsure) */
+#define G_UNL  6   /* unlock sent */
+
+/* ---- requests and replies ---- */
+#define R_NONE 0
+#define R_ACQ  1
+#define R_REN  2
+#define R_CHK  3
+#define R_UNL  4
+#define P_PEND 0   /* not applied yet */
+#define P_OK   1   /* granted / renewed / token matches */
+#define P_NO   2   /* lost (key gone or another token) */
+#define P_ERR  3   /* the connection broke: request dropped or reply lost */
+
+/* ---- replicas ---- */
+byte gst[N];       /* guard state */
+byte rq[N];        /* outstanding request (one lease connection: one at a time) */
+byte rp[N];        /* its reply */
+byte rtok[N];      /* the token it carries (= the term's epoch) */
+byte gep[N];       /* epoch granted to an acquire */
+byte cand[N];      /* deadline the request would give, ticks left: send + ttl - margin
+                      (replica clock); for a check or unlock only its age (DMAX) */
+bool chgs[N];      /* generation changed since the outstanding request was sent */
+bool chg[N];       /* generation changed since the term's last acquire/renew/check: UNSURE */
+bool pn[N];        /* LATE_NOTICE: connection broken, not noticed yet */
+byte tep[N];       /* epoch of the current term (0 in standby) */
+byte tdl[N];       /* ticks left until the term's deadline (replica clock); 0 = no live term */
+bool tend[N];      /* ghost: the current term has ended (deadline passed, lost or released) */
+byte dq[N];        /* drift state */
+
+typedef queue { byte m[QLEN] };
+queue q[N];        /* forwarder queue: the epoch each message was received in */
+byte qn[N];
+bool wr[N];        /* inside a sink write */
+byte wdl[N];       /* ticks left on the write's bound (the time left when it started) */
+byte wn[N];        /* messages in the write (CHECK_PER_BATCH: several) */
+
+/* ---- Redis ---- */
+byte ktok;         /* the lock key: token (the term's epoch); 0 = absent */
+byte krem;         /* ticks until it expires (Redis clock) */
+byte stored;       /* the epoch key; 0 = absent (data lost) */
+byte rtime;        /* TIME in us: above every epoch issued so far, survives restarts */
+byte frem;         /* FENCE: ticks until grants resume */
+
+/* ---- budgets used, sink ---- */
+byte grants, nbrk, nrst, nmsg, nrel;
+byte last;         /* the sink: highest epoch received so far */
+
+#ifdef LIVE
+bool dead[N];      /* stopped for good (replicas 1 and 2) */
+bool rwait[N];     /* standby waits for the next tick before trying again */
+#define ALIVE(i) (!dead[i])
+#define RETRY_OK(i) (!rwait[i])
+#define HELD_WAIT(i) rwait[i] = 1
+#define GRANT_BUDGET 1
+#else
+#define ALIVE(i) 1
+#define RETRY_OK(i) 1
+#define HELD_WAIT(i) skip
+#define GRANT_BUDGET (grants < MAXTERMS)
+#endif
+
+/* a write that can still reach the sink */
+#ifdef CHECK_PER_BATCH
+#define LIVEW(j) (wr[j])
+#else
+#define LIVEW(j) (wr[j] && wdl[j] > 0)
+#endif
+#define NO_LIVE_WRITE (!LIVEW(0) && !LIVEW(1) && !LIVEW(2))
+
+/* ================================================================== */
+/* connection                                                          */
+
+/* The replica notices its connection broke: its generation changes. */
+inline noticed(i) {
+	chg[i] = 1; chgs[i] = 1
+}
+
+inline notice(i) {
+	if
+	:: gst[i] != G_STBY ->          /* (a standby has no lease to doubt) */
+#ifdef LATE_NOTICE
+		pn[i] = 1
+#else
+		noticed(i)
+#endif
+	:: else -> skip
+	fi
+}
+
+inline send(i, kind, tok) {
+	rq[i] = kind; rp[i] = P_PEND; rtok[i] = tok;
+	chgs[i] = 0;                    /* the generation is read just before sending */
+	cand[i] = LEASE                 /* send time + ttl - margin */
+}
+
+inline done_req(i) {
+	rq[i] = R_NONE; rp[i] = P_PEND; rtok[i] = 0; cand[i] = 0; gep[i] = 0; chgs[i] = 0
+}
+
+/* ================================================================== */
+/* forwarder queue                                                     */
+
+inline pop(i) {
+#if QLEN > 1
+	q[i].m[0] = q[i].m[1]; q[i].m[1] = 0;
+#else
+	q[i].m[0] = 0;
+#endif
+	qn[i]--
+}
+
+/* A message from the source, tagged with the replica's current epoch (the
+ * C code drops it at once when there is no lease at all). (Reduction: see
+ * the header.) */
+inline arrive(i) {
+	q[i].m[qn[i]] = tep[i]; qn[i]++; nmsg++;
+	printf("r%d: message received in term %d\n", i, tep[i])
+}
+inline maybe_arrive(i) {
+	do
+	:: nmsg < MAXMSG && tdl[i] > 0 && qn[i] < QLEN -> arrive(i)
+	:: true -> break
+	od
+}
+
+/* Messages of an ended term are settled as term_ended: dropped, never
+ * delivered. Ended ones are always at the head. */
+inline settle1(i) {
+	if
+	:: !wr[i] && qn[i] > 0 && (tep[i] != q[i].m[0] || tdl[i] == 0) ->
+		printf("r%d: message of term %d dropped (term_ended)\n", i, q[i].m[0]); pop(i)
+	:: else -> skip
+	fi
+}
+inline settle(i) {
+	settle1(i);
+#if QLEN > 1
+	settle1(i)
+#endif
+}
+
+/* ================================================================== */
+/* term                                                                */
+
+/* back to standby; what mattered only in the term is reset */
+inline standby(i) {
+	done_req(i); gst[i] = G_STBY; tep[i] = 0; tend[i] = 0; chg[i] = 0; chgs[i] = 0; pn[i] = 0;
+	HELD_WAIT(i)
+}
+
+inline term_end(i) {
+	tdl[i] = 0; tend[i] = 1; settle(i)
+}
+
+/* Replica i's connection breaks: a request not applied yet is dropped, a
+ * reply not read yet is lost (the guard reads an error). */
+inline brk(i) {
+	notice(i);
+	if
+	:: rq[i] == R_ACQ || rq[i] == R_UNL -> standby(i)      /* (reduction) */
+	:: rq[i] == R_REN || rq[i] == R_CHK -> rp[i] = P_ERR
+	:: else -> skip
+	fi
+}
+
+/* ================================================================== */
+/* clocks                                                              */
+
+/* one tick of replica i's clock */
+inline ltick(i) {
+	if
+	:: cand[i] > 0 -> cand[i]--
+	:: else -> skip
+	fi;
+	if
+	:: tdl[i] > 0 -> tdl[i]--;
+		if
+		:: tdl[i] == 0 -> tend[i] = 1;  /* the deadline passed: the term ended, for good */
+			printf("r%d: deadline of term %d passed: term ended\n", i, tep[i])
+		:: else -> skip
+		fi
+	:: else -> skip
+	fi;
+	if
+	:: wdl[i] > 0 -> wdl[i]--;
+		if
+		:: wdl[i] == 0 && wr[i] -> wr[i] = 0; wn[i] = 0;   /* aborted at its bound */
+			printf("r%d: sink write aborted at its bound (not delivered)\n", i)
+		:: else -> skip
+		fi
+	:: else -> skip
+	fi;
+	settle(i)
+}
+
+/* replica i times something that matters: a live term deadline, a write's
+ * bound, or a grant not read yet (its candidate deadline) */
+#define TIMING(i) (tdl[i] > 0 || wdl[i] > 0 || (rq[i] == R_ACQ && rp[i] == P_OK))
+
+/* one tick of Redis's clock, as replica i's clock sees it */
+inline rtick(i) {
+#if defined(NO_DRIFT)
+	ltick(i)
+#elif defined(DRIFT_WINDOW)
+	if
+	:: !TIMING(i) -> dq[i] = 0; ltick(i)
+	:: else ->
+		if
+		:: dq[i] == 0 -> dq[i] = DRIFT_W - 1;     /* replica i's clock loses this tick */
+			printf("   (r%d's clock stands still this tick)\n", i)
+		:: true ->
+			if
+			:: dq[i] > 0 -> dq[i]--
+			:: else -> skip
+			fi;
+			ltick(i)
+		fi
+	fi
+#else
+	if
+	:: !TIMING(i) -> dq[i] = 0; ltick(i)
+	:: else ->
+		if
+		:: !dq[i] -> dq[i] = 1;                   /* replica i's clock loses this tick */
+			printf("   (r%d's clock stands still this tick)\n", i)
+		:: true -> ltick(i)
+		fi
+	fi
+#endif
+#ifdef LIVE
+	; rwait[i] = 0
+#endif
+}
+
+/* ================================================================== */
+/* Redis                                                               */
+
+/* SCRIPT_ACQUIRE: SET NX PX ttl; epoch = max(stored + 1, TIME) */
+inline grant(i) {
+	if
+	:: ktok == 0 && GRANT_BUDGET ->
+#ifdef LIVE
+		ktok = i + 1;                /* L1 needs no epochs: token = replica */
+#else
+		grants++;
+		rtime++;                     /* TIME moved since the last script */
+#ifdef NO_TIME_FLOOR
+		stored = stored + 1;
+#else
+		if
+		:: stored + 1 > rtime -> stored = stored + 1
+		:: else -> stored = rtime
+		fi;
+#endif
+		ktok = stored;
+#endif
+		krem = TTL; gep[i] = ktok; rp[i] = P_OK;
+		printf("redis: grants r%d epoch %d (key expires in %d ticks)\n", i, ktok, TTL)
+	:: else -> standby(i);           /* held (reduction) */
+		printf("redis: r%d's try_lock: held\n", i)
+	fi
+}
+
+inline apply(i) {
+	if
+	:: rq[i] == R_ACQ ->
+#ifdef FENCE
+		if
+		:: stored == 0 ->            /* the epoch key is gone: data lost */
+			rtime++; stored = rtime; frem = TTL; standby(i);
+			printf("redis: epoch key gone (data lost): no grant for %d ticks\n", TTL)
+		:: stored != 0 && frem > 0 -> standby(i)
+		:: else -> grant(i)
+		fi
+#else
+		grant(i)
+#endif
+	:: rq[i] == R_REN ->             /* SCRIPT_RENEW: compare the token, PEXPIRE ttl */
+		if
+		:: ktok != 0 && ktok == rtok[i] -> krem = TTL; rp[i] = P_OK;
+			printf("redis: renews r%d's key (epoch %d): expires in %d ticks\n", i, ktok, TTL)
+		:: else -> rp[i] = P_NO; printf("redis: r%d's renew: LOST\n", i)
+		fi
+	:: rq[i] == R_CHK ->             /* SCRIPT_CHECK: compare the token */
+		if
+		:: ktok != 0 && ktok == rtok[i] -> rp[i] = P_OK; printf("redis: r%d's check: OK\n", i)
+		:: else -> rp[i] = P_NO; printf("redis: r%d's check: LOST\n", i)
+		fi
+	:: rq[i] == R_UNL ->             /* SCRIPT_UNLOCK: compare and delete */
+		if
+		:: ktok != 0 && ktok == rtok[i] -> ktok = 0; krem = 0;
+			printf("redis: r%d's unlock deletes the key\n", i)
+		:: else -> skip
+		fi;
+		standby(i)                   /* (reduction) */
+	fi
+}
+
+proctype Redis() {
+	do
+	:: atomic { rq[0] != R_NONE && rp[0] == P_PEND -> apply(0) }
+	:: atomic { rq[1] != R_NONE && rp[1] == P_PEND -> apply(1) }
+	:: atomic { rq[2] != R_NONE && rp[2] == P_PEND -> apply(2) }
+	od
+}
+
+/* ================================================================== */
+/* the sink                                                            */
+
+inline deliver(i, e) {
+	printf("r%d: sink write completes: SINK RECEIVES epoch %d\n", i, e);
+#ifndef NO_S2
+	assert(e >= last);                                   /* S2 */
+#endif
+	last = e;
+#ifndef NO_S3
+	assert(tep[i] == e && tdl[i] > 0 && !tend[i]);       /* S3 */
+#endif
+#ifdef S4
+	assert(ktok == e)                                    /* S4 */
+#endif
+}
+
+inline s1(i) {
+#ifndef NO_S1
+	assert(!LIVEW((i + 1) % N) && !LIVEW((i + 2) % N))  /* S1 */
+#endif
+}
+
+/* ================================================================== */
+/* forwarder                                                           */
+
+proctype Fwd(byte i) {
+	do
+#ifndef CHECK_PER_BATCH
+	/* active_guard_term_state() == LEADER_YES for the message's term: one
+	 * write, bounded by the time left (LEADER_NO: settled, see settle();
+	 * LEADER_UNSURE: wait) */
+	:: atomic { ALIVE(i) && qn[i] > 0 && !wr[i] &&
+	            tep[i] == q[i].m[0] && tdl[i] > 0 && !chg[i] ->
+		printf("r%d: term %d live: sink write starts (bound: %d ticks)\n", i, tep[i], tdl[i]);
+		s1(i); wr[i] = 1; wdl[i] = tdl[i]; wn[i] = 1 }
+	/* it completes before its bound (or is aborted at it, in ltick()) */
+	:: atomic { ALIVE(i) && wr[i] && wdl[i] > 0 ->
+		deliver(i, q[i].m[0]); pop(i); wr[i] = 0; wdl[i] = 0; wn[i] = 0; settle(i);
+		maybe_arrive(i) }
+#else
+	/* the old design: "leader now" once per batch, then one write of the
+	 * whole batch, not bounded by the deadline */
+	:: atomic { qn[i] > 0 && !wr[i] && tdl[i] > 0 && !chg[i] ->
+		printf("r%d: leader now: sink write of %d message(s) starts, no bound\n", i, qn[i]);
+		s1(i); wr[i] = 1; wn[i] = qn[i] }
+	:: atomic { wr[i] ->
+		deliver(i, q[i].m[0]); pop(i);
+		if
+		:: wn[i] == 2 -> deliver(i, q[i].m[0]); pop(i)
+		:: else -> skip
+		fi;
+		wr[i] = 0; wn[i] = 0; settle(i); maybe_arrive(i) }
+#endif
+	od
+}
+
+/* ================================================================== */
+/* guard                                                               */
+
+inline term_begin(i) {
+	tep[i] = gep[i];
+#ifdef DEADLINE_FROM_REPLY
+	tdl[i] = LEASE;                 /* from the moment the reply is read */
+#else
+	tdl[i] = cand[i];               /* from the moment the request was sent */
+#endif
+	chg[i] = chgs[i];               /* the generation snapshot read before sending */
+	tend[i] = (tdl[i] == 0);
+	printf("r%d: term %d begins: deadline in %d ticks, unsure=%d\n", i, tep[i], tdl[i], chg[i]);
+	done_req(i); settle(i); maybe_arrive(i);
+	gst[i] = G_LEAD
+}
+
+proctype Guard(byte i) {
+	do
+	/* standby: try_lock */
+	:: atomic { ALIVE(i) && gst[i] == G_STBY && RETRY_OK(i) ->
+		send(i, R_ACQ, 0); gst[i] = G_ACQ; printf("r%d: try_lock sent\n", i) }
+	:: atomic { ALIVE(i) && gst[i] == G_ACQ && rp[i] == P_OK ->
+#ifdef GEN_AFTER_GRANT
+		rq[i] = R_NONE; rp[i] = P_PEND; gst[i] = G_PUB;
+		printf("r%d: granted epoch %d (generation not read yet)\n", i, gep[i])
+#else
+		term_begin(i)
+#endif
+	}
+#ifdef GEN_AFTER_GRANT
+	:: atomic { ALIVE(i) && gst[i] == G_PUB ->
+		chgs[i] = 0;                /* the generation is read only now */
+		term_begin(i) }
+#endif
+	/* leader: the deadline passed -- the term ended; release quietly */
+	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] == 0 ->
+#ifdef ZOMBIE_RENEW
+		send(i, R_REN, tep[i]); gst[i] = G_REN; printf("r%d: renew sent after its term ended\n", i) }
+#else
+		send(i, R_UNL, tep[i]); gst[i] = G_UNL; printf("r%d: unlock sent (term %d ended)\n", i, tep[i]) }
+#endif
+	/* leader: renew (any time; (reduction) not in the tick the deadline was set) */
+	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] > 0 && tdl[i] < LEASE ->
+		send(i, R_REN, tep[i]); gst[i] = G_REN; printf("r%d: renew sent (term %d)\n", i, tep[i]) }
+	/* leader, unsure (the generation changed): verify */
+	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] > 0 && chg[i] ->
+		send(i, R_CHK, tep[i]); gst[i] = G_CHK; printf("r%d: lease UNSURE: check sent\n", i) }
+	/* leader: graceful release -- drained (no write in flight), term ended, unlock */
+	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] > 0 && nrel < MAXREL && !wr[i] ->
+		nrel++; term_end(i); send(i, R_UNL, tep[i]); gst[i] = G_UNL;
+		printf("r%d: graceful release of term %d: term ended, unlock sent\n", i, tep[i]) }
+	/* renew answered */
+	:: atomic { ALIVE(i) && gst[i] == G_REN && rp[i] != P_PEND ->
+		if
+		:: rp[i] == P_OK && tdl[i] > 0 ->          /* term_extend: never shrinks */
+#ifdef DEADLINE_FROM_REPLY
+			tdl[i] = LEASE;
+#else
+			if
+			:: cand[i] > tdl[i] -> tdl[i] = cand[i]
+			:: else -> skip
+			fi;
+#endif
+			chg[i] = chgs[i]; done_req(i); gst[i] = G_LEAD;
+			printf("r%d: renew OK: deadline in %d ticks\n", i, tdl[i])
+		:: rp[i] == P_OK && tdl[i] == 0 ->         /* answered after the deadline */
+#if defined(LATE_RENEW_EXTENDS)
+			if
+			:: cand[i] > 0 ->        /* revived (tend stays: the term had ended) */
+				tdl[i] = cand[i]; chg[i] = chgs[i]; done_req(i); gst[i] = G_LEAD;
+				printf("r%d: renew OK after the deadline: term %d REVIVED, deadline in %d ticks\n", i, tep[i], tdl[i]);
+				maybe_arrive(i)
+			:: else -> done_req(i); send(i, R_UNL, tep[i]); gst[i] = G_UNL
+			fi
+#elif defined(ZOMBIE_RENEW)
+			done_req(i); gst[i] = G_LEAD     /* keeps the key, never leads again */
+#else
+			done_req(i); send(i, R_UNL, tep[i]); gst[i] = G_UNL;
+			printf("r%d: renew OK after the deadline: the term stays ended; unlock sent\n", i)
+#endif
+		:: rp[i] == P_NO ->
+			printf("r%d: renew LOST: term %d ended\n", i, tep[i]); term_end(i); standby(i)
+		:: rp[i] == P_ERR ->                       /* retry until the deadline */
+			noticed(i); done_req(i); gst[i] = G_LEAD; printf("r%d: renew failed (connection)\n", i)
+		fi }
+	/* check answered */
+	:: atomic { ALIVE(i) && gst[i] == G_CHK && rp[i] != P_PEND ->
+		if
+		:: rp[i] == P_OK ->
+			chg[i] = chgs[i]; done_req(i); gst[i] = G_LEAD; printf("r%d: check OK (unsure=%d)\n", i, chg[i])
+		:: rp[i] == P_NO ->
+			printf("r%d: check LOST: term %d ended\n", i, tep[i]); term_end(i); standby(i)
+		:: rp[i] == P_ERR ->
+			noticed(i); done_req(i); gst[i] = G_LEAD; printf("r%d: check failed (connection)\n", i)
+		fi }
+	od
+}
+
+#ifdef LATE_NOTICE
+/* the subscriber thread: notices a broken connection on its own schedule */
+proctype Watch(byte i) {
+	do
+	:: atomic { pn[i] -> pn[i] = 0; noticed(i);
+		printf("r%d: notices the broken connection (generation changes)\n", i) }
+	od
+}
+#endif
+
+/* ================================================================== */
+/* environment                                                         */
+
+#ifdef LIVE
+/* L1: Redis applies, and a running replica reads its reply, within the tick */
+#define URGENT(i) (rq[i] == R_NONE || (dead[i] && rp[i] != P_PEND))
+#define TICK_OK (URGENT(0) && URGENT(1) && URGENT(2))
+#else
+/* a request is applied (or dropped by a break) within DMAX ticks of its send */
+#define APPLIED(i) (rq[i] == R_NONE || rp[i] != P_PEND || cand[i] + DMAX > LEASE)
+#define TICK_OK (APPLIED(0) && APPLIED(1) && APPLIED(2))
+#endif
+
+#ifdef RESTART_MID_WRITE
+#define RESTART_OK 1
+#else
+#define RESTART_OK NO_LIVE_WRITE
+#endif
+
+proctype Env() {
+	do
+	:: atomic { TICK_OK ->
+		printf("---- tick ----\n");
+		if
+		:: ktok != 0 -> krem--;
+			if
+			:: krem == 0 -> printf("redis: key (epoch %d) expires\n", ktok); ktok = 0
+			:: else -> skip
+			fi
+		:: else -> skip
+		fi;
+		if
+		:: frem > 0 -> frem--
+		:: else -> skip
+		fi;
+		rtick(0); rtick(1); rtick(2) }
+	/* Redis restarts: all data lost, every connection broken; TIME goes on */
+	:: atomic { nrst < MAXRESTART && RESTART_OK ->
+		nrst++; ktok = 0; krem = 0; stored = 0; frem = 0; rtime++;
+		printf("redis: RESTART: all data lost, every connection broken\n");
+		brk(0); brk(1); brk(2) }
+	/* one replica's connection breaks (Redis keeps its data) */
+	:: atomic { nbrk < MAXBRK && gst[0] != G_STBY -> nbrk++; printf("r0: connection breaks\n"); brk(0) }
+	:: atomic { nbrk < MAXBRK && gst[1] != G_STBY -> nbrk++; printf("r1: connection breaks\n"); brk(1) }
+	:: atomic { nbrk < MAXBRK && gst[2] != G_STBY -> nbrk++; printf("r2: connection breaks\n"); brk(2) }
+#ifdef LIVE
+	/* replicas 1 and 2 may stop for good at any point */
+	:: atomic { !dead[1] -> dead[1] = 1; printf("r1 stops for good\n") }
+	:: atomic { !dead[2] -> dead[2] = 1; printf("r2 stops for good\n") }
+#endif
+	od
+}
+
+#ifdef LIVE
+#define LEADS(i) (tdl[i] > 0 && !dead[i])
+ltl L1 { []<> (LEADS(0) || LEADS(1) || LEADS(2)) }
+#endif
+
+init {
+	atomic {
+		stored = 1; rtime = 1;      /* the cluster ran before: the epoch key exists */
+		run Env(); run Redis();
+		run Guard(0); run Guard(1); run Guard(2);
+		run Fwd(0); run Fwd(1); run Fwd(2);
+#ifdef LATE_NOTICE
+		run Watch(0); run Watch(1); run Watch(2);
+#endif
+	}
+}

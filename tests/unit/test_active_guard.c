@@ -40,6 +40,13 @@ static void journal_get(char *out, size_t len)
     pthread_mutex_unlock(&journal_mu);
 }
 
+static bool journal_has(const char *want)
+{
+    char j[4096];
+    journal_get(j, sizeof j);
+    return strstr(j, want) != NULL;
+}
+
 static void journal_reset(void)
 {
     pthread_mutex_lock(&journal_mu);
@@ -422,9 +429,8 @@ static void test_renew_errors_demote_at_the_deadline(void **state)
     assert_true(atomic_load(&f->renews) - renews0 >= 3); /* kept trying */
     assert_true(STAT(g, renew_failures) >= 3);
     assert_true(STAT(g, backend_errors) >= 3);
-    char j[256];
-    journal_get(j, sizeof j);
-    assert_non_null(strstr(j, "LPDU")); /* demoted, then released */
+    /* demoted (on the callback thread), then released (on the lease thread) */
+    assert_true(WAIT_FOR(journal_has("LPDU"), 1000) >= 0);
     active_guard_stop(g);
     active_guard_destroy(g);
     locker_destroy(&f->base);
@@ -463,7 +469,8 @@ static void test_promote_failure_demotes_and_releases(void **state)
     struct active_guard *g = make_guard(&f->base, &c, 600, 200, 5000);
     active_guard_start(g);
     assert_true(WAIT_FOR(atomic_load(&c.demoted) == 1, 2000) >= 0);
-    usleep(20 * 1000);
+    /* the release and its announcement follow on the lease thread */
+    assert_true(WAIT_FOR(journal_has("LPDUA"), 1000) >= 0);
     char j[256];
     journal_get(j, sizeof j);
     assert_string_equal(j, "LPDUA");

@@ -482,6 +482,22 @@ static bool fit_default_command_timeout(struct baton_config *c, const struct lea
     return true;
 }
 
+/* The one check, active_guard_check_timings, against the locker's command
+ * timeout (fitted when nobody set it). false: msg says why, and
+ * *cmd_involved whether the command timeout is what failed it. */
+static bool lease_timings_ok(struct baton_config *c, const struct lease_config *l, char *msg,
+                             size_t msglen, bool *cmd_involved)
+{
+    int64_t cmd = lease_command_timeout(c);
+    if (active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0, cmd, msg, msglen) == 0)
+        return true;
+    if (fit_default_command_timeout(c, l)) return true;
+    char scratch[400];
+    *cmd_involved = cmd > 0 && active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0, 0,
+                                                          scratch, sizeof scratch) == 0;
+    return false;
+}
+
 /* "lease ttl 100 ms, ..." -> "ttl 100 ms, ..." (the callers name the lease). */
 static const char *lease_msg_tail(const char *msg)
 {
@@ -495,14 +511,8 @@ static int check_main_lease(struct baton_config *c, const config_setting_t *g,
                             const config_setting_t *locker, struct config_error *err)
 {
     char msg[400];
-    const struct lease_config *l = &c->lease;
-    int64_t cmd = lease_command_timeout(c);
-    if (active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0, cmd, msg, sizeof msg) == 0)
-        return 0;
-    if (fit_default_command_timeout(c, l)) return 0;
-    char scratch[400];
-    bool cmd_involved = cmd > 0 && active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0, 0,
-                                                              scratch, sizeof scratch) == 0;
+    bool cmd_involved = false;
+    if (lease_timings_ok(c, &c->lease, msg, sizeof msg, &cmd_involved)) return 0;
     const config_setting_t *cmd_setting = locker ? config_setting_get_member(locker, "command_timeout_ms") : NULL;
     const config_setting_t *at = NULL;
     if (g) {
@@ -667,14 +677,8 @@ static int check_endpoint_lease(struct baton_config *c, const struct endpoint_co
                                 const struct endpoint_common *com, struct config_error *err)
 {
     char msg[400];
-    const struct lease_config *l = &ep->lease;
-    int64_t cmd = lease_command_timeout(c);
-    if (active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0, cmd, msg, sizeof msg) == 0)
-        return 0;
-    if (fit_default_command_timeout(c, l)) return 0;
-    char scratch[400];
-    bool cmd_involved = cmd > 0 && active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0, 0,
-                                                              scratch, sizeof scratch) == 0;
+    bool cmd_involved = false;
+    if (lease_timings_ok(c, &ep->lease, msg, sizeof msg, &cmd_involved)) return 0;
     const config_setting_t *at = config_setting_get_member(root, "lease_renew_ms");
     if (!at) at = config_setting_get_member(root, "lease_ttl_ms");
     if (!at) at = config_setting_get_member(root, "lease_retry_ms");

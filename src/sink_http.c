@@ -85,7 +85,6 @@ struct http_sink {
     struct jbuf body;       /* NDJSON batch body, reused */
     char resp[256];         /* start of the last response body, for logs */
     size_t resp_len;
-    const atomic_bool *cancel; /* during send() */
 };
 
 
@@ -201,13 +200,6 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
     return n;
 }
 
-static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
-                       curl_off_t ulnow)
-{
-    struct http_sink *k = userdata;
-    return (k->cancel && atomic_load(k->cancel)) ? 1 : 0; /* non-zero aborts */
-}
-
 static void http_destroy(void *sink)
 {
     struct http_sink *k = sink;
@@ -304,9 +296,6 @@ static void *http_create(const char *name, const void *settings, char *err, size
     sym_curl_easy_setopt(c, CURLOPT_ERRORBUFFER, k->errbuf);
     sym_curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     sym_curl_easy_setopt(c, CURLOPT_WRITEDATA, k);
-    sym_curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-    sym_curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
-    sym_curl_easy_setopt(c, CURLOPT_XFERINFODATA, k);
     sym_curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
     sym_curl_easy_setopt(c, CURLOPT_USERAGENT, "baton/" BATON_VERSION);
     return k;
@@ -587,7 +576,6 @@ static void http_send(void *sink, struct message *const *msgs, size_t n, enum ms
                       struct sink_call *call)
 {
     struct http_sink *k = sink;
-    k->cancel = call->cancel;
     if (k->batch_max <= 1) {
         for (size_t i = 0; i < n; i++)
             outcome[i] = deliver(k, &msgs[i], 1, msgs[i]->json, msgs[i]->len, call);
@@ -608,7 +596,6 @@ static void http_send(void *sink, struct message *const *msgs, size_t n, enum ms
             jbuf_init(&k->body, 4096);
         }
     }
-    k->cancel = NULL;
 }
 
 static int http_check(void *sink, char *msg, size_t msglen)

@@ -13,7 +13,6 @@ gap_ms      longest interval without forwarding across the fault
 Short lease (ttl 1500, renew 500, retry 100 ms) so the whole suite stays
 within its time bound; the default-lease figures are in bench/.
 """
-import http.client
 import json
 import os
 import signal
@@ -40,19 +39,6 @@ def summary(name, forwarded, duplicates, lost, gap_ms, **extra):
     print("CHAOS scenario=%s forwarded=%d duplicates=%d lost=%d gap_ms=%s%s"
           % (name, forwarded, duplicates, lost, "-" if gap_ms is None else int(gap_ms), tail),
           flush=True)
-
-
-def http_status(port):
-    """The /status JSON of a replica's metrics listener, or None."""
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=1.0)
-        c.request("GET", "/status")
-        r = c.getresponse()
-        body = r.read()
-        c.close()
-        return json.loads(body) if r.status == 200 else None
-    except (OSError, ValueError, http.client.HTTPException):
-        return None
 
 
 class BackgroundWorker:
@@ -102,7 +88,7 @@ class Replica:
         return self.b.name
 
     def endpoint(self, ep_name):
-        st = http_status(self.mport)
+        st = h.http_status(self.mport)
         if not st:
             return None
         for e in st.get("endpoints", []):

@@ -35,6 +35,7 @@ import tempfile
 import threading
 import time
 import traceback
+import http.client
 import http.server
 
 BATON_BIN = os.environ.get("BATON_BIN", "")
@@ -404,6 +405,19 @@ def run_baton(args, timeout=30, env=None):
     p = subprocess.run([BATON_BIN] + list(args), capture_output=True, text=True,
                        timeout=timeout, env=e, stdin=subprocess.DEVNULL)
     return p.returncode, p.stdout, p.stderr
+
+
+def http_status(port, timeout=1.0):
+    """The /status JSON of a replica's metrics listener, or None."""
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        c.request("GET", "/status")
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        return json.loads(body) if r.status == 200 else None
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
 
 
 def main_cfg(redis_port=None, extra="", sinks=None, lease=None, log_level="info"):

@@ -103,17 +103,7 @@ def metric(m, name, endpoint=None):
     return int(total) if found else None
 
 
-def status(port, timeout=1.0):
-    """/status JSON of a replica, or None."""
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-        c.request("GET", "/status")
-        r = c.getresponse()
-        body = r.read()
-        c.close()
-        return json.loads(body) if r.status == 200 else None
-    except (OSError, ValueError, http.client.HTTPException):
-        return None
+status = h.http_status
 
 
 def fmt_drops(d):

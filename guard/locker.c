@@ -148,7 +148,77 @@ void locker_destroy(struct locker *l)
 
 int locker_claim(struct locker *l, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
 {
+    err[0] = '\0';
+    if (!args_ok(l, key, err)) return LOCKER_ERR;
+    if (ttl_ms <= 0) {
+        snprintf(err, LOCKER_ERR_MAX, "%s locker: ttl must be > 0 (got %lld ms) for %s",
+                 l->ops->name, (long long)ttl_ms, key);
+        return LOCKER_ERR;
+    }
     if (l->ops->claim) return l->ops->claim(l, key, ttl_ms, err);
     struct lock_grant g;
     return locker_try_lock(l, key, ttl_ms, &g, err);
+}
+
+/* Names the backend itself writes beside a lease: fenced_set must not
+ * overwrite them ("<key>:epoch" is the fence itself). */
+static bool reserved_name(const char *name)
+{
+    return strcmp(name, "epoch") == 0 || strcmp(name, "holder") == 0;
+}
+
+static bool shared_args_ok(struct locker *l, const char *key, const char *name, const char *what,
+                           char err[LOCKER_ERR_MAX])
+{
+    if (!args_ok(l, key, err)) return false;
+    if (name == NULL || name[0] == '\0') {
+        snprintf(err, LOCKER_ERR_MAX, "%s locker: %s %s: empty name", l->ops->name, what, key);
+        return false;
+    }
+    return true;
+}
+
+static int no_shared_state(struct locker *l, char err[LOCKER_ERR_MAX])
+{
+    snprintf(err, LOCKER_ERR_MAX, "backend %s keeps no shared state", l->ops->name);
+    return LOCKER_UNSUPPORTED;
+}
+
+int locker_fenced_set(struct locker *l, const char *key, const char *name, uint64_t epoch,
+                      const char *value, size_t len, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
+{
+    err[0] = '\0';
+    if (l != NULL && l->ops != NULL && l->ops->fenced_set == NULL) return no_shared_state(l, err);
+    if (!shared_args_ok(l, key, name, "fenced write", err)) return LOCKER_ERR;
+    if (reserved_name(name)) {
+        snprintf(err, LOCKER_ERR_MAX, "%s locker: fenced write %s: name \"%s\" is reserved",
+                 l->ops->name, key, name);
+        return LOCKER_ERR;
+    }
+    if (value == NULL && len > 0) {
+        snprintf(err, LOCKER_ERR_MAX, "%s locker: fenced write %s:%s: no value", l->ops->name,
+                 key, name);
+        return LOCKER_ERR;
+    }
+    if (ttl_ms <= 0) {
+        snprintf(err, LOCKER_ERR_MAX, "%s locker: ttl must be > 0 (got %lld ms) for %s:%s",
+                 l->ops->name, (long long)ttl_ms, key, name);
+        return LOCKER_ERR;
+    }
+    return l->ops->fenced_set(l, key, name, epoch, value ? value : "", len, ttl_ms, err);
+}
+
+int locker_shared_get(struct locker *l, const char *key, const char *name, char *buf, size_t len,
+                      char err[LOCKER_ERR_MAX])
+{
+    err[0] = '\0';
+    if (buf != NULL && len > 0) buf[0] = '\0';
+    if (l != NULL && l->ops != NULL && l->ops->shared_get == NULL) return no_shared_state(l, err);
+    if (!shared_args_ok(l, key, name, "shared read", err)) return LOCKER_ERR;
+    if (buf == NULL || len == 0) {
+        snprintf(err, LOCKER_ERR_MAX, "%s locker: shared read %s:%s: no buffer", l->ops->name,
+                 key, name);
+        return LOCKER_ERR;
+    }
+    return l->ops->shared_get(l, key, name, buf, len, err);
 }

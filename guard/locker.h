@@ -99,6 +99,20 @@ struct locker_ops {
     /* Optional: one round trip to the backend on the same side connection
      * as holder (readiness probes). LOCKER_OK or LOCKER_ERR with err. */
     int (*ping)(struct locker *l, char err[LOCKER_ERR_MAX]);
+    /* Optional (NULL = the backend keeps no shared state): shared state
+     * beside a lease, fenced by its epoch. Writes value (len bytes) to
+     * "<key>:<name>", expiring after ttl_ms, only while "<key>:epoch" still
+     * holds epoch, in one atomic step: a writer whose term was superseded
+     * can never overwrite what a newer leader wrote. LOCKER_OK written,
+     * LOCKER_LOST the epoch moved on (nothing written), LOCKER_ERR. Runs on
+     * the side connection, never delaying lease traffic. */
+    int (*fenced_set)(struct locker *l, const char *key, const char *name, uint64_t epoch,
+                      const char *value, size_t len, int64_t ttl_ms, char err[LOCKER_ERR_MAX]);
+    /* Optional: reads "<key>:<name>" into buf (NUL terminated; a value of
+     * len bytes or more is LOCKER_ERR). LOCKER_OK, LOCKER_LOST when absent,
+     * LOCKER_ERR. Side connection. */
+    int (*shared_get)(struct locker *l, const char *key, const char *name, char *buf,
+                      size_t len, char err[LOCKER_ERR_MAX]);
 };
 
 struct locker {
@@ -123,6 +137,11 @@ int locker_lock(struct locker *l, const char *key, int64_t ttl_ms, int64_t retry
 int locker_lock_with_retry(struct locker *l, const char *key, int64_t ttl_ms,
                            int64_t interval_ms, int max_retries, const atomic_bool *cancel,
                            struct lock_grant *out, int *attempts, char err[LOCKER_ERR_MAX]);
+/* fenced_set / shared_get, LOCKER_UNSUPPORTED when the backend has none. */
+int locker_fenced_set(struct locker *l, const char *key, const char *name, uint64_t epoch,
+                      const char *value, size_t len, int64_t ttl_ms, char err[LOCKER_ERR_MAX]);
+int locker_shared_get(struct locker *l, const char *key, const char *name, char *buf, size_t len,
+                      char err[LOCKER_ERR_MAX]);
 void locker_destroy(struct locker *l);
 
 /* In-process backend: a map with expiry and lazy sweeping; supports renew,

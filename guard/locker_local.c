@@ -5,7 +5,15 @@
  * CLOCK_BOOTTIME, the clock of every "sent" time. Release announcements
  * advance a per-key counter (for the keys someone watches, see release_seq)
  * and wake waiters through a condition variable, so a standby that was busy
- * when one was made still sees it. */
+ * when one was made still sees it.
+ *
+ * Shared state lives in a second map of name -> (bytes, expiry), keyed like
+ * the redis backend: "<key>:epoch" holds the decimal epoch of the last
+ * acquisition of key (written by try_lock, expiring after max(2 x ttl, 24 h),
+ * kept alive by renew), "<key>:<name>" the values written by fenced_set, which
+ * compares against that record only (as in Redis: the lease itself may have
+ * expired). claim() takes a plain entry without an epoch record, so one-shot
+ * keys (one per delivery) never leave records behind for a day. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,11 +25,21 @@
 
 #define LOCAL_BUCKETS 256
 #define SWEEP_EVERY_MS 1000
+#define EPOCH_KEY_MIN_TTL_MS (24LL * 3600 * 1000)
 
 struct local_entry {
     struct local_entry *next;
     char *key;
     char token[RANDOM_TOKEN_LEN];
+    int64_t expires_ms; /* clock_boot_ms */
+};
+
+/* An expiring value of the shared map ("<key>:epoch", "<key>:<name>"). */
+struct local_value {
+    struct local_value *next;
+    char *name;
+    char *data; /* len bytes (+ a NUL, not counted) */
+    size_t len;
     int64_t expires_ms; /* clock_boot_ms */
 };
 
@@ -41,6 +59,7 @@ struct local_locker {
     uint64_t last_epoch;
     int64_t next_sweep_ms;
     struct local_chan *chans[LOCAL_BUCKETS];
+    struct local_value *values[LOCAL_BUCKETS];
 };
 
 static uint32_t hash_key(const char *s)
@@ -50,11 +69,28 @@ static uint32_t hash_key(const char *s)
     return h % LOCAL_BUCKETS;
 }
 
+static void value_free(struct local_value *v)
+{
+    free(v->name);
+    free(v->data);
+    free(v);
+}
+
 static void sweep(struct local_locker *ll, int64_t now)
 {
     if (now < ll->next_sweep_ms) return;
     ll->next_sweep_ms = now + SWEEP_EVERY_MS;
     for (int i = 0; i < LOCAL_BUCKETS; i++) {
+        struct local_value **vp = &ll->values[i];
+        while (*vp) {
+            struct local_value *v = *vp;
+            if (v->expires_ms <= now) {
+                *vp = v->next;
+                value_free(v);
+            } else {
+                vp = &v->next;
+            }
+        }
         struct local_entry **pp = &ll->buckets[i];
         while (*pp) {
             struct local_entry *e = *pp;
@@ -101,6 +137,99 @@ static void remove_entry(struct local_locker *ll, struct local_entry *victim)
     }
 }
 
+/* "<key>:<name>", malloc'ed: never truncated. */
+static char *key_with(const char *key, const char *name)
+{
+    size_t kl = strlen(key), nl = strlen(name);
+    char *s = xmalloc(kl + 1 + nl + 1);
+    memcpy(s, key, kl);
+    s[kl] = ':';
+    memcpy(s + kl + 1, name, nl + 1);
+    return s;
+}
+
+/* mu held: the live value called name (removing it first if it expired). */
+static struct local_value *value_find(struct local_locker *ll, const char *name, int64_t now)
+{
+    struct local_value **vp = &ll->values[hash_key(name)];
+    for (; *vp; vp = &(*vp)->next) {
+        struct local_value *v = *vp;
+        if (strcmp(v->name, name) != 0) continue;
+        if (v->expires_ms > now) return v;
+        *vp = v->next;
+        value_free(v);
+        return NULL;
+    }
+    return NULL;
+}
+
+/* mu held: sets name to data (len bytes) until expires_ms; takes name. */
+static void value_put(struct local_locker *ll, char *name, const char *data, size_t len,
+                      int64_t expires_ms, int64_t now)
+{
+    struct local_value *v = value_find(ll, name, now);
+    if (v != NULL) {
+        free(name);
+        free(v->data);
+    } else {
+        v = xcalloc(1, sizeof *v);
+        v->name = name;
+        uint32_t b = hash_key(name);
+        v->next = ll->values[b];
+        ll->values[b] = v;
+    }
+    v->data = xmalloc(len + 1);
+    if (len > 0) memcpy(v->data, data, len);
+    v->data[len] = '\0';
+    v->len = len;
+    v->expires_ms = expires_ms;
+}
+
+static int64_t epoch_ttl_ms(int64_t ttl_ms)
+{
+    return ttl_ms > EPOCH_KEY_MIN_TTL_MS / 2 ? ttl_ms * 2 : EPOCH_KEY_MIN_TTL_MS;
+}
+
+/* Takes key for ttl_ms with token unless a live entry holds it (LOCKER_HELD,
+ * *held_pttl_ms set). With epoch != NULL, also advances the epoch and records
+ * it as "<key>:epoch". */
+static int acquire(struct local_locker *ll, const char *key, int64_t ttl_ms, const char *token,
+                   uint64_t *epoch, int64_t *now_out, int64_t *held_pttl_ms)
+{
+    char *ekey = epoch ? key_with(key, "epoch") : NULL;
+    pthread_mutex_lock(&ll->mu);
+    int64_t now = clock_boot_ms();
+    *now_out = now;
+    sweep(ll, now);
+    struct local_entry *held = find_live(ll, key, now);
+    if (held != NULL) {
+        *held_pttl_ms = held->expires_ms - now;
+        pthread_mutex_unlock(&ll->mu);
+        free(ekey);
+        return LOCKER_HELD;
+    }
+    struct local_entry *e = xcalloc(1, sizeof *e);
+    e->key = xstrdup(key);
+    memcpy(e->token, token, RANDOM_TOKEN_LEN);
+    e->expires_ms = now + ttl_ms;
+    uint32_t b = hash_key(key);
+    e->next = ll->buckets[b];
+    ll->buckets[b] = e;
+    ll->count++;
+    if (epoch != NULL) {
+        uint64_t floor = (uint64_t)clock_wall_ms() * 1000u;
+        uint64_t ep = ll->last_epoch + 1;
+        if (floor > ep) ep = floor;
+        ll->last_epoch = ep;
+        *epoch = ep;
+        char dec[24];
+        int n = snprintf(dec, sizeof dec, "%llu", (unsigned long long)ep);
+        value_put(ll, ekey, dec, (size_t)n, now + epoch_ttl_ms(ttl_ms), now); /* takes ekey */
+    }
+    pthread_mutex_unlock(&ll->mu);
+    return LOCKER_OK;
+}
+
 static int local_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
                           struct lock_grant *out, char err[LOCKER_ERR_MAX])
 {
@@ -110,28 +239,12 @@ static int local_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
         snprintf(err, LOCKER_ERR_MAX, "local locker: no randomness for a token (%s)", key);
         return LOCKER_ERR;
     }
-    pthread_mutex_lock(&ll->mu);
-    int64_t now = clock_boot_ms();
-    sweep(ll, now);
-    struct local_entry *held = find_live(ll, key, now);
-    if (held != NULL) {
-        if (out) out->held_pttl_ms = held->expires_ms - now;
-        pthread_mutex_unlock(&ll->mu);
+    uint64_t epoch = 0;
+    int64_t now = 0, pttl = 0;
+    if (acquire(ll, key, ttl_ms, token, &epoch, &now, &pttl) == LOCKER_HELD) {
+        if (out) out->held_pttl_ms = pttl;
         return LOCKER_HELD;
     }
-    struct local_entry *e = xcalloc(1, sizeof *e);
-    e->key = xstrdup(key);
-    memcpy(e->token, token, sizeof token);
-    e->expires_ms = now + ttl_ms;
-    uint32_t b = hash_key(key);
-    e->next = ll->buckets[b];
-    ll->buckets[b] = e;
-    ll->count++;
-    uint64_t floor = (uint64_t)clock_wall_ms() * 1000u;
-    uint64_t epoch = ll->last_epoch + 1;
-    if (floor > epoch) epoch = floor;
-    ll->last_epoch = epoch;
-    pthread_mutex_unlock(&ll->mu);
     if (out != NULL) {
         memcpy(out->token, token, sizeof token);
         out->epoch = epoch;
@@ -140,6 +253,20 @@ static int local_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
         out->held_pttl_ms = 0;
     }
     return LOCKER_OK;
+}
+
+/* One-shot claim (OnceGuard): a plain entry, no epoch record. */
+static int local_claim(struct locker *l, const char *key, int64_t ttl_ms,
+                       char err[LOCKER_ERR_MAX])
+{
+    struct local_locker *ll = (struct local_locker *)l;
+    char token[RANDOM_TOKEN_LEN];
+    if (random_token(token) != 0) {
+        snprintf(err, LOCKER_ERR_MAX, "local locker: no randomness for a token (%s)", key);
+        return LOCKER_ERR;
+    }
+    int64_t now = 0, pttl = 0; /* key and ttl checked by locker_claim */
+    return acquire(ll, key, ttl_ms, token, NULL, &now, &pttl);
 }
 
 static int local_unlock(struct locker *l, const char *key, const char *token,
@@ -166,6 +293,7 @@ static int local_renew(struct locker *l, const char *key, const char *token, int
                        int64_t *sent_ms, char err[LOCKER_ERR_MAX])
 {
     struct local_locker *ll = (struct local_locker *)l;
+    char *ekey = key_with(key, "epoch");
     pthread_mutex_lock(&ll->mu);
     int64_t now = clock_boot_ms();
     *sent_ms = now;
@@ -173,9 +301,13 @@ static int local_renew(struct locker *l, const char *key, const char *token, int
     int rc = LOCKER_LOST;
     if (e != NULL && strcmp(e->token, token) == 0) {
         e->expires_ms = now + ttl_ms;
+        /* the epoch record never expires while the lease is renewed */
+        struct local_value *ev = value_find(ll, ekey, now);
+        if (ev != NULL) ev->expires_ms = now + epoch_ttl_ms(ttl_ms);
         rc = LOCKER_OK;
     }
     pthread_mutex_unlock(&ll->mu);
+    free(ekey);
     if (rc == LOCKER_LOST)
         snprintf(err, LOCKER_ERR_MAX, "local locker: %s is %s", key,
                  e ? "held with another token" : "gone");
@@ -249,6 +381,75 @@ static int local_ping(struct locker *l, char err[LOCKER_ERR_MAX])
     return LOCKER_OK; /* in process: always reachable */
 }
 
+static int local_fenced_set(struct locker *l, const char *key, const char *name, uint64_t epoch,
+                            const char *value, size_t len, int64_t ttl_ms,
+                            char err[LOCKER_ERR_MAX])
+{
+    struct local_locker *ll = (struct local_locker *)l;
+    char *ekey = key_with(key, "epoch");
+    char *vkey = key_with(key, name);
+    char dec[24];
+    int n = snprintf(dec, sizeof dec, "%llu", (unsigned long long)epoch);
+    char current[24] = "";
+    pthread_mutex_lock(&ll->mu);
+    int64_t now = clock_boot_ms();
+    sweep(ll, now);
+    struct local_value *ev = value_find(ll, ekey, now);
+    bool fenced_ok = ev != NULL && ev->len == (size_t)n && memcmp(ev->data, dec, (size_t)n) == 0;
+    if (fenced_ok) {
+        value_put(ll, vkey, value, len, now + ttl_ms, now); /* takes vkey */
+        vkey = NULL;
+    } else if (ev != NULL) {
+        snprintf(current, sizeof current, "%.*s", (int)(ev->len < 23 ? ev->len : 23), ev->data);
+    }
+    pthread_mutex_unlock(&ll->mu);
+    int rc = LOCKER_OK;
+    if (!fenced_ok) {
+        if (current[0])
+            snprintf(err, LOCKER_ERR_MAX,
+                     "local locker: fenced write %s:%s: epoch %s is not current (%s is)", key,
+                     name, dec, current);
+        else
+            snprintf(err, LOCKER_ERR_MAX,
+                     "local locker: fenced write %s:%s: epoch %s is gone (no epoch recorded)",
+                     key, name, dec);
+        rc = LOCKER_LOST;
+    }
+    free(vkey);
+    free(ekey);
+    return rc;
+}
+
+static int local_shared_get(struct locker *l, const char *key, const char *name, char *buf,
+                            size_t len, char err[LOCKER_ERR_MAX])
+{
+    struct local_locker *ll = (struct local_locker *)l;
+    char *vkey = key_with(key, name);
+    int rc;
+    size_t have = 0;
+    pthread_mutex_lock(&ll->mu);
+    struct local_value *v = value_find(ll, vkey, clock_boot_ms());
+    if (v == NULL) {
+        rc = LOCKER_LOST;
+    } else if (v->len >= len) {
+        have = v->len;
+        rc = LOCKER_ERR;
+    } else {
+        memcpy(buf, v->data, v->len);
+        buf[v->len] = '\0';
+        rc = LOCKER_OK;
+    }
+    pthread_mutex_unlock(&ll->mu);
+    if (rc == LOCKER_LOST)
+        snprintf(err, LOCKER_ERR_MAX, "local locker: %s is not set (or expired)", vkey);
+    else if (rc == LOCKER_ERR)
+        snprintf(err, LOCKER_ERR_MAX,
+                 "local locker: %s: value of %zu bytes exceeds the buffer of %zu (NUL included)",
+                 vkey, have, len);
+    free(vkey);
+    return rc;
+}
+
 static void local_destroy(struct locker *l)
 {
     struct local_locker *ll = (struct local_locker *)l;
@@ -259,6 +460,12 @@ static void local_destroy(struct locker *l)
             free(e->key);
             free(e);
             e = next;
+        }
+        struct local_value *v = ll->values[i];
+        while (v) {
+            struct local_value *next = v->next;
+            value_free(v);
+            v = next;
         }
         struct local_chan *c = ll->chans[i];
         while (c) {
@@ -284,7 +491,10 @@ static const struct locker_ops local_ops = {
     .generation = NULL,
     .check = local_check,
     .destroy = local_destroy,
+    .claim = local_claim,
     .ping = local_ping,
+    .fenced_set = local_fenced_set,
+    .shared_get = local_shared_get,
 };
 
 struct locker *locker_local_create(void)

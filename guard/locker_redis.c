@@ -11,10 +11,12 @@
  *   pipelined round trip and called by EVALSHA, falling back to EVAL (and
  *   reloading) on NOSCRIPT.
  *
- * - Side connection (under side.mu): claim (OnceGuard), holder (status pages)
- *   and ping (readiness probes). Its breaks and reconnects never change the
- *   generation: that counter is about the lease connection and the
- *   subscriber only.
+ * - Side connection (under side.mu): claim (OnceGuard), holder (status pages),
+ *   ping (readiness probes) and the shared state beside a lease: fenced_set
+ *   (a Lua script, loaded on each connect of the side connection and called
+ *   by EVALSHA like the lease scripts) and shared_get. Its breaks and
+ *   reconnects never change the generation: that counter is about the lease
+ *   connection and the subscriber only.
  *
  * - Subscriber connection: created lazily (first release_seq/wait_release,
  *   or first acquisition or renewal, so that a holder notices a Redis restart
@@ -32,6 +34,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +52,17 @@
 #define SUB_POLL_MS 1000 /* the wake pipe interrupts it (new channel, destroy) */
 #define ORPHAN_MAX 64    /* acquisitions with lost replies remembered, all keys */
 
-enum { S_ACQUIRE, S_UNLOCK, S_RENEW, S_CHECK, S_COUNT };
+/* Scripts [0, S_LEASE_COUNT) run on the lease connection, the others on the
+ * side connection; each connection loads its own on connect. */
+enum {
+    S_ACQUIRE,
+    S_UNLOCK,
+    S_RENEW,
+    S_CHECK,
+    S_LEASE_COUNT,
+    S_FENCED_SET = S_LEASE_COUNT,
+    S_COUNT
+};
 
 /* KEYS[1] lock key, KEYS[2] epoch key; ARGV[1] token, ARGV[2] ttl ms,
  * ARGV[3] epoch key ttl ms, ARGV[4] holder ("host pid N", stored beside the
@@ -108,8 +121,20 @@ static const char SCRIPT_CHECK[] =
     "if v then return 2 end\n"
     "return 0\n";
 
+/* KEYS[1] epoch key "<key>:epoch", KEYS[2] value key "<key>:<name>"; ARGV[1]
+ * the writer's epoch in decimal (the acquire script stores it so, with
+ * string.format('%.0f')), ARGV[2] the value, ARGV[3] its ttl ms. 1 = written,
+ * 0 = the epoch moved on or is gone: nothing written. GET raises WRONGTYPE on
+ * a non-string epoch key. */
+static const char SCRIPT_FENCED_SET[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+    "  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n";
+
 static const char *const SCRIPTS[S_COUNT] = {SCRIPT_ACQUIRE, SCRIPT_UNLOCK, SCRIPT_RENEW,
-                                             SCRIPT_CHECK};
+                                             SCRIPT_CHECK, SCRIPT_FENCED_SET};
 
 struct sub_channel {
     struct sub_channel *next;
@@ -133,6 +158,7 @@ struct rconn {
     redisContext *c;
     const char *role; /* "lease", "side" */
     bool ever_connected;
+    char sha[S_COUNT][41]; /* of this connection's scripts ("" = use EVAL) */
     struct log_ratelimit rl_break;
 };
 
@@ -143,7 +169,6 @@ struct redis_locker {
     char holder[128]; /* "host pid N": who holds a lock, for `baton status` */
 
     struct rconn lease; /* + everything below up to side: under lease.mu */
-    char sha[S_COUNT][41];
     struct orphan orphans[ORPHAN_MAX]; /* oldest first */
     int n_orphans;
 
@@ -177,25 +202,35 @@ static void conn_broken(struct redis_locker *rl, struct rconn *cn, const char *w
     if (cn == &rl->lease) atomic_fetch_add(&rl->generation, 1);
 }
 
-/* Names the lease connection and loads the scripts, all in one pipelined
- * round trip (lease.mu held). Best effort: a script whose load failed is sent
- * with EVAL; a refused CLIENT SETNAME (ACL) is ignored. */
-static void load_scripts(struct redis_locker *rl)
+/* The scripts [*lo, *hi) that run on cn. */
+static void script_range(const struct redis_locker *rl, const struct rconn *cn, int *lo, int *hi)
 {
-    redisContext *c = rl->lease.c;
-    for (int i = 0; i < S_COUNT; i++) rl->sha[i][0] = '\0';
-    bool ok = redisAppendCommand(c, "CLIENT SETNAME baton-lease") == REDIS_OK;
-    for (int i = 0; i < S_COUNT && ok; i++)
+    *lo = cn == &rl->lease ? 0 : S_LEASE_COUNT;
+    *hi = cn == &rl->lease ? S_LEASE_COUNT : S_COUNT;
+}
+
+/* Names the connection (baton-<role>) and loads its scripts, all in one
+ * pipelined round trip (cn->mu held). Best effort: a script whose load failed
+ * is sent with EVAL; a refused CLIENT SETNAME (ACL) is ignored. A broken
+ * connection is freed (cn->c NULL). */
+static void load_scripts(struct redis_locker *rl, struct rconn *cn)
+{
+    redisContext *c = cn->c;
+    int lo, hi;
+    script_range(rl, cn, &lo, &hi);
+    for (int i = 0; i < S_COUNT; i++) cn->sha[i][0] = '\0';
+    bool ok = redisAppendCommand(c, "CLIENT SETNAME baton-%s", cn->role) == REDIS_OK;
+    for (int i = lo; i < hi && ok; i++)
         ok = redisAppendCommand(c, "SCRIPT LOAD %s", SCRIPTS[i]) == REDIS_OK;
-    for (int i = -1; i < S_COUNT && ok; i++) {
+    for (int i = lo - 1; i < hi && ok; i++) {
         redisReply *r = NULL;
         if (redisGetReply(c, (void **)&r) != REDIS_OK || r == NULL) {
             ok = false;
             break;
         }
-        if (i >= 0) {
+        if (i >= lo) {
             if (r->type == REDIS_REPLY_STRING && r->len == 40)
-                memcpy(rl->sha[i], r->str, 41);
+                memcpy(cn->sha[i], r->str, 41);
             else
                 log_warn("locker", NULL, "redis %s: SCRIPT LOAD failed (%s); using EVAL",
                          rl->where, r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
@@ -204,12 +239,11 @@ static void load_scripts(struct redis_locker *rl)
     }
     if (!ok) {
         char err[LOCKER_ERR_MAX];
-        conn_broken(rl, &rl->lease, "SCRIPT LOAD", err);
+        conn_broken(rl, cn, "SCRIPT LOAD", err);
     }
 }
 
-/* cn->mu held. The lease connection also loads its scripts; the side
- * connection names itself. */
+/* cn->mu held. Each connection names itself and loads its scripts. */
 static bool ensure_conn(struct redis_locker *rl, struct rconn *cn, char err[LOCKER_ERR_MAX])
 {
     if (cn->c) return true;
@@ -219,16 +253,7 @@ static bool ensure_conn(struct redis_locker *rl, struct rconn *cn, char err[LOCK
     if (cn->ever_connected)
         log_info("locker", NULL, "redis %s: %s connection re-established", rl->where, cn->role);
     cn->ever_connected = true;
-    if (cn == &rl->lease) {
-        load_scripts(rl);
-    } else {
-        redisReply *r = redisCommand(cn->c, "CLIENT SETNAME baton-%s", cn->role);
-        if (r == NULL) {
-            conn_broken(rl, cn, "CLIENT SETNAME", err);
-            return false;
-        }
-        freeReplyObject(r); /* an error (ACL) is fine: the name is cosmetic */
-    }
+    load_scripts(rl, cn);
     if (cn->c == NULL) {
         snprintf(err, LOCKER_ERR_MAX, "redis %s: %s connection lost while setting it up",
                  rl->where, cn->role);
@@ -237,69 +262,121 @@ static bool ensure_conn(struct redis_locker *rl, struct rconn *cn, char err[LOCK
     return true;
 }
 
-/* Runs script idx on the lease connection (lease.mu held) with the given keys
- * and args. Returns the reply (never an error reply: those become LOCKER_ERR
- * with the reason in err) or NULL. Just before the request that produced the
- * reply is sent, *sent (may be NULL) receives clock_boot_ms() and *gen (may be
- * NULL) the generation (after any reconnect). *lost (may be NULL) is set true
- * when a request was sent and its reply lost (it may have run). */
-static redisReply *run_script(struct redis_locker *rl, int idx, int nkeys, int nargs,
-                              const char **ka, const char *what, int64_t *sent, uint64_t *gen,
-                              bool *lost, char err[LOCKER_ERR_MAX])
+/* snprintf into err, truncating quietly: error messages may be cut short
+ * (long keys), never overflow. */
+static void errf(char err[LOCKER_ERR_MAX], const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void errf(char err[LOCKER_ERR_MAX], const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, LOCKER_ERR_MAX, fmt, ap);
+    va_end(ap);
+}
+
+/* err = "redis <where>: <label>: <rest>" for an err "redis <where>: <rest>"
+ * (a failed connect) that does not name label yet. */
+static void err_label(struct redis_locker *rl, const char *label, char err[LOCKER_ERR_MAX])
+{
+    char prefix[160];
+    int pl = snprintf(prefix, sizeof prefix, "redis %s: ", rl->where);
+    if (pl < 0 || (size_t)pl >= sizeof prefix) return;
+    const char *rest = strncmp(err, prefix, (size_t)pl) == 0 ? err + pl : err;
+    if (strncmp(rest, label, strlen(label)) == 0) return;
+    char tmp[LOCKER_ERR_MAX];
+    snprintf(tmp, sizeof tmp, "%s", rest);
+    errf(err, "%s%s: %s", prefix, label, tmp);
+}
+
+/* Runs script idx on cn (cn->mu held: the lease connection, or the side
+ * connection for its own scripts) with the given keys and args (kalen: their
+ * lengths, binary safe; NULL = C strings). Returns the reply (never an error
+ * reply: those become LOCKER_ERR with the reason in err) or NULL. Errors read
+ * "redis <where>: <what> <subject>: <reason>"; subject NULL = what names the
+ * key itself, and then a failed connect names it too. Just before the request
+ * that produced the reply is sent, *sent (may be NULL) receives
+ * clock_boot_ms() and *gen (may be NULL) the generation (after any
+ * reconnect). *lost (may be NULL) is set true when a request was sent and its
+ * reply lost (it may have run). */
+static redisReply *run_script_on(struct redis_locker *rl, struct rconn *cn, int idx, int nkeys,
+                                 int nargs, const char **ka, const size_t *kalen,
+                                 const char *what, const char *subject, int64_t *sent,
+                                 uint64_t *gen, bool *lost, char err[LOCKER_ERR_MAX])
 {
     if (lost) *lost = false;
-    if (!ensure_conn(rl, &rl->lease, err)) return NULL;
+    if (!ensure_conn(rl, cn, err)) {
+        if (subject == NULL) err_label(rl, what, err);
+        return NULL;
+    }
+    char label[LOCKER_ERR_MAX];
+    snprintf(label, sizeof label, "%.100s%s%.150s", what, subject ? " " : "",
+             subject ? subject : "");
     const char *argv[12];
+    size_t argvlen[12];
     char nk[8];
     snprintf(nk, sizeof nk, "%d", nkeys);
     int argc = 3 + nargs;
-    for (int i = 0; i < nargs; i++) argv[3 + i] = ka[i];
+    for (int i = 0; i < nargs; i++) {
+        argv[3 + i] = ka[i];
+        argvlen[3 + i] = kalen ? kalen[i] : strlen(ka[i]);
+    }
     argv[2] = nk;
-    bool by_sha = rl->sha[idx][0] != '\0';
+    argvlen[2] = strlen(nk);
+    bool by_sha = cn->sha[idx][0] != '\0';
     redisReply *r = NULL;
     for (int attempt = 0; attempt < 2; attempt++) {
         argv[0] = by_sha ? "EVALSHA" : "EVAL";
-        argv[1] = by_sha ? rl->sha[idx] : SCRIPTS[idx];
+        argv[1] = by_sha ? cn->sha[idx] : SCRIPTS[idx];
+        argvlen[0] = strlen(argv[0]);
+        argvlen[1] = strlen(argv[1]);
         if (gen) *gen = atomic_load(&rl->generation);
         if (sent) *sent = clock_boot_ms();
-        r = redisCommandArgv(rl->lease.c, argc, argv, NULL);
+        r = redisCommandArgv(cn->c, argc, argv, argvlen);
         if (r == NULL) {
             if (lost) *lost = true;
-            conn_broken(rl, &rl->lease, what, err);
+            conn_broken(rl, cn, what, err);
             return NULL;
         }
         if (by_sha && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
             freeReplyObject(r);
             r = NULL;
             by_sha = false;
-            rl->sha[idx][0] = '\0';
+            cn->sha[idx][0] = '\0';
             continue;
         }
         break;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(err, LOCKER_ERR_MAX, "redis %s: %s %s: %s", rl->where, what, ka[0], r->str);
+        errf(err, "redis %s: %s: %s", rl->where, label, r->str);
         freeReplyObject(r);
         return NULL;
     }
-    if (!by_sha && rl->sha[idx][0] == '\0') {
+    if (!by_sha && cn->sha[idx][0] == '\0') {
         /* reload after NOSCRIPT (Redis restarted or SCRIPT FLUSH) */
-        redisReply *lr = redisCommand(rl->lease.c, "SCRIPT LOAD %s", SCRIPTS[idx]);
+        redisReply *lr = redisCommand(cn->c, "SCRIPT LOAD %s", SCRIPTS[idx]);
         if (lr == NULL) {
             char ignored[LOCKER_ERR_MAX];
-            conn_broken(rl, &rl->lease, "SCRIPT LOAD", ignored);
+            conn_broken(rl, cn, "SCRIPT LOAD", ignored);
         } else {
-            if (lr->type == REDIS_REPLY_STRING && lr->len == 40) memcpy(rl->sha[idx], lr->str, 41);
+            if (lr->type == REDIS_REPLY_STRING && lr->len == 40) memcpy(cn->sha[idx], lr->str, 41);
             freeReplyObject(lr);
         }
     }
     if (r->type != REDIS_REPLY_INTEGER) {
-        snprintf(err, LOCKER_ERR_MAX, "redis %s: %s %s: unexpected reply type %d", rl->where,
-                 what, ka[0], r->type);
+        errf(err, "redis %s: %s: unexpected reply type %d", rl->where, label, r->type);
         freeReplyObject(r);
         return NULL;
     }
     return r;
+}
+
+/* run_script_on the lease connection (lease.mu held); errors name ka[0]. */
+static redisReply *run_script(struct redis_locker *rl, int idx, int nkeys, int nargs,
+                              const char **ka, const char *what, int64_t *sent, uint64_t *gen,
+                              bool *lost, char err[LOCKER_ERR_MAX])
+{
+    return run_script_on(rl, &rl->lease, idx, nkeys, nargs, ka, NULL, what, ka[0], sent, gen,
+                         lost, err);
 }
 
 /* Sends n pipelined commands on the side connection and reads their n
@@ -846,6 +923,88 @@ static int redis_ping(struct locker *l, char err[LOCKER_ERR_MAX])
     return rc;
 }
 
+/* "<key>:<name>", malloc'ed: never truncated (callers bound the keys). */
+static char *key_with(const char *key, const char *name)
+{
+    size_t kl = strlen(key), nl = strlen(name);
+    char *s = xmalloc(kl + 1 + nl + 1);
+    memcpy(s, key, kl);
+    s[kl] = ':';
+    memcpy(s + kl + 1, name, nl + 1);
+    return s;
+}
+
+/* One EVALSHA of SCRIPT_FENCED_SET on the side connection. */
+static int redis_fenced_set(struct locker *l, const char *key, const char *name, uint64_t epoch,
+                            const char *value, size_t len, int64_t ttl_ms,
+                            char err[LOCKER_ERR_MAX])
+{
+    struct redis_locker *rl = (struct redis_locker *)l;
+    char *ekey = key_with(key, "epoch"), *vkey = key_with(key, name);
+    char ep[24], ttl[24], what[LOCKER_ERR_MAX];
+    snprintf(ep, sizeof ep, "%llu", (unsigned long long)epoch);
+    snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
+    snprintf(what, sizeof what, "fenced write %.150s", vkey);
+    /* KEYS[1], KEYS[2], ARGV[1..3]; the value is passed binary safe */
+    const char *ka[5] = {ekey, vkey, ep, value, ttl};
+    const size_t kalen[5] = {strlen(ekey), strlen(vkey), strlen(ep), len, strlen(ttl)};
+    pthread_mutex_lock(&rl->side.mu);
+    redisReply *r = run_script_on(rl, &rl->side, S_FENCED_SET, 2, 5, ka, kalen, what, NULL, NULL,
+                                  NULL, NULL, err);
+    pthread_mutex_unlock(&rl->side.mu);
+    free(ekey);
+    free(vkey);
+    if (r == NULL) return LOCKER_ERR;
+    long long v = r->integer;
+    freeReplyObject(r);
+    if (v == 1) return LOCKER_OK;
+    if (v != 0) {
+        errf(err, "redis %s: %s: unexpected answer %lld", rl->where, what, v);
+        return LOCKER_ERR;
+    }
+    errf(err, "redis %s: %s: epoch %s superseded (or expired)", rl->where, what, ep);
+    return LOCKER_LOST;
+}
+
+/* GET "<key>:<name>" on the side connection. */
+static int redis_shared_get(struct locker *l, const char *key, const char *name, char *buf,
+                            size_t len, char err[LOCKER_ERR_MAX])
+{
+    struct redis_locker *rl = (struct redis_locker *)l;
+    char *vkey = key_with(key, name);
+    char what[LOCKER_ERR_MAX];
+    snprintf(what, sizeof what, "shared read %.150s", vkey);
+    const char *get_argv[2] = {"GET", vkey};
+    const char **argv[1] = {get_argv};
+    const int argc[1] = {2};
+    redisReply *r;
+    bool ok = side_call(rl, 1, argc, argv, &r, what, err);
+    free(vkey);
+    if (!ok) {
+        err_label(rl, what, err);
+        return LOCKER_ERR;
+    }
+    int rc = LOCKER_ERR;
+    if (r->type == REDIS_REPLY_NIL) {
+        errf(err, "redis %s: %s: not set (or expired)", rl->where, what);
+        rc = LOCKER_LOST;
+    } else if (r->type == REDIS_REPLY_STRING) {
+        if (r->len >= len) {
+            errf(err, "redis %s: %s: value of %zu bytes exceeds the buffer of %zu (NUL included)",
+                 rl->where, what, (size_t)r->len, len);
+        } else {
+            memcpy(buf, r->str, r->len);
+            buf[r->len] = '\0';
+            rc = LOCKER_OK;
+        }
+    } else {
+        errf(err, "redis %s: %s: %.100s", rl->where, what,
+             r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
 static const struct locker_ops redis_ops = {
     .name = "redis",
     .try_lock = redis_try_lock,
@@ -860,6 +1019,8 @@ static const struct locker_ops redis_ops = {
     .claim = redis_claim,
     .holder = redis_holder,
     .ping = redis_ping,
+    .fenced_set = redis_fenced_set,
+    .shared_get = redis_shared_get,
 };
 
 struct locker *locker_redis_create(const struct redis_opts *opts, char err[LOCKER_ERR_MAX])
@@ -906,7 +1067,7 @@ struct locker *locker_redis_create(const struct redis_opts *opts, char err[LOCKE
     } else {
         rl->lease.ever_connected = true;
         atomic_fetch_add(&rl->generation, 1);
-        load_scripts(rl);
+        load_scripts(rl, &rl->lease);
     }
     return &rl->base;
 }

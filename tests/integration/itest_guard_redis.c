@@ -6,7 +6,7 @@
  * Issue 13: the epoch key kept alive by renewals, release counters a standby
  * cannot miss, the generation carried by the grant, orphaned acquisitions
  * per key, and the side connection (claim, holder, ping) apart from lease
- * traffic. */
+ * traffic. Shared state beside a lease: fenced_set / shared_get. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -620,6 +620,170 @@ static void test_side_connection_keeps_generation(void **state)
     redis_server_destroy(srv);
 }
 
+/* ---- shared state beside a lease (fenced_set / shared_get) ----------------- */
+
+/* "<key>:<name>" is written only while "<key>:epoch" holds the writer's
+ * epoch, in one script on the side connection: a superseded leader never
+ * overwrites what a newer one wrote. Values are binary safe and expire. */
+static void test_fenced_set_shared_get(void **state)
+{
+    struct locker *a = redis_locker(PORT), *b = redis_locker(PORT);
+    struct lock_grant ga, gb, gc;
+    char err[LOCKER_ERR_MAX], buf[128];
+    freeReplyObject(raw(PORT, "DEL fx fx:epoch fx:mark fx:none"));
+    assert_int_equal(locker_try_lock(a, "fx", 10000, &ga, err), LOCKER_OK);
+    uint64_t gen = a->ops->generation(a);
+    /* spaces, newlines, CR, quotes: one binary-safe argument */
+    static const char v1[] = "hello world\nline 2\r\n\"quoted\" 'x' %s";
+    assert_int_equal(locker_fenced_set(a, "fx", "mark", ga.epoch, v1, strlen(v1), 10000, err),
+                     LOCKER_OK);
+    assert_int_equal(locker_shared_get(b, "fx", "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_string_equal(buf, v1);
+    redisReply *r = raw(PORT, "GET fx:mark");
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_int_equal(r->len, strlen(v1));
+    assert_memory_equal(r->str, v1, strlen(v1));
+    freeReplyObject(r);
+    long long pttl = raw_int(PORT, "PTTL %s", "fx:mark");
+    printf("fenced_set: value key PTTL %lld ms (ttl 10000)\n", pttl);
+    assert_true(pttl > 0 && pttl <= 10000);
+    /* an embedded NUL goes through too */
+    static const char v0[] = "a\0b";
+    assert_int_equal(locker_fenced_set(a, "fx", "mark", ga.epoch, v0, 3, 10000, err), LOCKER_OK);
+    assert_int_equal(raw_int(PORT, "STRLEN %s", "fx:mark"), 3);
+    memset(buf, 'z', sizeof buf);
+    assert_int_equal(locker_shared_get(b, "fx", "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_memory_equal(buf, v0, 4);
+    /* the epoch compared is the one the acquire script stored */
+    char dec[24];
+    snprintf(dec, sizeof dec, "%llu", (unsigned long long)ga.epoch);
+    assert_int_equal(locker_shared_get(b, "fx", "epoch", buf, sizeof buf, err), LOCKER_OK);
+    assert_string_equal(buf, dec);
+
+    /* a new leader (released, taken by b): a's writes are fenced off */
+    assert_int_equal(locker_unlock(a, "fx", ga.token, err), LOCKER_OK);
+    assert_int_equal(locker_try_lock(b, "fx", 10000, &gb, err), LOCKER_OK);
+    assert_true(gb.epoch > ga.epoch);
+    assert_int_equal(locker_fenced_set(b, "fx", "mark", gb.epoch, "new", 3, 10000, err),
+                     LOCKER_OK);
+    assert_int_equal(locker_fenced_set(a, "fx", "mark", ga.epoch, "stale", 5, 10000, err),
+                     LOCKER_LOST);
+    printf("fenced_set, superseded: %s\n", err);
+    assert_non_null(strstr(err, "fx:mark"));
+    assert_int_equal(locker_shared_get(a, "fx", "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_string_equal(buf, "new");
+    /* the lease expired, nobody took it since: the fence is the epoch only */
+    assert_int_equal(locker_unlock(b, "fx", gb.token, err), LOCKER_OK);
+    assert_int_equal(locker_try_lock(b, "fx", 100, &gb, err), LOCKER_OK);
+    usleep(150 * 1000);
+    assert_int_equal(raw_int(PORT, "EXISTS %s", "fx"), 0);
+    assert_int_equal(locker_fenced_set(b, "fx", "mark", gb.epoch, "late", 4, 10000, err),
+                     LOCKER_OK);
+    /* expiry and the second try_lock: the old term is fenced off */
+    assert_int_equal(locker_try_lock(a, "fx", 10000, &gc, err), LOCKER_OK);
+    assert_int_equal(locker_fenced_set(b, "fx", "mark", gb.epoch, "stale", 5, 10000, err),
+                     LOCKER_LOST);
+    assert_int_equal(locker_shared_get(b, "fx", "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_string_equal(buf, "late");
+
+    /* absent: no value, or no epoch at all (nothing written then) */
+    assert_int_equal(locker_shared_get(a, "fx", "none", buf, sizeof buf, err), LOCKER_LOST);
+    assert_string_equal(buf, "");
+    freeReplyObject(raw(PORT, "DEL nofx:epoch nofx:mark"));
+    assert_int_equal(locker_fenced_set(a, "nofx", "mark", gc.epoch, "v", 1, 10000, err),
+                     LOCKER_LOST);
+    assert_int_equal(raw_int(PORT, "EXISTS %s", "nofx:mark"), 0);
+
+    /* the value expires after its ttl */
+    assert_int_equal(locker_fenced_set(a, "fx", "short", gc.epoch, "s", 1, 100, err), LOCKER_OK);
+    assert_int_equal(locker_shared_get(a, "fx", "short", buf, sizeof buf, err), LOCKER_OK);
+    int64_t gone = WAIT_FOR(locker_shared_get(a, "fx", "short", buf, sizeof buf, err) ==
+                                LOCKER_LOST,
+                            2000);
+    printf("fenced_set: value with ttl 100 ms gone after %lld ms\n", (long long)gone);
+    assert_true(gone >= 0);
+
+    /* the buffer needs room for the NUL */
+    assert_int_equal(locker_fenced_set(a, "fx", "big", gc.epoch, "12345678", 8, 10000, err),
+                     LOCKER_OK);
+    char small[8], exact[9];
+    assert_int_equal(locker_shared_get(a, "fx", "big", small, sizeof small, err), LOCKER_ERR);
+    printf("shared_get, small buffer: %s\n", err);
+    assert_non_null(strstr(err, "value of 8 bytes exceeds the buffer of 8"));
+    assert_int_equal(locker_shared_get(a, "fx", "big", exact, sizeof exact, err), LOCKER_OK);
+    assert_string_equal(exact, "12345678");
+
+    /* wrong types: errors, never "lost" */
+    freeReplyObject(raw(PORT, "DEL wt:epoch wt:mark"));
+    freeReplyObject(raw(PORT, "HSET wt:epoch f v"));
+    assert_int_equal(locker_fenced_set(a, "wt", "mark", 1, "v", 1, 10000, err), LOCKER_ERR);
+    printf("fenced_set, hash epoch key: %s\n", err);
+    assert_non_null(strstr(err, "WRONGTYPE"));
+    assert_non_null(strstr(err, "wt:mark"));
+    freeReplyObject(raw(PORT, "SADD wt:mark x"));
+    assert_int_equal(locker_shared_get(a, "wt", "mark", buf, sizeof buf, err), LOCKER_ERR);
+    assert_non_null(strstr(err, "WRONGTYPE"));
+
+    /* script cache lost: NOSCRIPT, EVAL, reloaded; then by SHA again */
+    freeReplyObject(raw(PORT, "SCRIPT FLUSH"));
+    assert_int_equal(locker_fenced_set(a, "fx", "mark", gc.epoch, "after flush", 11, 10000, err),
+                     LOCKER_OK);
+    assert_int_equal(locker_fenced_set(a, "fx", "mark", gc.epoch, "by sha", 6, 10000, err),
+                     LOCKER_OK);
+    assert_int_equal(locker_shared_get(a, "fx", "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_string_equal(buf, "by sha");
+    /* all of it on the side connection: the lease generation never moved */
+    assert_int_equal(a->ops->generation(a), gen);
+    assert_int_equal(locker_unlock(a, "fx", gc.token, err), LOCKER_OK);
+    locker_destroy(a);
+    locker_destroy(b);
+}
+
+/* Redis down: LOCKER_ERR naming the address and the key; back up with its
+ * data lost: the epoch is gone, so the old term's write is LOCKER_LOST, and
+ * a new acquisition writes again. */
+static void test_fenced_set_redis_down(void **state)
+{
+    struct redis_server *srv = redis_server_start(NULL);
+    assert_non_null(srv);
+    int port = redis_server_port(srv);
+    struct locker *l = redis_locker(port);
+    struct lock_grant g;
+    char err[LOCKER_ERR_MAX], buf[64], where[64];
+    snprintf(where, sizeof where, "redis 127.0.0.1:%d: ", port);
+    const char *key = "baton:active:x";
+    assert_int_equal(locker_try_lock(l, key, 10000, &g, err), LOCKER_OK);
+    assert_int_equal(locker_fenced_set(l, key, "mark", g.epoch, "up", 2, 10000, err), LOCKER_OK);
+    assert_int_equal(redis_server_stop(srv), 0);
+    for (int i = 0; i < 2; i++) { /* the broken connection, then a refused connect */
+        assert_int_equal(locker_fenced_set(l, key, "mark", g.epoch, "down", 4, 10000, err),
+                         LOCKER_ERR);
+        printf("fenced_set, Redis down (%d): %s\n", i, err);
+        assert_non_null(strstr(err, where));
+        assert_non_null(strstr(err, "fenced write baton:active:x:mark: "));
+        assert_int_equal(locker_shared_get(l, key, "mark", buf, sizeof buf, err), LOCKER_ERR);
+        printf("shared_get, Redis down (%d): %s\n", i, err);
+        assert_non_null(strstr(err, where));
+        assert_non_null(strstr(err, "shared read baton:active:x:mark: "));
+    }
+    assert_non_null(strstr(err, "refused"));
+    assert_int_equal(redis_server_restart(srv), 0);
+    assert_int_equal(locker_fenced_set(l, key, "mark", g.epoch, "old", 3, 10000, err),
+                     LOCKER_LOST);
+    assert_int_equal(locker_shared_get(l, key, "mark", buf, sizeof buf, err), LOCKER_LOST);
+    struct lock_grant g2;
+    int rc = locker_try_lock(l, key, 10000, &g2, err);
+    if (rc == LOCKER_ERR) rc = locker_try_lock(l, key, 10000, &g2, err); /* found broken */
+    assert_int_equal(rc, LOCKER_OK);
+    assert_true(g2.epoch > g.epoch);
+    assert_int_equal(locker_fenced_set(l, key, "mark", g2.epoch, "again", 5, 10000, err),
+                     LOCKER_OK);
+    assert_int_equal(locker_shared_get(l, key, "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_string_equal(buf, "again");
+    locker_destroy(l);
+    redis_server_destroy(srv);
+}
+
 /* ---- ActiveGuard ---------------------------------------------------------- */
 
 #define MAXG 3
@@ -814,6 +978,8 @@ int main(void)
         cmocka_unit_test(test_gen_before_grant),
         cmocka_unit_test(test_orphan_per_key),
         cmocka_unit_test(test_side_connection_keeps_generation),
+        cmocka_unit_test(test_fenced_set_shared_get),
+        cmocka_unit_test(test_fenced_set_redis_down),
         cmocka_unit_test(test_redis_restart_never_two_leaders),
         cmocka_unit_test(test_three_guards_leader_repeatedly_stopped),
     };

@@ -315,6 +315,157 @@ static void test_epochs_increase_and_sweep(void **state)
     locker_destroy(l);
 }
 
+/* fenced_set / shared_get: "<key>:<name>" written only while "<key>:epoch"
+ * still holds the writer's epoch; a superseded leader never overwrites what a
+ * newer one wrote. */
+static void test_fenced_set_and_shared_get(void **state)
+{
+    struct locker *l = locker_local_create();
+    struct lock_grant a, b, c;
+    char err[LOCKER_ERR_MAX], buf[64];
+    assert_int_equal(locker_try_lock(l, "fs", 100, &a, err), LOCKER_OK);
+    assert_int_equal(locker_fenced_set(l, "fs", "mark", a.epoch, "v1", 2, 5000, err), LOCKER_OK);
+    assert_int_equal(locker_shared_get(l, "fs", "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_string_equal(buf, "v1");
+    /* the epoch record, as in redis: "<key>:epoch" in decimal */
+    char dec[24];
+    snprintf(dec, sizeof dec, "%llu", (unsigned long long)a.epoch);
+    assert_int_equal(locker_shared_get(l, "fs", "epoch", buf, sizeof buf, err), LOCKER_OK);
+    assert_string_equal(buf, dec);
+    /* the lease expired but nobody acquired since: the fence is on the epoch
+     * only, the write still goes through */
+    usleep(150 * 1000);
+    assert_int_equal(l->ops->check(l, "fs", a.token, err), LOCKER_LOST);
+    assert_int_equal(locker_fenced_set(l, "fs", "mark", a.epoch, "v1 late", 7, 5000, err),
+                     LOCKER_OK);
+    /* a new leader (new epoch) writes; the old one is fenced off */
+    assert_int_equal(locker_try_lock(l, "fs", 5000, &b, err), LOCKER_OK);
+    assert_true(b.epoch > a.epoch);
+    assert_int_equal(locker_fenced_set(l, "fs", "mark", b.epoch, "v2", 2, 5000, err), LOCKER_OK);
+    assert_int_equal(locker_fenced_set(l, "fs", "mark", a.epoch, "stale", 5, 5000, err),
+                     LOCKER_LOST);
+    printf("fenced_set (local), superseded: %s\n", err);
+    assert_non_null(strstr(err, "fs:mark"));
+    assert_int_equal(locker_shared_get(l, "fs", "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_string_equal(buf, "v2");
+    /* released and taken again (unlock + a second try_lock): b's epoch is old */
+    assert_int_equal(locker_unlock(l, "fs", b.token, err), LOCKER_OK);
+    assert_int_equal(locker_fenced_set(l, "fs", "mark", b.epoch, "v2 after unlock", 15, 5000, err),
+                     LOCKER_OK); /* unlock keeps the epoch record */
+    assert_int_equal(locker_try_lock(l, "fs", 5000, &c, err), LOCKER_OK);
+    assert_int_equal(locker_fenced_set(l, "fs", "mark", b.epoch, "stale", 5, 5000, err),
+                     LOCKER_LOST);
+    assert_int_equal(locker_shared_get(l, "fs", "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_string_equal(buf, "v2 after unlock");
+    /* names are independent values beside the same lease */
+    assert_int_equal(locker_fenced_set(l, "fs", "other", c.epoch, "o", 1, 5000, err), LOCKER_OK);
+    assert_int_equal(locker_shared_get(l, "fs", "other", buf, sizeof buf, err), LOCKER_OK);
+    assert_string_equal(buf, "o");
+    assert_int_equal(locker_shared_get(l, "fs", "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_string_equal(buf, "v2 after unlock");
+    /* an epoch from the future is not current either */
+    assert_int_equal(locker_fenced_set(l, "fs", "mark", c.epoch + 1, "x", 1, 5000, err),
+                     LOCKER_LOST);
+    assert_int_equal(locker_unlock(l, "fs", c.token, err), LOCKER_OK);
+    locker_destroy(l);
+}
+
+static void test_shared_absent_expiry_and_buffer(void **state)
+{
+    struct locker *l = locker_local_create();
+    struct lock_grant a;
+    char err[LOCKER_ERR_MAX], buf[64];
+    /* absent: never written, and no epoch at all */
+    assert_int_equal(locker_shared_get(l, "sx", "mark", buf, sizeof buf, err), LOCKER_LOST);
+    assert_string_equal(buf, "");
+    assert_true(strlen(err) > 0);
+    assert_int_equal(locker_fenced_set(l, "sx", "mark", 12345, "v", 1, 5000, err), LOCKER_LOST);
+    printf("fenced_set (local), no epoch: %s\n", err);
+    assert_int_equal(locker_shared_get(l, "sx", "mark", buf, sizeof buf, err), LOCKER_LOST);
+    assert_int_equal(locker_try_lock(l, "sx", 10000, &a, err), LOCKER_OK);
+    /* the value expires after its ttl, not with the lease */
+    assert_int_equal(locker_fenced_set(l, "sx", "short", a.epoch, "s", 1, 60, err), LOCKER_OK);
+    assert_int_equal(locker_shared_get(l, "sx", "short", buf, sizeof buf, err), LOCKER_OK);
+    usleep(100 * 1000);
+    assert_int_equal(locker_shared_get(l, "sx", "short", buf, sizeof buf, err), LOCKER_LOST);
+    /* rewriting refreshes the ttl */
+    assert_int_equal(locker_fenced_set(l, "sx", "short", a.epoch, "s1", 2, 60, err), LOCKER_OK);
+    usleep(40 * 1000);
+    assert_int_equal(locker_fenced_set(l, "sx", "short", a.epoch, "s2", 2, 60, err), LOCKER_OK);
+    usleep(40 * 1000);
+    assert_int_equal(locker_shared_get(l, "sx", "short", buf, sizeof buf, err), LOCKER_OK);
+    assert_string_equal(buf, "s2");
+    /* the buffer needs room for the NUL: 8 bytes need 9 */
+    assert_int_equal(locker_fenced_set(l, "sx", "big", a.epoch, "12345678", 8, 5000, err),
+                     LOCKER_OK);
+    char small[8];
+    assert_int_equal(locker_shared_get(l, "sx", "big", small, sizeof small, err), LOCKER_ERR);
+    printf("shared_get (local), small buffer: %s\n", err);
+    assert_non_null(strstr(err, "value of 8 bytes exceeds the buffer of 8"));
+    char exact[9];
+    assert_int_equal(locker_shared_get(l, "sx", "big", exact, sizeof exact, err), LOCKER_OK);
+    assert_string_equal(exact, "12345678");
+    /* binary values: spaces, newlines, an embedded NUL, and the empty value */
+    static const char bin[] = "a b\nc\r\n\0d";
+    assert_int_equal(locker_fenced_set(l, "sx", "bin", a.epoch, bin, sizeof bin - 1, 5000, err),
+                     LOCKER_OK);
+    memset(buf, 'z', sizeof buf);
+    assert_int_equal(locker_shared_get(l, "sx", "bin", buf, sizeof buf, err), LOCKER_OK);
+    assert_memory_equal(buf, bin, sizeof bin); /* up to the final NUL */
+    assert_int_equal(locker_fenced_set(l, "sx", "empty", a.epoch, NULL, 0, 5000, err), LOCKER_OK);
+    assert_int_equal(locker_shared_get(l, "sx", "empty", buf, sizeof buf, err), LOCKER_OK);
+    assert_string_equal(buf, "");
+    /* bad arguments */
+    assert_int_equal(locker_fenced_set(l, "sx", "epoch", a.epoch, "1", 1, 5000, err), LOCKER_ERR);
+    assert_non_null(strstr(err, "reserved"));
+    assert_int_equal(locker_fenced_set(l, "sx", "", a.epoch, "1", 1, 5000, err), LOCKER_ERR);
+    assert_int_equal(locker_fenced_set(l, "sx", NULL, a.epoch, "1", 1, 5000, err), LOCKER_ERR);
+    assert_int_equal(locker_fenced_set(l, "", "m", a.epoch, "1", 1, 5000, err), LOCKER_ERR);
+    assert_int_equal(locker_fenced_set(l, "sx", "m", a.epoch, "1", 1, 0, err), LOCKER_ERR);
+    assert_int_equal(locker_fenced_set(l, "sx", "m", a.epoch, NULL, 1, 5000, err), LOCKER_ERR);
+    assert_int_equal(locker_shared_get(l, "sx", "m", NULL, 0, err), LOCKER_ERR);
+    assert_int_equal(locker_shared_get(l, "sx", "", buf, sizeof buf, err), LOCKER_ERR);
+    /* claim (OnceGuard) takes no epoch: nothing to fence against */
+    assert_int_equal(locker_claim(l, "once", 5000, err), LOCKER_OK);
+    assert_int_equal(locker_claim(l, "once", 5000, err), LOCKER_HELD);
+    assert_int_equal(locker_shared_get(l, "once", "epoch", buf, sizeof buf, err), LOCKER_LOST);
+    assert_int_equal(locker_claim(l, "", 5000, err), LOCKER_ERR);
+    assert_int_equal(locker_claim(l, "once2", 0, err), LOCKER_ERR);
+    locker_destroy(l);
+}
+
+/* A backend without shared state: LOCKER_UNSUPPORTED, saying which. */
+static void test_shared_unsupported(void **state)
+{
+    static const struct locker_ops bare = {.name = "bare"};
+    struct locker l = {&bare};
+    char err[LOCKER_ERR_MAX], buf[8];
+    assert_int_equal(locker_fenced_set(&l, "k", "m", 1, "v", 1, 1000, err), LOCKER_UNSUPPORTED);
+    assert_string_equal(err, "backend bare keeps no shared state");
+    assert_int_equal(locker_shared_get(&l, "k", "m", buf, sizeof buf, err), LOCKER_UNSUPPORTED);
+    assert_string_equal(err, "backend bare keeps no shared state");
+    assert_string_equal(locker_status_name(LOCKER_UNSUPPORTED), "unsupported");
+}
+
+/* Expired values and epoch records are swept like leases (valgrind checks
+ * nothing leaks; destroy frees what is left). */
+static void test_shared_values_swept(void **state)
+{
+    struct locker *l = locker_local_create();
+    char err[LOCKER_ERR_MAX];
+    for (int i = 0; i < 500; i++) {
+        char key[32];
+        struct lock_grant g;
+        snprintf(key, sizeof key, "sv:%d", i);
+        assert_int_equal(locker_try_lock(l, key, 1, &g, err), LOCKER_OK);
+        assert_int_equal(locker_fenced_set(l, key, "m", g.epoch, "x", 1, 1, err), LOCKER_OK);
+    }
+    usleep(1100 * 1000);
+    struct lock_grant g;
+    assert_int_equal(locker_try_lock(l, "sv:trigger", 1000, &g, err), LOCKER_OK); /* sweeps */
+    locker_destroy(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -328,6 +479,10 @@ int main(void)
         cmocka_unit_test(test_announce_wakes_waiters_of_that_key),
         cmocka_unit_test(test_missed_release_counted_while_busy),
         cmocka_unit_test(test_epochs_increase_and_sweep),
+        cmocka_unit_test(test_fenced_set_and_shared_get),
+        cmocka_unit_test(test_shared_absent_expiry_and_buffer),
+        cmocka_unit_test(test_shared_unsupported),
+        cmocka_unit_test(test_shared_values_swept),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,6 +2,7 @@
  * buffer and copied into one message allocation. */
 #include "src/common/envelope.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "src/common/util.h"
@@ -131,4 +132,34 @@ struct message *envelope_finish(struct envelope *e)
     }
     e->first = true;
     return m;
+}
+
+struct message *envelope_restamp(const struct message *m, uint64_t epoch, bool replayed)
+{
+    /* The first literal ,"epoch": is the envelope's own: the endpoint name
+     * and type before it are JSON strings, where a quote is escaped. */
+    static const char key[] = ",\"epoch\":";
+    const char *at = memmem(m->json, m->len, key, sizeof key - 1);
+    if (!at) return NULL;
+    const char *digits = at + sizeof key - 1;
+    const char *end = m->json + m->len;
+    const char *rest = digits;
+    while (rest < end && *rest >= '0' && *rest <= '9') rest++;
+    if (rest == digits) return NULL;
+    char num[24];
+    int nl = snprintf(num, sizeof num, "%llu", (unsigned long long)epoch);
+    static const char flag[] = ",\"replayed\":true";
+    size_t fl = replayed ? sizeof flag - 1 : 0;
+    size_t head = (size_t)(digits - m->json), tail = (size_t)(end - rest);
+    struct message *out = message_new(NULL, head + (size_t)nl + fl + tail);
+    char *p = out->json;
+    memcpy(p, m->json, head);
+    memcpy(p + head, num, (size_t)nl);
+    if (fl) memcpy(p + head + (size_t)nl, flag, fl);
+    memcpy(p + head + (size_t)nl + fl, rest, tail);
+    out->epoch = epoch;
+    out->fp = m->fp;
+    out->received_mono_us = m->received_mono_us;
+    memcpy(out->id, m->id, sizeof out->id);
+    return out;
 }

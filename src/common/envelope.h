@@ -49,5 +49,9 @@ void envelope_payload(struct envelope *e, const void *data, size_t n);
 /* Closes the object and returns a new message (epoch and id filled in,
  * received_mono_us = now). */
 struct message *envelope_finish(struct envelope *e);
+/* A copy of m's envelope with the epoch replaced and, when replayed, a
+ * "replayed":true field right after it (warm standby replay). fp, id and
+ * received_mono_us are kept; done is not. NULL when m holds no envelope. */
+struct message *envelope_restamp(const struct message *m, uint64_t epoch, bool replayed);
 
 #endif

@@ -24,7 +24,7 @@ struct message *message_new(const char *json, size_t len)
     if (len > SIZE_MAX - sizeof(struct message) - 1) xmalloc(SIZE_MAX); /* aborts */
     struct message *m = xmalloc(sizeof *m + len + 1);
     memset(m, 0, sizeof *m);
-    if (len) memcpy(m->json, json, len);
+    if (len && json) memcpy(m->json, json, len); /* json NULL: the caller fills it */
     m->json[len] = '\0';
     m->len = len;
     return m;

@@ -38,12 +38,15 @@ struct message {
     uint64_t seq;              /* endpoint-defined (delivery tag, offset) */
     bool sender_waits;         /* the producer blocks until done: the
                                   forwarder hands it over without coalescing */
+    uint64_t fp;               /* replay fingerprint of (channel or topic,
+                                  payload); 0 = none (failover = "gap") */
     char id[MESSAGE_ID_MAX];   /* "" when the source has none */
     size_t len;                /* strlen(json) */
     char json[];               /* NUL terminated */
 };
 
-/* Copies json (len bytes) into a new message; aborts on OOM. */
+/* Copies json (len bytes) into a new message; aborts on OOM. json NULL:
+ * room for len bytes, filled by the caller. */
 struct message *message_new(const char *json, size_t len);
 /* Calls m->done (if any) with the outcome, then frees m. NULL is a no-op. */
 void message_finish(struct message *m, enum msg_outcome o);

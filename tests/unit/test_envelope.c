@@ -278,6 +278,51 @@ static void test_16mib_payload_binary(void **state)
     free(data);
 }
 
+/* Warm standby replay re-issues a buffered envelope in the new leader's
+ * term: only the epoch changes, "replayed":true follows it, and an endpoint
+ * name that spells ,"epoch": inside its string cannot fool it. */
+static void test_restamp(void **state)
+{
+    (void)state;
+    struct envelope e;
+    envelope_init(&e);
+    envelope_begin(&e, "x\",\"epoch\":1", "redis_psub", 7, "r00ff", 1764684000123LL);
+    envelope_str(&e, "channel", "c", 1);
+    envelope_payload(&e, "hi", 2);
+    struct message *m = envelope_finish(&e);
+    m->fp = 42;
+    int calls = 0;
+    m->done = on_done;
+    m->done_arg = &calls;
+
+    struct message *r = envelope_restamp(m, 1234567890123ULL, true);
+    assert_non_null(r);
+    assert_int_equal(r->epoch, 1234567890123ULL);
+    assert_int_equal(r->fp, 42);
+    assert_string_equal(r->id, "r00ff");
+    assert_int_equal(r->received_mono_us, m->received_mono_us);
+    assert_null(r->done); /* the callback stays with the original */
+    assert_int_equal(r->len, strlen(r->json));
+    const char *want = "{\"endpoint\":\"x\\\",\\\"epoch\\\":1\",\"type\":\"redis_psub\","
+                       "\"epoch\":1234567890123,\"replayed\":true,\"id\":\"r00ff\",";
+    assert_memory_equal(r->json, want, strlen(want));
+    assert_non_null(strstr(r->json, "\"channel\":\"c\",\"payload\":\"hi\"}"));
+
+    struct message *same = envelope_restamp(m, 8, false);
+    assert_null(strstr(same->json, "replayed"));
+    assert_non_null(strstr(same->json, ",\"epoch\":8,\"id\""));
+    assert_int_equal(same->len, m->len); /* "7" -> "8": nothing else changed */
+
+    struct message *bad = message_new("{\"no\":1}", 8);
+    assert_null(envelope_restamp(bad, 1, true));
+    message_finish(bad, MSG_DELIVERED);
+    message_finish(r, MSG_DELIVERED);
+    message_finish(same, MSG_DELIVERED);
+    message_finish(m, MSG_DELIVERED);
+    assert_int_equal(calls, 1);
+    envelope_free(&e);
+}
+
 static void test_outcome_names(void **state)
 {
     (void)state;
@@ -302,6 +347,7 @@ int main(void)
         cmocka_unit_test(test_escaped_names_and_long_id),
         cmocka_unit_test(test_16mib_payload_utf8),
         cmocka_unit_test(test_16mib_payload_binary),
+        cmocka_unit_test(test_restamp),
         cmocka_unit_test(test_outcome_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

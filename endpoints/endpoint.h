@@ -79,6 +79,17 @@ struct endpoint_host {
      * it). Messages of an ended term are then counted as returned to the
      * source, not as dropped. */
     bool source_redelivers;
+
+    /* failover = "replay" (warm standby): the endpoint is started on every
+     * replica at once and runs until shutdown (start/stop are not tied to
+     * the lease); the gateway keeps standbys' messages in a ring and only
+     * the leader's are forwarded. The endpoint then sets m->fp
+     * (replay_fingerprint of channel or topic and payload) and an id from
+     * replay_id on every message, calls source_gap after it resubscribed,
+     * and when its source stays unreachable for longer than the lease ttl
+     * while leader_now(), calls source_lost and keeps retrying. */
+    bool replay;
+    void (*source_gap)(struct endpoint_host *h);
 };
 
 struct endpoint_ops {
@@ -92,6 +103,10 @@ struct endpoint_ops {
      * resolved guard; force tells whether "force_guard = true" was given.
      * Return 0 or -1 with msg filled (the loader adds file and line). */
     int (*validate)(const void *settings, enum guard_kind guard, bool force, char *msg, size_t msglen);
+    /* NULL: the type cannot do failover = "replay". Otherwise 0 when these
+     * settings can (a broadcast subscription every replica may hold), or -1
+     * with msg saying why not (the loader adds file and line). */
+    int (*replay_check)(const void *settings, char *msg, size_t msglen);
     /* settings stay owned by the gateway and outlive the endpoint. */
     void *(*create)(const void *settings, struct endpoint_host *host, char *err, size_t errlen);
     int (*start)(void *ep);

@@ -59,6 +59,7 @@
 #include "endpoints/mqtt_util.h"
 #include "src/common/envelope.h"
 #include "src/common/log.h"
+#include "src/common/replay_id.h"
 #include "src/common/util.h"
 
 #define COMPONENT "mqtt"
@@ -173,6 +174,7 @@ struct mqtt_ep {
     atomic_bool stopping;
     MQTTAsync client;
     struct envelope env; /* used on paho's receive thread only */
+    struct replay_idctx idctx; /* failover = "replay": paho's receive thread only */
     uint64_t next_seq;
 
     pthread_mutex_t mu; /* guards everything below */
@@ -210,6 +212,31 @@ static enum guard_kind mqtt_auto_guard(const void *settings)
     for (size_t i = 0; i < s->topics.n; i++)
         if (!mqtt_filter_is_shared(s->topics.v[i])) all_shared = false;
     return all_shared ? GUARD_NONE : GUARD_ACTIVE;
+}
+
+/* failover = "replay" needs what every replica receives alike (a plain
+ * subscription, not a share group) and a message that is settled once it is
+ * in the ring (ack on receive, or QoS 0). */
+static int mqtt_replay_check(const void *settings, char *msg, size_t msglen)
+{
+    const struct mqtt_settings *s = settings;
+    bool shared = s->shared_group && *s->shared_group;
+    for (size_t i = 0; i < s->topics.n; i++)
+        if (mqtt_filter_is_shared(s->topics.v[i])) shared = true;
+    if (shared) {
+        snprintf(msg, msglen,
+                 "shared_group: a $share group gives each message to one replica; replay needs a "
+                 "plain subscription on every replica (drop shared_group / $share, or failover)");
+        return -1;
+    }
+    if (s->qos > 0 && s->ack == ACK_AFTER_SINK) {
+        snprintf(msg, msglen,
+                 "ack: with replay the standbys' ring is the buffer, so a QoS %lld message is "
+                 "acknowledged on receipt: set ack = \"on_receive\" (or qos = 0)",
+                 (long long)s->qos);
+        return -1;
+    }
+    return 0;
 }
 
 static int mqtt_validate(const void *settings, enum guard_kind guard, bool force, char *msg,
@@ -478,6 +505,19 @@ static struct message *build_message(struct mqtt_ep *ep, const char *topic, size
     char id[MESSAGE_ID_MAX];
     bool have_id = ep->v5 && ep->s->id_property &&
                    mqtt_properties_find_user(&msg->properties, ep->s->id_property, id, sizeof id);
+    uint64_t fp = 0;
+    if (h->replay) {
+        /* failover = "replay": fingerprint, and an id every replica derives
+         * alike when the publisher gave none */
+        size_t n = msg->payloadlen > 0 ? (size_t)msg->payloadlen : 0;
+        fp = replay_fingerprint(topic, topic_len, msg->payload, n);
+        char rid[REPLAY_ID_LEN];
+        replay_id(&ep->idctx, fp, rid);
+        if (!have_id) {
+            snprintf(id, sizeof id, "%s", rid);
+            have_id = true;
+        }
+    }
     envelope_begin(e, h->name, h->type, h->epoch(h), have_id ? id : NULL, clock_wall_ms());
     envelope_str(e, "topic", topic, topic_len);
     envelope_i64(e, "qos", msg->qos);
@@ -486,7 +526,9 @@ static struct message *build_message(struct mqtt_ep *ep, const char *topic, size
     if (msg->qos > 0) envelope_i64(e, "packet_id", msg->msgid);
     if (ep->v5) mqtt_properties_to_envelope(&msg->properties, e);
     envelope_payload(e, msg->payload, msg->payloadlen > 0 ? (size_t)msg->payloadlen : 0);
-    return envelope_finish(e);
+    struct message *m = envelope_finish(e);
+    m->fp = fp;
+    return m;
 }
 
 /* How long to wait before re-emitting a message the sink gave up on. */
@@ -874,6 +916,7 @@ static void *supervisor_main(void *arg)
     unsigned attempt = 0;
     unsigned failed = 0; /* attempts since the last success, for the log */
     int64_t down_since = 0;
+    bool reported_lost = false; /* replay: source_lost once per outage */
 
     while (!atomic_load(&ep->stopping)) {
         char err[512];
@@ -884,7 +927,13 @@ static void *supervisor_main(void *arg)
                      failed ? " after failed attempts" : "");
             failed = 0;
             if (first) signal_start(ep, 0);
+            else if (h->replay) {
+                /* messages of the outage are missing from this replica's ring */
+                h->source_gap(h);
+                replay_idctx_reset(&ep->idctx);
+            }
             first = false;
+            reported_lost = false;
             attempt = 0;
             down_since = 0;
             pthread_mutex_lock(&ep->mu);
@@ -906,7 +955,7 @@ static void *supervisor_main(void *arg)
             atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
             if (first) {
                 first = false;
-                if (h->guard != GUARD_NONE) {
+                if (h->guard != GUARD_NONE && !h->replay) {
                     log_error(COMPONENT, h->name, "%s", err);
                     signal_start(ep, -1);
                     return NULL;
@@ -926,8 +975,16 @@ static void *supervisor_main(void *arg)
             char reason[128];
             snprintf(reason, sizeof reason, "broker %s unreachable for %lld ms", s->server,
                      (long long)(clock_mono_ms() - down_since));
-            h->source_lost(h, reason);
-            return NULL;
+            if (!h->replay) {
+                h->source_lost(h, reason);
+                return NULL;
+            }
+            /* replay: a leader without its broker hands over; every replica
+             * keeps retrying (and buffering once it is back) */
+            if (!reported_lost && h->leader_now(h)) {
+                reported_lost = true;
+                h->source_lost(h, reason);
+            }
         }
         int64_t wait = backoff_ms(attempt++, s->reconnect_min_ms, s->reconnect_max_ms);
         sleep_ms_cancellable(wait, &ep->stopping);
@@ -1127,6 +1184,7 @@ const struct endpoint_ops ep_mqtt_ops = {
     .settings_size = sizeof(struct mqtt_settings),
     .auto_guard = mqtt_auto_guard,
     .validate = mqtt_validate,
+    .replay_check = mqtt_replay_check,
     .create = mqtt_create,
     .start = mqtt_start,
     .stop = mqtt_stop,

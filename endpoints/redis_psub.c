@@ -34,6 +34,7 @@
 
 #include "guard/redis_conn.h"
 #include "src/common/log.h"
+#include "src/common/replay_id.h"
 #include "src/common/util.h"
 
 #define COMPONENT "redis_psub"
@@ -161,9 +162,9 @@ enum psub_kind redis_psub_decode(const redisReply *r, struct psub_event *ev)
 }
 
 void redis_psub_envelope(struct envelope *e, const char *endpoint, uint64_t epoch,
-                         int64_t received_wall_ms, const struct psub_event *ev)
+                         int64_t received_wall_ms, const struct psub_event *ev, const char *id)
 {
-    envelope_begin(e, endpoint, TYPE_NAME, epoch, NULL, received_wall_ms);
+    envelope_begin(e, endpoint, TYPE_NAME, epoch, id, received_wall_ms);
     envelope_str(e, "channel", ev->channel, ev->channel_len);
     if (ev->kind == PSUB_PMESSAGE) envelope_str(e, "pattern", ev->pattern, ev->pattern_len);
     envelope_payload(e, ev->payload, ev->payload_len);
@@ -234,7 +235,9 @@ struct psub {
     struct endpoint_host *host;
     struct redis_opts ro;
     char where[200]; /* "host:port db N" for log lines (host cut at 150) */
-    bool guarded;
+    bool guarded;    /* started on promotion, stopped on demotion */
+    bool replay;     /* failover = "replay": runs on every replica until shutdown */
+    struct replay_idctx idctx; /* consumer thread only */
 
     /* PSUBSCRIBE / SUBSCRIBE argument vectors, built once */
     const char **pargv, **cargv;
@@ -272,8 +275,19 @@ static void set_start_state(struct psub *p, enum start_state st, const char *err
 static void handle_message(struct psub *p, const struct psub_event *ev, int64_t wall_ms)
 {
     struct endpoint_host *h = p->host;
-    redis_psub_envelope(&p->env, h->name, h->epoch(h), wall_ms, ev);
-    h->emit(h, envelope_finish(&p->env)); /* a drop is counted and logged there */
+    if (!p->replay) {
+        redis_psub_envelope(&p->env, h->name, h->epoch(h), wall_ms, ev, NULL);
+        h->emit(h, envelope_finish(&p->env)); /* a drop is counted and logged there */
+        return;
+    }
+    /* the same id on every replica for the same message in the stream */
+    uint64_t fp = replay_fingerprint(ev->channel, ev->channel_len, ev->payload, ev->payload_len);
+    char id[REPLAY_ID_LEN];
+    replay_id(&p->idctx, fp, id);
+    redis_psub_envelope(&p->env, h->name, h->epoch(h), wall_ms, ev, id);
+    struct message *m = envelope_finish(&p->env);
+    m->fp = fp;
+    h->emit(h, m);
 }
 
 static void count_bad(struct psub *p, const char *what, const struct psub_event *ev)
@@ -462,6 +476,14 @@ static void *consumer_main(void *arg)
                 subscribed_once = true;
                 log_info(COMPONENT, name, "subscribed on %s: %d pattern(s), %d channel(s)",
                          p->where, p->pargc - 1, p->cargc - 1);
+            } else if (p->replay) {
+                /* the ring has a hole here; the ids restart their context */
+                h->source_gap(h);
+                replay_idctx_reset(&p->idctx);
+                log_info(COMPONENT, name,
+                         "resubscribed on %s after %" PRId64 " ms (messages published "
+                         "meanwhile are missing from this replica's replay ring)",
+                         p->where, clock_mono_ms() - lost_since);
             } else {
                 log_info(COMPONENT, name,
                          "resubscribed on %s after %" PRId64 " ms (messages published "
@@ -494,6 +516,15 @@ static void *consumer_main(void *arg)
         atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
         int64_t now = clock_mono_ms();
         if (!lost_since) lost_since = now;
+        if (p->replay && now - lost_since >= h->lease_ttl_ms && h->leader_now(h)) {
+            /* a leader without its source hands over to a standby that may
+             * have it; this replica keeps retrying and buffering */
+            char reason[1024];
+            snprintf(reason, sizeof reason,
+                     "source %s unreachable for %" PRId64 " ms (lease ttl %" PRId64 " ms): %s",
+                     p->where, now - lost_since, h->lease_ttl_ms, err);
+            h->source_lost(h, reason);
+        }
         if (p->guarded && now - lost_since >= h->lease_ttl_ms) {
             char reason[1024];
             snprintf(reason, sizeof reason,
@@ -553,7 +584,8 @@ static void *psub_create(const void *settings, struct endpoint_host *host, char 
     struct psub *p = xcalloc(1, sizeof *p);
     p->s = s;
     p->host = host;
-    p->guarded = host->guard == GUARD_ACTIVE;
+    p->replay = host->replay;
+    p->guarded = host->guard == GUARD_ACTIVE && !p->replay;
     p->ro.host = xstrdup(s->host ? s->host : "127.0.0.1");
     p->ro.port = (int)s->port;
     p->ro.db = (int)s->db;
@@ -644,12 +676,23 @@ static int psub_validate(const void *settings, enum guard_kind guard, bool force
     return redis_psub_validate(settings, guard, force, msg, msglen);
 }
 
+/* One Redis node sends every subscriber the same messages in the same
+ * order: every replica's ring lines up with the leader's stream. */
+static int psub_replay_check(const void *settings, char *msg, size_t msglen)
+{
+    (void)settings;
+    (void)msg;
+    (void)msglen;
+    return 0;
+}
+
 const struct endpoint_ops ep_redis_psub_ops = {
     .type = TYPE_NAME,
     .settings = psub_defs,
     .settings_size = sizeof(struct redis_psub_settings),
     .auto_guard = psub_auto_guard,
     .validate = psub_validate,
+    .replay_check = psub_replay_check,
     .create = psub_create,
     .start = psub_start,
     .stop = psub_stop,

@@ -56,9 +56,10 @@ enum psub_kind redis_psub_decode(const redisReply *r, struct psub_event *ev);
 
 /* Builds the envelope of a MESSAGE/PMESSAGE event into e (reused buffer):
  * endpoint, type, epoch, received_at, channel, pattern (PMESSAGE only),
- * payload (string when UTF-8, else base64). */
+ * payload (string when UTF-8, else base64). id: NULL, or the replay id
+ * (failover = "replay"). */
 void redis_psub_envelope(struct envelope *e, const char *endpoint, uint64_t epoch,
-                         int64_t received_wall_ms, const struct psub_event *ev);
+                         int64_t received_wall_ms, const struct psub_event *ev, const char *id);
 
 /* The cross-field checks of the endpoint's validate op, callable directly. */
 int redis_psub_validate(const struct redis_psub_settings *s, enum guard_kind guard, bool force,

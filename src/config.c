@@ -128,14 +128,21 @@ static const config_setting_t *setting_named_by(const config_setting_t *group, c
     return config_setting_get_member(group, key);
 }
 
-/* Names of a settings table as a NULL-terminated array (for also_allowed). */
-static const char **def_names(const struct setting_def *defs)
+/* Names of a settings table as a NULL-terminated array (for also_allowed),
+ * plus extra (a group key parsed separately) when not NULL. */
+static const char **def_names_with(const struct setting_def *defs, const char *extra)
 {
     size_t n = 0;
     while (defs && defs[n].name) n++;
-    const char **v = xcalloc(n + 1, sizeof *v);
+    const char **v = xcalloc(n + 2, sizeof *v);
     for (size_t i = 0; i < n; i++) v[i] = defs[i].name;
+    v[n] = extra;
     return v;
+}
+
+static const char **def_names(const struct setting_def *defs)
+{
+    return def_names_with(defs, NULL);
 }
 
 /* Names used in lock keys, scopes, headers and metric labels. */
@@ -317,6 +324,7 @@ static const struct setting_def sink_common_defs[] = {
 
 static const char *const guard_names[] = { "auto", "active", "once", "none", NULL };
 static const char *const policy_names[] = { "block", "drop_oldest", NULL };
+static const char *const failover_names[] = { "gap", "replay", NULL };
 struct endpoint_common {
     char *name;
     char *type;
@@ -332,6 +340,7 @@ struct endpoint_common {
     int64_t lease_retry_ms; /* 0: not given */
     int64_t once_ttl_ms;
     bool once_fail_open;
+    int failover;
 };
 static const struct setting_def endpoint_common_defs[] = {
     { "name", SETTING_STRING, offsetof(struct endpoint_common, name), .required = true,
@@ -362,6 +371,22 @@ static const struct setting_def endpoint_common_defs[] = {
       .min = 1, .max = 31L * 86400000, .help = "OnceGuard key lifetime" },
     { "once_fail_open", SETTING_BOOL, offsetof(struct endpoint_common, once_fail_open),
       .def = "false", .help = "allow when the locker is unreachable" },
+    { "failover", SETTING_ENUM, offsetof(struct endpoint_common, failover), .def = "gap",
+      .choices = failover_names,
+      .help = "what a crash takeover does with messages published meanwhile: \"gap\" loses "
+              "them, \"replay\" has standbys buffer and the new leader replay them" },
+    SETTINGS_END
+};
+
+/* replay = { window_ms; max_bytes; mark_interval_ms; } (failover = "replay") */
+static const struct setting_def replay_defs[] = {
+    { "window_ms", SETTING_INT, offsetof(struct replay_config, window_ms), .min = 100,
+      .max = 3600000, .help = "how long a standby keeps what it received (default 2 x ttl + 1 s)" },
+    { "max_bytes", SETTING_INT, offsetof(struct replay_config, max_bytes), .def = "16777216",
+      .min = 65536, .max = 4294967296LL, .help = "bytes a standby's ring holds at most" },
+    { "mark_interval_ms", SETTING_INT, offsetof(struct replay_config, mark_interval_ms),
+      .def = "50", .min = 1, .max = 60000,
+      .help = "how often the leader publishes what it delivered" },
     SETTINGS_END
 };
 
@@ -693,6 +718,74 @@ static int check_endpoint_lease(struct baton_config *c, const struct endpoint_co
     return -1;
 }
 
+/* failover = "replay": the type must support it (endpoint_ops.replay_check),
+ * the endpoint must run under ActiveGuard with a locker, and the ring must
+ * cover a crash takeover (window >= ttl + retry). */
+static int parse_replay(const struct baton_config *c, struct endpoint_config *ep,
+                        const config_setting_t *root, const char *what, struct config_error *err)
+{
+    const config_setting_t *g = config_setting_get_member(root, "replay");
+    const config_setting_t *fs = config_setting_get_member(root, "failover");
+    if (ep->failover != FAILOVER_REPLAY) {
+        if (g) {
+            config_error_set(err, ep->file, line_of(g),
+                             "%s: 'replay' settings are given but failover is \"gap\"; set "
+                             "failover = \"replay\" to use them", what);
+            return -1;
+        }
+        return 0;
+    }
+    char msg[400] = "";
+    if (!ep->ops->replay_check) {
+        config_error_set(err, ep->file, line_of(fs),
+                         "%s: failover = \"replay\" is not available for type %s (it exists for "
+                         "broadcast sources: redis_psub, mqtt without shared_group)", what, ep->type);
+        return -1;
+    }
+    if (ep->ops->replay_check(ep->settings, msg, sizeof msg)) {
+        const config_setting_t *at = setting_named_by(root, msg);
+        config_error_set(err, ep->file, line_of(at ? at : fs), "%s: failover = \"replay\": %s",
+                         what, msg);
+        return -1;
+    }
+    if (ep->guard != GUARD_ACTIVE || !c->has_locker) {
+        config_error_set(err, ep->file, line_of(fs),
+                         "%s: failover = \"replay\" needs guard \"active\" and a locker in the "
+                         "main file (standbys buffer what the leader delivers)", what);
+        return -1;
+    }
+    if (g && !config_setting_is_group(g)) {
+        config_error_set(err, ep->file, line_of(g),
+                         "%s: 'replay' must be a group: replay = { window_ms = ...; max_bytes = ...; "
+                         "mark_interval_ms = ...; }", what);
+        return -1;
+    }
+    char rwhat[240];
+    snprintf(rwhat, sizeof rwhat, "%s: replay", what);
+    memset(&ep->replay, 0, sizeof ep->replay);
+    if (settings_parse(replay_defs, g, NULL, rwhat, &ep->replay, err)) return -1;
+    int64_t need = ep->lease.ttl_ms + ep->lease.retry_ms;
+    if (ep->replay.window_ms == 0) ep->replay.window_ms = 2 * ep->lease.ttl_ms + 1000;
+    if (ep->replay.window_ms < need) {
+        const config_setting_t *at = config_setting_get_member(g, "window_ms");
+        config_error_set(err, ep->file, line_of(at ? at : g ? g : fs),
+                         "%s: replay.window_ms = %lld is shorter than a crash takeover can take "
+                         "(lease ttl %lld + retry %lld ms): the ring could not cover the gap",
+                         what, (long long)ep->replay.window_ms, (long long)ep->lease.ttl_ms,
+                         (long long)ep->lease.retry_ms);
+        return -1;
+    }
+    if (ep->replay.mark_interval_ms >= ep->lease.ttl_ms) {
+        const config_setting_t *at = config_setting_get_member(g, "mark_interval_ms");
+        config_error_set(err, ep->file, line_of(at ? at : g ? g : fs),
+                         "%s: replay.mark_interval_ms = %lld must be shorter than the lease ttl "
+                         "(%lld ms): every failover repeats what was delivered after the last mark",
+                         what, (long long)ep->replay.mark_interval_ms, (long long)ep->lease.ttl_ms);
+        return -1;
+    }
+    return 0;
+}
+
 static int load_endpoint(struct baton_config *c, const char *path, struct name_site *sites,
                          struct config_error *err)
 {
@@ -731,7 +824,7 @@ static int load_endpoint(struct baton_config *c, const char *path, struct name_s
         goto out;
     }
 
-    type_keys = def_names(ep->ops->settings);
+    type_keys = def_names_with(ep->ops->settings, "replay");
     rc = settings_parse(endpoint_common_defs, root, type_keys, what, &com, err);
     ep->name = com.name;
     com.name = NULL;
@@ -756,7 +849,7 @@ static int load_endpoint(struct baton_config *c, const char *path, struct name_s
     sites[c->n_endpoints - 1].line = line_of(ns);
 
     ep->settings = xcalloc(1, ep->ops->settings_size ? ep->ops->settings_size : 1);
-    common_keys = def_names(endpoint_common_defs);
+    common_keys = def_names_with(endpoint_common_defs, "replay");
     if (settings_parse(ep->ops->settings, root, common_keys, what, ep->settings, err)) goto out;
 
     ep->enabled = com.enabled;
@@ -812,6 +905,8 @@ static int load_endpoint(struct baton_config *c, const char *path, struct name_s
         ep->lease.balance_step_ms = com.lease_retry_ms / 2 > 0 ? com.lease_retry_ms / 2 : 1;
     }
     if (check_endpoint_lease(c, ep, root, what, &com, err)) goto out;
+    ep->failover = com.failover == 1 ? FAILOVER_REPLAY : FAILOVER_GAP;
+    if (parse_replay(c, ep, root, what, err)) goto out;
     rc = 0;
 out:
     free(type_keys);

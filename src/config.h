@@ -20,6 +20,14 @@ struct lease_config {
     int64_t balance_step_ms; /* leader balancing step, default retry / 2 (issue 8) */
 };
 
+/* Warm standby replay (failover = "replay"). */
+enum failover_mode { FAILOVER_GAP = 0, FAILOVER_REPLAY = 1 };
+struct replay_config {
+    int64_t window_ms;        /* default 2 x lease ttl + 1000 */
+    int64_t max_bytes;        /* default 16 MiB */
+    int64_t mark_interval_ms; /* default 50 */
+};
+
 struct sink_config {
     char *name;
     char *type;
@@ -46,6 +54,8 @@ struct endpoint_config {
     struct lease_config lease;      /* main lease, overridden by lease_*_ms keys */
     int64_t once_ttl_ms;            /* OnceGuard ttl, default 3600000 */
     bool once_fail_open;            /* default false */
+    enum failover_mode failover;    /* default gap */
+    struct replay_config replay;    /* failover = replay only */
 };
 
 struct baton_config {

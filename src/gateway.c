@@ -37,6 +37,7 @@
 #include "src/common/util.h"
 #include "src/forward.h"
 #include "src/queue.h"
+#include "src/warm.h"
 
 struct gw_endpoint {
     struct gateway *gw;
@@ -50,6 +51,7 @@ struct gw_endpoint {
     void *sink;             /* sink instance (one per endpoint) */
     struct queue *q;
     struct active_guard *guard; /* GUARD_ACTIVE only */
+    struct warm *warm;          /* failover = "replay" only */
 
     pthread_t fwd_thread;
     bool fwd_started;
@@ -95,6 +97,9 @@ struct gateway {
     pthread_t obs_thread;
     bool obs_started;
     atomic_bool obs_stop;
+    pthread_t mark_thread;      /* replay marks, when an endpoint replays */
+    bool mark_started;
+    atomic_bool mark_stop;
 };
 
 static void *observer_main(void *arg);
@@ -164,16 +169,9 @@ static bool producer_should_give_up(void *arg)
     return e->guard && active_guard_leader_state(e->guard) == LEADER_NO;
 }
 
-static int host_emit(struct endpoint_host *h, struct message *m)
+/* Queues m for the forwarder (received already counted). */
+static int enqueue(struct gw_endpoint *e, struct message *m)
 {
-    struct gw_endpoint *e = h->gw;
-    atomic_fetch_add_explicit(&e->stats.received, 1, memory_order_relaxed);
-    /* Early drop only when there is no lease at all; an unsure lease (being
-     * verified) is decided by the forwarder right before the sink. */
-    if (e->guard && active_guard_leader_state(e->guard) == LEADER_NO) {
-        drop_message(e, m, MSG_DROPPED_NOT_LEADER);
-        return -1;
-    }
     struct message *evicted = NULL;
     atomic_fetch_add(&e->pending, 1);
     int rc = queue_push_cancellable(e->q, m, &evicted, producer_should_give_up, e);
@@ -190,6 +188,35 @@ static int host_emit(struct endpoint_host *h, struct message *m)
         drop_message(e, evicted, MSG_DROPPED_QUEUE_FULL);
     }
     return 0;
+}
+
+/* failover = "replay": what warm_emit and warm_promote enqueue while live. */
+static int warm_enqueue(void *arg, struct message *m)
+{
+    struct gw_endpoint *e = arg;
+    atomic_fetch_add_explicit(&e->stats.received, 1, memory_order_relaxed);
+    return enqueue(e, m);
+}
+
+static int host_emit(struct endpoint_host *h, struct message *m)
+{
+    struct gw_endpoint *e = h->gw;
+    /* replay: every replica buffers; the live one also enqueues */
+    if (e->warm) return warm_emit(e->warm, m);
+    atomic_fetch_add_explicit(&e->stats.received, 1, memory_order_relaxed);
+    /* Early drop only when there is no lease at all; an unsure lease (being
+     * verified) is decided by the forwarder right before the sink. */
+    if (e->guard && active_guard_leader_state(e->guard) == LEADER_NO) {
+        drop_message(e, m, MSG_DROPPED_NOT_LEADER);
+        return -1;
+    }
+    return enqueue(e, m);
+}
+
+static void host_source_gap(struct endpoint_host *h)
+{
+    struct gw_endpoint *e = h->gw;
+    if (e->warm) warm_gap(e->warm);
 }
 
 static void host_source_lost(struct endpoint_host *h, const char *reason)
@@ -284,6 +311,7 @@ static void *forwarder_main(void *arg)
         }
         unsigned long long errors = forward_batch(&ctx, batch, outcome, n);
         if (errors) atomic_fetch_add_explicit(&e->stats.sink_errors, errors, memory_order_relaxed);
+        if (e->warm) warm_settled(e->warm, batch, outcome, n); /* before they are freed */
         settle(e, batch, outcome, n);
     }
     free(batch);
@@ -311,7 +339,8 @@ static int on_promoted(void *arg, uint64_t epoch)
     pthread_mutex_lock(&e->lifecycle);
     atomic_store(&e->ep_stopping, false);
     if (!atomic_load(&e->gw->stopping)) atomic_store(&e->fwd_cancel, false);
-    int rc = e->cfg->ops->start(e->ep);
+    /* replay: the endpoint runs already; replay the ring, then go live */
+    int rc = e->warm ? warm_promote(e->warm, epoch) : e->cfg->ops->start(e->ep);
     pthread_mutex_unlock(&e->lifecycle);
     if (rc != 0) {
         log_error("gateway", e->cfg->name, "endpoint failed to start as leader (epoch %llu)",
@@ -342,10 +371,13 @@ static void on_demoted(void *arg)
     int64_t t0 = clock_mono_ms();
     int64_t bound = demotion_drain_bound(e);
     atomic_store(&e->drain_deadline_ms, t0 + bound);
+    if (e->warm) warm_demote(e->warm); /* keeps buffering, stops enqueueing */
     atomic_store(&e->ep_stopping, true);
-    pthread_mutex_lock(&e->lifecycle);
-    e->cfg->ops->stop(e->ep);
-    pthread_mutex_unlock(&e->lifecycle);
+    if (!e->warm) {
+        pthread_mutex_lock(&e->lifecycle);
+        e->cfg->ops->stop(e->ep);
+        pthread_mutex_unlock(&e->lifecycle);
+    }
     int64_t left = t0 + bound - clock_mono_ms();
     if (!drain_wait(e, left > 0 ? left : 0)) {
         long long pending = atomic_load(&e->pending);
@@ -359,8 +391,12 @@ static void on_demoted(void *arg)
                      "them from its checkpoint)",
                      (long long)bound, pending);
     }
+    /* the successor starts after what was settled here (the lease is still
+     * ours on a graceful end; a superseded epoch is refused) */
+    if (e->warm) warm_flush_mark(e->warm);
     if (atomic_exchange(&e->leading, false)) atomic_fetch_sub(&e->gw->leaders, 1);
-    log_info("gateway", e->cfg->name, "stopped consuming (%lld ms)", (long long)(clock_mono_ms() - t0));
+    log_info("gateway", e->cfg->name, "stopped %s (%lld ms)", e->warm ? "forwarding, buffering as standby" : "consuming",
+             (long long)(clock_mono_ms() - t0));
 }
 
 static int64_t standby_delay(void *arg)
@@ -429,6 +465,8 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
             return -1;
         }
         e->lease_key = xstrdup(active_guard_key(e->guard));
+        if (c->failover == FAILOVER_REPLAY && gw->locker)
+            e->warm = warm_create(c->name, &c->replay, gw->locker, e->lease_key, warm_enqueue, e);
     }
 
     struct endpoint_host *h = &e->host;
@@ -451,6 +489,11 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
     h->stopping = host_stopping;
     h->once_ttl_ms = c->once_ttl_ms;
     h->once_fail_open = c->once_fail_open;
+    h->replay = e->warm != NULL;
+    h->source_gap = host_source_gap;
+    /* replay: what a term left unsettled is after its last mark, so the
+     * successor replays it from its ring */
+    if (e->warm) h->source_redelivers = true;
 
     char eerr[512] = "";
     e->ep = c->ops->create(c->settings, h, eerr, sizeof eerr);
@@ -469,6 +512,7 @@ static void endpoint_teardown(struct gw_endpoint *e)
     if (e->guard) active_guard_destroy(e->guard);
     if (e->q) queue_destroy(e->q);
     if (e->ep) e->cfg->ops->destroy(e->ep);
+    warm_destroy(e->warm); /* after the endpoint: it emits into the ring */
     if (e->sink) e->cfg->sink->ops->destroy(e->sink);
     free(e->lease_key);
     pthread_mutex_destroy(&e->lifecycle);
@@ -510,10 +554,36 @@ struct gateway *gateway_create(const struct baton_config *cfg, char *err, size_t
     return gw;
 }
 
+/* Publishes the replay marks of the endpoints this replica leads (each at
+ * most every mark_interval_ms) and trims idle rings once a second. */
+static void *marker_main(void *arg)
+{
+    struct gateway *gw = arg;
+    int64_t next_trim = clock_mono_ms() + 1000;
+    while (!atomic_load(&gw->mark_stop)) {
+        int64_t now = clock_mono_ms(), wake = now + 1000;
+        for (size_t i = 0; i < gw->n_eps; i++) {
+            if (!gw->eps[i].warm) continue;
+            int64_t t = warm_mark_tick(gw->eps[i].warm, now);
+            if (t < wake) wake = t;
+            if (now >= next_trim) warm_trim(gw->eps[i].warm);
+        }
+        if (now >= next_trim) next_trim = now + 1000;
+        int64_t d = wake - clock_mono_ms();
+        sleep_ms_cancellable(d > 1 ? d : 1, &gw->mark_stop);
+    }
+    return NULL;
+}
+
 int gateway_start(struct gateway *gw)
 {
     if (pthread_create(&gw->obs_thread, NULL, observer_main, gw) != 0) return -1;
     gw->obs_started = true;
+    for (size_t i = 0; i < gw->n_eps && !gw->mark_started; i++) {
+        if (!gw->eps[i].warm) continue;
+        if (pthread_create(&gw->mark_thread, NULL, marker_main, gw) != 0) return -1;
+        gw->mark_started = true;
+    }
     for (size_t i = 0; i < gw->n_eps; i++) {
         struct gw_endpoint *e = &gw->eps[i];
         if (pthread_create(&e->fwd_thread, NULL, forwarder_main, e) != 0) return -1;
@@ -521,9 +591,15 @@ int gateway_start(struct gateway *gw)
     }
     for (size_t i = 0; i < gw->n_eps; i++) {
         struct gw_endpoint *e = &gw->eps[i];
-        log_info("gateway", e->cfg->name, "type %s, guard %s, sink %s%s", e->cfg->type,
+        log_info("gateway", e->cfg->name, "type %s, guard %s, sink %s%s%s", e->cfg->type,
                  guard_kind_name(e->cfg->guard), e->cfg->sink->name,
-                 e->guard ? (gw->locker ? ", competing for the lease" : ", single-process mode") : "");
+                 e->guard ? (gw->locker ? ", competing for the lease" : ", single-process mode") : "",
+                 e->warm ? ", failover replay (subscribed on every replica, buffering as standby)" : "");
+        if (e->warm) {
+            /* subscribed before competing: the ring fills from the start */
+            if (pthread_create(&e->starter_thread, NULL, starter_main, e) != 0) return -1;
+            e->starter_started = true;
+        }
         if (e->guard) {
             if (active_guard_start(e->guard) != 0) return -1;
             /* Leader balancing at start: let this guard make its first
@@ -577,7 +653,7 @@ void gateway_stop(struct gateway *gw)
     }
     for (size_t i = 0; i < gw->n_eps; i++) {
         struct gw_endpoint *e = &gw->eps[i];
-        if (e->guard) continue;
+        if (e->guard && !e->warm) continue; /* the guard's demotion stops it */
         if (e->starter_started) {
             pthread_join(e->starter_thread, NULL);
             e->starter_started = false;
@@ -600,6 +676,11 @@ void gateway_stop(struct gateway *gw)
     /* 3. Join the guards (releases and announcements), then the forwarders. */
     for (size_t i = 0; i < gw->n_eps; i++)
         if (gw->eps[i].guard) active_guard_stop(gw->eps[i].guard);
+    atomic_store(&gw->mark_stop, true); /* final marks were written at demotion */
+    if (gw->mark_started) {
+        pthread_join(gw->mark_thread, NULL);
+        gw->mark_started = false;
+    }
     for (size_t i = 0; i < gw->n_eps; i++) queue_close(gw->eps[i].q);
     for (size_t i = 0; i < gw->n_eps; i++) {
         struct gw_endpoint *e = &gw->eps[i];
@@ -629,6 +710,8 @@ void gateway_destroy(struct gateway *gw)
     if (!gw) return;
     atomic_store(&gw->obs_stop, true);
     if (gw->obs_started) pthread_join(gw->obs_thread, NULL);
+    atomic_store(&gw->mark_stop, true);
+    if (gw->mark_started) pthread_join(gw->mark_thread, NULL);
     for (size_t i = 0; i < gw->n_eps; i++) endpoint_teardown(&gw->eps[i]);
     free(gw->eps);
     free(gw->obs.holder);
@@ -753,6 +836,81 @@ static void metric_ep(struct jbuf *b, const char *name, const struct gw_endpoint
 
 #define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
 
+static int64_t ring_age_ms(const struct warm *w)
+{
+    int64_t oldest = LOAD(warm_stats(w)->ring_oldest_wall_ms);
+    int64_t age = oldest ? clock_wall_ms() - oldest : 0;
+    return age > 0 ? age : 0;
+}
+
+/* failover = "replay" endpoints only. */
+static void render_replay_metrics(struct gateway *gw, struct jbuf *b)
+{
+    struct {
+        const char *name, *type, *help;
+        size_t off;
+    } simple[] = {
+        {"baton_replay_buffered_total", "counter", "Messages received as standby and kept in the ring.",
+         offsetof(struct warm_stats, buffered)},
+        {"baton_replayed_total", "counter",
+         "Messages replayed from the ring at promotion (marked \"replayed\": true).",
+         offsetof(struct warm_stats, replayed)},
+        {"baton_replay_ambiguous_total", "counter",
+         "Promotions whose mark matched several places in the ring (chosen by receive time).",
+         offsetof(struct warm_stats, ambiguous)},
+        {"baton_replay_ring_messages", "gauge", "Messages in the replay ring.",
+         offsetof(struct warm_stats, ring_count)},
+        {"baton_replay_ring_bytes", "gauge", "Bytes held by the replay ring.",
+         offsetof(struct warm_stats, ring_bytes)},
+        {"baton_replay_marks_written_total", "counter", "Replay marks written by this replica as leader.",
+         offsetof(struct warm_stats, marks_written)},
+        {"baton_replay_mark_errors_total", "counter", "Replay marks that could not be written or read.",
+         offsetof(struct warm_stats, mark_errors)},
+    };
+    bool any = false;
+    for (size_t i = 0; i < gw->n_eps; i++) any = any || gw->eps[i].warm;
+    if (!any) return;
+    for (size_t c = 0; c < sizeof simple / sizeof simple[0]; c++) {
+        metric_head(b, simple[c].name, simple[c].type, simple[c].help);
+        for (size_t i = 0; i < gw->n_eps; i++) {
+            if (!gw->eps[i].warm) continue;
+            const char *base = (const char *)warm_stats(gw->eps[i].warm);
+            metric_ep(b, simple[c].name, &gw->eps[i], NULL,
+                      atomic_load((const atomic_ullong *)(base + simple[c].off)));
+        }
+    }
+    metric_head(b, "baton_replay_unaligned_total", "counter",
+                "Promotions that could not align on the previous leader's mark and delivered the "
+                "whole ring (messages may be lost or repeated), by reason.");
+    for (size_t i = 0; i < gw->n_eps; i++) {
+        if (!gw->eps[i].warm) continue;
+        const struct warm_stats *ws = warm_stats(gw->eps[i].warm);
+        for (int r = 0; r < 4; r++) {
+            char label[48];
+            snprintf(label, sizeof label, "reason=\"%s\"", warm_unaligned_names[r]);
+            metric_ep(b, "baton_replay_unaligned_total", &gw->eps[i], label, LOAD(ws->unaligned[r]));
+        }
+    }
+    metric_head(b, "baton_replay_evicted_total", "counter", "Messages evicted from the replay ring, by bound.");
+    for (size_t i = 0; i < gw->n_eps; i++) {
+        if (!gw->eps[i].warm) continue;
+        const struct warm_stats *ws = warm_stats(gw->eps[i].warm);
+        metric_ep(b, "baton_replay_evicted_total", &gw->eps[i], "bound=\"window_ms\"", LOAD(ws->evicted_window));
+        metric_ep(b, "baton_replay_evicted_total", &gw->eps[i], "bound=\"max_bytes\"", LOAD(ws->evicted_overflow));
+    }
+    metric_head(b, "baton_replay_ring_age_ms", "gauge", "Age of the oldest message in the replay ring (ms).");
+    for (size_t i = 0; i < gw->n_eps; i++)
+        if (gw->eps[i].warm)
+            metric_ep(b, "baton_replay_ring_age_ms", &gw->eps[i], NULL, (unsigned long long)ring_age_ms(gw->eps[i].warm));
+    metric_head(b, "baton_replay_mark_lag_ms", "gauge",
+                "Leader: ms of settled messages not yet covered by a written mark (what a crash now "
+                "would repeat).");
+    for (size_t i = 0; i < gw->n_eps; i++)
+        if (gw->eps[i].warm)
+            metric_ep(b, "baton_replay_mark_lag_ms", &gw->eps[i], NULL,
+                      (unsigned long long)warm_mark_lag_ms(gw->eps[i].warm));
+}
+
 void gateway_render_metrics(struct gateway *gw, struct jbuf *b)
 {
     metric_head(b, "baton_build_info", "gauge", "Build information.");
@@ -809,10 +967,12 @@ void gateway_render_metrics(struct gateway *gw, struct jbuf *b)
     }
     metric_head(b, "baton_messages_returned_total", "counter",
                 "Messages of an ended lease term left to a source that delivers them again "
-                "(rabbitmq group requeues them, mysql_cdc replays them from its checkpoint).");
+                "(rabbitmq group requeues them, mysql_cdc replays them from its checkpoint, "
+                "failover = \"replay\" endpoints leave them to the successor's ring).");
     for (size_t i = 0; i < gw->n_eps; i++)
         metric_ep(b, "baton_messages_returned_total", &gw->eps[i], "reason=\"term_ended\"",
                   LOAD(gw->eps[i].stats.returned_term_ended));
+    render_replay_metrics(gw, b);
     metric_head(b, "baton_queue_depth", "gauge", "Messages waiting for the sink.");
     for (size_t i = 0; i < gw->n_eps; i++)
         metric_ep(b, "baton_queue_depth", &gw->eps[i], NULL, queue_depth(gw->eps[i].q));
@@ -937,6 +1097,29 @@ void gateway_render_status(struct gateway *gw, struct jbuf *b)
                         LOAD(e->stats.dropped_term_ended));
         jbuf_key(b, &f, "queue_depth");
         jbuf_u64(b, queue_depth(e->q));
+        if (e->warm) {
+            const struct warm_stats *ws = warm_stats(e->warm);
+            bool rf = true;
+            jbuf_key(b, &f, "failover");
+            jbuf_strz(b, "replay");
+            jbuf_key(b, &f, "replay");
+            jbuf_char(b, '{');
+            jbuf_key(b, &rf, "ring_messages");
+            jbuf_u64(b, LOAD(ws->ring_count));
+            jbuf_key(b, &rf, "ring_bytes");
+            jbuf_u64(b, LOAD(ws->ring_bytes));
+            jbuf_key(b, &rf, "ring_age_ms");
+            jbuf_u64(b, (uint64_t)ring_age_ms(e->warm));
+            jbuf_key(b, &rf, "replayed");
+            jbuf_u64(b, LOAD(ws->replayed));
+            unsigned long long un = 0;
+            for (int r = 0; r < 4; r++) un += LOAD(ws->unaligned[r]);
+            jbuf_key(b, &rf, "unaligned");
+            jbuf_u64(b, un);
+            jbuf_key(b, &rf, "mark_lag_ms");
+            jbuf_u64(b, (uint64_t)warm_mark_lag_ms(e->warm));
+            jbuf_char(b, '}');
+        }
         jbuf_char(b, '}');
     }
     jbuf_char(b, ']');

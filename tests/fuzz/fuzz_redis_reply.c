@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct psub_event ev;
         enum psub_kind k = redis_psub_decode(reply, &ev);
         if (k == PSUB_MESSAGE || k == PSUB_PMESSAGE) {
-            redis_psub_envelope(&e, "fuzz", 1, 1700000000000, &ev);
+            redis_psub_envelope(&e, "fuzz", 1, 1700000000000, &ev, NULL);
             struct message *m = envelope_finish(&e);
             if (!utf8_valid(m->json, m->len)) abort();
             message_finish(m, MSG_DELIVERED);

@@ -161,7 +161,7 @@ static char *envelope_of(const struct psub_event *ev, uint64_t epoch)
 {
     struct envelope e;
     envelope_init(&e);
-    redis_psub_envelope(&e, "orders", epoch, 1764684000123LL, ev);
+    redis_psub_envelope(&e, "orders", epoch, 1764684000123LL, ev, NULL);
     struct message *m = envelope_finish(&e);
     char *s = strdup(m->json);
     assert_int_equal(m->epoch, epoch);

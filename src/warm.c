@@ -228,6 +228,8 @@ int warm_promote(struct warm *w, uint64_t epoch)
     }
     atomic_store(&w->live, epoch);
     publish_ring(w);
+    struct replay_ring_stats rs;
+    replay_ring_stats(w->ring, &rs);
     pthread_mutex_unlock(&w->mu);
 
     pthread_mutex_lock(&w->mk_mu);
@@ -257,8 +259,6 @@ int warm_promote(struct warm *w, uint64_t epoch)
                                                               : WARM_NOT_FOUND;
     if (why == WARM_NO_MARK && count == 0) return 0; /* nothing before us, nothing buffered */
     atomic_fetch_add(&w->stats.unaligned[why], 1);
-    struct replay_ring_stats rs;
-    replay_ring_stats(w->ring, &rs);
     log_warn(COMPONENT, w->name,
              "epoch %" PRIu64 ": replay not aligned (%s): %s; delivering %zu buffered messages (ring "
              "%zu messages, %zu bytes, %" PRId64 " ms old; evicted %llu by window_ms %" PRId64

@@ -3,7 +3,7 @@ real redis-server (locker and source) and mosquitto, stdout sinks recorded:
 
   1. config: replay settings validated with file:line
   2. leader SIGKILLed every 5 s (restarted after 1 s), 3 replicas, 2,000
-     msg/s for 60 s: 0 missing; every duplicate is marked replayed, at most
+     msg/s for 60 s (BATON_REPLAY_SIGKILL_S): 0 missing; every duplicate is marked replayed, at most
      ~rate x mark interval per failover; each term forwards in order
   3. leader SIGSTOPped for 2 x ttl, repeatedly: 0 missing, 0 unmarked
      duplicates
@@ -29,6 +29,8 @@ ORDER = ["test_config", "test_sigkill_loop", "test_sigstop_loop", "test_all_kill
          "test_ring_too_small", "test_heartbeat_ambiguous", "test_mqtt_sigkill"]
 
 TTL, RETRY, MARK_MS = 1000, 100, 50
+# The SIGKILL loop's length (the issue's 60 s; CI's TSan pass shortens it).
+SIGKILL_S = int(os.environ.get("BATON_REPLAY_SIGKILL_S", "60"))
 LEASE = {"ttl_ms": TTL, "renew_ms": 300, "retry_ms": RETRY}
 
 
@@ -221,7 +223,7 @@ def test_sigkill_loop(t):
         time.sleep(1.0)
         b.start()
 
-    failovers = kill_loop(t, batons, 60, 5, fault)
+    failovers = kill_loop(t, batons, SIGKILL_S, 5, fault)
     time.sleep(1.0)
     pub.stop()
     time.sleep(TTL / 1000.0 * 2 + 2)  # the last failover settles and drains
@@ -229,7 +231,7 @@ def test_sigkill_loop(t):
     # duplicates per failover: what the killed leader delivered after its
     # last mark (<= one mark interval, plus the forwarder's batch in flight)
     report(t, "sigkill", a, failovers, rate, 2 * rate * MARK_MS // 1000 + 50)
-    t.check(failovers >= 8, "only %d failovers happened" % failovers)
+    t.check(failovers >= SIGKILL_S // 5 - 3, "only %d failovers happened" % failovers)
 
 
 def test_sigstop_loop(t):

@@ -30,6 +30,8 @@ struct warm {
     struct replay_ring *ring;
     atomic_ullong live; /* epoch enqueued in, 0 = standby */
 
+    pthread_mutex_t write_mu; /* one mark write at a time: a flush waits for
+                                 one in flight, so the release follows it */
     pthread_mutex_t mk_mu; /* the pending mark */
     struct replay_mark mark;
     bool dirty;
@@ -57,6 +59,7 @@ struct warm *warm_create(const char *name, const struct replay_config *rc, struc
     w->arg = arg;
     pthread_mutex_init(&w->mu, NULL);
     pthread_mutex_init(&w->mk_mu, NULL);
+    pthread_mutex_init(&w->write_mu, NULL);
     w->ring = replay_ring_new(rc->window_ms, (size_t)rc->max_bytes);
     atomic_init(&w->live, 0);
     return w;
@@ -68,6 +71,7 @@ void warm_destroy(struct warm *w)
     replay_ring_free(w->ring);
     pthread_mutex_destroy(&w->mu);
     pthread_mutex_destroy(&w->mk_mu);
+    pthread_mutex_destroy(&w->write_mu);
     free(w->name);
     free(w->lease_key);
     free(w);
@@ -313,8 +317,17 @@ int64_t warm_mark_lag_ms(const struct warm *w)
     return since ? clock_mono_ms() - since : 0;
 }
 
+static void write_mark_locked(struct warm *w, int64_t now, bool force);
+
 /* One write of the pending mark (if any); force ignores the interval. */
 static void write_mark(struct warm *w, int64_t now, bool force)
+{
+    pthread_mutex_lock(&w->write_mu);
+    write_mark_locked(w, now, force);
+    pthread_mutex_unlock(&w->write_mu);
+}
+
+static void write_mark_locked(struct warm *w, int64_t now, bool force)
 {
     pthread_mutex_lock(&w->mk_mu);
     bool refresh = w->mark.n > 0 && now - w->last_ok_ms >= w->mark_ttl_ms / 2;

@@ -35,16 +35,22 @@ static bool args_ok(struct locker *l, const char *key, char err[LOCKER_ERR_MAX])
     return true;
 }
 
+/* args_ok, and a positive ttl (suffix names a shared value: "<key>:<suffix>"). */
+static bool ttl_args_ok(struct locker *l, const char *key, const char *suffix, int64_t ttl_ms,
+                        char err[LOCKER_ERR_MAX])
+{
+    if (!args_ok(l, key, err)) return false;
+    if (ttl_ms > 0) return true;
+    snprintf(err, LOCKER_ERR_MAX, "%s locker: ttl must be > 0 (got %lld ms) for %s%s%s",
+             l->ops->name, (long long)ttl_ms, key, suffix ? ":" : "", suffix ? suffix : "");
+    return false;
+}
+
 int locker_try_lock(struct locker *l, const char *key, int64_t ttl_ms, struct lock_grant *out,
                     char err[LOCKER_ERR_MAX])
 {
     err[0] = '\0';
-    if (!args_ok(l, key, err)) return LOCKER_ERR;
-    if (ttl_ms <= 0) {
-        snprintf(err, LOCKER_ERR_MAX, "%s locker: ttl must be > 0 (got %lld ms) for %s",
-                 l->ops->name, (long long)ttl_ms, key);
-        return LOCKER_ERR;
-    }
+    if (!ttl_args_ok(l, key, NULL, ttl_ms, err)) return LOCKER_ERR;
     return l->ops->try_lock(l, key, ttl_ms, out, err);
 }
 
@@ -149,12 +155,7 @@ void locker_destroy(struct locker *l)
 int locker_claim(struct locker *l, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
 {
     err[0] = '\0';
-    if (!args_ok(l, key, err)) return LOCKER_ERR;
-    if (ttl_ms <= 0) {
-        snprintf(err, LOCKER_ERR_MAX, "%s locker: ttl must be > 0 (got %lld ms) for %s",
-                 l->ops->name, (long long)ttl_ms, key);
-        return LOCKER_ERR;
-    }
+    if (!ttl_args_ok(l, key, NULL, ttl_ms, err)) return LOCKER_ERR;
     if (l->ops->claim) return l->ops->claim(l, key, ttl_ms, err);
     struct lock_grant g;
     return locker_try_lock(l, key, ttl_ms, &g, err);
@@ -200,11 +201,7 @@ int locker_fenced_set(struct locker *l, const char *key, const char *name, uint6
                  key, name);
         return LOCKER_ERR;
     }
-    if (ttl_ms <= 0) {
-        snprintf(err, LOCKER_ERR_MAX, "%s locker: ttl must be > 0 (got %lld ms) for %s:%s",
-                 l->ops->name, (long long)ttl_ms, key, name);
-        return LOCKER_ERR;
-    }
+    if (!ttl_args_ok(l, key, name, ttl_ms, err)) return LOCKER_ERR;
     return l->ops->fenced_set(l, key, name, epoch, value ? value : "", len, ttl_ms, err);
 }
 

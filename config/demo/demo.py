@@ -6,9 +6,13 @@ and mariadbd. Fills the config/demo/*.cfg templates with those ports, runs 3
 baton replicas (replica1 first, so it takes every lease; replicas 2 and 3
 join as standbys), publishes steady traffic on every source, prints one line
 per second (who leads each endpoint, forwarded per replica, published,
-duplicates), SIGKILLs the leader at 1/3 of the run (crash takeover), SIGTERMs
-the next leader of 'orders' at 2/3 (graceful handover), then prints per
-endpoint what was published, forwarded, duplicated and lost, and why.
+duplicates), SIGKILLs the leader of 'orders' and 'orders-replay' at 1/3 of
+the run (crash takeover; if no replica leads both, each of their leaders),
+SIGTERMs the next leader of 'orders' at 2/3 (graceful handover), then prints
+per endpoint what was published, forwarded, duplicated and lost, and why.
+'orders' and 'orders-replay' subscribe to the same Redis channels: the first
+loses what is published during a takeover (failover "gap", the default), the
+second replays it from a standby's ring (failover = "replay").
 Everything it started is stopped at the end, also on Ctrl-C or an error.
 
     python3 config/demo/demo.py [--seconds N] [--quick]
@@ -283,13 +287,18 @@ class SensorsPublisher(Publisher):
 
 class Track:
     """Counts one endpoint's envelopes: per replica, by duplicate key (the
-    same message forwarded twice) and by distinct key (the message)."""
+    same message forwarded twice) and by distinct key (the message). pub:
+    the publisher feeding it (default: the one of the same name); replay:
+    failover = "replay", whose repeats must be marked "replayed": true."""
 
-    def __init__(self, name, label, dupkey, distinct, pub):
-        self.name, self.label, self.dupkey, self.distinct, self.pub = \
-            name, label, dupkey, distinct, pub
+    def __init__(self, name, label, dupkey, distinct, pub=None, replay=False):
+        self.name, self.label, self.dupkey, self.distinct = name, label, dupkey, distinct
+        self.pub, self.replay = pub or name, replay
         self.fwd = {}
         self.seen = {}
+        self.plain = {}  # copies without "replayed": true, by duplicate key
+        self.ids = {}    # the "id"s its copies carried, by duplicate key
+        self.replayed = 0
         self.keys = set()
         self.epochs = []  # in order of first appearance: term n = index + 1
 
@@ -297,10 +306,24 @@ class Track:
         self.fwd[replica] = self.fwd.get(replica, 0) + 1
         k = self.dupkey(r)
         self.seen[k] = self.seen.get(k, 0) + 1
+        if r.get("replayed"):
+            self.replayed += 1
+        else:
+            self.plain[k] = self.plain.get(k, 0) + 1
+        self.ids.setdefault(k, set()).add(r.get("id"))
         self.keys.add(self.distinct(r))
 
     def dups(self):
         return sum(n - 1 for n in self.seen.values() if n > 1)
+
+    def unmarked(self):
+        """Messages forwarded more than once without "replayed": true (at
+        most one copy of a message may lack the mark: the first)."""
+        return sum(1 for n in self.plain.values() if n > 1)
+
+    def id_mismatch(self):
+        """Messages forwarded more than once whose copies differ in "id"."""
+        return sum(1 for k, n in self.seen.items() if n > 1 and len(self.ids[k]) > 1)
 
     def term(self, epoch):
         if epoch not in self.epochs:
@@ -369,6 +392,7 @@ def main():
     # endpoint configuration, the same for every replica
     endpoints = {
         "10-orders.cfg": template("orders.cfg", REDIS_PORT=redis.port),
+        "15-orders-replay.cfg": template("orders-replay.cfg", REDIS_PORT=redis.port),
         "20-heartbeat.cfg": template("heartbeat.cfg"),
     }
     if mqtt:
@@ -380,20 +404,22 @@ def main():
         endpoints["50-shop-cdc.cfg"] = template("shop-cdc.cfg", MYSQL_PORT=maria.port)
         env[MYSQL_PASSWORD_ENV] = maria.password
 
-    tracks = {"orders": Track("orders", "redis pub/sub", lambda r: r["payload"], seq, None)}
+    tracks = {"orders": Track("orders", "redis pub/sub", lambda r: r["payload"], seq),
+              # the same messages (its own subscription to orders.*), replayed at takeover
+              "orders-replay": Track("orders-replay", "pub/sub replay", lambda r: r["payload"],
+                                     seq, pub="orders", replay=True)}
     if rabbit:
         tracks["payments"] = Track("payments", "rabbitmq group", lambda r: r.get("id"),
-                                   lambda r: r.get("id"), None)
+                                   lambda r: r.get("id"))
     if maria:
         tracks["shop-cdc"] = Track("shop-cdc", "mariadb binlog CDC", lambda r: r.get("id"),
-                                   lambda r: (r.get("after") or r.get("before") or {}).get("id"),
-                                   None)
+                                   lambda r: (r.get("after") or r.get("before") or {}).get("id"))
     guarded = list(tracks)
     tracks["heartbeat"] = Track("heartbeat", "cron, OnceGuard", lambda r: r.get("slot"),
-                                lambda r: r.get("slot"), None)
+                                lambda r: r.get("slot"))
     if mqtt:
         tracks["sensors"] = Track("sensors", "mqtt $share group", lambda r: r["payload"],
-                                  lambda r: r["payload"], None)
+                                  lambda r: r["payload"])
 
     work = h.mktemp("baton-demo-")
     replicas = []
@@ -460,7 +486,7 @@ def main():
 
     def cell(t, leader):
         fwd = "/".join(str(t.fwd.get(b.short, 0)) for b in replicas)
-        return "%-5s %14s %5d %3d" % (leader, fwd, pubs[t.name].sent, t.dups())
+        return "%-5s %14s %5d %3d" % (leader, fwd, pubs[t.pub].sent, t.dups())
 
     head1 = "      |" + "|".join(" %-30s" % ("%s (%s)" % (n, tracks[n].label))[:30] for n in guarded)
     head2 = "    t |" + "|".join(" %-5s %14s %5s %3s" % ("lead", "fwd r1/r2/r3", "pub", "dup")
@@ -468,7 +494,8 @@ def main():
     print()
     print("every second, per endpoint: lead = replica holding its lease (:n = its nth lease,")
     print("a new epoch at each takeover; - = none right now); fwd = forwarded by replica 1/2/3;")
-    print("pub = published so far; dup = forwarded more than once.")
+    print("pub = published so far; dup = forwarded more than once (orders-replay: repeats")
+    print("after a takeover, each marked \"replayed\": true).")
     print(head1)
     print(head2, flush=True)
     t0 = time.monotonic()
@@ -484,24 +511,46 @@ def main():
         hb = tracks["heartbeat"]
         print("%4ds |" % sec + "|".join(" " + cell(tracks[n], leader.get(n, "-")) for n in guarded)
               + "| %d (dup %d)" % (len(hb.keys), hb.dups()), flush=True)
-        for at, sig, what in ((kill_at, signal.SIGKILL, "SIGKILL"), (term_at, signal.SIGTERM, "SIGTERM")):
-            if sec != at:
-                continue
-            cand = [(len(leads(b)), "orders" in leads(b), b) for b in replicas if b.alive()]
-            cand = [c for c in cand if c[1]] if sig == signal.SIGTERM else cand
-            if not cand:
-                continue
-            _n, _o, victim = max(cand, key=lambda c: (c[0], c[1]))
-            led = sorted(set(leads(victim)) & set(guarded))
-            events.append((what, victim, time.time(), led))
-            if sig == signal.SIGKILL:
+        if sec == kill_at:
+            alive = [b for b in replicas if b.alive()]
+            held = {b: set(leads(b)) & set(guarded) for b in alive}
+
+            def most(bs):
+                return max(bs, key=lambda b: len(held[b]))
+            # the replica leading both orders endpoints (normally replica1, which
+            # leads everything); if leader balancing put them on different
+            # replicas, each of their leaders, so that both are hit by a crash
+            both = [b for b in alive if {"orders", "orders-replay"} <= held[b]]
+            victims = [most(both)] if both else []
+            for n in ("orders", "orders-replay"):
+                hs = [b for b in alive if n in held[b]]
+                if hs and not any(n in held[v] for v in victims):
+                    victims.append(most(hs))
+            if not victims and alive:
+                victims = [most(alive)]
+            if len(victims) > 1:
+                print(">>> no replica leads both orders and orders-replay: SIGKILL the leader of each",
+                      flush=True)
+            for victim in victims:
+                led = sorted(held[victim])
+                events.append(("SIGKILL", victim, time.time(), led))
                 print(">>> SIGKILL %s (leads %s): a crash, its leases stay until they expire "
                       "(ttl %.0f s), then a standby takes each over" %
-                      (victim.name, ", ".join(led), TTL_MS / 1000), flush=True)
-            else:
+                      (victim.name, ", ".join(led) or "nothing", TTL_MS / 1000), flush=True)
+                victim.signal(signal.SIGKILL)
+        if sec == term_at:
+            alive = [b for b in replicas if b.alive()]
+            cand = [(len(leads(b)), b) for b in alive if "orders" in leads(b)]
+            if len(alive) < 2:
+                print(">>> SIGTERM skipped: only %s is left running" % alive[0].name
+                      if alive else ">>> SIGTERM skipped: no replica is left running", flush=True)
+            elif cand:
+                victim = max(cand, key=lambda c: c[0])[1]
+                led = sorted(set(leads(victim)) & set(guarded))
+                events.append(("SIGTERM", victim, time.time(), led))
                 print(">>> SIGTERM %s (leads %s): a graceful stop, it releases its leases at once"
                       % (victim.name, ", ".join(led)), flush=True)
-            victim.signal(sig)
+                victim.signal(signal.SIGTERM)
 
     for p in pubs.values():
         p.stop.set()
@@ -521,6 +570,8 @@ def main():
     if mqtt:
         published["sensors"] = pubs["sensors"].sent
 
+    published["orders-replay"] = published["orders"]  # the same messages
+
     def caught_up():
         poll()
         return all(len(tracks[n].keys) >= published[n] for n in guarded if n != "orders")
@@ -539,6 +590,7 @@ def main():
             print("publisher for %s failed: %s" % (n, p.error))
     expected = {
         "orders": lambda: set(range(1, published["orders"] + 1)),
+        "orders-replay": lambda: set(range(1, published["orders"] + 1)),
         "payments": lambda: {"pay-%d" % i for i in range(1, published["payments"] + 1)},
         "shop-cdc": lambda: shop_ids,
         "sensors": lambda: {"reading %d" % i for i in range(1, published["sensors"] + 1)},
@@ -549,15 +601,31 @@ def main():
         "shop-cdc": "resumed from the Redis checkpoint: repeats carry the same position",
         "sensors": "the broker spreads the shared subscription over the replicas",
     }
+    # which SIGKILLs hit the leader of which endpoint
+    crashes = {n: [v.name for what, v, _at, led in events if what == "SIGKILL" and n in led]
+               for n in tracks}
+    rt = tracks["orders-replay"]
+    notes = []
+    if rt.unmarked():
+        notes.append("%d delivered twice WITHOUT the replayed mark" % rt.unmarked())
+    if rt.id_mismatch():
+        notes.append("%d repeated with a different id" % rt.id_mismatch())
+    why["orders-replay"] = (
+        ("standbys keep a ring: %d replayed at takeover, the %d duplicates all marked "
+         "replayed, same id" % (rt.replayed, rt.dups()) if crashes["orders-replay"]
+         else "no SIGKILL hit its leader in this run: nothing had to be replayed")
+        if not notes else "; ".join(notes))
     bad = []
+    lost = {}
     print("%-34s %9s %9s %10s %5s   why" % ("summary", "published", "forwarded", "duplicates", "lost"))
     for n, t in tracks.items():
         if n == "heartbeat":
             continue
-        lost = len(expected[n]() - t.keys)
+        lost[n] = len(expected[n]() - t.keys)
         print("%-34s %9d %9d %10d %5d   %s" % ("%s (%s)" % (n, t.label), published[n], len(t.keys),
-                                             t.dups(), lost, why[n]))
-        if (n == "orders" and t.dups()) or (n in ("payments", "shop-cdc") and lost):
+                                             t.dups(), lost[n], why[n]))
+        if (n == "orders" and t.dups()) or (n in ("payments", "shop-cdc") and lost[n]) or \
+                (t.replay and (lost[n] or t.unmarked() or t.id_mismatch())):
             bad.append(n)
     hb = tracks["heartbeat"]
     print("%-34s %9s %9d %10d %5s   %s" % ("heartbeat (cron */2 s, OnceGuard)", "-", len(hb.keys),
@@ -566,6 +634,13 @@ def main():
     if hb.dups():
         bad.append("heartbeat")
     print("(forwarded = distinct messages; duplicates = extra copies; lost = published, never forwarded)")
+    print("same messages: orders (failover gap) lost %d; orders-replay (failover replay) lost %d, "
+          "replayed %d, %d delivered twice (%s)" % (
+              lost["orders"], lost["orders-replay"], rt.replayed, rt.dups(),
+              "the second copy marked \"replayed\": true, with the first copy's id" if not notes
+              else "; ".join(notes)))
+    print("SIGKILLed leaders: %s" % "; ".join(
+        "%s: %s" % (n, ", ".join(crashes[n]) or "none") for n in ("orders", "orders-replay")))
 
     # each takeover, from the envelopes' received_at
     all_recs = [(b, r) for b in replicas for r in b.records]
@@ -579,12 +654,35 @@ def main():
                 parts.append("%s: nobody forwarded after it" % n)
                 continue
             first, nb = min(after, key=lambda x: x[0])
+            if tracks[n].replay:
+                # its new term: what its ring held past the old leader's last
+                # mark, replayed, then live (received_at = when it got them)
+                t = tracks[n]
+                epoch = min((r for b, r in all_recs if b is nb and r.get("endpoint") == n
+                             and ts(r) > at), key=ts)["epoch"]
+                replayed = [r for r in nb.records if r.get("endpoint") == n
+                            and r.get("epoch") == epoch and r.get("replayed")]
+                had = {t.dupkey(r) for r in victim.records if r.get("endpoint") == n}
+                again = sum(1 for r in replayed if t.dupkey(r) in had)
+                parts.append("%s: %s replays %d from its ring (%d of them %s had forwarded), "
+                             "then goes live" % (n, nb.name, len(replayed), again, victim.name))
+                continue
             gap = first - max(mine) if mine else first - at
             redeliv = sum(1 for b, r in all_recs if b is nb and r.get("endpoint") == n
                           and r.get("redelivered"))
             parts.append("%s: %s forwards after %.1f s%s" % (n, nb.name, gap, (
                 " (%d redelivered)" % redeliv) if redeliv else ""))
-        print("%s %s, takeover: %s" % (what, victim.name, "; ".join(parts) or "it led nothing"))
+        print("%s %s (led %s), takeover: %s" % (what, victim.name, ", ".join(led) or "nothing",
+                                                "; ".join(parts) or "it led nothing"))
+    # one message the crash made come twice, both copies
+    twice = sorted((k for k, c in rt.seen.items() if c > 1), key=lambda k: int(k.split()[1]))
+    if twice:
+        copies = [(b, r) for b, r in all_recs
+                  if r.get("endpoint") == "orders-replay" and r["payload"] == twice[0]]
+        print("e.g. %r, forwarded twice: %s" % (twice[0], " then ".join(
+            "%s %s" % (b.name, json.dumps({k: r[k] for k in ("epoch", "replayed", "id") if k in r},
+                                          separators=(",", ":")))
+            for b, r in sorted(copies, key=lambda c: c[1]["epoch"]))))
     print("logs and outputs were in %s (removed now)" % work)
     if bad:
         print("UNEXPECTED: %s broke its guarantee (see the logs above)" % ", ".join(bad))

@@ -170,7 +170,7 @@ struct replay_ring *replay_ring_new(int64_t window_ms, size_t max_bytes)
 void replay_ring_free(struct replay_ring *r)
 {
     if (!r) return;
-    for (size_t i = 0; i < r->count; i++) free(slot(r, i)->m);
+    for (size_t i = 0; i < r->count; i++) message_unref(slot(r, i)->m);
     free(r->e);
     free(r);
 }
@@ -195,7 +195,7 @@ static void evict_oldest(struct replay_ring *r, unsigned long long *counter)
         r->evicted_newest_wall_ms = old->wall_ms;
     r->evicted_any = true;
     r->bytes -= entry_cost(old->m);
-    free(old->m);
+    message_unref(old->m);
     old->m = NULL;
     r->head = (r->head + 1) & (r->cap - 1);
     r->count--;

@@ -61,10 +61,11 @@ struct replay_ring_stats {
 };
 
 struct replay_ring *replay_ring_new(int64_t window_ms, size_t max_bytes);
-/* Frees every held message (message_finish with MSG_DELIVERED is not
- * called: held messages are copies without done callbacks; plain free). */
+/* Drops the ring's reference to every held message (message_unref: a done
+ * callback is never called by the ring). */
 void replay_ring_free(struct replay_ring *r);
-/* Takes ownership of m (m->fp set by the caller, m->done NULL). Then
+/* Takes one reference to m (m->fp set by the caller; the message may be
+ * shared with the forwarding path, see message_ref). Then
  * evicts entries received before wall_ms - window_ms, and the oldest while
  * the ring holds more than max_bytes (a single message larger than
  * max_bytes is still kept, alone). */

@@ -100,16 +100,6 @@ static void publish_ring(struct warm *w)
     atomic_store_explicit(&w->stats.evicted_overflow, s.evicted_overflow, memory_order_relaxed);
 }
 
-static struct message *ring_copy(const struct message *m)
-{
-    struct message *c = message_new(m->json, m->len);
-    c->epoch = m->epoch;
-    c->fp = m->fp;
-    c->received_mono_us = m->received_mono_us;
-    memcpy(c->id, m->id, sizeof c->id);
-    return c;
-}
-
 int warm_emit(struct warm *w, struct message *m)
 {
     int64_t wall = clock_wall_ms();
@@ -117,7 +107,8 @@ int warm_emit(struct warm *w, struct message *m)
     pthread_mutex_lock(&w->mu);
     uint64_t live = atomic_load(&w->live);
     if (live) {
-        replay_ring_push(w->ring, ring_copy(m), wall);
+        /* the ring shares the message with the forwarding path: no copy */
+        replay_ring_push(w->ring, message_ref(m), wall);
         if (m->epoch != live) {
             /* built just before the promotion: it belongs to this term */
             struct message *r = envelope_restamp(m, live, false);
@@ -126,7 +117,7 @@ int warm_emit(struct warm *w, struct message *m)
                 r->done_arg = m->done_arg;
                 r->seq = m->seq;
                 r->sender_waits = m->sender_waits;
-                free(m);
+                message_unref(m); /* the ring keeps the original */
                 m = r;
             }
         }

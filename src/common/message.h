@@ -5,6 +5,7 @@
 #ifndef BATON_MESSAGE_H
 #define BATON_MESSAGE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -41,6 +42,8 @@ struct message {
     uint64_t fp;               /* replay fingerprint of (channel or topic,
                                   payload); 0 = none (failover = "gap") */
     char id[MESSAGE_ID_MAX];   /* "" when the source has none */
+    atomic_uint refs;          /* holders: the forwarding path, plus the
+                                  replay ring that shares it (message_ref) */
     size_t len;                /* strlen(json) */
     char json[];               /* NUL terminated */
 };
@@ -48,7 +51,14 @@ struct message {
 /* Copies json (len bytes) into a new message; aborts on OOM. json NULL:
  * room for len bytes, filled by the caller. */
 struct message *message_new(const char *json, size_t len);
-/* Calls m->done (if any) with the outcome, then frees m. NULL is a no-op. */
+/* Calls m->done (if any) with the outcome, then drops the caller's
+ * reference (frees m when it was the last). NULL is a no-op. */
 void message_finish(struct message *m, enum msg_outcome o);
+/* Another holder of m (the replay ring keeps the leader's messages without
+ * copying them): it reads only the immutable json, len, fp, id, epoch and
+ * received_mono_us, and lets go with message_unref. */
+struct message *message_ref(struct message *m);
+/* Drops one reference; frees m when it was the last. Never calls done. */
+void message_unref(struct message *m);
 
 #endif

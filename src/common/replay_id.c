@@ -80,7 +80,10 @@ void replay_id(struct replay_idctx *c, uint64_t fp, char out[REPLAY_ID_LEN])
     uint64_t h = SEED;
     for (int i = 0; i < 3; i++) h = mix_word(h, c->prev[i]);
     h = finalise(mix_word(h, fp));
-    snprintf(out, REPLAY_ID_LEN, "r%016" PRIx64, h);
+    static const char hex[] = "0123456789abcdef";
+    out[0] = 'r';
+    for (int i = 0; i < 16; i++) out[1 + i] = hex[(h >> (60 - 4 * i)) & 0xf];
+    out[17] = '\0';
     c->prev[0] = c->prev[1];
     c->prev[1] = c->prev[2];
     c->prev[2] = fp;

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "src/common/envelope.h"
 #include "src/common/message.h"
 #include "src/common/settings.h"
 #include "src/common/stats.h"
@@ -90,6 +91,11 @@ struct endpoint_host {
      * while leader_now(), calls source_lost and keeps retrying. */
     bool replay;
     void (*source_gap)(struct endpoint_host *h);
+    /* replay: true while this replica forwards. An endpoint with a
+     * replay_render op emits a raw record (message.raw) while it is false
+     * (a standby then skips building the envelope); a raw record that
+     * arrives just after a promotion is rendered by the gateway. */
+    bool (*replay_live)(const struct endpoint_host *h);
 };
 
 struct endpoint_ops {
@@ -107,6 +113,13 @@ struct endpoint_ops {
      * settings can (a broadcast subscription every replica may hold), or -1
      * with msg saying why not (the loader adds file and line). */
     int (*replay_check)(const void *settings, char *msg, size_t msglen);
+    /* Optional, with replay: renders a raw record the endpoint emitted as
+     * standby into its envelope, in term epoch (replayed: with
+     * "replayed":true), keeping fp and received_mono_us. scratch is the
+     * caller's reusable envelope. Any thread (serialised by the caller);
+     * NULL when the record is malformed. */
+    struct message *(*replay_render)(void *ep, struct envelope *scratch,
+                                     const struct message *raw, uint64_t epoch, bool replayed);
     /* settings stay owned by the gateway and outlive the endpoint. */
     void *(*create)(const void *settings, struct endpoint_host *host, char *err, size_t errlen);
     int (*start)(void *ep);

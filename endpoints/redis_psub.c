@@ -161,13 +161,78 @@ enum psub_kind redis_psub_decode(const redisReply *r, struct psub_event *ev)
     return malformed(ev, "unknown push kind");
 }
 
+/* The source fields, after envelope_begin. */
+static void envelope_fields(struct envelope *e, const struct psub_event *ev)
+{
+    envelope_str(e, "channel", ev->channel, ev->channel_len);
+    if (ev->kind == PSUB_PMESSAGE) envelope_str(e, "pattern", ev->pattern, ev->pattern_len);
+    envelope_payload(e, ev->payload, ev->payload_len);
+}
+
 void redis_psub_envelope(struct envelope *e, const char *endpoint, uint64_t epoch,
                          int64_t received_wall_ms, const struct psub_event *ev, const char *id)
 {
     envelope_begin(e, endpoint, TYPE_NAME, epoch, id, received_wall_ms);
-    envelope_str(e, "channel", ev->channel, ev->channel_len);
-    if (ev->kind == PSUB_PMESSAGE) envelope_str(e, "pattern", ev->pattern, ev->pattern_len);
-    envelope_payload(e, ev->payload, ev->payload_len);
+    envelope_fields(e, ev);
+}
+
+/* failover = "replay", standby: the raw record of a message (message.raw),
+ * the header then channel, pattern and payload bytes. Rendered into the
+ * envelope only if this replica replays it. In-process only (native byte
+ * order). */
+struct raw_head {
+    int64_t wall_ms;
+    uint64_t id; /* replay_id_next */
+    uint32_t channel_len, pattern_len;
+    uint32_t kind;
+};
+
+struct message *redis_psub_raw(const struct psub_event *ev, int64_t wall_ms, uint64_t id)
+{
+    struct raw_head hd = {.wall_ms = wall_ms, .id = id, .kind = (uint32_t)ev->kind,
+                          .channel_len = (uint32_t)ev->channel_len,
+                          .pattern_len = ev->kind == PSUB_PMESSAGE ? (uint32_t)ev->pattern_len : 0};
+    size_t n = sizeof hd + hd.channel_len + hd.pattern_len + ev->payload_len;
+    struct message *m = message_new(NULL, n);
+    char *p = m->json;
+    memcpy(p, &hd, sizeof hd);
+    p += sizeof hd;
+    if (hd.channel_len) memcpy(p, ev->channel, hd.channel_len);
+    p += hd.channel_len;
+    if (hd.pattern_len) memcpy(p, ev->pattern, hd.pattern_len);
+    p += hd.pattern_len;
+    if (ev->payload_len) memcpy(p, ev->payload, ev->payload_len);
+    m->raw = true;
+    m->received_mono_us = clock_mono_us();
+    return m;
+}
+
+struct message *redis_psub_render(const char *endpoint, struct envelope *e,
+                                  const struct message *raw, uint64_t epoch, bool replayed)
+{
+    struct raw_head hd;
+    if (!raw->raw || raw->len < sizeof hd) return NULL;
+    memcpy(&hd, raw->json, sizeof hd);
+    size_t fixed = sizeof hd + (size_t)hd.channel_len + hd.pattern_len;
+    if (fixed > raw->len || (hd.kind != PSUB_MESSAGE && hd.kind != PSUB_PMESSAGE)) return NULL;
+    struct psub_event ev = {.kind = (enum psub_kind)hd.kind};
+    ev.channel = raw->json + sizeof hd;
+    ev.channel_len = hd.channel_len;
+    ev.pattern = ev.channel + hd.channel_len;
+    ev.pattern_len = hd.pattern_len;
+    ev.payload = ev.pattern + hd.pattern_len;
+    ev.payload_len = raw->len - fixed;
+    char id[REPLAY_ID_LEN];
+    replay_id_format(hd.id, id);
+    if (replayed)
+        envelope_begin_replayed(e, endpoint, TYPE_NAME, epoch, id, hd.wall_ms);
+    else
+        envelope_begin(e, endpoint, TYPE_NAME, epoch, id, hd.wall_ms);
+    envelope_fields(e, &ev);
+    struct message *m = envelope_finish(e);
+    m->fp = raw->fp;
+    m->received_mono_us = raw->received_mono_us;
+    return m;
 }
 
 static int check_list(const struct strlist *l, const char *key, char *msg, size_t msglen)
@@ -282,10 +347,16 @@ static void handle_message(struct psub *p, const struct psub_event *ev, int64_t 
     }
     /* the same id on every replica for the same message in the stream */
     uint64_t fp = replay_fingerprint(ev->channel, ev->channel_len, ev->payload, ev->payload_len);
-    char id[REPLAY_ID_LEN];
-    replay_id(&p->idctx, fp, id);
-    redis_psub_envelope(&p->env, h->name, h->epoch(h), wall_ms, ev, id);
-    struct message *m = envelope_finish(&p->env);
+    uint64_t idn = replay_id_next(&p->idctx, fp);
+    struct message *m;
+    if (!h->replay_live(h)) {
+        m = redis_psub_raw(ev, wall_ms, idn); /* a standby renders only what it replays */
+    } else {
+        char id[REPLAY_ID_LEN];
+        replay_id_format(idn, id);
+        redis_psub_envelope(&p->env, h->name, h->epoch(h), wall_ms, ev, id);
+        m = envelope_finish(&p->env);
+    }
     m->fp = fp;
     h->emit(h, m);
 }
@@ -678,6 +749,14 @@ static int psub_validate(const void *settings, enum guard_kind guard, bool force
 
 /* One Redis node sends every subscriber the same messages in the same
  * order: every replica's ring lines up with the leader's stream. */
+static struct message *psub_replay_render(void *ep, struct envelope *scratch,
+                                          const struct message *raw, uint64_t epoch,
+                                          bool replayed)
+{
+    const struct psub *p = ep;
+    return redis_psub_render(p->host->name, scratch, raw, epoch, replayed);
+}
+
 static int psub_replay_check(const void *settings, char *msg, size_t msglen)
 {
     (void)settings;
@@ -693,6 +772,7 @@ const struct endpoint_ops ep_redis_psub_ops = {
     .auto_guard = psub_auto_guard,
     .validate = psub_validate,
     .replay_check = psub_replay_check,
+    .replay_render = psub_replay_render,
     .create = psub_create,
     .start = psub_start,
     .stop = psub_stop,

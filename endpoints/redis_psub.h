@@ -61,6 +61,15 @@ enum psub_kind redis_psub_decode(const redisReply *r, struct psub_event *ev);
 void redis_psub_envelope(struct envelope *e, const char *endpoint, uint64_t epoch,
                          int64_t received_wall_ms, const struct psub_event *ev, const char *id);
 
+/* failover = "replay", standby: the compact record of a MESSAGE/PMESSAGE
+ * event (message.raw; id from replay_id_next), instead of its envelope. */
+struct message *redis_psub_raw(const struct psub_event *ev, int64_t wall_ms, uint64_t id);
+/* failover = "replay": renders the raw record a standby kept (message.raw)
+ * into the envelope redis_psub_envelope would have built, in term epoch,
+ * with "replayed":true when replayed. NULL when raw is not such a record. */
+struct message *redis_psub_render(const char *endpoint, struct envelope *e,
+                                  const struct message *raw, uint64_t epoch, bool replayed);
+
 /* The cross-field checks of the endpoint's validate op, callable directly. */
 int redis_psub_validate(const struct redis_psub_settings *s, enum guard_kind guard, bool force,
                         char *msg, size_t msglen);

@@ -213,6 +213,12 @@ static int host_emit(struct endpoint_host *h, struct message *m)
     return enqueue(e, m);
 }
 
+static bool host_replay_live(const struct endpoint_host *h)
+{
+    const struct gw_endpoint *e = h->gw;
+    return e->warm && warm_live(e->warm);
+}
+
 static void host_source_gap(struct endpoint_host *h)
 {
     struct gw_endpoint *e = h->gw;
@@ -491,6 +497,7 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
     h->once_fail_open = c->once_fail_open;
     h->replay = e->warm != NULL;
     h->source_gap = host_source_gap;
+    h->replay_live = host_replay_live;
     /* replay: what a term left unsettled is after its last mark, so the
      * successor replays it from its ring */
     if (e->warm) h->source_redelivers = true;
@@ -501,6 +508,7 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
         snprintf(err, errlen, "endpoint '%s' (%s): %s", c->name, c->type, eerr[0] ? eerr : "cannot create");
         return -1;
     }
+    if (e->warm && c->ops->replay_render) warm_set_render(e->warm, c->ops->replay_render, e->ep);
     return 0;
 }
 

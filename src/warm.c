@@ -28,6 +28,9 @@ struct warm {
 
     pthread_mutex_t mu; /* the ring and the standby -> live switch */
     struct replay_ring *ring;
+    warm_render_fn render; /* raw records -> envelopes (NULL: none emitted) */
+    void *render_ep;
+    struct envelope scratch; /* render's buffer, under mu */
     atomic_ullong live; /* epoch enqueued in, 0 = standby */
 
     pthread_mutex_t write_mu; /* one mark write at a time: a flush waits for
@@ -61,6 +64,7 @@ struct warm *warm_create(const char *name, const struct replay_config *rc, struc
     pthread_mutex_init(&w->mk_mu, NULL);
     pthread_mutex_init(&w->write_mu, NULL);
     w->ring = replay_ring_new(rc->window_ms, (size_t)rc->max_bytes);
+    envelope_init(&w->scratch);
     atomic_init(&w->live, 0);
     return w;
 }
@@ -69,12 +73,35 @@ void warm_destroy(struct warm *w)
 {
     if (!w) return;
     replay_ring_free(w->ring);
+    envelope_free(&w->scratch);
     pthread_mutex_destroy(&w->mu);
     pthread_mutex_destroy(&w->mk_mu);
     pthread_mutex_destroy(&w->write_mu);
     free(w->name);
     free(w->lease_key);
     free(w);
+}
+
+void warm_set_render(struct warm *w, warm_render_fn render, void *ep)
+{
+    w->render = render;
+    w->render_ep = ep;
+}
+
+/* The envelope of a ring entry in term epoch (mu held): raw records are
+ * rendered, envelopes restamped. NULL when it cannot be (logged). */
+static struct message *reissue(struct warm *w, const struct message *m, uint64_t epoch,
+                               bool replayed)
+{
+    struct message *r = NULL;
+    if (m->raw)
+        r = w->render ? w->render(w->render_ep, &w->scratch, m, epoch, replayed) : NULL;
+    else
+        r = envelope_restamp(m, epoch, replayed);
+    if (!r)
+        log_error(COMPONENT, w->name, "internal: a buffered message could not be re-issued (%s)",
+                  m->raw ? "raw record" : "envelope");
+    return r;
 }
 
 const struct warm_stats *warm_stats(const struct warm *w)
@@ -106,6 +133,16 @@ int warm_emit(struct warm *w, struct message *m)
     int rc = 0;
     pthread_mutex_lock(&w->mu);
     uint64_t live = atomic_load(&w->live);
+    if (live && m->raw) {
+        /* emitted as standby just before the promotion: render it now */
+        struct message *r = reissue(w, m, live, false);
+        message_unref(m);
+        if (!r) {
+            pthread_mutex_unlock(&w->mu);
+            return -1;
+        }
+        m = r;
+    }
     if (live) {
         /* the ring shares the message with the forwarding path: no copy */
         replay_ring_push(w->ring, message_ref(m), wall);
@@ -216,7 +253,7 @@ int warm_promote(struct warm *w, uint64_t epoch)
     int64_t ring_age = count ? now_wall - replay_ring_wall_at(w->ring, 0) : 0;
     size_t n = 0;
     for (size_t i = plan.start; i < count; i++) {
-        struct message *m = envelope_restamp(replay_ring_at(w->ring, i), epoch, true);
+        struct message *m = reissue(w, replay_ring_at(w->ring, i), epoch, true);
         if (!m) continue;
         n++;
         w->enqueue(w->arg, m);

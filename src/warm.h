@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "src/common/envelope.h"
 #include "src/common/message.h"
 #include "src/config.h"
 
@@ -55,6 +56,14 @@ extern const char *const warm_unaligned_names[4]; /* "no_mark", "ring_short", "n
 
 struct warm *warm_create(const char *name, const struct replay_config *rc, struct locker *l,
                          const char *lease_key, warm_enqueue_fn enqueue, void *arg);
+/* Renders a raw record (message.raw) into its envelope: the endpoint's
+ * replay_render op. Called under the ring lock with the warm's own scratch
+ * envelope. */
+typedef struct message *(*warm_render_fn)(void *ep, struct envelope *scratch,
+                                          const struct message *raw, uint64_t epoch,
+                                          bool replayed);
+/* Before the endpoint starts, when it emits raw records. */
+void warm_set_render(struct warm *w, warm_render_fn render, void *ep);
 void warm_destroy(struct warm *w);
 
 /* Endpoint thread. Takes m (m->fp set by the endpoint). Standby: kept in the

@@ -23,8 +23,8 @@ void envelope_free(struct envelope *e)
     jbuf_free(&e->buf);
 }
 
-void envelope_begin(struct envelope *e, const char *endpoint, const char *type, uint64_t epoch,
-                    const char *id, int64_t received_wall_ms)
+static void begin(struct envelope *e, const char *endpoint, const char *type, uint64_t epoch,
+                  bool replayed, const char *id, int64_t received_wall_ms)
 {
     jbuf_reset(&e->buf);
     e->first = true;
@@ -48,6 +48,7 @@ void envelope_begin(struct envelope *e, const char *endpoint, const char *type, 
     jbuf_strz(&e->buf, type ? type : "");
     jbuf_raw(&e->buf, ",\"epoch\":", 9);
     jbuf_u64(&e->buf, epoch);
+    if (replayed) jbuf_raw(&e->buf, ",\"replayed\":true", 16);
     e->first = false;
     if (id && *id) { /* the full id, not the truncated copy */
         jbuf_raw(&e->buf, ",\"id\":", 6);
@@ -57,6 +58,18 @@ void envelope_begin(struct envelope *e, const char *endpoint, const char *type, 
     clock_format_rfc3339(received_wall_ms, ts, sizeof ts);
     jbuf_raw(&e->buf, ",\"received_at\":", 15);
     jbuf_strz(&e->buf, ts);
+}
+
+void envelope_begin(struct envelope *e, const char *endpoint, const char *type, uint64_t epoch,
+                    const char *id, int64_t received_wall_ms)
+{
+    begin(e, endpoint, type, epoch, false, id, received_wall_ms);
+}
+
+void envelope_begin_replayed(struct envelope *e, const char *endpoint, const char *type,
+                             uint64_t epoch, const char *id, int64_t received_wall_ms)
+{
+    begin(e, endpoint, type, epoch, true, id, received_wall_ms);
 }
 
 void envelope_key(struct envelope *e, const char *key)

@@ -34,6 +34,10 @@ void envelope_init(struct envelope *e);
 void envelope_free(struct envelope *e);
 void envelope_begin(struct envelope *e, const char *endpoint, const char *type,
                     uint64_t epoch, const char *id, int64_t received_wall_ms);
+/* The same, with "replayed":true right after the epoch (as
+ * envelope_restamp writes it): a message a promoted standby replays. */
+void envelope_begin_replayed(struct envelope *e, const char *endpoint, const char *type,
+                             uint64_t epoch, const char *id, int64_t received_wall_ms);
 /* Writes `"key":` (with the comma when needed); the caller writes the value
  * into e->buf with the jbuf_* writers. */
 void envelope_key(struct envelope *e, const char *key);

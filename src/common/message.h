@@ -39,6 +39,10 @@ struct message {
     uint64_t seq;              /* endpoint-defined (delivery tag, offset) */
     bool sender_waits;         /* the producer blocks until done: the
                                   forwarder hands it over without coalescing */
+    bool raw;                  /* failover = "replay", standby: json holds the
+                                  endpoint's compact record of the source
+                                  message, rendered into an envelope only if
+                                  it is replayed (endpoint_ops.replay_render) */
     uint64_t fp;               /* replay fingerprint of (channel or topic,
                                   payload); 0 = none (failover = "gap") */
     char id[MESSAGE_ID_MAX];   /* "" when the source has none */

@@ -73,20 +73,30 @@ uint64_t replay_fingerprint(const void *name, size_t name_len, const void *paylo
     return h ? h : FP_NONZERO;
 }
 
-void replay_id(struct replay_idctx *c, uint64_t fp, char out[REPLAY_ID_LEN])
+uint64_t replay_id_next(struct replay_idctx *c, uint64_t fp)
 {
     /* Oldest first, fp last: the order matters, so a b c d and b a c d
      * (same messages, reordered before d) give d different ids. */
     uint64_t h = SEED;
     for (int i = 0; i < 3; i++) h = mix_word(h, c->prev[i]);
     h = finalise(mix_word(h, fp));
-    static const char hex[] = "0123456789abcdef";
-    out[0] = 'r';
-    for (int i = 0; i < 16; i++) out[1 + i] = hex[(h >> (60 - 4 * i)) & 0xf];
-    out[17] = '\0';
     c->prev[0] = c->prev[1];
     c->prev[1] = c->prev[2];
     c->prev[2] = fp;
+    return h;
+}
+
+void replay_id_format(uint64_t id, char out[REPLAY_ID_LEN])
+{
+    static const char hex[] = "0123456789abcdef";
+    out[0] = 'r';
+    for (int i = 0; i < 16; i++) out[1 + i] = hex[(id >> (60 - 4 * i)) & 0xf];
+    out[17] = '\0';
+}
+
+void replay_id(struct replay_idctx *c, uint64_t fp, char out[REPLAY_ID_LEN])
+{
+    replay_id_format(replay_id_next(c, fp), out);
 }
 
 void replay_idctx_reset(struct replay_idctx *c)

@@ -24,6 +24,10 @@ struct replay_idctx {
     uint64_t prev[3];
 };
 void replay_id(struct replay_idctx *c, uint64_t fp, char out[REPLAY_ID_LEN]);
+/* replay_id in two steps: the 64-bit id (advances the context), and its
+ * text form. A standby keeps the number and formats it only if it replays. */
+uint64_t replay_id_next(struct replay_idctx *c, uint64_t fp);
+void replay_id_format(uint64_t id, char out[REPLAY_ID_LEN]);
 /* The stream broke (resubscribed): forget the context. */
 void replay_idctx_reset(struct replay_idctx *c);
 

@@ -171,6 +171,53 @@ static char *envelope_of(const struct psub_event *ev, uint64_t epoch)
     return s;
 }
 
+/* failover = "replay": a standby keeps the raw record; rendered later it is
+ * the envelope the leader built for the same event (live), or that
+ * envelope restamped with "replayed":true (replayed). */
+static void test_raw_record_renders_the_envelope(void **state)
+{
+    (void)state;
+    redisReply *rs[2] = {
+        arr(4, bulk("pmessage"), bulk("o.*"), bulk("o.new"), bulk("seq=1 \xff\x00b")),
+        arr(3, bulk("message"), bulk("audit"), bulk("")),
+    };
+    for (int i = 0; i < 2; i++) {
+        struct psub_event ev;
+        redis_psub_decode(rs[i], &ev);
+        struct envelope e;
+        envelope_init(&e);
+        redis_psub_envelope(&e, "orders", 9, 1764684000123LL, &ev, "r00000000000000ab");
+        struct message *lead = envelope_finish(&e);
+
+        struct message *raw = redis_psub_raw(&ev, 1764684000123LL, 0xab);
+        raw->fp = 77;
+        assert_true(raw->raw);
+        struct message *live = redis_psub_render("orders", &e, raw, 9, false);
+        assert_non_null(live);
+        assert_string_equal(live->json, lead->json);
+        assert_string_equal(live->id, "r00000000000000ab");
+        assert_int_equal(live->fp, 77);
+        assert_int_equal(live->received_mono_us, raw->received_mono_us);
+
+        struct message *rep = redis_psub_render("orders", &e, raw, 12, true);
+        struct message *want = envelope_restamp(lead, 12, true);
+        assert_string_equal(rep->json, want->json);
+
+        struct message *junk = message_new("xx", 2);
+        junk->raw = true;
+        assert_null(redis_psub_render("orders", &e, junk, 1, false));
+        assert_null(redis_psub_render("orders", &e, lead, 1, false)); /* not raw */
+        message_finish(junk, MSG_DELIVERED);
+        message_finish(want, MSG_DELIVERED);
+        message_finish(rep, MSG_DELIVERED);
+        message_finish(live, MSG_DELIVERED);
+        message_finish(raw, MSG_DELIVERED);
+        message_finish(lead, MSG_DELIVERED);
+        envelope_free(&e);
+        free_reply(rs[i]);
+    }
+}
+
 static void test_envelope_pmessage(void **state)
 {
     (void)state;
@@ -311,6 +358,7 @@ int main(void)
         cmocka_unit_test(test_decode_pong_and_error),
         cmocka_unit_test(test_decode_malformed),
         cmocka_unit_test(test_envelope_pmessage),
+        cmocka_unit_test(test_raw_record_renders_the_envelope),
         cmocka_unit_test(test_envelope_message_base64_no_pattern),
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_create_errors_and_cycle),

@@ -765,6 +765,7 @@ static int parse_replay(const struct baton_config *c, struct endpoint_config *ep
     memset(&ep->replay, 0, sizeof ep->replay);
     if (settings_parse(replay_defs, g, NULL, rwhat, &ep->replay, err)) return -1;
     int64_t need = ep->lease.ttl_ms + ep->lease.retry_ms;
+    ep->replay.takeover_ms = need;
     if (ep->replay.window_ms == 0) ep->replay.window_ms = 2 * ep->lease.ttl_ms + 1000;
     if (ep->replay.window_ms < need) {
         const config_setting_t *at = config_setting_get_member(g, "window_ms");

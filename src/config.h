@@ -26,6 +26,8 @@ struct replay_config {
     int64_t window_ms;        /* default 2 x lease ttl + 1000 */
     int64_t max_bytes;        /* default 16 MiB */
     int64_t mark_interval_ms; /* default 50 */
+    int64_t takeover_ms;      /* derived: lease ttl + retry, the longest
+                                 crash takeover the ring must cover */
 };
 
 struct sink_config {

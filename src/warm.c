@@ -44,7 +44,8 @@ struct warm {
     atomic_llong lag_since_ms; /* dirty_since_ms, readable without the lock (0 = clean) */
 
     struct warm_stats stats;
-    struct log_ratelimit rl_mark;
+    struct log_ratelimit rl_mark, rl_cover;
+    unsigned long long overflow_seen; /* evicted_overflow at the last trim */
 };
 
 struct warm *warm_create(const char *name, const struct replay_config *rc, struct locker *l,
@@ -181,12 +182,36 @@ void warm_gap(struct warm *w)
     pthread_mutex_unlock(&w->mu);
 }
 
+/* The ring must reach back over a crash takeover (ttl + retry): when
+ * max_bytes pushed messages out while it held less than that, a promotion
+ * now would lose messages. Says so (once a minute) with the size needed. */
+static void check_cover(struct warm *w, const struct replay_ring_stats *s)
+{
+    bool overflowed = s->evicted_overflow != w->overflow_seen;
+    w->overflow_seen = s->evicted_overflow;
+    int64_t span = s->count ? s->newest_wall_ms - s->oldest_wall_ms : 0;
+    int64_t need = w->rc.takeover_ms;
+    if (!overflowed || need <= 0 || span >= need) return;
+    long long supp = 0;
+    if (!log_ratelimit_ok(&w->rl_cover, 60000, &supp)) return;
+    double want = span > 0 ? (double)s->bytes * (double)need / (double)span * 1.5 : 0;
+    log_warn(COMPONENT, w->name,
+             "replay ring holds only %" PRId64 " ms of messages (%zu messages, %zu bytes, "
+             "max_bytes %" PRId64 "): a crash takeover takes up to %" PRId64 " ms (lease ttl + "
+             "retry), so a promotion now would lose messages; at this rate replay.max_bytes "
+             "should be about %.0f MiB (%lld similar warnings suppressed)",
+             span, s->count, s->bytes, w->rc.max_bytes, need, want / 1048576.0 + 1, supp);
+}
+
 void warm_trim(struct warm *w)
 {
     pthread_mutex_lock(&w->mu);
     replay_ring_trim(w->ring, clock_wall_ms());
     publish_ring(w);
+    struct replay_ring_stats s;
+    replay_ring_stats(w->ring, &s);
     pthread_mutex_unlock(&w->mu);
+    check_cover(w, &s);
 }
 
 /* Reads the mark: 1 found (in *mk), 0 none (absent or unreadable text,

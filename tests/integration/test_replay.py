@@ -332,8 +332,12 @@ def test_ring_too_small(t):
     evicted = metric(new.metrics_port, "baton_replay_evicted_total", 'bound="max_bytes"')
     lines = [l for l in new.stderr_text().splitlines() if "replay not aligned (ring_short)" in l]
     a = analyse(batons, pub)
+    cover = [l for b in batons for l in b.stderr_text().splitlines()
+             if "replay ring holds only" in l]
     h.log("ring 64 KiB: unaligned ring_short %s, evicted by max_bytes %s, missing %d; warning: %s"
           % (short, evicted, len(a["missing"]), lines[-1].split(": ", 1)[-1] if lines else "-"))
+    h.log("ahead of the crash: %s" % (cover[0].split(": ", 1)[-1] if cover else "-"))
+    t.check(bool(cover), "no replica warned that its ring cannot cover a takeover")
     t.check(short == 1, "expected one ring_short promotion, metric %r" % short)
     t.check(evicted and evicted > 0, "nothing evicted by max_bytes: %r" % evicted)
     t.check(bool(lines) and "max_bytes 65536" in lines[-1],

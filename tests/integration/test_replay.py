@@ -376,6 +376,12 @@ def test_heartbeat_ambiguous(t):
             lead = b
     t.require(lead, "no leader forwarded heartbeats")
     time.sleep(1.5)
+    # a standby shows its ring on /status
+    st = h.http_status(next(b for b in batons if b is not lead).metrics_port)
+    ring = (st or {}).get("endpoints", [{}])[0].get("replay") or {}
+    h.log("standby /status replay: %s" % ring)
+    t.check(st and st["endpoints"][0]["role"] == "standby" and ring.get("ring_messages", 0) > 0
+            and ring.get("ring_age_ms", 0) > 0, "standby /status lacks its ring: %r" % st)
     lead.proc.send_signal(signal.SIGKILL)
     lead.proc.wait(5)
     time.sleep(TTL / 1000.0 + 2)

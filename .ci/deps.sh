@@ -1,17 +1,66 @@
 #!/usr/bin/env bash
-# Installs everything baton needs to build, test and demo on Debian 12.
+# Installs what baton needs on Debian 12, by purpose; each purpose adds one
+# list to the ones before it:
+#
+#   bash .ci/deps.sh --demo   build baton, run the demo (config/demo/run.sh)
+#   bash .ci/deps.sh          + the test suite (tests/run.sh)
+#   bash .ci/deps.sh --ci     + what only .ci/run uses (valgrind, fuzzing, spin)
+#   add --list to print the packages instead of installing them
+#
 # Idempotent: does nothing when every package is already installed.
 set -euo pipefail
 
-PACKAGES=(
-  build-essential cmake pkg-config git python3 procps iproute2
+# Building baton (CMakeLists.txt).
+BUILD=(
+  build-essential cmake pkg-config
   libhiredis-dev librabbitmq-dev libmariadb-dev libpaho-mqtt-dev libconfig-dev
-  libcmocka-dev libcurl4-openssl-dev
-  libmicrohttpd-dev  # only the HTTP sink test's server; baton has its own listener
-  redis-server redis-tools rabbitmq-server mariadb-server mariadb-client
-  mosquitto mosquitto-clients
-  valgrind docker-compose
+  libsystemd-dev
+  libcurl4-openssl-dev  # headers; the HTTP sink loads libcurl.so.4 on first use
 )
+# Running the demo: config/demo/demo.py starts these brokers itself.
+DEMO=(
+  python3 procps
+  redis-server redis-tools
+  mosquitto mosquitto-clients
+  rabbitmq-server
+  mariadb-server mariadb-client
+)
+# The test suite only (unit, integration, chaos).
+TESTS=(
+  libcmocka-dev      # unit tests
+  libmicrohttpd-dev  # only the HTTP sink test's server; baton has its own listener
+  iproute2           # test_partition.py: network namespaces (ip netns)
+  openssl            # TLS certificates for the broker tests (tests/integration/lib/tlsfiles.py)
+  docker-compose     # test_ops.py validates docker/compose.yml
+  git                # bench/run names its results after the commit
+)
+# .ci/run only: valgrind on the unit tests, the libFuzzer targets (clang),
+# the lease model (spin, guard/model/run.sh).
+CI=(
+  valgrind
+  clang libclang-rt-14-dev
+  spin
+)
+
+purpose=tests
+list_only=false
+for a in "$@"; do
+  case "$a" in
+    --demo) purpose=demo ;;
+    --ci) purpose=ci ;;
+    --list) list_only=true ;;
+    *) echo "usage: $0 [--demo | --ci] [--list]" >&2; exit 64 ;;
+  esac
+done
+PACKAGES=("${BUILD[@]}" "${DEMO[@]}")
+case "$purpose" in
+  tests) PACKAGES+=("${TESTS[@]}") ;;
+  ci) PACKAGES+=("${TESTS[@]}" "${CI[@]}") ;;
+esac
+if $list_only; then
+  printf '%s\n' "${PACKAGES[@]}"
+  exit 0
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -24,9 +73,10 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "deps: installing ${missing[*]}" >&2
+echo "deps ($purpose): installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
-# Brokers must not be started by the package scripts: tests start their own.
+# Brokers must not be started by the package scripts: the demo and the tests
+# start their own.
 if [ ! -e /usr/sbin/policy-rc.d ]; then
   printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
   $SUDO chmod +x /usr/sbin/policy-rc.d

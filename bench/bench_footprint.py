@@ -43,6 +43,8 @@ import harness as h  # noqa: E402
 IDLE_S = float(os.environ.get("IDLE_S", "30"))
 HEAVY = os.environ.get("HEAVY", "1") != "0"
 BURST = int(os.environ.get("BURST", "20000"))
+# /status roles of endpoints without a lease (every replica runs them)
+UNLEASED = ("once-per-slot", "every-replica", "single-process")
 RSS_TARGET_KB = 10 * 1024
 CPU_TARGET = 0.5
 HZ = os.sysconf("SC_CLK_TCK")
@@ -183,7 +185,7 @@ def main():
 
     def a_leads_all():
         r = roles(mports[0])
-        act = {n: v for n, v in r.items() if v != "single"}
+        act = {n: v for n, v in r.items() if v not in UNLEASED}
         return act and all(v == "leader" for v in act.values()) and act
     guarded = h.wait_until(a_leads_all, 30, 0.1)
     if not guarded:
@@ -209,7 +211,7 @@ def main():
     time.sleep(1.0)
 
     rb = roles(mports[1])
-    not_standby = {n: v for n, v in rb.items() if v not in ("standby", "single")}
+    not_standby = {n: v for n, v in rb.items() if v != "standby" and v not in UNLEASED}
     ta, tb, t0 = ticks(a.pid), ticks(b.pid), time.monotonic()
     time.sleep(IDLE_S)
     ta1, tb1, t1 = ticks(a.pid), ticks(b.pid), time.monotonic()

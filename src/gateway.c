@@ -795,13 +795,22 @@ static void *observer_main(void *arg)
     return NULL;
 }
 
+/* /status "role": what this replica does with the endpoint, in the words
+ * `baton status` uses (src/status_cmd.c; README "Status words"):
+ *   leader         ActiveGuard: holds the lease now, consumes and forwards
+ *   standby        ActiveGuard: does not hold it, ready to take over
+ *   once-per-slot  OnceGuard: runs the clock, fires the slots it claims first
+ *   every-replica  guard "none": consumes, like every other replica
+ *   single-process no locker configured: the guards are off, this process
+ *                  runs the endpoint as if it were alone */
 static const char *role_name(const struct gw_endpoint *e)
 {
-    if (!e->guard) return "single";
+    if (!e->gw->locker) return "single-process";
+    if (!e->guard) return e->cfg->guard == GUARD_ONCE ? "once-per-slot" : "every-replica";
     const struct active_guard_stats *s = active_guard_stats(e->guard);
     switch (atomic_load(&s->role)) {
     case ROLE_LEADER: return active_guard_is_leader_now(e->guard) ? "leader" : "standby";
-    case ROLE_SINGLE: return "single";
+    case ROLE_SINGLE: return "single-process";
     default: return "standby";
     }
 }

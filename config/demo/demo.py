@@ -484,18 +484,29 @@ def main():
                 if t:
                     t.add(b.short, r)
 
-    def cell(t, leader):
+    def counts(t):
         fwd = "/".join(str(t.fwd.get(b.short, 0)) for b in replicas)
-        return "%-5s %14s %5d %3d" % (leader, fwd, pubs[t.pub].sent, t.dups())
+        return "%14s %5d %3d" % (fwd, pubs[t.pub].sent, t.dups())
 
-    head1 = "      |" + "|".join(" %-30s" % ("%s (%s)" % (n, tracks[n].label))[:30] for n in guarded)
+    def cell(t, leader):
+        return "%-5s %s" % (leader, counts(t))
+
+    # sensors: no lease (guard "none", /status role "every-replica"): every
+    # replica consumes, the broker hands each message to one of them
+    shared = ["sensors"] if "sensors" in tracks else []
+    head1 = "      |" + "|".join(" %-30s" % ("%s (%s)" % (n, tracks[n].label))[:30] for n in guarded) + \
+        "".join("| %-24s" % ("%s (mqtt $share)" % n) for n in shared)
     head2 = "    t |" + "|".join(" %-5s %14s %5s %3s" % ("lead", "fwd r1/r2/r3", "pub", "dup")
-                                 for _ in guarded) + "| heartbeat slots"
+                                 for _ in guarded) + \
+        "".join("| %14s %5s %3s" % ("fwd r1/r2/r3", "pub", "dup") for _ in shared) + "| heartbeat slots"
     print()
     print("every second, per endpoint: lead = replica holding its lease (:n = its nth lease,")
     print("a new epoch at each takeover; - = none right now); fwd = forwarded by replica 1/2/3;")
     print("pub = published so far; dup = forwarded more than once (orders-replay: repeats")
     print("after a takeover, each marked \"replayed\": true).")
+    if shared:
+        print("sensors has no lease (every-replica): each replica consumes, the broker spreads the")
+        print("shared subscription's messages over the replicas that are connected.")
     print(head1)
     print(head2, flush=True)
     t0 = time.monotonic()
@@ -510,6 +521,7 @@ def main():
                     leader[ep["name"]] = "%s:%d" % (b.short, tracks[ep["name"]].term(ep.get("epoch")))
         hb = tracks["heartbeat"]
         print("%4ds |" % sec + "|".join(" " + cell(tracks[n], leader.get(n, "-")) for n in guarded)
+              + "".join("| " + counts(tracks[n]) for n in shared)
               + "| %d (dup %d)" % (len(hb.keys), hb.dups()), flush=True)
         if sec == kill_at:
             alive = [b for b in replicas if b.alive()]

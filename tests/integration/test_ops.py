@@ -154,14 +154,18 @@ def test_metrics_health_status(t):
     t.check(ep["name"] == "orders" and ep["role"] == "leader" and ep["forwarded"] == 50,
             "status JSON: %s" % ep)
     t.check(("pid %d" % b.pid) in (ep.get("holder") or ""), "status names the lease holder: %s" % ep)
+    tick = [e for e in st["endpoints"] if e["name"] == "tick"]
+    t.check(tick and tick[0]["role"] == "once-per-slot", "status JSON: OnceGuard role once-per-slot: %s" % tick)
     t.check(get(mport, "/nope")[0] == 404, "unknown path 404")
 
     # baton status: asks Redis who leads
     rc, out, err = h.run_baton(["status", "-c", b.cfg])
     t.check(rc == 0, "baton status exit 0 (%s)" % err)
     line = [l for l in out.splitlines() if l.startswith("orders")]
-    t.check(line and "led" in line[0] and str(int(epoch)) in line[0],
-            "status table shows orders led with epoch %d: %r" % (epoch, out))
+    t.check(line and line[0].split()[3] == "has-leader" and str(int(epoch)) in line[0],
+            "status table shows orders has-leader with epoch %d: %r" % (epoch, out))
+    line = [l for l in out.splitlines() if l.startswith("tick")]
+    t.check(line and line[0].split()[3] == "once-per-slot", "status table shows tick once-per-slot: %r" % out)
 
     # Redis down: /readyz 503 with a reason, /healthz still 200, locker_up 0.
     # The pages show what the observer thread saw last (at most 1 s old): they

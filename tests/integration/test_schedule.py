@@ -113,6 +113,10 @@ def test_check_config(t):
 def test_single_process_every_second(t):
     """No locker: the one process fires every second, on the planned second."""
     b = t.baton(main_cfg(None), {"tick.cfg": schedule_cfg()})
+    rc, out, err = h.run_baton(["status", "-c", b.cfg])
+    row = [l.split() for l in out.splitlines() if l.startswith("tick ")]
+    t.check(rc == 0 and row and row[0][3] == "single-process",
+            "baton status without a locker: tick single-process (%d %r %r)" % (rc, out, err))
     time.sleep(7.5)
     t.require(b.alive(), "baton exited early: %r" % b.proc.poll())
     stop_all(t, [b])

@@ -6,11 +6,13 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "guard/active_guard.h"
 #include "src/common/util.h"
@@ -182,22 +184,78 @@ static char *dir_of(const char *path)
     return d;
 }
 
-/* Reads one libconfig file; errors name the file (unreadable: strerror) or
- * file and line (syntax). */
-static int read_file(config_t *cf, const char *path, struct config_error *err)
+/* What a non-regular file is, for messages ("a FIFO"); NULL: none of these. */
+static const char *file_kind(mode_t mode)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISDIR(mode)) return "a directory";
+    return NULL;
+}
+
+/* Refuses what libconfig must not be given: anything but a regular file (a
+ * FIFO or a character device would block --check-config forever; symlinks
+ * to regular files are followed) and files over CONFIG_FILE_MAX_BYTES
+ * (libconfig's parser is quadratic in the number of keys: 50,000 keys take
+ * 41 s to reject). The type is checked with stat before anything is opened
+ * (opening a device can have side effects); a regular file is then opened
+ * non-blocking and checked again on the descriptor, so a swap between the
+ * two is caught too. Nothing is read here. libconfig 1.5 then opens the path
+ * again (config_read_file: the only call that keeps the file name every
+ * error message needs), so a file replaced by a FIFO in that window could
+ * still block; that takes someone racing the check on purpose. Files pulled
+ * in with @include are opened by libconfig alone and are not checked. */
+static int check_input_file(const char *path, struct config_error *err)
+{
+    struct stat st, lst;
+    if (stat(path, &st) != 0) {
         config_error_set(err, path, 0, "cannot read file: %s", strerror(errno));
         return -1;
     }
-    struct stat st;
-    int is_dir = fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode);
-    fclose(f);
-    if (is_dir) {
-        config_error_set(err, path, 0, "cannot read file: %s", strerror(EISDIR));
+    bool via_link = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
+    int fd = -1;
+    if (S_ISREG(st.st_mode)) {
+        fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (fd < 0) {
+            config_error_set(err, path, 0, "cannot read file: %s", strerror(errno));
+            return -1;
+        }
+        if (fstat(fd, &st) != 0) {
+            config_error_set(err, path, 0, "cannot read file: %s", strerror(errno));
+            close(fd);
+            return -1;
+        }
+        close(fd);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        const char *kind = file_kind(st.st_mode);
+        if (kind)
+            config_error_set(err, path, 0, "cannot read file: it is %s%s, not a regular file",
+                             via_link ? "a symbolic link to " : "", kind);
+        else
+            config_error_set(err, path, 0, "cannot read file: it is %snot a regular file (mode %#o)",
+                             via_link ? "a symbolic link to something " : "", (unsigned)st.st_mode);
         return -1;
     }
+    if (st.st_size > CONFIG_FILE_MAX_BYTES) {
+        double mib = (double)st.st_size / (1024.0 * 1024.0);
+        config_error_set(err, path, 0,
+                         "cannot read file: it is %.1f MiB (%lld bytes); configuration files are "
+                         "limited to %d MiB (%d bytes)",
+                         mib, (long long)st.st_size, CONFIG_FILE_MAX_BYTES / (1024 * 1024),
+                         CONFIG_FILE_MAX_BYTES);
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads one libconfig file; errors name the file (unreadable, not a regular
+ * file, too large: line 0) or file and line (syntax). */
+static int read_file(config_t *cf, const char *path, struct config_error *err)
+{
+    if (check_input_file(path, err)) return -1;
     char *dir = dir_of(path);
     config_set_include_dir(cf, dir);
     free(dir);
@@ -290,12 +348,17 @@ static const struct setting_def metrics_defs[] = {
 };
 
 static const char *const log_levels[] = { "error", "warn", "info", "debug", NULL };
+/* In enum log_format order. */
+static const char *const log_formats[] = { "text", "json", NULL };
 struct log_settings {
     int level;
+    int format;
 };
 static const struct setting_def log_defs[] = {
     { "level", SETTING_ENUM, offsetof(struct log_settings, level), .def = "info",
       .choices = log_levels, .help = "log level" },
+    { "format", SETTING_ENUM, offsetof(struct log_settings, format), .def = "text",
+      .choices = log_formats, .help = "log line format" },
     SETTINGS_END
 };
 
@@ -673,7 +736,7 @@ static int parse_sinks(struct baton_config *c, const config_setting_t *s, struct
 }
 
 /* A main-file group that must be a group when present. */
-static const config_setting_t *group_member(const config_setting_t *root, const char *name)
+static const config_setting_t *main_group_member(const config_setting_t *root, const char *name)
 {
     return config_setting_get_member(root, name);
 }
@@ -951,7 +1014,8 @@ static int load_endpoints(struct baton_config *c, const config_setting_t *dir_se
     }
     closedir(d);
     if (n) qsort(names, n, sizeof *names, cmp_str);
-    if (n == 0) log_warn("config", NULL, "no endpoint files (*.cfg) in %s: nothing to run", c->endpoints_dir);
+    /* No endpoint files is not an error; main warns once the log settings
+     * (level, format) of this very file apply. */
 
     c->endpoints = xcalloc(n + 1, sizeof *c->endpoints);
     struct name_site *sites = xcalloc(n + 1, sizeof *sites);
@@ -978,6 +1042,7 @@ int config_load(const char *path, struct baton_config *out, struct config_error 
     out->key_prefix = xstrdup("baton");
     out->lease = (struct lease_config){ .ttl_ms = 3000, .renew_ms = 1000, .retry_ms = 250, .balance_step_ms = 125 };
     out->log_level = LOG_INFO;
+    out->log_format = LOG_FORMAT_TEXT;
     out->drain_timeout_ms = 5000;
 
     config_t cf;
@@ -997,14 +1062,14 @@ int config_load(const char *path, struct baton_config *out, struct config_error 
 
     const config_setting_t *s;
     for (size_t i = 0; main_groups[i]; i++) {
-        s = group_member(root, main_groups[i]);
+        s = main_group_member(root, main_groups[i]);
         if (s && strcmp(main_groups[i], "sinks") != 0 && expect_group(s, main_groups[i], err)) goto out;
     }
-    if ((s = group_member(root, "locker")) && parse_locker(out, s, err)) goto out;
-    if (parse_lease(&out->lease, group_member(root, "lease"), err)) goto out;
-    if (check_main_lease(out, group_member(root, "lease"), group_member(root, "locker"), err)) goto out;
-    if ((s = group_member(root, "sinks")) && parse_sinks(out, s, err)) goto out;
-    if ((s = group_member(root, "metrics"))) {
+    if ((s = main_group_member(root, "locker")) && parse_locker(out, s, err)) goto out;
+    if (parse_lease(&out->lease, main_group_member(root, "lease"), err)) goto out;
+    if (check_main_lease(out, main_group_member(root, "lease"), main_group_member(root, "locker"), err)) goto out;
+    if ((s = main_group_member(root, "sinks")) && parse_sinks(out, s, err)) goto out;
+    if ((s = main_group_member(root, "metrics"))) {
         struct metrics_settings m = { 0 };
         int r = settings_parse(metrics_defs, s, NULL, "metrics", &m, err);
         if (r == 0) {
@@ -1014,12 +1079,13 @@ int config_load(const char *path, struct baton_config *out, struct config_error 
         out->metrics_listen = m.listen;
         if (r) goto out;
     }
-    if ((s = group_member(root, "log"))) {
+    if ((s = main_group_member(root, "log"))) {
         struct log_settings l = { 0 };
         if (settings_parse(log_defs, s, NULL, "log", &l, err)) goto out;
         out->log_level = (enum log_level)l.level;
+        out->log_format = (enum log_format)l.format;
     }
-    if ((s = group_member(root, "shutdown"))) {
+    if ((s = main_group_member(root, "shutdown"))) {
         struct shutdown_settings sd = { 0 };
         if (settings_parse(shutdown_defs, s, NULL, "shutdown", &sd, err)) goto out;
         out->drain_timeout_ms = sd.drain_timeout_ms;

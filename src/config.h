@@ -1,5 +1,7 @@
 /* Configuration loading: the main file (libconfig) plus one file per endpoint
- * in endpoints_dir (*.cfg, name order). Every error names file and line. */
+ * in endpoints_dir (*.cfg, name order). Every error names file and line.
+ * Every file must be a regular file (or a symlink to one) of at most
+ * CONFIG_FILE_MAX_BYTES; anything else is refused before it is read. */
 #ifndef BATON_CONFIG_H
 #define BATON_CONFIG_H
 
@@ -76,9 +78,15 @@ struct baton_config {
     size_t n_endpoints;
     char *metrics_listen; /* "127.0.0.1:9464"; NULL = no listener */
     enum log_level log_level;
+    enum log_format log_format; /* default text */
     char *endpoints_dir;  /* resolved path */
     int64_t drain_timeout_ms; /* shutdown drain bound, default 5000 */
 };
+
+/* Size cap of every configuration file (main and endpoint files), checked
+ * before libconfig parses it: its parser is quadratic in the number of keys,
+ * so a huge file would stall --check-config and start-up for minutes. */
+#define CONFIG_FILE_MAX_BYTES (1024 * 1024)
 
 /* Exit statuses (documented in the README). */
 enum baton_exit {

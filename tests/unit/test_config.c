@@ -13,7 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -151,6 +156,8 @@ static const struct sink_ops *const test_sink_types[] = { &test_stdout, &test_ht
 
 #define DIR_MARK "<dir>"
 #define LINK_MARK "->" /* "->target": a symlink */
+#define FIFO_MARK "<fifo>"
+#define SOCKET_MARK "<socket>" /* a bound AF_UNIX socket */
 
 struct file {
     const char *name; /* relative to the case directory */
@@ -176,6 +183,16 @@ static void write_tree(struct tree *t, const struct file *files, bool endpoints_
         snprintf(p, sizeof p, "%s/%s", t->root, files[i].name);
         if (strcmp(files[i].text, DIR_MARK) == 0) {
             assert_int_equal(mkdir(p, 0755), 0);
+        } else if (strcmp(files[i].text, FIFO_MARK) == 0) {
+            assert_int_equal(mkfifo(p, 0644), 0);
+        } else if (strcmp(files[i].text, SOCKET_MARK) == 0) {
+            struct sockaddr_un sa = { .sun_family = AF_UNIX };
+            assert_true(strlen(p) < sizeof sa.sun_path);
+            memcpy(sa.sun_path, p, strlen(p) + 1);
+            int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+            assert_true(fd >= 0);
+            assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+            close(fd); /* the socket file stays */
         } else if (strncmp(files[i].text, LINK_MARK, 2) == 0) {
             assert_int_equal(symlink(files[i].text + 2, p), 0);
         } else {
@@ -293,6 +310,12 @@ static const struct bad_case bad_cases[] = {
     { "log: unknown level",
       { { "baton.cfg", SINKS_OUT "log = {\n  level = \"verbose\";\n};\n" } },
       "baton.cfg", 3, "log: level = \"verbose\": expected one of error, warn, info, debug", NULL },
+    { "log: unknown format",
+      { { "baton.cfg", SINKS_OUT "log = {\n  level = \"info\";\n  format = \"yaml\";\n};\n" } },
+      "baton.cfg", 4, "log: format = \"yaml\": expected one of text, json", NULL },
+    { "log: unknown key next to format",
+      { { "baton.cfg", SINKS_OUT "log = {\n  format = \"json\";\n  fromat = \"json\";\n};\n" } },
+      "baton.cfg", 4, "log: unknown key 'fromat' (did you mean 'format'?); valid keys: level, format", NULL },
     { "shutdown: negative drain timeout",
       { { "baton.cfg", SINKS_OUT "shutdown = { drain_timeout_ms = -1; };\n" } },
       "baton.cfg", 2, "shutdown: drain_timeout_ms = -1 is out of range 0..3600000", NULL },
@@ -375,7 +398,7 @@ static const struct bad_case bad_cases[] = {
       "endpoints.d/a.cfg", 5, "'cron' expected a string", NULL },
     { "endpoint: a directory named *.cfg",
       { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", DIR_MARK } },
-      "endpoints.d/a.cfg", 0, "cannot read file: Is a directory", NULL },
+      "endpoints.d/a.cfg", 0, "cannot read file: it is a directory, not a regular file", NULL },
     { "endpoint: dangling symlink",
       { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", LINK_MARK "/nonexistent/baton-x.cfg" } },
       "endpoints.d/a.cfg", 0, "cannot read file: No such file or directory", NULL },
@@ -711,6 +734,255 @@ static void test_timings_loader_agrees_with_guard(void **state)
     assert_true(accepted > 0 && rejected > 0);
 }
 
+/* ---- input limits (issue 20): only regular files, at most 1 MiB ----
+ *
+ * libconfig opens and reads whatever it is given: a FIFO blocked
+ * --check-config forever. Loads that meet a FIFO therefore run in a child
+ * process under alarm(): a regression kills the child (SIGALRM) and fails
+ * the test instead of hanging it. */
+
+#define CHILD_TIMEOUT_S 10
+
+struct child_result {
+    int rc;
+    struct config_error err;
+};
+
+/* config_load(main_path) in a child process bounded by CHILD_TIMEOUT_S.
+ * Returns 0, or -1 with why filled when the child hung or died (the caller
+ * cleans up, then fails). */
+static int load_in_child(const char *main_path, struct child_result *out, char *why, size_t why_len)
+{
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(pfd[0]);
+        alarm(CHILD_TIMEOUT_S);
+        struct child_result r;
+        memset(&r, 0, sizeof r);
+        struct baton_config c = { 0 };
+        r.rc = config_load(main_path, &c, &r.err);
+        config_free(&c);
+        ssize_t w = write(pfd[1], &r, sizeof r);
+        close(pfd[1]);
+        _exit(w == (ssize_t)sizeof r ? 0 : 3);
+    }
+    close(pfd[1]);
+    memset(out, 0, sizeof *out);
+    ssize_t got = read(pfd[0], out, sizeof *out); /* the child's result, or EOF when it dies */
+    close(pfd[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
+        snprintf(why, why_len, "config_load(%s) hung: killed after %d s", main_path, CHILD_TIMEOUT_S);
+        return -1;
+    }
+    if (WIFSIGNALED(status)) {
+        snprintf(why, why_len, "config_load(%s): the child died of signal %d", main_path, WTERMSIG(status));
+        return -1;
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || got != (ssize_t)sizeof *out) {
+        snprintf(why, why_len, "config_load(%s): the child exited with %d (read %zd bytes)", main_path,
+                 WIFEXITED(status) ? WEXITSTATUS(status) : -1, got);
+        return -1;
+    }
+    if (out->rc == 0) print_message("  -> %.3f s: loaded\n", secs);
+    else print_message("  -> %.3f s: %s:%d: %s\n", secs, out->err.file, out->err.line, out->err.msg);
+    return 0;
+}
+
+/* Loads files in a child; expects an error at err_file (line 0) holding
+ * want, or success when want is NULL. */
+static void expect_in_child(const struct file *files, const char *err_file, const char *want)
+{
+    struct tree t;
+    write_tree(&t, files, true);
+    struct child_result r;
+    char why[800];
+    int crc = load_in_child(t.main, &r, why, sizeof why);
+    char want_file[512];
+    snprintf(want_file, sizeof want_file, "%s/%s", t.root, err_file ? err_file : "");
+    remove_tree(&t);
+    if (crc) fail_msg("%s", why);
+    if (!want) {
+        if (r.rc != 0) fail_msg("%s:%d: %s", r.err.file, r.err.line, r.err.msg);
+        return;
+    }
+    if (r.rc != -1 || strcmp(r.err.file, want_file) != 0 || r.err.line != 0 || !strstr(r.err.msg, want))
+        fail_msg("rc=%d %s:%d: %s; wanted %s:0 '%s'", r.rc, r.err.file, r.err.line, r.err.msg, err_file, want);
+}
+
+static void test_fifo_endpoint_file_refused(void **state)
+{
+    (void)state;
+    const struct file files[] = {
+        { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", EP_A }, { "endpoints.d/b.cfg", FIFO_MARK },
+        { NULL, NULL } };
+    expect_in_child(files, "endpoints.d/b.cfg", "cannot read file: it is a FIFO, not a regular file");
+}
+
+static void test_fifo_main_file_refused(void **state)
+{
+    (void)state;
+    const struct file files[] = { { "baton.cfg", FIFO_MARK }, { NULL, NULL } };
+    expect_in_child(files, "baton.cfg", "cannot read file: it is a FIFO, not a regular file");
+}
+
+static void test_other_non_regular_files_refused(void **state)
+{
+    (void)state;
+    /* a symlink to a FIFO: followed, and refused for what it points to */
+    const struct file link_fifo[] = {
+        { "baton.cfg", SINKS_OUT }, { "fifo", FIFO_MARK }, { "endpoints.d/a.cfg", LINK_MARK "../fifo" },
+        { NULL, NULL } };
+    expect_in_child(link_fifo, "endpoints.d/a.cfg",
+                            "cannot read file: it is a symbolic link to a FIFO, not a regular file");
+    const struct file sock[] = {
+        { "baton.cfg", SINKS_OUT }, { "endpoints.d/s.cfg", SOCKET_MARK }, { NULL, NULL } };
+    expect_in_child(sock, "endpoints.d/s.cfg", "cannot read file: it is a socket, not a regular file");
+
+    /* a character device as the main file (the files of the case directory
+     * are not used) */
+    struct child_result r;
+    char why[800];
+    if (load_in_child("/dev/null", &r, why, sizeof why)) fail_msg("%s", why);
+    assert_int_equal(r.rc, -1);
+    assert_string_equal(r.err.file, "/dev/null");
+    assert_int_equal(r.err.line, 0);
+    assert_string_equal(r.err.msg, "cannot read file: it is a character device, not a regular file");
+
+    /* a FIFO not named *.cfg is not looked at */
+    const struct file ignored[] = {
+        { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", EP_A }, { "endpoints.d/notes", FIFO_MARK },
+        { "endpoints.d/b.cfg.tmp", FIFO_MARK }, { NULL, NULL } };
+    expect_in_child(ignored, NULL, NULL);
+}
+
+/* A symlink to a regular file is followed as before. */
+static void test_symlink_to_regular_file_accepted(void **state)
+{
+    (void)state;
+    const struct file files[] = {
+        { "baton.cfg", SINKS_OUT }, { "shared", DIR_MARK }, { "shared/a.cfg", EP_A },
+        { "endpoints.d/a.cfg", LINK_MARK "../shared/a.cfg" }, { NULL, NULL } };
+    struct tree t;
+    struct baton_config c = { 0 };
+    expect_config_ok(files, &c, &t);
+    assert_int_equal(c.n_endpoints, 1);
+    assert_string_equal(c.endpoints[0].name, "a");
+    config_free(&c);
+    remove_tree(&t);
+}
+
+/* text followed by comment lines: exactly size bytes (size > strlen(text)). */
+static char *padded(const char *text, size_t size)
+{
+    size_t len = strlen(text);
+    assert_true(size > len);
+    char *s = malloc(size + 1);
+    assert_non_null(s);
+    memcpy(s, text, len);
+    while (len < size) {
+        size_t left = size - len;
+        size_t line = left > 80 ? 80 : left; /* bytes of this line, newline included */
+        if (left > 80 && left - 80 < 2) line = left - 2; /* no 1-byte last line */
+        if (line == 1) {
+            s[len++] = '\n';
+            continue;
+        }
+        s[len] = '#';
+        memset(s + len + 1, 'x', line - 2);
+        s[len + line - 1] = '\n';
+        len += line;
+    }
+    s[size] = '\0';
+    return s;
+}
+
+static void test_size_cap(void **state)
+{
+    (void)state;
+    assert_int_equal(CONFIG_FILE_MAX_BYTES, 1024 * 1024);
+
+    /* the main file, one byte over the cap: refused before parsing */
+    char *over = padded(SINKS_OUT, CONFIG_FILE_MAX_BYTES + 1);
+    assert_int_equal(strlen(over), CONFIG_FILE_MAX_BYTES + 1);
+    const struct file main_over[] = { { "baton.cfg", over }, { NULL, NULL } };
+    expect_config_error(main_over, "baton.cfg", 0,
+                        "cannot read file: it is 1.0 MiB (1048577 bytes); configuration files are limited "
+                        "to 1 MiB (1048576 bytes)", NULL);
+
+    /* an endpoint file over the cap names that file */
+    char *ep_over = padded(EP_A, CONFIG_FILE_MAX_BYTES + 1);
+    const struct file ep_files[] = { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", ep_over }, { NULL, NULL } };
+    expect_config_error(ep_files, "endpoints.d/a.cfg", 0, "(1048577 bytes); configuration files are limited to 1 MiB",
+                        NULL);
+    free(ep_over);
+
+    /* the size is given in MiB with one decimal */
+    char *big = padded(SINKS_OUT, 2411725);
+    const struct file main_big[] = { { "baton.cfg", big }, { NULL, NULL } };
+    expect_config_error(main_big, "baton.cfg", 0, "it is 2.3 MiB (2411725 bytes)", NULL);
+    free(big);
+
+    /* a main file of exactly the cap and an endpoint file just under it,
+     * both valid (padded with comments): accepted */
+    over[CONFIG_FILE_MAX_BYTES] = '\0'; /* the last byte was a newline: still one comment line */
+    over[CONFIG_FILE_MAX_BYTES - 1] = '\n';
+    char *ep_under = padded(EP_A, CONFIG_FILE_MAX_BYTES - 1);
+    const struct file ok_files[] = { { "baton.cfg", over }, { "endpoints.d/a.cfg", ep_under }, { NULL, NULL } };
+    struct tree t;
+    struct baton_config c = { 0 };
+    expect_config_ok(ok_files, &c, &t);
+    assert_int_equal(c.n_sinks, 1);
+    assert_int_equal(c.n_endpoints, 1);
+    assert_string_equal(c.endpoints[0].name, "a");
+    struct stat st;
+    assert_int_equal(stat(t.main, &st), 0);
+    assert_int_equal(st.st_size, CONFIG_FILE_MAX_BYTES);
+    assert_int_equal(stat(c.endpoints[0].file, &st), 0);
+    assert_int_equal(st.st_size, CONFIG_FILE_MAX_BYTES - 1);
+    config_free(&c);
+    remove_tree(&t);
+    free(ep_under);
+    free(over);
+}
+
+/* log.format (issue 20): "text" (default) or "json". */
+static void test_log_format(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        enum log_format want;
+    } cases[] = {
+        { SINKS_OUT, LOG_FORMAT_TEXT },
+        { SINKS_OUT "log = { level = \"warn\"; };\n", LOG_FORMAT_TEXT },
+        { SINKS_OUT "log = { format = \"text\"; };\n", LOG_FORMAT_TEXT },
+        { SINKS_OUT "log = { level = \"info\"; format = \"json\"; };\n", LOG_FORMAT_JSON },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct file files[] = { { "baton.cfg", cases[i].text }, { NULL, NULL } };
+        struct tree t;
+        struct baton_config c = { 0 };
+        expect_config_ok(files, &c, &t);
+        if (c.log_format != cases[i].want) fail_msg("case %zu: format %d, wanted %d", i, (int)c.log_format, (int)cases[i].want);
+        config_free(&c);
+        remove_tree(&t);
+    }
+    const struct file upper[] = { { "baton.cfg", SINKS_OUT "log = {\n  format = \"JSON\";\n};\n" }, { NULL, NULL } };
+    expect_config_error(upper, "baton.cfg", 3, "log: format = \"JSON\": expected one of text, json", NULL);
+    const struct file number[] = { { "baton.cfg", SINKS_OUT "log = {\n\n  format = 1;\n};\n" }, { NULL, NULL } };
+    expect_config_error(number, "baton.cfg", 4, "log: 'format' expected one of \"text, json\"", "got an integer");
+}
+
 /* ---- good configurations ---- */
 
 static void test_defaults(void **state)
@@ -732,9 +1004,10 @@ static void test_defaults(void **state)
     assert_int_equal(c.lease.retry_ms, 250);
     assert_int_equal(c.lease.balance_step_ms, 125);
     assert_int_equal(c.n_sinks, 0);
-    assert_int_equal(c.n_endpoints, 0); /* empty directory: allowed, warned */
+    assert_int_equal(c.n_endpoints, 0); /* empty directory: allowed (baton warns at start) */
     assert_null(c.metrics_listen);
     assert_int_equal(c.log_level, LOG_INFO);
+    assert_int_equal(c.log_format, LOG_FORMAT_TEXT);
     assert_int_equal(c.drain_timeout_ms, 5000);
     char want[256];
     snprintf(want, sizeof want, "%s/endpoints.d", t.root);
@@ -1047,6 +1320,7 @@ static void test_example_main_file(void **state)
     assert_non_null(c.sinks[0].ops);
     assert_string_equal(c.metrics_listen, "127.0.0.1:9464");
     assert_int_equal(c.log_level, LOG_INFO);
+    assert_int_equal(c.log_format, LOG_FORMAT_TEXT);
     assert_int_equal(c.drain_timeout_ms, 5000);
     config_free(&c);
     remove_tree(&t);
@@ -1078,6 +1352,12 @@ int main(void)
         cmocka_unit_test(test_timings_defaults_accepted),
         cmocka_unit_test(test_timings_endpoint_override_rejected),
         cmocka_unit_test(test_timings_loader_agrees_with_guard),
+        cmocka_unit_test(test_fifo_endpoint_file_refused),
+        cmocka_unit_test(test_fifo_main_file_refused),
+        cmocka_unit_test(test_other_non_regular_files_refused),
+        cmocka_unit_test(test_symlink_to_regular_file_accepted),
+        cmocka_unit_test(test_size_cap),
+        cmocka_unit_test(test_log_format),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

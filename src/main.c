@@ -8,7 +8,12 @@
  * drain queues within shutdown.drain_timeout_ms and exit 0. SIGHUP logs the
  * current role of every endpoint (logging goes to stderr, which has nothing
  * to reopen: the supervisor owns it). SIGPIPE is ignored (a closed stdout is
- * a sink error, counted, not a crash). */
+ * a sink error, counted, not a crash).
+ *
+ * Under systemd (Type=notify, NOTIFY_SOCKET set; src/notify.h): READY=1 once
+ * the endpoints are created and started and the ops listener (if any) is
+ * bound, STOPPING=1 as the shutdown begins, STATUS= lines along the way, and
+ * WATCHDOG=1 pings from the signal loop when WatchdogSec= asks for them. */
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -16,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "src/common/log.h"
@@ -23,6 +29,7 @@
 #include "src/config.h"
 #include "src/gateway.h"
 #include "src/http_listener.h"
+#include "src/notify.h"
 #include "src/status_cmd.h"
 
 static void usage(FILE *f)
@@ -47,6 +54,40 @@ static void usage(FILE *f)
     fprintf(f,
             "\n\nexit status: 0 ok, %d usage, %d invalid configuration, %d could not start, %d runtime failure\n",
             BATON_EXIT_USAGE, BATON_EXIT_CONFIG, BATON_EXIT_START, BATON_EXIT_RUNTIME);
+}
+
+/* STATUS= for READY=1: "3 endpoints (1 disabled), locker redis 10.0.0.5:6379,
+ * ops listener 127.0.0.1:9464". */
+static void ready_status(const struct baton_config *cfg, char *buf, size_t len)
+{
+    size_t enabled = 0;
+    for (size_t i = 0; i < cfg->n_endpoints; i++) enabled += cfg->endpoints[i].enabled;
+    char disabled[48] = "", locker[300];
+    if (enabled < cfg->n_endpoints) snprintf(disabled, sizeof disabled, " (%zu disabled)", cfg->n_endpoints - enabled);
+    if (cfg->has_locker)
+        snprintf(locker, sizeof locker, "locker redis %s:%d", cfg->locker_redis.host, cfg->locker_redis.port);
+    else
+        snprintf(locker, sizeof locker, "no locker (single-process mode)");
+    snprintf(buf, len, "%zu endpoint%s%s, %s, ops listener %s", enabled, enabled == 1 ? "" : "s", disabled, locker,
+             cfg->metrics_listen ? cfg->metrics_listen : "off");
+}
+
+/* One watchdog period elapsed on the main thread. What a WATCHDOG=1 vouches
+ * for: that the main thread, the one that takes SIGTERM and runs the drain,
+ * is looping (so a stop request will be acted on), and that the gateway's
+ * observed state, which the ops pages (/readyz, /status) read under the
+ * observer's mutex, can still be taken (gateway_ready never waits for a
+ * backend: a deadlock there stops the pings). It deliberately does not vouch
+ * for the locker or the sinks being reachable (their result is ignored):
+ * restarting fixes neither, and a replica restarted during a Redis or sink
+ * outage would only lose its standby state and compete again from scratch;
+ * /readyz reports that instead. Nor does it vouch for the forwarders'
+ * progress: a sink legitimately stalled on retries is not a hang. */
+static void watchdog_tick(struct gateway *gw)
+{
+    char reason[320];
+    (void)gateway_ready(gw, reason, sizeof reason);
+    notify_watchdog_ping();
 }
 
 int main(int argc, char **argv)
@@ -127,6 +168,9 @@ int main(int argc, char **argv)
     }
 
     log_set_level(cli_level ? level : cfg.log_level);
+    log_set_format(cfg.log_format);
+    if (cfg.n_endpoints == 0)
+        log_warn("config", NULL, "no endpoint files (*.cfg) in %s: nothing to run", cfg.endpoints_dir);
 
     /* Signals are taken synchronously by the main thread only: block them
      * before any thread exists so every thread inherits the mask. */
@@ -155,6 +199,9 @@ int main(int argc, char **argv)
             return BATON_EXIT_START;
         }
     }
+    /* Starting can take a while (each guard's first lease attempt, delayed
+     * by leader balancing): say so in `systemctl status` meanwhile. */
+    notify_status("starting: endpoints created, making the first lease attempts");
     if (gateway_start(gw) != 0) {
         log_error("main", NULL, "cannot start threads: %s", strerror(errno));
         gateway_stop(gw);
@@ -165,10 +212,32 @@ int main(int argc, char **argv)
     }
     log_info("main", NULL, "baton %s started (pid %d, %zu endpoints, locker %s)", BATON_VERSION, (int)getpid(),
              cfg.n_endpoints, cfg.has_locker ? "redis" : "none: single-process mode");
+    /* Here, not earlier: the endpoints exist and run, and the ops listener is
+     * bound (it answers from now on), so units ordered After= baton see it
+     * serving. */
+    char status[512];
+    ready_status(&cfg, status, sizeof status);
+    notify_ready(status);
 
+    /* With a watchdog, the signal wait wakes up every period to ping
+     * (watchdog_tick says what a ping vouches for). */
+    int64_t wd_ms = notify_watchdog_start();
+    int64_t next_ping = clock_mono_ms();
     for (;;) {
         int sig = 0;
-        if (sigwait(&set, &sig) != 0) continue;
+        if (wd_ms > 0) {
+            int64_t now = clock_mono_ms();
+            if (now >= next_ping) {
+                watchdog_tick(gw);
+                next_ping = now + wd_ms;
+            }
+            int64_t d = next_ping - now;
+            struct timespec ts = {.tv_sec = d / 1000, .tv_nsec = (d % 1000) * 1000000L};
+            sig = sigtimedwait(&set, NULL, &ts);
+            if (sig < 0) continue; /* EAGAIN: the period elapsed; EINTR */
+        } else if (sigwait(&set, &sig) != 0) {
+            continue;
+        }
         if (sig == SIGHUP) {
             struct jbuf b;
             jbuf_init(&b, 1024);
@@ -180,6 +249,12 @@ int main(int argc, char **argv)
         log_info("main", NULL, "%s received: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
         break;
     }
+    /* Before the drain: systemd stops enforcing the watchdog once the unit
+     * is stopping, and TimeoutStopSec= bounds what follows. */
+    notify_watchdog_stop();
+    snprintf(status, sizeof status, "stopping: releasing leases, draining queues (at most %lld ms)",
+             (long long)cfg.drain_timeout_ms);
+    notify_stopping(status);
     gateway_stop(gw);
     http_listener_stop(http);
     gateway_destroy(gw);

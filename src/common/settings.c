@@ -3,11 +3,14 @@
 #include "src/common/settings.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void config_error_set(struct config_error *err, const char *file, int line, const char *fmt, ...)
 {
@@ -471,9 +474,23 @@ int secret_resolve(const char *env_name, const char *file, char **out, char *msg
     }
     if (!file) return 0;
 
-    FILE *f = fopen(file, "r");
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused
+     * below, like anything that is not a regular file */
+    int fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(msg, msglen, "cannot read secret file '%s': %s", file, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(msg, msglen, "cannot read secret file '%s': not a regular file", file);
+        close(fd);
+        return -1;
+    }
+    FILE *f = fdopen(fd, "r");
     if (!f) {
         snprintf(msg, msglen, "cannot read secret file '%s': %s", file, strerror(errno));
+        close(fd);
         return -1;
     }
     char *line = NULL;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -413,7 +414,15 @@ static void test_secret_file(void **state)
 
     /* a directory is not a secret */
     assert_int_equal(secret_resolve(NULL, tmpdir, &out, msg, sizeof msg), -1);
-    assert_non_null(strstr(msg, "Is a directory"));
+    assert_non_null(strstr(msg, "not a regular file"));
+
+    /* nor a FIFO: refused at once, never waiting for a writer */
+    snprintf(p, sizeof p, "%s/secret-fifo", tmpdir);
+    assert_int_equal(mkfifo(p, 0600), 0);
+    assert_int_equal(secret_resolve(NULL, p, &out, msg, sizeof msg), -1);
+    assert_null(out);
+    assert_non_null(strstr(msg, "not a regular file"));
+    unlink(p);
 }
 
 static void test_secret_neither_and_both(void **state)

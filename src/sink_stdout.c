@@ -119,10 +119,13 @@ struct wstop {
 };
 
 /* Waits for room, in poll slices of at most 20 ms and never past the
- * lease deadline, asking the lease each slice. 0 = writable. */
+ * lease deadline, asking the lease each slice and once more after the fd
+ * became writable (a leader paused inside poll must not write when it
+ * resumes after its term ended). 0 = writable, in the term. */
 static int wait_writable(const struct stdout_sink *k, struct sink_call *call, uint64_t epoch,
                          struct wstop *st)
 {
+    bool writable = false;
     for (;;) {
         int64_t left = sink_wait_live(call, epoch);
         if (call->cancel && atomic_load(call->cancel)) {
@@ -133,9 +136,10 @@ static int wait_writable(const struct stdout_sink *k, struct sink_call *call, ui
             st->why = MSG_DROPPED_TERM_ENDED;
             return -1;
         }
+        if (writable) return 0;
         struct pollfd p = {.fd = k->wfd, .events = POLLOUT};
         int r = poll(&p, 1, (int)(left < 20 ? left : 20));
-        if (r > 0) return 0;
+        if (r > 0) writable = true;
         if (r < 0 && errno != EINTR) {
             st->err = errno;
             st->why = MSG_DROPPED_SINK_FAILED;
@@ -163,6 +167,11 @@ static size_t write_all(const struct stdout_sink *k, const char *buf, size_t n,
 {
     size_t off = 0;
     while (off < n) {
+        /* after a partial write, ask again before the next one */
+        if (off > 0 && sink_time_left(call, epoch) < 0) {
+            st->why = MSG_DROPPED_TERM_ENDED;
+            return off;
+        }
         ssize_t w = out_write(k, buf + off, n - off);
         if (w < 0) {
             if (errno == EINTR) continue;

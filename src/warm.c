@@ -370,16 +370,8 @@ int64_t warm_mark_lag_ms(const struct warm *w)
     return since ? clock_mono_ms() - since : 0;
 }
 
-static void write_mark_locked(struct warm *w, int64_t now, bool force);
-
-/* One write of the pending mark (if any); force ignores the interval. */
-static void write_mark(struct warm *w, int64_t now, bool force)
-{
-    pthread_mutex_lock(&w->write_mu);
-    write_mark_locked(w, now, force);
-    pthread_mutex_unlock(&w->write_mu);
-}
-
+/* One write of the pending mark (if any); force ignores the interval.
+ * write_mu held (write_mark). */
 static void write_mark_locked(struct warm *w, int64_t now, bool force)
 {
     pthread_mutex_lock(&w->mk_mu);
@@ -423,6 +415,13 @@ static void write_mark_locked(struct warm *w, int64_t now, bool force)
                      "similar lines suppressed)", err[0] ? err : "mark too long", supp);
     }
     pthread_mutex_unlock(&w->mk_mu);
+}
+
+static void write_mark(struct warm *w, int64_t now, bool force)
+{
+    pthread_mutex_lock(&w->write_mu);
+    write_mark_locked(w, now, force);
+    pthread_mutex_unlock(&w->write_mu);
 }
 
 int64_t warm_mark_tick(struct warm *w, int64_t now_mono_ms)

@@ -84,7 +84,7 @@ void jbuf_char(struct jbuf *b, char c)
 /* Length of the valid UTF-8 sequence starting at s (1..4), or 0 when the
  * bytes at s do not start a valid sequence (overlong, surrogate, > U+10FFFF,
  * truncated, stray continuation byte). */
-static size_t utf8_seq_len(const unsigned char *s, size_t n)
+size_t utf8_seq_len(const unsigned char *s, size_t n)
 {
     unsigned char c = s[0];
     if (c < 0x80) return 1;

@@ -41,6 +41,10 @@ void jbuf_base64(struct jbuf *b, const void *data, size_t n);
 void jbuf_key(struct jbuf *b, bool *first, const char *key);
 
 bool utf8_valid(const void *data, size_t n);
+/* Length of the valid UTF-8 sequence at s (1..4; n > 0 bytes left), or 0
+ * when the bytes at s do not start one (overlong, surrogate, > U+10FFFF,
+ * truncated, stray continuation byte): the rule of utf8_valid. */
+size_t utf8_seq_len(const unsigned char *s, size_t n);
 /* Base64-encoded length for n input bytes (without NUL). */
 size_t base64_encoded_len(size_t n);
 void base64_encode(const void *data, size_t n, char *out);

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "src/common/json.h"
 #include "src/common/util.h"
 
 static atomic_int log_level_current = LOG_INFO;
@@ -99,30 +100,6 @@ static void write_all(int fd, const char *buf, size_t len)
 #define LOG_JSON_NAME_MAX 256
 
 /* ---- JSON lines ---- */
-
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 when the bytes at s
- * do not start one (overlong, surrogate, > U+10FFFF, truncated, stray
- * continuation byte). The rules of utf8_valid (json.c). */
-static size_t utf8_seq_len(const unsigned char *s, size_t n)
-{
-    unsigned char c = s[0];
-    if (c < 0x80) return 1;
-    if (c < 0xC2) return 0;
-    if (c < 0xE0) return n >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
-    if (c < 0xF0) {
-        if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
-        if (c == 0xE0 && s[1] < 0xA0) return 0; /* overlong */
-        if (c == 0xED && s[1] >= 0xA0) return 0; /* surrogates */
-        return 3;
-    }
-    if (c < 0xF5) {
-        if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80) return 0;
-        if (c == 0xF0 && s[1] < 0x90) return 0; /* overlong */
-        if (c == 0xF4 && s[1] >= 0x90) return 0; /* > U+10FFFF */
-        return 4;
-    }
-    return 0;
-}
 
 /* A line being built in a caller's buffer. */
 struct lbuf {

@@ -414,13 +414,14 @@ static void test_json_line_bounds(void **state)
 /* ---- log_write: fd 2 captured in a temporary file ---- */
 
 struct capture {
-    char path[64];
+    char path[512];
     int fd, saved;
 };
 
 static void capture_start(struct capture *c)
 {
-    snprintf(c->path, sizeof c->path, "/tmp/baton-test-log-XXXXXX");
+    const char *dir = getenv("TMPDIR");
+    snprintf(c->path, sizeof c->path, "%s/baton-test-log-XXXXXX", dir && *dir ? dir : "/tmp");
     c->fd = mkstemp(c->path);
     assert_true(c->fd >= 0);
     c->saved = dup(STDERR_FILENO);

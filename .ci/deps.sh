@@ -15,7 +15,8 @@ BUILD=(
   build-essential cmake pkg-config
   libhiredis-dev librabbitmq-dev libmariadb-dev libpaho-mqtt-dev libconfig-dev
   libsystemd-dev
-  libcurl4-openssl-dev  # headers; the HTTP sink loads libcurl.so.4 on first use
+  libcurl4-openssl-dev  # headers; the HTTP sink and the etcd locker load libcurl.so.4 on first use
+  libjson-c-dev         # the etcd locker parses etcd's JSON gateway answers
 )
 # Running the demo: config/demo/demo.py starts these brokers itself.
 DEMO=(
@@ -33,6 +34,7 @@ TESTS=(
   openssl            # TLS certificates for the broker tests (tests/integration/lib/tlsfiles.py)
   docker-compose     # test_ops.py validates docker/compose.yml
   git                # bench/run names its results after the commit
+  etcd-server etcd-client  # the etcd locker's tests start their own members
 )
 # .ci/run only: valgrind on the unit tests, the libFuzzer targets (clang),
 # the lease model (spin, guard/model/run.sh).

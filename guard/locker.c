@@ -219,3 +219,17 @@ int locker_shared_get(struct locker *l, const char *key, const char *name, char 
     }
     return l->ops->shared_get(l, key, name, buf, len, err);
 }
+
+int locker_inspect(struct locker *l, const char *key, struct lock_info *info,
+                   char err[LOCKER_ERR_MAX])
+{
+    err[0] = '\0';
+    memset(info, 0, sizeof *info);
+    info->ttl_ms = -1;
+    if (!args_ok(l, key, err)) return LOCKER_ERR;
+    if (l->ops->inspect == NULL) {
+        snprintf(err, LOCKER_ERR_MAX, "%s locker cannot inspect a lease", l->ops->name);
+        return LOCKER_UNSUPPORTED;
+    }
+    return l->ops->inspect(l, key, info, err);
+}

@@ -51,10 +51,18 @@ struct lock_grant {
 
 #define LOCKER_ERR_MAX 256
 
+/* What a status page shows about one lease (locker_inspect). */
+struct lock_info {
+    bool held;          /* someone holds key */
+    uint64_t epoch;     /* its epoch (the last one granted), 0 = none yet */
+    int64_t ttl_ms;     /* how long the lease still runs (held), -1 unknown */
+    char holder[128];   /* "host pid N", "" unknown */
+};
+
 struct locker;
 
 struct locker_ops {
-    const char *name; /* "redis", "local" */
+    const char *name; /* "redis", "etcd", "local" */
     /* Never blocks beyond one backend round trip. */
     int (*try_lock)(struct locker *l, const char *key, int64_t ttl_ms,
                     struct lock_grant *out, char err[LOCKER_ERR_MAX]);
@@ -113,11 +121,20 @@ struct locker_ops {
      * LOCKER_ERR. Side connection. */
     int (*shared_get)(struct locker *l, const char *key, const char *name, char *buf,
                       size_t len, char err[LOCKER_ERR_MAX]);
+    /* Optional: the state of key for status pages (`baton status`): holder,
+     * epoch, remaining ttl. LOCKER_OK (info filled, held or not) or
+     * LOCKER_ERR. Side connection. */
+    int (*inspect)(struct locker *l, const char *key, struct lock_info *info,
+                   char err[LOCKER_ERR_MAX]);
+    /* Optional: where the backend is reached now ("127.0.0.1:6379",
+     * "http://10.0.0.2:2379"), for /status. */
+    void (*where)(struct locker *l, char *buf, size_t len);
 };
 
 struct locker {
     const struct locker_ops *ops;
 };
+
 
 /* Convenience wrappers (NULL-safe on optional ops). */
 int locker_try_lock(struct locker *l, const char *key, int64_t ttl_ms, struct lock_grant *out,
@@ -142,6 +159,9 @@ int locker_fenced_set(struct locker *l, const char *key, const char *name, uint6
                       const char *value, size_t len, int64_t ttl_ms, char err[LOCKER_ERR_MAX]);
 int locker_shared_get(struct locker *l, const char *key, const char *name, char *buf, size_t len,
                       char err[LOCKER_ERR_MAX]);
+/* inspect, LOCKER_UNSUPPORTED when the backend has none. */
+int locker_inspect(struct locker *l, const char *key, struct lock_info *info,
+                   char err[LOCKER_ERR_MAX]);
 void locker_destroy(struct locker *l);
 
 /* In-process backend: a map with expiry and lazy sweeping; supports renew,
@@ -151,5 +171,13 @@ struct locker *locker_local_create(void);
 /* Redis backend, see guard/redis_conn.h for the connection options. */
 struct redis_opts;
 struct locker *locker_redis_create(const struct redis_opts *opts, char err[LOCKER_ERR_MAX]);
+
+/* etcd v3 backend, see guard/etcd_conn.h for the options and guard/locker_etcd.c
+ * for the mapping. The epoch is the etcd revision of the acquiring
+ * transaction. TTLs are whole seconds: try_lock and renew refuse a ttl that
+ * is not a multiple of 1000 ms or below 2000 ms (LOCKER_ERR); claim and
+ * fenced_set round up. */
+struct etcd_opts;
+struct locker *locker_etcd_create(const struct etcd_opts *opts, char err[LOCKER_ERR_MAX]);
 
 #endif

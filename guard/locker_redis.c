@@ -1005,6 +1005,44 @@ static int redis_shared_get(struct locker *l, const char *key, const char *name,
     return rc;
 }
 
+/* GET key, PTTL key, GET <key>:epoch, GET <key>:holder in one round trip on
+ * the side connection. */
+static int redis_inspect(struct locker *l, const char *key, struct lock_info *info,
+                         char err[LOCKER_ERR_MAX])
+{
+    struct redis_locker *rl = (struct redis_locker *)l;
+    char *ekey = key_with(key, "epoch"), *hkey = key_with(key, "holder");
+    const char *a0[2] = {"GET", key}, *a1[2] = {"PTTL", key}, *a2[2] = {"GET", ekey},
+               *a3[2] = {"GET", hkey};
+    const char **argv[4] = {a0, a1, a2, a3};
+    const int argc[4] = {2, 2, 2, 2};
+    redisReply *r[4];
+    bool ok = side_call(rl, 4, argc, argv, r, "inspect", err);
+    free(ekey);
+    free(hkey);
+    if (!ok) return LOCKER_ERR;
+    int rc = LOCKER_OK;
+    for (int i = 0; i < 4; i++)
+        if (r[i]->type == REDIS_REPLY_ERROR) {
+            errf(err, "redis %s: inspect %.100s: %.100s", rl->where, key, r[i]->str);
+            rc = LOCKER_ERR;
+        }
+    if (rc == LOCKER_OK) {
+        info->held = r[0]->type == REDIS_REPLY_STRING;
+        info->ttl_ms = r[1]->type == REDIS_REPLY_INTEGER && r[1]->integer >= 0 ? r[1]->integer : -1;
+        if (r[2]->type == REDIS_REPLY_STRING) info->epoch = strtoull(r[2]->str, NULL, 10);
+        if (r[3]->type == REDIS_REPLY_STRING)
+            snprintf(info->holder, sizeof info->holder, "%.*s", (int)r[3]->len, r[3]->str);
+    }
+    for (int i = 0; i < 4; i++) freeReplyObject(r[i]);
+    return rc;
+}
+
+static void redis_where(struct locker *l, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s", ((struct redis_locker *)l)->where);
+}
+
 static const struct locker_ops redis_ops = {
     .name = "redis",
     .try_lock = redis_try_lock,
@@ -1021,6 +1059,8 @@ static const struct locker_ops redis_ops = {
     .ping = redis_ping,
     .fenced_set = redis_fenced_set,
     .shared_get = redis_shared_get,
+    .inspect = redis_inspect,
+    .where = redis_where,
 };
 
 struct locker *locker_redis_create(const struct redis_opts *opts, char err[LOCKER_ERR_MAX])

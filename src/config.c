@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "guard/active_guard.h"
+#include "guard/locker.h"
 #include "src/common/util.h"
 #include "src/config_test.h"
 
@@ -290,9 +291,14 @@ static const char *const main_groups[] = {
     "locker", "lease", "sinks", "metrics", "log", "shutdown", NULL,
 };
 
-static const char *const locker_types[] = { "redis", NULL };
+static const char *const locker_types[] = { "redis", "etcd", NULL };
 struct locker_settings {
     int type;
+    int backend;
+    struct strlist endpoints;
+    char *ca_file;
+    char *cert_file;
+    char *key_file;
     char *host;
     int64_t port;
     int64_t db;
@@ -304,8 +310,18 @@ struct locker_settings {
     char *prefix;
 };
 static const struct setting_def locker_defs[] = {
-    { "type", SETTING_ENUM, offsetof(struct locker_settings, type), .def = "redis",
+    { "backend", SETTING_ENUM, offsetof(struct locker_settings, backend), .def = "redis",
       .choices = locker_types, .help = "locker backend" },
+    { "type", SETTING_ENUM, offsetof(struct locker_settings, type), .def = "redis",
+      .choices = locker_types, .help = "older name of backend" },
+    { "endpoints", SETTING_STRLIST, offsetof(struct locker_settings, endpoints),
+      .help = "etcd client URLs (http:// or https://), tried in order" },
+    { "ca_file", SETTING_STRING, offsetof(struct locker_settings, ca_file),
+      .help = "etcd: CA certificate that signed the members' certificates" },
+    { "cert_file", SETTING_STRING, offsetof(struct locker_settings, cert_file),
+      .help = "etcd: client certificate" },
+    { "key_file", SETTING_STRING, offsetof(struct locker_settings, key_file),
+      .help = "etcd: client certificate key" },
     { "host", SETTING_STRING, offsetof(struct locker_settings, host), .def = "127.0.0.1",
       .help = "Redis host name or address" },
     { "port", SETTING_INT, offsetof(struct locker_settings, port), .def = "6379", .min = 1,
@@ -320,7 +336,7 @@ static const struct setting_def locker_defs[] = {
     { "connect_timeout_ms", SETTING_INT, offsetof(struct locker_settings, connect_timeout_ms),
       .def = "1000", .min = 1, .max = 600000, .help = "TCP connect timeout" },
     { "command_timeout_ms", SETTING_INT, offsetof(struct locker_settings, command_timeout_ms),
-      .def = "1000", .min = 1, .max = 600000, .help = "Redis command timeout" },
+      .def = "1000", .min = 1, .max = 600000, .help = "command timeout (one request)" },
     { "prefix", SETTING_STRING, offsetof(struct locker_settings, prefix), .def = "baton",
       .help = "prefix of every lock key" },
     SETTINGS_END
@@ -490,15 +506,74 @@ static int parse_locker(struct baton_config *c, const config_setting_t *g, struc
         config_error_set(err, file, line_of(s ? s : g), "locker: prefix must not be empty");
         rc = -1;
     }
-    if (rc == 0 && !ls.host[0]) {
+    const config_setting_t *type_s = g ? config_setting_get_member(g, "type") : NULL;
+    const config_setting_t *backend_s = g ? config_setting_get_member(g, "backend") : NULL;
+    if (rc == 0 && type_s && backend_s) {
+        config_error_set(err, file, line_of(type_s),
+                         "locker: both 'backend' and its older name 'type' given; keep 'backend'");
+        rc = -1;
+    }
+    int backend = backend_s ? ls.backend : ls.type;
+    static const char *const redis_only[] = { "host", "port", "db", NULL };
+    static const char *const etcd_only[] = { "endpoints", "ca_file", "cert_file", "key_file", NULL };
+    const char *const *foreign = backend == LOCKER_BACKEND_ETCD ? redis_only : etcd_only;
+    for (size_t i = 0; rc == 0 && foreign[i]; i++) {
+        const config_setting_t *s = config_setting_get_member(g, foreign[i]);
+        if (!s) continue;
+        config_error_set(err, file, line_of(s), "locker: '%s' is a setting of the %s backend, not of %s",
+                         foreign[i], backend == LOCKER_BACKEND_ETCD ? "redis" : "etcd",
+                         locker_types[backend]);
+        rc = -1;
+    }
+    if (rc == 0 && backend == LOCKER_BACKEND_REDIS && !ls.host[0]) {
         const config_setting_t *s = config_setting_get_member(g, "host");
         config_error_set(err, file, line_of(s ? s : g), "locker: host must not be empty");
         rc = -1;
     }
+    if (rc == 0 && backend == LOCKER_BACKEND_ETCD) {
+        const config_setting_t *s = config_setting_get_member(g, "endpoints");
+        if (ls.endpoints.n == 0) {
+            config_error_set(err, file, line_of(s ? s : backend_s ? backend_s : type_s ? type_s : g),
+                             "locker: backend \"etcd\" needs endpoints = [ \"http://host:2379\", ... ]");
+            rc = -1;
+        }
+        for (size_t i = 0; rc == 0 && i < ls.endpoints.n; i++) {
+            const char *u = ls.endpoints.v[i];
+            bool https = strncmp(u, "https://", 8) == 0;
+            if ((strncmp(u, "http://", 7) != 0 && !https) || strlen(u) < 9 || strlen(u) > 200) {
+                config_error_set(err, file, line_of(s),
+                                 "locker: endpoint \"%s\": expected http://host:port or https://host:port", u);
+                rc = -1;
+            } else if (!https && (ls.ca_file || ls.cert_file || ls.key_file)) {
+                config_error_set(err, file, line_of(s),
+                                 "locker: endpoint \"%s\" is plain http while TLS files are given; use https://", u);
+                rc = -1;
+            }
+        }
+        if (rc == 0 && (ls.cert_file != NULL) != (ls.key_file != NULL)) {
+            const config_setting_t *t = config_setting_get_member(g, ls.cert_file ? "cert_file" : "key_file");
+            config_error_set(err, file, line_of(t), "locker: cert_file and key_file go together");
+            rc = -1;
+        }
+        char **tls[3] = { &ls.ca_file, &ls.cert_file, &ls.key_file };
+        static const char *const tls_names[3] = { "ca_file", "cert_file", "key_file" };
+        for (int i = 0; rc == 0 && i < 3; i++) {
+            if (*tls[i] == NULL) continue;
+            char *path = main_relative(c->path, *tls[i]);
+            free(*tls[i]);
+            *tls[i] = path;
+            if (access(path, R_OK) != 0) {
+                config_error_set(err, file, line_of(config_setting_get_member(g, tls_names[i])),
+                                 "locker: %s %s: %s", tls_names[i], path, strerror(errno));
+                rc = -1;
+            }
+        }
+    }
+    char *password = NULL;
     if (rc == 0) {
         char *pfile = ls.password_file ? main_relative(c->path, ls.password_file) : NULL;
         char msg[512];
-        if (secret_resolve(ls.password_env, pfile, &c->locker_redis.password, msg, sizeof msg)) {
+        if (secret_resolve(ls.password_env, pfile, &password, msg, sizeof msg)) {
             const config_setting_t *s = config_setting_get_member(g, ls.password_env ? "password_env"
                                                                                    : "password_file");
             if (ls.password_env && ls.password_file) s = config_setting_get_member(g, "password_file");
@@ -507,20 +582,47 @@ static int parse_locker(struct baton_config *c, const config_setting_t *g, struc
         }
         free(pfile);
     }
+    if (rc == 0 && backend == LOCKER_BACKEND_ETCD && ls.user && !password) {
+        config_error_set(err, file, line_of(config_setting_get_member(g, "user")),
+                         "locker: etcd user \"%s\" needs password_env or password_file", ls.user);
+        rc = -1;
+    }
     if (rc == 0) {
         c->has_locker = true;
-        c->locker_redis.host = ls.host;
-        ls.host = NULL;
-        c->locker_redis.port = (int)ls.port;
-        c->locker_redis.db = (int)ls.db;
-        c->locker_redis.user = ls.user;
-        ls.user = NULL;
-        c->locker_redis.connect_timeout_ms = ls.connect_timeout_ms;
-        c->locker_redis.command_timeout_ms = ls.command_timeout_ms;
+        c->locker_backend = (enum locker_backend)backend;
         c->locker_command_timeout_set = g && config_setting_get_member(g, "command_timeout_ms") != NULL;
+        if (backend == LOCKER_BACKEND_ETCD) {
+            struct etcd_opts *e = &c->locker_etcd;
+            e->endpoints = ls.endpoints.v;
+            e->n_endpoints = ls.endpoints.n;
+            ls.endpoints.v = NULL;
+            ls.endpoints.n = 0;
+            e->ca_file = ls.ca_file;
+            e->cert_file = ls.cert_file;
+            e->key_file = ls.key_file;
+            ls.ca_file = ls.cert_file = ls.key_file = NULL;
+            e->user = ls.user;
+            ls.user = NULL;
+            e->password = password;
+            e->connect_timeout_ms = ls.connect_timeout_ms;
+            e->command_timeout_ms = ls.command_timeout_ms;
+        } else {
+            c->locker_redis.host = ls.host;
+            ls.host = NULL;
+            c->locker_redis.port = (int)ls.port;
+            c->locker_redis.db = (int)ls.db;
+            c->locker_redis.user = ls.user;
+            ls.user = NULL;
+            c->locker_redis.password = password;
+            c->locker_redis.connect_timeout_ms = ls.connect_timeout_ms;
+            c->locker_redis.command_timeout_ms = ls.command_timeout_ms;
+        }
         free(c->key_prefix);
         c->key_prefix = ls.prefix;
         ls.prefix = NULL;
+    } else if (password) {
+        explicit_bzero(password, strlen(password));
+        free(password);
     }
     settings_free(locker_defs, &ls);
     return rc;
@@ -545,9 +647,15 @@ static int parse_lease(struct lease_config *l, const config_setting_t *g, struct
 
 /* The command timeout the guard checks against: the locker's Redis command
  * timeout, 0 in single-process mode (no locker, nothing can time out). */
-static int64_t lease_command_timeout(const struct baton_config *c)
+static int64_t *locker_command_timeout(struct baton_config *c)
 {
-    return c->has_locker ? c->locker_redis.command_timeout_ms : 0;
+    return c->locker_backend == LOCKER_BACKEND_ETCD ? &c->locker_etcd.command_timeout_ms
+                                                    : &c->locker_redis.command_timeout_ms;
+}
+
+static int64_t lease_command_timeout(struct baton_config *c)
+{
+    return c->has_locker ? *locker_command_timeout(c) : 0;
 }
 
 /* A lease that fails only against a command timeout nobody set: the
@@ -566,7 +674,7 @@ static bool fit_default_command_timeout(struct baton_config *c, const struct lea
     int64_t margin = ttl / 20 > 10 ? ttl / 20 : 10;
     int64_t fit = ttl - margin - renew;
     if (fit < LEASE_MIN_COMMAND_TIMEOUT_MS) return false;
-    if (fit < c->locker_redis.command_timeout_ms) c->locker_redis.command_timeout_ms = fit;
+    if (fit < *locker_command_timeout(c)) *locker_command_timeout(c) = fit;
     return true;
 }
 
@@ -577,6 +685,14 @@ static bool lease_timings_ok(struct baton_config *c, const struct lease_config *
                              size_t msglen, bool *cmd_involved)
 {
     int64_t cmd = lease_command_timeout(c);
+    int64_t ttl = l->ttl_ms ? l->ttl_ms : 3000;
+    if (c->has_locker && c->locker_backend == LOCKER_BACKEND_ETCD && (ttl % 1000 || ttl < 2000)) {
+        /* said, never rounded: a longer lease would lengthen every takeover */
+        snprintf(msg, msglen, "lease ttl %lld ms: etcd leases are whole seconds, at least 2000 ms "
+                 "(etcd's minimum with default settings)", (long long)ttl);
+        *cmd_involved = false;
+        return false;
+    }
     if (active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0, cmd, msg, msglen) == 0)
         return true;
     if (fit_default_command_timeout(c, l)) return true;
@@ -1116,6 +1232,7 @@ void config_free(struct baton_config *c)
         explicit_bzero(c->locker_redis.password, strlen(c->locker_redis.password));
         free(c->locker_redis.password);
     }
+    etcd_opts_clear(&c->locker_etcd);
     free(c->key_prefix);
     for (size_t i = 0; i < c->n_sinks; i++) {
         struct sink_config *s = &c->sinks[i];
@@ -1139,4 +1256,43 @@ void config_free(struct baton_config *c)
     free(c->metrics_listen);
     free(c->endpoints_dir);
     memset(c, 0, sizeof *c);
+}
+
+const char *config_locker_backend(const struct baton_config *c)
+{
+    if (!c->has_locker) return "none";
+    return c->locker_backend == LOCKER_BACKEND_ETCD ? "etcd" : "redis";
+}
+
+void config_locker_describe(const struct baton_config *c, char *buf, size_t len)
+{
+    if (!c->has_locker) {
+        snprintf(buf, len, "none");
+    } else if (c->locker_backend == LOCKER_BACKEND_ETCD) {
+        size_t off = (size_t)snprintf(buf, len, "etcd");
+        for (size_t i = 0; i < c->locker_etcd.n_endpoints && off < len; i++)
+            off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? "," : " ", c->locker_etcd.endpoints[i]);
+    } else {
+        snprintf(buf, len, "redis %s:%d", c->locker_redis.host, c->locker_redis.port);
+    }
+}
+
+int64_t config_locker_command_timeout(const struct baton_config *c)
+{
+    if (!c->has_locker) return 0;
+    return c->locker_backend == LOCKER_BACKEND_ETCD ? c->locker_etcd.command_timeout_ms
+                                                    : c->locker_redis.command_timeout_ms;
+}
+
+struct locker *config_locker_create(const struct baton_config *c, char *err, size_t errlen)
+{
+    char lerr[LOCKER_ERR_MAX] = "";
+    struct locker *l = c->locker_backend == LOCKER_BACKEND_ETCD ? locker_etcd_create(&c->locker_etcd, lerr)
+                                                                : locker_redis_create(&c->locker_redis, lerr);
+    if (l == NULL) {
+        char where[300];
+        config_locker_describe(c, where, sizeof where);
+        snprintf(err, errlen, "locker %s: %s", where, lerr);
+    }
+    return l;
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "endpoints/endpoint.h"
+#include "guard/etcd_conn.h"
 #include "guard/redis_conn.h"
 #include "src/common/log.h"
 #include "src/common/settings.h"
@@ -66,7 +67,9 @@ struct baton_config {
     char *path;           /* main file as given */
     char *owner;          /* NULL when absent */
     bool has_locker;      /* false: single-process mode */
-    struct redis_opts locker_redis;
+    enum locker_backend { LOCKER_BACKEND_REDIS = 0, LOCKER_BACKEND_ETCD } locker_backend;
+    struct redis_opts locker_redis; /* backend redis */
+    struct etcd_opts locker_etcd;   /* backend etcd */
     /* command_timeout_ms was given; otherwise its default (1000) is lowered
      * to fit the shortest lease (ttl - margin - renew, at least 50 ms). */
     bool locker_command_timeout_set;
@@ -102,5 +105,15 @@ enum baton_exit {
  * call config_free either way. */
 int config_load(const char *path, struct baton_config *out, struct config_error *err);
 void config_free(struct baton_config *c);
+
+/* The locker backend's name: "redis", "etcd", or "none" (no locker). */
+const char *config_locker_backend(const struct baton_config *c);
+/* "redis 127.0.0.1:6379", "etcd http://a:2379,http://b:2379" or "none". */
+void config_locker_describe(const struct baton_config *c, char *buf, size_t len);
+/* The backend's command timeout (0 without a locker). */
+int64_t config_locker_command_timeout(const struct baton_config *c);
+/* The configured backend's locker (has_locker only); NULL with err naming it. */
+struct locker;
+struct locker *config_locker_create(const struct baton_config *c, char *err, size_t errlen);
 
 #endif

@@ -461,7 +461,7 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
             .standby_delay_ms = standby_delay,
             .standby_delay_arg = e,
             .log_name = c->name,
-            .command_timeout_ms = gw->cfg->has_locker ? gw->cfg->locker_redis.command_timeout_ms : 0,
+            .command_timeout_ms = config_locker_command_timeout(gw->cfg),
         };
         struct active_guard_callbacks cb = {.on_promoted = on_promoted, .on_demoted = on_demoted, .arg = e};
         char gerr[256] = "";
@@ -532,11 +532,8 @@ struct gateway *gateway_create(const struct baton_config *cfg, char *err, size_t
     gw->cfg = cfg;
     gw->started_wall_ms = clock_wall_ms();
     if (cfg->has_locker) {
-        char lerr[LOCKER_ERR_MAX] = "";
-        gw->locker = locker_redis_create(&cfg->locker_redis, lerr);
+        gw->locker = config_locker_create(cfg, err, errlen);
         if (!gw->locker) {
-            snprintf(err, errlen, "locker redis %s:%d: %s", cfg->locker_redis.host, cfg->locker_redis.port,
-                     lerr);
             free(gw);
             return NULL;
         }
@@ -938,6 +935,10 @@ void gateway_render_metrics(struct gateway *gw, struct jbuf *b)
     bool up = gw->obs.valid ? gw->obs.locker_up : gw->locker == NULL;
     pthread_mutex_unlock(&gw->obs.mu);
     jbuf_rawz(b, up ? "1\n" : "0\n");
+    metric_head(b, "baton_locker_info", "gauge", "The locker backend (redis, etcd, none).");
+    jbuf_rawz(b, "baton_locker_info{backend=\"");
+    jbuf_rawz(b, config_locker_backend(gw->cfg));
+    jbuf_rawz(b, "\"} 1\n");
 
     metric_head(b, "baton_endpoint_leader", "gauge", "1 while this replica may forward for the endpoint.");
     for (size_t i = 0; i < gw->n_eps; i++)
@@ -1051,7 +1052,13 @@ void gateway_render_status(struct gateway *gw, struct jbuf *b)
     jbuf_key(b, &first, "host");
     jbuf_strz(b, util_hostname());
     jbuf_key(b, &first, "locker");
-    jbuf_strz(b, gw->locker ? "redis" : "none");
+    jbuf_strz(b, config_locker_backend(gw->cfg));
+    if (gw->locker && gw->locker->ops->where) {
+        char where[256] = "";
+        gw->locker->ops->where(gw->locker, where, sizeof where);
+        jbuf_key(b, &first, "locker_endpoint");
+        jbuf_strz(b, where);
+    }
     jbuf_key(b, &first, "endpoints");
     jbuf_char(b, '[');
     for (size_t i = 0; i < gw->n_eps; i++) {

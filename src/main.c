@@ -64,10 +64,13 @@ static void ready_status(const struct baton_config *cfg, char *buf, size_t len)
     for (size_t i = 0; i < cfg->n_endpoints; i++) enabled += cfg->endpoints[i].enabled;
     char disabled[48] = "", locker[300];
     if (enabled < cfg->n_endpoints) snprintf(disabled, sizeof disabled, " (%zu disabled)", cfg->n_endpoints - enabled);
-    if (cfg->has_locker)
-        snprintf(locker, sizeof locker, "locker redis %s:%d", cfg->locker_redis.host, cfg->locker_redis.port);
-    else
+    if (cfg->has_locker) {
+        char where[280];
+        config_locker_describe(cfg, where, sizeof where);
+        snprintf(locker, sizeof locker, "locker %s", where);
+    } else {
         snprintf(locker, sizeof locker, "no locker (single-process mode)");
+    }
     snprintf(buf, len, "%zu endpoint%s%s, %s, ops listener %s", enabled, enabled == 1 ? "" : "s", disabled, locker,
              cfg->metrics_listen ? cfg->metrics_listen : "off");
 }
@@ -152,7 +155,7 @@ int main(int argc, char **argv)
         size_t enabled = 0;
         for (size_t i = 0; i < cfg.n_endpoints; i++) enabled += cfg.endpoints[i].enabled;
         printf("%s: configuration OK (%zu endpoints, %zu enabled, %zu sinks, locker %s)\n", config_path,
-               cfg.n_endpoints, enabled, cfg.n_sinks, cfg.has_locker ? "redis" : "none");
+               cfg.n_endpoints, enabled, cfg.n_sinks, config_locker_backend(&cfg));
         for (size_t i = 0; i < cfg.n_endpoints; i++) {
             const struct endpoint_config *e = &cfg.endpoints[i];
             printf("  %-24s %-11s guard %-6s sink %-12s %s%s\n", e->name, e->type, guard_kind_name(e->guard),
@@ -211,7 +214,7 @@ int main(int argc, char **argv)
         return BATON_EXIT_START;
     }
     log_info("main", NULL, "baton %s started (pid %d, %zu endpoints, locker %s)", BATON_VERSION, (int)getpid(),
-             cfg.n_endpoints, cfg.has_locker ? "redis" : "none: single-process mode");
+             cfg.n_endpoints, cfg.has_locker ? config_locker_backend(&cfg) : "none: single-process mode");
     /* Here, not earlier: the endpoints exist and run, and the ops listener is
      * bound (it answers from now on), so units ordered After= baton see it
      * serving. */

@@ -29,7 +29,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "src/curl_dl.h"
+#include "src/common/curl_dl.h"
 #include "src/common/json.h"
 #include "src/common/log.h"
 #include "src/common/util.h"

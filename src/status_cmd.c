@@ -1,20 +1,9 @@
 #include "src/status_cmd.h"
 
-#include <hiredis/hiredis.h>
 #include <string.h>
 
-#include "guard/redis_conn.h"
+#include "guard/locker.h"
 #include "guard/scope.h"
-
-static void get_string(redisContext *c, const char *cmd, const char *key, char *out, size_t len)
-{
-    out[0] = '\0';
-    redisReply *r = redisCommand(c, "%s %s", cmd, key);
-    if (!r) return;
-    if (r->type == REDIS_REPLY_STRING) snprintf(out, len, "%.*s", (int)r->len, r->str);
-    else if (r->type == REDIS_REPLY_INTEGER) snprintf(out, len, "%lld", r->integer);
-    freeReplyObject(r);
-}
 
 /* The STATE column, in the words /status uses for a replica's role
  * (role_name() in src/gateway.c; README "Status words"):
@@ -50,16 +39,17 @@ int status_cmd_run(const struct baton_config *cfg, FILE *out)
         return BATON_EXIT_OK;
     }
     char err[512] = "";
-    redisContext *c = redis_conn_open(&cfg->locker_redis, err, sizeof err);
-    if (!c) {
+    /* the locker's inspect op: the same view for every backend */
+    struct locker *l = config_locker_create(cfg, err, sizeof err);
+    if (!l) {
         fprintf(stderr, "baton status: %s\n", err);
         return BATON_EXIT_START;
     }
+    int rc = BATON_EXIT_OK;
     fprintf(out, ROW, "ENDPOINT", "TYPE", "GUARD", "STATE", "EPOCH", "TTL_MS", "HOLDER");
     for (size_t i = 0; i < cfg->n_endpoints; i++) {
         const struct endpoint_config *e = &cfg->endpoints[i];
-        char scope[GUARD_KEY_MAX], key[GUARD_KEY_MAX], sub[GUARD_KEY_MAX + 16];
-        char token[128], epoch[64], ttl[64], holder[256];
+        char scope[GUARD_KEY_MAX], key[GUARD_KEY_MAX];
         guard_scope(scope, sizeof scope, e->type, cfg->owner, e->name);
         if (e->guard != GUARD_ACTIVE) {
             fprintf(out, ROW, e->name, e->type, guard_kind_name(e->guard), unleased_state(e, true), "-", "-",
@@ -67,20 +57,24 @@ int status_cmd_run(const struct baton_config *cfg, FILE *out)
             continue;
         }
         guard_key(key, sizeof key, cfg->key_prefix, "active", scope, NULL);
-        get_string(c, "GET", key, token, sizeof token);
-        get_string(c, "PTTL", key, ttl, sizeof ttl);
-        snprintf(sub, sizeof sub, "%s:epoch", key);
-        get_string(c, "GET", sub, epoch, sizeof epoch);
-        snprintf(sub, sizeof sub, "%s:holder", key);
-        get_string(c, "GET", sub, holder, sizeof holder);
+        struct lock_info info;
+        char lerr[LOCKER_ERR_MAX];
+        if (locker_inspect(l, key, &info, lerr) != LOCKER_OK) {
+            /* the first failure says it all (the backend is down): stop there */
+            fprintf(stderr, "baton status: %s\n", lerr);
+            rc = BATON_EXIT_START;
+            break;
+        }
+        char epoch[32] = "-", ttl[32] = "-";
+        if (info.epoch) snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)info.epoch);
+        if (info.held && info.ttl_ms >= 0) snprintf(ttl, sizeof ttl, "%lld", (long long)info.ttl_ms);
         /* a disabled endpoint's lease may still be held by a replica running
          * an older configuration: the epoch, ttl and holder columns show it */
-        const char *state = token[0] ? "has-leader" : "no-leader";
+        const char *state = info.held ? "has-leader" : "no-leader";
         if (!e->enabled) state = "disabled";
-        fprintf(out, ROW, e->name, e->type, "active", state, epoch[0] ? epoch : "-", token[0] ? ttl : "-",
-                token[0] ? (holder[0] ? holder : "?") : "-");
+        fprintf(out, ROW, e->name, e->type, "active", state, epoch, ttl,
+                info.held ? (info.holder[0] ? info.holder : "?") : "-");
     }
-    if (c->err) fprintf(stderr, "baton status: redis error: %s\n", c->errstr);
-    redisFree(c);
-    return BATON_EXIT_OK;
+    locker_destroy(l);
+    return rc;
 }

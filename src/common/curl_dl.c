@@ -1,5 +1,5 @@
 /* See curl_dl.h. */
-#include "src/curl_dl.h"
+#include "src/common/curl_dl.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

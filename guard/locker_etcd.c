@@ -1,0 +1,1007 @@
+/* etcd v3 locker (guard/etcd_conn.h: the JSON gateway over libcurl).
+ *
+ * Mapping of the locker contract (guard/locker.h):
+ *
+ * - try_lock: a linearizable range of the key first (a standby polling a
+ *   held lease costs one round trip; the holder's lease time-to-live is then
+ *   read so it need not look again before that). When absent: grant a lease
+ *   of ttl seconds, then one transaction "create_revision(key) == 0 -> put
+ *   key = token, <key>:holder = "host pid N" (both with the lease) and
+ *   <key>:epoch (no lease)". The epoch is the revision of that transaction:
+ *   cluster-wide, strictly increasing, no clock involved. The deadline is
+ *   computed from the grant's send time (the lease's life starts there).
+ *   Held after all: the lease is revoked. A lost answer: the lease is revoked
+ *   (which deletes the key if the put ran), else it expires within ttl.
+ * - renew: a keep-alive of the lease (the deadline from its send time), then
+ *   a range confirming the key still holds the token; both within one
+ *   command timeout.
+ * - unlock: transaction "value(key) == token -> delete key, <key>:holder",
+ *   then revoke the lease.
+ * - release_seq / wait_release: a watch thread keeps one watch stream per
+ *   watched key; a DELETE event (a release or the lease's expiry) and every
+ *   (re)created stream advance the key's count. Streams are re-created every
+ *   WATCH_RECYCLE_MS, so a member that stopped answering cannot keep a
+ *   standby deaf for long.
+ * - claim: range, then grant (ttl rounded up to seconds) and a create-if-
+ *   absent transaction.
+ * - fenced_set: transaction "mod_revision(<key>:epoch) == epoch -> put
+ *   <key>:<name>" with a lease of the value's ttl (reused for writes within
+ *   a quarter of it). <key>:epoch is rewritten only by an acquisition, so it
+ *   fences exactly as the Redis backend's epoch key does.
+ *
+ * Two connections as for Redis: "lease" (try_lock, renew, unlock, check)
+ * and "side" (claim, holder, ping, shared state, inspect), so status pages
+ * and checkpoints never delay lease traffic; the watch thread has its own
+ * curl handles. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "guard/etcd_conn.h"
+#include "guard/locker.h"
+#include "src/common/curl_dl.h"
+#include "src/common/log.h"
+#include "src/common/util.h"
+
+#define WATCH_RECYCLE_MS 30000
+#define WATCH_POLL_MS 200
+#define MIN_TTL_MS 2000
+#define SHARED_LEASES 8
+
+/* A lease this process holds on a key (try_lock granted it). */
+struct held {
+    struct held *next;
+    char *key;
+    char token[RANDOM_TOKEN_LEN];
+    char lease[24]; /* decimal lease ID */
+};
+
+struct etcd_locker;
+struct watch_key {
+    struct watch_key *next;
+    struct etcd_locker *el;
+    char *key;
+    uint64_t seq;
+    bool confirmed;
+    CURL *easy;
+    struct curl_slist *headers;
+    json_tokener *tok;
+    int64_t started_ms, retry_at_ms;
+    unsigned failures;
+    bool got_data;
+};
+
+struct shared_lease {
+    int64_t ttl_s;
+    char id[24];
+    int64_t granted_ms;
+};
+
+struct etcd_locker {
+    struct locker base;
+    char holder[128];
+    struct etcd_conn *lease; /* try_lock, renew, unlock, check */
+    struct etcd_conn *side;  /* claim, holder, ping, shared state, inspect */
+    struct etcd_conn *watch; /* endpoint and token for the watch streams */
+    int64_t command_timeout_ms;
+
+    pthread_mutex_t held_mu;
+    struct held *held;
+    struct shared_lease shared[SHARED_LEASES]; /* under held_mu */
+
+    pthread_mutex_t w_mu;
+    pthread_cond_t w_cv; /* CLOCK_MONOTONIC */
+    struct watch_key *keys;
+    bool w_started;
+    atomic_bool w_stop;
+    pthread_t w_thread;
+};
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static void errf(char err[LOCKER_ERR_MAX], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void errf(char err[LOCKER_ERR_MAX], const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, LOCKER_ERR_MAX, fmt, ap);
+    va_end(ap);
+}
+
+static char *key_with(const char *key, const char *name)
+{
+    size_t kl = strlen(key), nl = strlen(name);
+    char *s = xmalloc(kl + 1 + nl + 1);
+    memcpy(s, key, kl);
+    s[kl] = ':';
+    memcpy(s + kl + 1, name, nl + 1);
+    return s;
+}
+
+static void add_b64(json_object *o, const char *field, const void *data, size_t len)
+{
+    char *b = etcd_b64(data, len);
+    json_object_object_add(o, field, json_object_new_string(b));
+    free(b);
+}
+
+static void add_str64(json_object *o, const char *field, const char *s)
+{
+    add_b64(o, field, s, strlen(s));
+}
+
+static json_object *obj_key(const char *key)
+{
+    json_object *o = json_object_new_object();
+    add_str64(o, "key", key);
+    return o;
+}
+
+static json_object *get(json_object *o, const char *field)
+{
+    json_object *v = NULL;
+    if (o && json_object_object_get_ex(o, field, &v)) return v;
+    return NULL;
+}
+
+/* {"request_put": {key, value, [lease]}} */
+static json_object *op_put(const char *key, const char *value, size_t vlen, const char *lease)
+{
+    json_object *p = obj_key(key);
+    add_b64(p, "value", value, vlen);
+    if (lease) json_object_object_add(p, "lease", json_object_new_string(lease));
+    json_object *op = json_object_new_object();
+    json_object_object_add(op, "request_put", p);
+    return op;
+}
+
+static json_object *op_range(const char *key)
+{
+    json_object *op = json_object_new_object();
+    json_object_object_add(op, "request_range", obj_key(key));
+    return op;
+}
+
+static json_object *op_delete(const char *key)
+{
+    json_object *op = json_object_new_object();
+    json_object_object_add(op, "request_delete_range", obj_key(key));
+    return op;
+}
+
+/* {"key": k, "target": target, "result": "EQUAL", <field>: value} */
+static json_object *cmp(const char *key, const char *target, const char *field, json_object *value)
+{
+    json_object *c = obj_key(key);
+    json_object_object_add(c, "target", json_object_new_string(target));
+    json_object_object_add(c, "result", json_object_new_string("EQUAL"));
+    json_object_object_add(c, field, value);
+    return c;
+}
+
+static json_object *txn(json_object *compare, json_object *success, json_object *failure)
+{
+    json_object *t = json_object_new_object();
+    json_object_object_add(t, "compare", compare ? compare : json_object_new_array());
+    json_object_object_add(t, "success", success ? success : json_object_new_array());
+    json_object_object_add(t, "failure", failure ? failure : json_object_new_array());
+    return t;
+}
+
+static json_object *arr1(json_object *a)
+{
+    json_object *r = json_object_new_array();
+    json_object_array_add(r, a);
+    return r;
+}
+
+/* The first kv of a range answer (a plain range or a txn's response_range),
+ * or NULL when the key is absent. */
+static json_object *first_kv(json_object *range)
+{
+    json_object *kvs = get(range, "kvs");
+    if (kvs == NULL || !json_object_is_type(kvs, json_type_array) || json_object_array_length(kvs) == 0)
+        return NULL;
+    return json_object_array_get_idx(kvs, 0);
+}
+
+/* The response_range of the txn answer's i-th response. */
+static json_object *txn_range(json_object *resp, size_t i)
+{
+    json_object *rs = get(resp, "responses");
+    if (rs == NULL || !json_object_is_type(rs, json_type_array) || json_object_array_length(rs) <= i)
+        return NULL;
+    return get(json_object_array_get_idx(rs, i), "response_range");
+}
+
+/* The value of kv decoded into buf (NUL terminated). false when it does not
+ * fit or is malformed. */
+static bool kv_value(json_object *kv, char *buf, size_t len, size_t *outlen)
+{
+    json_object *v = get(kv, "value");
+    const char *s = v ? json_object_get_string(v) : "";
+    size_t n = 0;
+    char *d = etcd_unb64(s ? s : "", &n);
+    if (d == NULL || n >= len) {
+        free(d);
+        return false;
+    }
+    memcpy(buf, d, n + 1);
+    free(d);
+    if (outlen) *outlen = n;
+    return true;
+}
+
+static bool json_true(json_object *o, const char *field)
+{
+    json_object *v = get(o, field);
+    return v && json_object_get_boolean(v);
+}
+
+static int64_t revision(json_object *resp)
+{
+    return etcd_int(get(resp, "header"), "revision", 0);
+}
+
+/* One call on conn; req is consumed. */
+static int call(struct etcd_conn *conn, int64_t deadline, const char *path, json_object *req,
+                json_object **resp, int64_t *sent, char err[LOCKER_ERR_MAX])
+{
+    int rc = etcd_call_until(conn, deadline, path, req, resp, sent, NULL, err, LOCKER_ERR_MAX);
+    json_object_put(req);
+    return rc;
+}
+
+static int64_t deadline_of(struct etcd_locker *el)
+{
+    return clock_boot_ms() + el->command_timeout_ms;
+}
+
+/* Grants a lease of ttl_s seconds: 0 with id, or -1. */
+static int grant(struct etcd_locker *el, struct etcd_conn *conn, int64_t deadline, int64_t ttl_s,
+                 char id[24], int64_t *sent, char err[LOCKER_ERR_MAX])
+{
+    json_object *req = json_object_new_object();
+    json_object_object_add(req, "TTL", json_object_new_int64(ttl_s));
+    json_object *resp;
+    (void)el;
+    if (call(conn, deadline, "/v3/lease/grant", req, &resp, sent, err) != 0) return -1;
+    int64_t lid = etcd_int(resp, "ID", 0), got = etcd_int(resp, "TTL", 0);
+    json_object_put(resp);
+    if (lid == 0 || got < ttl_s) {
+        errf(err, "etcd: lease grant: unexpected answer (ID %lld, TTL %lld)", (long long)lid,
+             (long long)got);
+        return -1;
+    }
+    snprintf(id, 24, "%lld", (long long)lid);
+    return 0;
+}
+
+/* Best effort. */
+static void lease_revoke(struct etcd_conn *conn, int64_t deadline, const char *id)
+{
+    json_object *req = json_object_new_object();
+    json_object_object_add(req, "ID", json_object_new_string(id));
+    json_object *resp;
+    char err[LOCKER_ERR_MAX];
+    if (call(conn, deadline, "/v3/lease/revoke", req, &resp, NULL, err) == 0)
+        json_object_put(resp);
+    else
+        log_debug("locker", NULL, "%s (the lease expires by itself)", err);
+}
+
+/* Remaining seconds of lease id (-1 expired or unknown). */
+static int64_t time_to_live(struct etcd_conn *conn, int64_t deadline, const char *id)
+{
+    json_object *req = json_object_new_object();
+    json_object_object_add(req, "ID", json_object_new_string(id));
+    json_object *resp;
+    char err[LOCKER_ERR_MAX];
+    if (call(conn, deadline, "/v3/lease/timetolive", req, &resp, NULL, err) != 0) return -1;
+    int64_t t = etcd_int(resp, "TTL", -1);
+    json_object_put(resp);
+    return t;
+}
+
+/* A linearizable range of key: 1 present (*kv_out a new reference when
+ * non-NULL), 0 absent, -1 error. */
+static int range_key(struct etcd_conn *conn, int64_t deadline, const char *key,
+                     json_object **kv_out, int64_t *rev, char err[LOCKER_ERR_MAX])
+{
+    json_object *resp;
+    if (call(conn, deadline, "/v3/kv/range", obj_key(key), &resp, NULL, err) != 0) return -1;
+    if (rev) *rev = revision(resp);
+    json_object *kv = first_kv(resp);
+    if (kv && kv_out) *kv_out = json_object_get(kv);
+    json_object_put(resp);
+    return kv ? 1 : 0;
+}
+
+static bool ttl_ok(const char *what, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
+{
+    if (ttl_ms % 1000 == 0 && ttl_ms >= MIN_TTL_MS) return true;
+    errf(err,
+         "etcd locker: %s %s: ttl %lld ms: etcd leases are whole seconds of at least %d ms",
+         what, key, (long long)ttl_ms, MIN_TTL_MS);
+    return false;
+}
+
+/* ---- held leases ------------------------------------------------------------------ */
+
+static void held_add(struct etcd_locker *el, const char *key, const char *token, const char *lease)
+{
+    struct held *h = xcalloc(1, sizeof *h);
+    h->key = xstrdup(key);
+    snprintf(h->token, sizeof h->token, "%s", token);
+    snprintf(h->lease, sizeof h->lease, "%s", lease);
+    pthread_mutex_lock(&el->held_mu);
+    h->next = el->held;
+    el->held = h;
+    pthread_mutex_unlock(&el->held_mu);
+}
+
+/* The lease of (key, token) into lease; remove: forget it. */
+static bool held_find(struct etcd_locker *el, const char *key, const char *token, char lease[24],
+                      bool remove)
+{
+    bool found = false;
+    pthread_mutex_lock(&el->held_mu);
+    for (struct held **p = &el->held; *p; p = &(*p)->next) {
+        struct held *h = *p;
+        if (strcmp(h->key, key) != 0 || strcmp(h->token, token) != 0) continue;
+        memcpy(lease, h->lease, 24);
+        found = true;
+        if (remove) {
+            *p = h->next;
+            free(h->key);
+            free(h);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&el->held_mu);
+    return found;
+}
+
+/* ---- lease operations ---------------------------------------------------------------- */
+
+static void watch_ensure(struct etcd_locker *el, const char *key);
+
+/* Advances whenever a lease-connection call failed on transport or moved to
+ * another endpoint: the guard then verifies its lease (never 0). */
+static uint64_t etcd_generation(struct locker *l)
+{
+    return etcd_conn_breaks(((struct etcd_locker *)l)->lease) + 1;
+}
+
+static int etcd_try_lock(struct locker *l, const char *key, int64_t ttl_ms, struct lock_grant *out,
+                         char err[LOCKER_ERR_MAX])
+{
+    struct etcd_locker *el = (struct etcd_locker *)l;
+    memset(out, 0, sizeof *out);
+    if (!ttl_ok("lock", key, ttl_ms, err)) return LOCKER_ERR;
+    watch_ensure(el, key); /* a holder notices nothing from it, a standby wakes on DELETE */
+    int64_t deadline = deadline_of(el);
+    json_object *kv = NULL;
+    int present = range_key(el->lease, deadline, key, &kv, NULL, err);
+    if (present < 0) return LOCKER_ERR;
+    if (present == 1) {
+        json_object *lease = get(kv, "lease");
+        int64_t left = -1;
+        if (lease) left = time_to_live(el->lease, deadline_of(el), json_object_get_string(lease));
+        json_object_put(kv);
+        out->held_pttl_ms = left > 0 ? left * 1000 : 0;
+        return LOCKER_HELD;
+    }
+    char token[RANDOM_TOKEN_LEN], id[24];
+    if (random_token(token) != 0) {
+        errf(err, "etcd locker: lock %s: no random token", key);
+        return LOCKER_ERR;
+    }
+    uint64_t gen = etcd_generation(&el->base);
+    int64_t sent = 0;
+    if (grant(el, el->lease, deadline_of(el), ttl_ms / 1000, id, &sent, err) != 0) return LOCKER_ERR;
+    char *hkey = key_with(key, "holder"), *ekey = key_with(key, "epoch");
+    json_object *ops = json_object_new_array();
+    json_object_array_add(ops, op_put(key, token, strlen(token), id));
+    json_object_array_add(ops, op_put(hkey, el->holder, strlen(el->holder), id));
+    json_object_array_add(ops, op_put(ekey, token, strlen(token), NULL));
+    json_object *t = txn(arr1(cmp(key, "CREATE", "create_revision", json_object_new_string("0"))),
+                         ops, NULL);
+    free(hkey);
+    free(ekey);
+    json_object *resp;
+    if (call(el->lease, deadline_of(el), "/v3/kv/txn", t, &resp, NULL, err) != 0) {
+        /* it may have run: revoking the lease deletes what it put */
+        lease_revoke(el->lease, deadline_of(el), id);
+        return LOCKER_ERR;
+    }
+    bool ok = json_true(resp, "succeeded");
+    int64_t rev = revision(resp);
+    json_object_put(resp);
+    if (!ok) {
+        lease_revoke(el->lease, deadline_of(el), id);
+        return LOCKER_HELD;
+    }
+    if (rev <= 0) {
+        errf(err, "etcd locker: lock %s: no revision in the answer", key);
+        lease_revoke(el->lease, deadline_of(el), id);
+        return LOCKER_ERR;
+    }
+    held_add(el, key, token, id);
+    memcpy(out->token, token, sizeof out->token);
+    out->epoch = (uint64_t)rev;
+    out->sent_ms = sent;
+    out->gen = gen;
+    return LOCKER_OK;
+}
+
+/* Is key held with token? LOCKER_OK, LOCKER_LOST (err says why), LOCKER_ERR. */
+static int confirm_token(struct etcd_locker *el, struct etcd_conn *conn, int64_t deadline,
+                         const char *what, const char *key, const char *token,
+                         char err[LOCKER_ERR_MAX])
+{
+    json_object *kv = NULL;
+    int present = range_key(conn, deadline, key, &kv, NULL, err);
+    if (present < 0) return LOCKER_ERR;
+    if (present == 0) {
+        errf(err, "etcd locker: %s %s: not held (expired or released)", what, key);
+        return LOCKER_LOST;
+    }
+    char v[RANDOM_TOKEN_LEN + 8];
+    bool same = kv_value(kv, v, sizeof v, NULL) && strcmp(v, token) == 0;
+    json_object_put(kv);
+    (void)el;
+    if (same) return LOCKER_OK;
+    errf(err, "etcd locker: %s %s: held with another token", what, key);
+    return LOCKER_LOST;
+}
+
+static int etcd_renew(struct locker *l, const char *key, const char *token, int64_t ttl_ms,
+                      int64_t *sent_ms, char err[LOCKER_ERR_MAX])
+{
+    struct etcd_locker *el = (struct etcd_locker *)l;
+    if (!ttl_ok("renew", key, ttl_ms, err)) return LOCKER_ERR;
+    char id[24];
+    if (!held_find(el, key, token, id, false)) {
+        errf(err, "etcd locker: renew %s: not acquired by this process", key);
+        return LOCKER_LOST;
+    }
+    int64_t deadline = deadline_of(el);
+    json_object *req = json_object_new_object();
+    json_object_object_add(req, "ID", json_object_new_string(id));
+    json_object *resp;
+    if (call(el->lease, deadline, "/v3/lease/keepalive", req, &resp, sent_ms, err) != 0)
+        return LOCKER_ERR;
+    json_object *res = get(resp, "result");
+    json_object *e = get(resp, "error");
+    int64_t left = etcd_int(res, "TTL", 0);
+    if (e != NULL) {
+        errf(err, "etcd locker: renew %s: %.150s", key, json_object_get_string(e));
+        json_object_put(resp);
+        return LOCKER_ERR;
+    }
+    json_object_put(resp);
+    if (left <= 0) {
+        errf(err, "etcd locker: renew %s: lease %s expired", key, id);
+        return LOCKER_LOST;
+    }
+    /* the lease runs again from *sent_ms; the key must still be ours */
+    return confirm_token(el, el->lease, deadline, "renew", key, token, err);
+}
+
+static int etcd_unlock(struct locker *l, const char *key, const char *token,
+                       char err[LOCKER_ERR_MAX])
+{
+    struct etcd_locker *el = (struct etcd_locker *)l;
+    char id[24];
+    bool mine = held_find(el, key, token, id, true);
+    char *hkey = key_with(key, "holder");
+    json_object *ops = json_object_new_array();
+    json_object_array_add(ops, op_delete(key));
+    json_object_array_add(ops, op_delete(hkey));
+    free(hkey);
+    char *tok64 = etcd_b64(token, strlen(token));
+    json_object *t = txn(arr1(cmp(key, "VALUE", "value", json_object_new_string(tok64))), ops,
+                         arr1(op_range(key)));
+    free(tok64);
+    json_object *resp;
+    int rc = LOCKER_ERR;
+    if (call(el->lease, deadline_of(el), "/v3/kv/txn", t, &resp, NULL, err) == 0) {
+        if (json_true(resp, "succeeded")) {
+            rc = LOCKER_OK;
+        } else {
+            bool other = first_kv(txn_range(resp, 0)) != NULL;
+            errf(err, "etcd locker: unlock %s: %s", key,
+                 other ? "held with another token" : "not held (expired or released)");
+            rc = LOCKER_MISMATCH;
+        }
+        json_object_put(resp);
+    }
+    if (mine) lease_revoke(el->lease, deadline_of(el), id);
+    return rc;
+}
+
+static int etcd_check(struct locker *l, const char *key, const char *token,
+                      char err[LOCKER_ERR_MAX])
+{
+    struct etcd_locker *el = (struct etcd_locker *)l;
+    return confirm_token(el, el->lease, deadline_of(el), "check", key, token, err);
+}
+
+/* ---- watch ------------------------------------------------------------------------ */
+
+static struct watch_key *wk_find(struct etcd_locker *el, const char *key)
+{
+    for (struct watch_key *w = el->keys; w; w = w->next)
+        if (strcmp(w->key, key) == 0) return w;
+    return NULL;
+}
+
+/* One JSON message of a watch stream (w_mu held). */
+static void watch_message(struct etcd_locker *el, struct watch_key *w, json_object *o)
+{
+    json_object *res = get(o, "result");
+    if (res == NULL) return; /* {"error": ...}: the stream ends and is re-created */
+    if (json_true(res, "created")) {
+        w->confirmed = true;
+        w->seq++; /* releases before it were not seen */
+        w->failures = 0;
+    }
+    json_object *evs = get(res, "events");
+    if (evs && json_object_is_type(evs, json_type_array)) {
+        for (size_t i = 0; i < json_object_array_length(evs); i++) {
+            json_object *type = get(json_object_array_get_idx(evs, i), "type");
+            if (type && strcmp(json_object_get_string(type), "DELETE") == 0) w->seq++;
+        }
+    }
+    if (json_true(res, "canceled")) w->seq++;
+    pthread_cond_broadcast(&el->w_cv);
+}
+
+/* Streamed body of a watch: one JSON object per message. Returns 0 (abort
+ * the transfer, re-created later) on a malformed stream. */
+static size_t on_watch_body(char *ptr, size_t size, size_t nmemb, void *arg)
+{
+    struct watch_key *w = arg;
+    size_t n = size * nmemb, off = 0;
+    w->got_data = true;
+    while (off < n) {
+        json_object *o = json_tokener_parse_ex(w->tok, ptr + off, (int)(n - off));
+        enum json_tokener_error je = json_tokener_get_error(w->tok);
+        if (o == NULL) {
+            if (je == json_tokener_continue) return n;
+            log_debug("locker", NULL, "etcd watch %s: malformed stream (%s)", w->key,
+                      json_tokener_error_desc(je));
+            return 0;
+        }
+        size_t used = json_tokener_get_parse_end(w->tok);
+        json_tokener_reset(w->tok);
+        pthread_mutex_lock(&w->el->w_mu);
+        watch_message(w->el, w, o);
+        pthread_mutex_unlock(&w->el->w_mu);
+        json_object_put(o);
+        if (used == 0) break;
+        off += used;
+        while (off < n && (ptr[off] == '\n' || ptr[off] == '\r' || ptr[off] == ' ')) off++;
+    }
+    return n;
+}
+
+static void stream_end(struct etcd_locker *el, CURLM *m, struct watch_key *w, bool failed)
+{
+    sym_curl_multi_remove_handle(m, w->easy);
+    sym_curl_easy_cleanup(w->easy);
+    sym_curl_slist_free_all(w->headers);
+    json_tokener_free(w->tok);
+    w->easy = NULL;
+    w->headers = NULL;
+    w->tok = NULL;
+    pthread_mutex_lock(&el->w_mu);
+    w->confirmed = false;
+    w->seq++; /* releases while no stream was open are not seen */
+    pthread_cond_broadcast(&el->w_cv);
+    pthread_mutex_unlock(&el->w_mu);
+    if (failed) {
+        if (!w->got_data) etcd_conn_rotate(el->watch);
+        w->failures++;
+        w->retry_at_ms = clock_boot_ms() + backoff_ms(w->failures < 8 ? w->failures : 8, 100, 2000);
+    } else {
+        w->retry_at_ms = 0;
+    }
+}
+
+static void stream_start(struct etcd_locker *el, CURLM *m, struct watch_key *w)
+{
+    CURL *e = sym_curl_easy_init();
+    if (e == NULL) return;
+    json_object *req = json_object_new_object();
+    json_object *cr = obj_key(w->key);
+    json_object_object_add(req, "create_request", cr);
+    char err[LOCKER_ERR_MAX];
+    struct curl_slist *h = NULL;
+    if (etcd_conn_prepare_stream(el->watch, e,  "/v3/watch",
+                                 json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN), &h,
+                                 err, sizeof err) != 0) {
+        json_object_put(req);
+        sym_curl_easy_cleanup(e);
+        log_debug("locker", NULL, "etcd watch %s: %s", w->key, err);
+        w->failures++;
+        w->retry_at_ms = clock_boot_ms() + backoff_ms(w->failures < 8 ? w->failures : 8, 100, 2000);
+        return;
+    }
+    json_object_put(req);
+    sym_curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_watch_body);
+    sym_curl_easy_setopt(e, CURLOPT_WRITEDATA, w);
+    sym_curl_easy_setopt(e, CURLOPT_PRIVATE, w);
+    w->easy = e;
+    w->headers = h;
+    w->tok = json_tokener_new();
+    w->got_data = false;
+    w->started_ms = clock_boot_ms();
+    sym_curl_multi_add_handle(m, e);
+}
+
+static void *watch_main(void *arg)
+{
+    struct etcd_locker *el = arg;
+    CURLM *m = sym_curl_multi_init();
+    while (!atomic_load(&el->w_stop)) {
+        int64_t now = clock_boot_ms();
+        /* the key list only grows while the thread runs */
+        pthread_mutex_lock(&el->w_mu);
+        struct watch_key *first = el->keys;
+        pthread_mutex_unlock(&el->w_mu);
+        for (struct watch_key *w = first; w; w = w->next) {
+            if (w->easy && now - w->started_ms > WATCH_RECYCLE_MS) stream_end(el, m, w, false);
+            if (w->easy == NULL && now >= w->retry_at_ms) stream_start(el, m, w);
+        }
+        int running = 0, nfds = 0;
+        sym_curl_multi_perform(m, &running);
+        CURLMsg *msg;
+        int left;
+        while ((msg = sym_curl_multi_info_read(m, &left)) != NULL) {
+            if (msg->msg != CURLMSG_DONE) continue;
+            struct watch_key *w = NULL;
+            sym_curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&w);
+            if (w == NULL) continue;
+            if (msg->data.result != CURLE_OK)
+                log_debug("locker", NULL, "etcd watch %s: %s", w->key,
+                          sym_curl_easy_strerror(msg->data.result));
+            stream_end(el, m, w, true);
+        }
+        sym_curl_multi_poll(m, NULL, 0, WATCH_POLL_MS, &nfds);
+    }
+    for (struct watch_key *w = el->keys; w; w = w->next)
+        if (w->easy) stream_end(el, m, w, false);
+    sym_curl_multi_cleanup(m);
+    return NULL;
+}
+
+/* Starts watching key (and the thread) on first use. */
+static void watch_ensure(struct etcd_locker *el, const char *key)
+{
+    pthread_mutex_lock(&el->w_mu);
+    if (wk_find(el, key) == NULL) {
+        struct watch_key *w = xcalloc(1, sizeof *w);
+        w->key = xstrdup(key);
+        w->el = el;
+        w->next = el->keys;
+        el->keys = w;
+    }
+    if (!el->w_started && !atomic_load(&el->w_stop)) {
+        if (pthread_create(&el->w_thread, NULL, watch_main, el) == 0)
+            el->w_started = true;
+        else
+            log_warn("locker", NULL, "etcd locker: cannot start the watch thread; standbys poll");
+    }
+    pthread_mutex_unlock(&el->w_mu);
+}
+
+static uint64_t etcd_release_seq(struct locker *l, const char *key)
+{
+    struct etcd_locker *el = (struct etcd_locker *)l;
+    watch_ensure(el, key);
+    pthread_mutex_lock(&el->w_mu);
+    struct watch_key *w = wk_find(el, key);
+    /* wait (briefly) for the stream, so that releases after this call count */
+    struct timespec ts = clock_deadline(CLOCK_MONOTONIC, el->command_timeout_ms);
+    while (w && !w->confirmed && !atomic_load(&el->w_stop))
+        if (pthread_cond_timedwait(&el->w_cv, &el->w_mu, &ts) != 0) break;
+    uint64_t seq = w ? w->seq : 0;
+    pthread_mutex_unlock(&el->w_mu);
+    return seq;
+}
+
+static bool etcd_wait_release(struct locker *l, const char *key, uint64_t seen, int64_t timeout_ms)
+{
+    struct etcd_locker *el = (struct etcd_locker *)l;
+    watch_ensure(el, key);
+    struct timespec ts = clock_deadline(CLOCK_MONOTONIC, timeout_ms);
+    pthread_mutex_lock(&el->w_mu);
+    struct watch_key *w = wk_find(el, key);
+    while (w && w->seq == seen && !atomic_load(&el->w_stop))
+        if (pthread_cond_timedwait(&el->w_cv, &el->w_mu, &ts) != 0) break;
+    bool changed = w && w->seq != seen;
+    pthread_mutex_unlock(&el->w_mu);
+    return changed;
+}
+
+/* ---- side connection: claim, holder, ping, shared state, inspect ----------------- */
+
+static int etcd_claim(struct locker *l, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
+{
+    struct etcd_locker *el = (struct etcd_locker *)l;
+    int present = range_key(el->side, deadline_of(el), key, NULL, NULL, err);
+    if (present < 0) return LOCKER_ERR;
+    if (present == 1) return LOCKER_HELD;
+    char id[24];
+    if (grant(el, el->side, deadline_of(el), (ttl_ms + 999) / 1000, id, NULL, err) != 0)
+        return LOCKER_ERR;
+    json_object *t = txn(arr1(cmp(key, "CREATE", "create_revision", json_object_new_string("0"))),
+                         arr1(op_put(key, el->holder, strlen(el->holder), id)), NULL);
+    json_object *resp;
+    if (call(el->side, deadline_of(el), "/v3/kv/txn", t, &resp, NULL, err) != 0) {
+        /* it may have run: the claim then holds for its ttl, as it should */
+        return LOCKER_ERR;
+    }
+    bool ok = json_true(resp, "succeeded");
+    json_object_put(resp);
+    if (ok) return LOCKER_OK;
+    lease_revoke(el->side, deadline_of(el), id);
+    return LOCKER_HELD;
+}
+
+static int etcd_holder(struct locker *l, const char *key, char *buf, size_t len,
+                       char err[LOCKER_ERR_MAX])
+{
+    struct etcd_locker *el = (struct etcd_locker *)l;
+    char *hkey = key_with(key, "holder");
+    json_object *kv = NULL;
+    int present = range_key(el->side, deadline_of(el), hkey, &kv, NULL, err);
+    free(hkey);
+    if (present < 0) return LOCKER_ERR;
+    if (present == 0) return LOCKER_LOST;
+    if (!kv_value(kv, buf, len, NULL)) snprintf(buf, len, "?");
+    json_object_put(kv);
+    return LOCKER_OK;
+}
+
+/* Readiness: the member answers and knows a leader (a member cut off from
+ * its quorum has none). */
+static int etcd_ping(struct locker *l, char err[LOCKER_ERR_MAX])
+{
+    struct etcd_locker *el = (struct etcd_locker *)l;
+    json_object *resp;
+    if (call(el->side, deadline_of(el), "/v3/maintenance/status", json_object_new_object(), &resp,
+             NULL, err) != 0)
+        return LOCKER_ERR;
+    int64_t leader = etcd_int(resp, "leader", 0);
+    json_object_put(resp);
+    if (leader != 0) return LOCKER_OK;
+    char ep[256];
+    etcd_conn_endpoint(el->side, ep, sizeof ep);
+    errf(err, "etcd %s: the member has no leader (quorum lost?)", ep);
+    return LOCKER_ERR;
+}
+
+/* A lease for shared values of ttl_s seconds, reused for writes within a
+ * quarter of its life (side connection, held_mu taken here). */
+static int shared_lease(struct etcd_locker *el, int64_t ttl_s, char id[24], bool fresh,
+                        char err[LOCKER_ERR_MAX])
+{
+    int64_t now = clock_boot_ms();
+    pthread_mutex_lock(&el->held_mu);
+    struct shared_lease *slot = NULL, *oldest = &el->shared[0];
+    for (int i = 0; i < SHARED_LEASES; i++) {
+        if (el->shared[i].ttl_s == ttl_s) slot = &el->shared[i];
+        if (el->shared[i].granted_ms < oldest->granted_ms) oldest = &el->shared[i];
+    }
+    if (slot && !fresh && slot->id[0] && now - slot->granted_ms < ttl_s * 1000 / 4) {
+        memcpy(id, slot->id, 24);
+        pthread_mutex_unlock(&el->held_mu);
+        return 0;
+    }
+    pthread_mutex_unlock(&el->held_mu);
+    int64_t sent = 0;
+    if (grant(el, el->side, deadline_of(el), ttl_s, id, &sent, err) != 0) return -1;
+    pthread_mutex_lock(&el->held_mu);
+    if (slot == NULL) slot = oldest;
+    slot->ttl_s = ttl_s;
+    memcpy(slot->id, id, 24);
+    slot->granted_ms = sent;
+    pthread_mutex_unlock(&el->held_mu);
+    return 0;
+}
+
+static int etcd_fenced_set(struct locker *l, const char *key, const char *name, uint64_t epoch,
+                           const char *value, size_t len, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
+{
+    struct etcd_locker *el = (struct etcd_locker *)l;
+    char *ekey = key_with(key, "epoch"), *vkey = key_with(key, name);
+    char ep[24];
+    snprintf(ep, sizeof ep, "%llu", (unsigned long long)epoch);
+    int rc = LOCKER_ERR;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        char id[24];
+        if (shared_lease(el, (ttl_ms + 999) / 1000, id, attempt > 0, err) != 0) break;
+        json_object *t = txn(arr1(cmp(ekey, "MOD", "mod_revision", json_object_new_string(ep))),
+                             arr1(op_put(vkey, value, len, id)), NULL);
+        json_object *resp;
+        int grpc = 0;
+        int crc = etcd_call_until(el->side, deadline_of(el), "/v3/kv/txn", t, &resp, NULL, &grpc,
+                                  err, LOCKER_ERR_MAX);
+        json_object_put(t);
+        if (crc != 0) {
+            if (strstr(err, "lease not found") != NULL) continue; /* expired early: a new one */
+            break;
+        }
+        bool ok = json_true(resp, "succeeded");
+        json_object_put(resp);
+        if (ok) {
+            rc = LOCKER_OK;
+        } else {
+            errf(err, "etcd locker: fenced write %s: epoch %s superseded", vkey, ep);
+            rc = LOCKER_LOST;
+        }
+        break;
+    }
+    free(ekey);
+    free(vkey);
+    return rc;
+}
+
+static int etcd_shared_get(struct locker *l, const char *key, const char *name, char *buf,
+                           size_t len, char err[LOCKER_ERR_MAX])
+{
+    struct etcd_locker *el = (struct etcd_locker *)l;
+    char *vkey = key_with(key, name);
+    json_object *kv = NULL;
+    int present = range_key(el->side, deadline_of(el), vkey, &kv, NULL, err);
+    int rc = LOCKER_ERR;
+    if (present == 0) {
+        errf(err, "etcd locker: shared read %s: not set (or expired)", vkey);
+        rc = LOCKER_LOST;
+    } else if (present == 1) {
+        size_t n = 0;
+        if (kv_value(kv, buf, len, &n)) {
+            rc = LOCKER_OK;
+        } else {
+            errf(err, "etcd locker: shared read %s: value does not fit the buffer of %zu bytes",
+                 vkey, len);
+        }
+        json_object_put(kv);
+    }
+    free(vkey);
+    return rc;
+}
+
+static int etcd_inspect(struct locker *l, const char *key, struct lock_info *info,
+                        char err[LOCKER_ERR_MAX])
+{
+    struct etcd_locker *el = (struct etcd_locker *)l;
+    char *hkey = key_with(key, "holder"), *ekey = key_with(key, "epoch");
+    json_object *ops = json_object_new_array();
+    json_object_array_add(ops, op_range(key));
+    json_object_array_add(ops, op_range(hkey));
+    json_object_array_add(ops, op_range(ekey));
+    free(hkey);
+    free(ekey);
+    json_object *resp;
+    if (call(el->side, deadline_of(el), "/v3/kv/txn", txn(NULL, ops, NULL), &resp, NULL, err) != 0)
+        return LOCKER_ERR;
+    json_object *kv = first_kv(txn_range(resp, 0)), *hkv = first_kv(txn_range(resp, 1)),
+                *ekv = first_kv(txn_range(resp, 2));
+    info->held = kv != NULL;
+    if (hkv && !kv_value(hkv, info->holder, sizeof info->holder, NULL)) info->holder[0] = '\0';
+    if (ekv) info->epoch = (uint64_t)etcd_int(ekv, "mod_revision", 0);
+    char lease[32] = "";
+    json_object *lv = kv ? get(kv, "lease") : NULL;
+    if (lv) snprintf(lease, sizeof lease, "%s", json_object_get_string(lv));
+    json_object_put(resp);
+    if (lease[0]) {
+        int64_t t = time_to_live(el->side, deadline_of(el), lease);
+        info->ttl_ms = t >= 0 ? t * 1000 : -1;
+    }
+    return LOCKER_OK;
+}
+
+static void etcd_where(struct locker *l, char *buf, size_t len)
+{
+    etcd_conn_endpoint(((struct etcd_locker *)l)->lease, buf, len);
+}
+
+static void etcd_destroy(struct locker *l)
+{
+    struct etcd_locker *el = (struct etcd_locker *)l;
+    atomic_store(&el->w_stop, true);
+    pthread_mutex_lock(&el->w_mu);
+    bool started = el->w_started;
+    pthread_cond_broadcast(&el->w_cv);
+    pthread_mutex_unlock(&el->w_mu);
+    if (started) pthread_join(el->w_thread, NULL);
+    while (el->keys) {
+        struct watch_key *n = el->keys->next;
+        free(el->keys->key);
+        free(el->keys);
+        el->keys = n;
+    }
+    while (el->held) {
+        struct held *n = el->held->next;
+        free(el->held->key);
+        free(el->held);
+        el->held = n;
+    }
+    etcd_conn_destroy(el->lease);
+    etcd_conn_destroy(el->side);
+    etcd_conn_destroy(el->watch);
+    pthread_cond_destroy(&el->w_cv);
+    pthread_mutex_destroy(&el->w_mu);
+    pthread_mutex_destroy(&el->held_mu);
+    free(el);
+}
+
+static const struct locker_ops etcd_ops = {
+    .name = "etcd",
+    .try_lock = etcd_try_lock,
+    .unlock = etcd_unlock,
+    .renew = etcd_renew,
+    .release_seq = etcd_release_seq,
+    .wait_release = etcd_wait_release,
+    .generation = etcd_generation,
+    .check = etcd_check,
+    .destroy = etcd_destroy,
+    .claim = etcd_claim,
+    .holder = etcd_holder,
+    .ping = etcd_ping,
+    .fenced_set = etcd_fenced_set,
+    .shared_get = etcd_shared_get,
+    .inspect = etcd_inspect,
+    .where = etcd_where,
+};
+
+struct locker *locker_etcd_create(const struct etcd_opts *opts, char err[LOCKER_ERR_MAX])
+{
+    err[0] = '\0';
+    struct etcd_locker *el = xcalloc(1, sizeof *el);
+    el->base.ops = &etcd_ops;
+    snprintf(el->holder, sizeof el->holder, "%.80s pid %d", util_hostname(), (int)getpid());
+    el->command_timeout_ms = opts && opts->command_timeout_ms > 0 ? opts->command_timeout_ms : 1000;
+    pthread_mutex_init(&el->held_mu, NULL);
+    pthread_mutex_init(&el->w_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&el->w_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    el->lease = etcd_conn_create(opts, "lease", err, LOCKER_ERR_MAX);
+    el->side = el->lease ? etcd_conn_create(opts, "side", err, LOCKER_ERR_MAX) : NULL;
+    el->watch = el->side ? etcd_conn_create(opts, "watch", err, LOCKER_ERR_MAX) : NULL;
+    if (el->watch == NULL) {
+        etcd_destroy(&el->base);
+        return NULL;
+    }
+    /* Reach the cluster now: a refused password is a configuration error and
+     * fails creation; an unreachable cluster is transient (every call then
+     * reports LOCKER_ERR with the reason until it is back). */
+    json_object *resp;
+    char cerr[LOCKER_ERR_MAX];
+    int code = 0;
+    json_object *req = json_object_new_object();
+    int rc = etcd_call(el->side, "/v3/maintenance/status", req, &resp, NULL, &code, cerr, sizeof cerr);
+    json_object_put(req);
+    if (rc == 0) {
+        json_object_put(resp);
+    } else if (strstr(cerr, "authenticate") != NULL && strstr(cerr, "authentication failed") != NULL) {
+        errf(err, "%s", cerr);
+        etcd_destroy(&el->base);
+        return NULL;
+    } else {
+        log_warn("locker", NULL, "%s (will keep retrying)", cerr);
+    }
+    return &el->base;
+}

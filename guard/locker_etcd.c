@@ -282,17 +282,22 @@ static int grant(struct etcd_locker *el, struct etcd_conn *conn, int64_t deadlin
     return 0;
 }
 
-/* Best effort. */
-static void lease_revoke(struct etcd_conn *conn, int64_t deadline, const char *id)
+/* Revokes lease id (deleting the keys attached to it). false when the
+ * cluster could not be asked (the lease then expires by itself, or is
+ * revoked later); an unknown lease counts as revoked. */
+static bool lease_revoke(struct etcd_conn *conn, int64_t deadline, const char *id)
 {
     json_object *req = json_object_new_object();
     json_object_object_add(req, "ID", json_object_new_string(id));
     json_object *resp;
     char err[LOCKER_ERR_MAX];
-    if (call(conn, deadline, "/v3/lease/revoke", req, &resp, NULL, err) == 0)
+    if (call(conn, deadline, "/v3/lease/revoke", req, &resp, NULL, err) == 0) {
         json_object_put(resp);
-    else
-        log_debug("locker", NULL, "%s (the lease expires by itself)", err);
+        return true;
+    }
+    if (strstr(err, "lease not found") != NULL) return true;
+    log_debug("locker", NULL, "%s (the lease expires by itself, or is revoked later)", err);
+    return false;
 }
 
 /* Remaining seconds of lease id (-1 expired or unknown). */
@@ -371,6 +376,31 @@ static bool held_find(struct etcd_locker *el, const char *key, const char *token
 
 static void watch_ensure(struct etcd_locker *el, const char *key);
 
+/* Leases this process still has on key from terms the guard left (an unlock
+ * or an acquisition whose answer was lost while the cluster was unreachable,
+ * e.g. without quorum): revoked before trying again, so a lease nobody renews
+ * never blocks the key for its ttl, nor for the extension etcd gives every
+ * lease when a new raft leader takes over. Kept when the revoke fails. */
+static void revoke_stale(struct etcd_locker *el, const char *key)
+{
+    for (;;) {
+        char id[24] = "", token[RANDOM_TOKEN_LEN];
+        pthread_mutex_lock(&el->held_mu);
+        for (struct held *h = el->held; h; h = h->next)
+            if (strcmp(h->key, key) == 0) {
+                memcpy(id, h->lease, sizeof id);
+                memcpy(token, h->token, sizeof token);
+                break;
+            }
+        pthread_mutex_unlock(&el->held_mu);
+        if (!id[0]) return;
+        if (!lease_revoke(el->lease, deadline_of(el), id)) return;
+        log_info("locker", NULL, "etcd locker: revoked the lease %s this process kept on %s from "
+                 "an earlier term", id, key);
+        held_find(el, key, token, id, true);
+    }
+}
+
 /* Advances whenever a lease-connection call failed on transport or moved to
  * another endpoint: the guard then verifies its lease (never 0). */
 static uint64_t etcd_generation(struct locker *l)
@@ -385,6 +415,7 @@ static int etcd_try_lock(struct locker *l, const char *key, int64_t ttl_ms, stru
     memset(out, 0, sizeof *out);
     if (!ttl_ok("lock", key, ttl_ms, err)) return LOCKER_ERR;
     watch_ensure(el, key); /* a holder notices nothing from it, a standby wakes on DELETE */
+    revoke_stale(el, key);
     int64_t deadline = deadline_of(el);
     json_object *kv = NULL;
     int present = range_key(el->lease, deadline, key, &kv, NULL, err);
@@ -417,7 +448,7 @@ static int etcd_try_lock(struct locker *l, const char *key, int64_t ttl_ms, stru
     json_object *resp;
     if (call(el->lease, deadline_of(el), "/v3/kv/txn", t, &resp, NULL, err) != 0) {
         /* it may have run: revoking the lease deletes what it put */
-        lease_revoke(el->lease, deadline_of(el), id);
+        if (!lease_revoke(el->lease, deadline_of(el), id)) held_add(el, key, token, id);
         return LOCKER_ERR;
     }
     bool ok = json_true(resp, "succeeded");
@@ -488,9 +519,11 @@ static int etcd_renew(struct locker *l, const char *key, const char *token, int6
     json_object_put(resp);
     if (left <= 0) {
         errf(err, "etcd locker: renew %s: lease %s expired", key, id);
+        held_find(el, key, token, id, true);
         return LOCKER_LOST;
     }
-    /* the lease runs again from *sent_ms; the key must still be ours */
+    /* the lease runs again from *sent_ms; the key must still be ours (a
+     * lost one stays listed: try_lock revokes it) */
     return confirm_token(el, el->lease, deadline, "renew", key, token, err);
 }
 
@@ -499,7 +532,7 @@ static int etcd_unlock(struct locker *l, const char *key, const char *token,
 {
     struct etcd_locker *el = (struct etcd_locker *)l;
     char id[24];
-    bool mine = held_find(el, key, token, id, true);
+    bool mine = held_find(el, key, token, id, false);
     char *hkey = key_with(key, "holder");
     json_object *ops = json_object_new_array();
     json_object_array_add(ops, op_delete(key));
@@ -522,7 +555,8 @@ static int etcd_unlock(struct locker *l, const char *key, const char *token,
         }
         json_object_put(resp);
     }
-    if (mine) lease_revoke(el->lease, deadline_of(el), id);
+    /* kept when the revoke fails: the next try_lock on key revokes it */
+    if (mine && lease_revoke(el->lease, deadline_of(el), id)) held_find(el, key, token, id, true);
     return rc;
 }
 

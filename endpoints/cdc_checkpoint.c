@@ -1,4 +1,4 @@
-/* Delivered-prefix tracking and the fenced Redis checkpoint. See
+/* Delivered-prefix tracking and the checkpoint's text form. See
  * cdc_checkpoint.h. */
 #include "endpoints/cdc_checkpoint.h"
 
@@ -154,75 +154,24 @@ uint64_t cdc_progress_pending(struct cdc_progress *p, bool *blocked)
     return n;
 }
 
-/* ---------------------------------------------------------------- Redis */
+/* ------------------------------------------------------------ text form */
 
-int cdc_checkpoint_read(redisContext *c, const char *key, char file[CDC_FILE_MAX], uint64_t *pos,
-                        char *err, size_t errlen)
+int cdc_checkpoint_format(char *buf, size_t len, const char *file, uint64_t pos)
 {
-    redisReply *r = redisCommand(c, "GET %s", key);
-    if (!r) {
-        snprintf(err, errlen, "GET %s: %s", key, c->errstr[0] ? c->errstr : "connection lost");
+    if (len == 0) return -1;
+    int n = snprintf(buf, len, "%s:%" PRIu64, file, pos);
+    if (n < 0 || (size_t)n >= len) {
+        buf[0] = '\0';
         return -1;
     }
-    int rc;
-    if (r->type == REDIS_REPLY_NIL) rc = 0;
-    else if (r->type == REDIS_REPLY_STRING) {
-        if (cdc_position_parse(r->str, file, CDC_FILE_MAX, pos) == 0) rc = 1;
-        else {
-            snprintf(err, errlen, "checkpoint %s holds \"%.100s\", not \"file:pos\"", key, r->str);
-            rc = -1;
-        }
-    } else if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(err, errlen, "GET %s: %s", key, r->str);
-        rc = -1;
-    } else {
-        snprintf(err, errlen, "GET %s: unexpected reply type %d", key, r->type);
-        rc = -1;
-    }
-    freeReplyObject(r);
-    return rc;
+    return n;
 }
 
-/* KEYS[1] checkpoint, KEYS[2] epoch key; ARGV[1] caller's epoch, ARGV[2]
- * value. Returns 1 when written, else {0, current epoch or ""}. */
-static const char SCRIPT_FENCED_SET[] =
-    "local cur = redis.call('GET', KEYS[2])\n"
-    "if cur and (cur == ARGV[1] or tonumber(cur) == tonumber(ARGV[1])) then\n"
-    "  redis.call('SET', KEYS[1], ARGV[2])\n"
-    "  return 1\n"
-    "end\n"
-    "return {0, cur or ''}\n";
-
-int cdc_checkpoint_write(redisContext *c, const char *key, const char *epoch_key, uint64_t epoch,
-                         const char *file, uint64_t pos, char *err, size_t errlen)
+int cdc_checkpoint_parse(const char *value, const char *key, char file[CDC_FILE_MAX],
+                         uint64_t *pos, char *err, size_t errlen)
 {
-    char value[CDC_FILE_MAX + 32], ep[32];
-    snprintf(value, sizeof value, "%s:%" PRIu64, file, pos);
-    snprintf(ep, sizeof ep, "%" PRIu64, epoch);
-    redisReply *r = epoch_key
-        ? redisCommand(c, "EVAL %s 2 %s %s %s %s", SCRIPT_FENCED_SET, key, epoch_key, ep, value)
-        : redisCommand(c, "SET %s %s", key, value);
-    if (!r) {
-        snprintf(err, errlen, "checkpoint %s: %s", key, c->errstr[0] ? c->errstr : "connection lost");
-        return -1;
-    }
-    int rc;
-    if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(err, errlen, "checkpoint %s: %s", key, r->str);
-        rc = -1;
-    } else if ((r->type == REDIS_REPLY_INTEGER && r->integer == 1) ||
-               (r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0)) {
-        rc = 1;
-    } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
-        const redisReply *cur = r->element[1];
-        snprintf(err, errlen, "checkpoint %s = %s rejected: epoch %s is stale (current epoch %s)",
-                 key, value, ep,
-                 cur->type == REDIS_REPLY_STRING && cur->len ? cur->str : "unset");
-        rc = 0;
-    } else {
-        snprintf(err, errlen, "checkpoint %s: unexpected reply type %d", key, r->type);
-        rc = -1;
-    }
-    freeReplyObject(r);
-    return rc;
+    if (cdc_position_parse(value, file, CDC_FILE_MAX, pos) == 0) return 0;
+    snprintf(err, errlen, "checkpoint %s holds \"%.100s\", not \"file:pos\"", key,
+             value ? value : "");
+    return -1;
 }

@@ -8,14 +8,14 @@
  * A message that was not delivered (dropped) holds the checkpoint where it is
  * for the rest of the term, so a later leader re-reads it.
  *
- * The checkpoint lives in Redis under "<prefix>:cdc:<scope>" as "file:pos".
- * cdc_checkpoint_write() sets it with a Lua script only when the caller's
- * epoch equals GET("<lease key>:epoch"), the fencing epoch the ActiveGuard
- * advances atomically with each acquisition: a stale leader cannot move it. */
+ * The checkpoint itself is the text "file:pos" (cdc_checkpoint_format /
+ * cdc_checkpoint_parse). mysql_cdc.c keeps it in the locker beside the lease
+ * ("<lease key>:cdc", locker_fenced_set / locker_shared_get): a write is
+ * fenced by the lease epoch, so a stale leader cannot move it. No transport
+ * here. */
 #ifndef BATON_CDC_CHECKPOINT_H
 #define BATON_CDC_CHECKPOINT_H
 
-#include <hiredis/hiredis.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -43,14 +43,27 @@ bool cdc_progress_checkpoint(struct cdc_progress *p, char file[CDC_FILE_MAX], ui
 /* Messages assigned and not yet resolved; whether a drop blocks the term. */
 uint64_t cdc_progress_pending(struct cdc_progress *p, bool *blocked);
 
-/* Reads the checkpoint. Returns 1 found (file/pos filled), 0 absent, -1 on a
- * Redis error or an unparsable value (err filled). */
-int cdc_checkpoint_read(redisContext *c, const char *key, char file[CDC_FILE_MAX], uint64_t *pos,
-                        char *err, size_t errlen);
-/* Writes "file:pos". epoch_key NULL: unfenced SET. Returns 1 written, 0
- * rejected because the epoch is stale (err says which epoch is current), -1
- * on a Redis error (err filled). */
-int cdc_checkpoint_write(redisContext *c, const char *key, const char *epoch_key, uint64_t epoch,
-                         const char *file, uint64_t pos, char *err, size_t errlen);
+/* In the locker the checkpoint is "<lease key>:" CDC_CHECKPOINT_NAME. Every
+ * write sets its expiry again: CDC_CHECKPOINT_TTL_MS, 30 days. A checkpoint
+ * older than that is older than any sane binlog retention
+ * (expire_logs_days / binlog_expire_logs_seconds): the position it names
+ * would be purged anyway. A leader whose position has not moved (no
+ * transaction in the binlog) rewrites it every CDC_CHECKPOINT_REFRESH_MS, so
+ * an idle but running stream never lets it expire. */
+#define CDC_CHECKPOINT_NAME "cdc"
+#define CDC_CHECKPOINT_TTL_MS (30LL * 24 * 3600 * 1000)
+#define CDC_CHECKPOINT_REFRESH_MS (24LL * 3600 * 1000)
+
+/* Longest checkpoint text: "<file>:<pos>" with pos at most 20 digits, NUL
+ * included. */
+#define CDC_CHECKPOINT_MAX (CDC_FILE_MAX + 24)
+
+/* Formats "file:pos" into buf. Returns its length, or -1 when it does not
+ * fit (buf then holds ""). */
+int cdc_checkpoint_format(char *buf, size_t len, const char *file, uint64_t pos);
+/* Parses a checkpoint value read from key (named in the error). Returns 0
+ * (file/pos filled) or -1 with err saying what the key holds instead. */
+int cdc_checkpoint_parse(const char *value, const char *key, char file[CDC_FILE_MAX],
+                         uint64_t *pos, char *err, size_t errlen);
 
 #endif

@@ -1,7 +1,7 @@
 /* mysql_cdc: MySQL/MariaDB binlog change data capture under ActiveGuard.
  *
  * The leader opens a replication stream (Connector/C mariadb_rpl_*, the
- * COM_BINLOG_DUMP protocol) from the fenced checkpoint in Redis, or from
+ * COM_BINLOG_DUMP protocol) from the fenced checkpoint in the locker, or from
  * `start` when there is none, and forwards one envelope per changed row:
  *
  *   {..., "db":"shop","table":"orders","op":"update",
@@ -14,9 +14,11 @@
  * sequence number; the forwarder's done callback marks it delivered; at each
  * transaction boundary (XID, COMMIT, standalone DDL) the consumer records
  * file:pos, and every checkpoint_every_events rows or checkpoint_every_ms it
- * writes the newest boundary whose messages were all delivered to Redis,
- * fenced by the lease epoch (cdc_checkpoint.c). Delivery across failover is
- * at-least-once from that checkpoint.
+ * writes the newest boundary whose messages were all delivered to the locker
+ * beside the lease ("<lease key>:cdc", locker_fenced_set: fenced by the lease
+ * epoch, whatever the backend). Delivery across failover is at-least-once
+ * from that checkpoint. The only direct Redis use left is the one-shot read
+ * of a checkpoint an older baton kept at "<prefix>:cdc:<scope>" (upgrade).
  *
  * Threads: start() spawns the consumer and, when guarded, waits until the
  * stream is open (first event received) or failed. stop() sets a flag, shuts
@@ -37,6 +39,7 @@
 #include "endpoints/cdc_decode.h"
 #include "endpoints/cdc_filter.h"
 #include "endpoints/endpoint.h"
+#include "guard/locker.h"
 #include "guard/redis_conn.h"
 #include "guard/scope.h"
 #include "src/common/envelope.h"
@@ -48,7 +51,9 @@
 
 /* ------------------------------------------------------------ settings */
 
-enum { CKPT_AUTO = 0, CKPT_REDIS, CKPT_NONE };
+/* checkpoint: "locker" keeps it in the locker (any backend); "redis" is its
+ * older name, still accepted. */
+enum { CKPT_AUTO = 0, CKPT_LOCKER, CKPT_REDIS, CKPT_NONE };
 enum { PURGED_FAIL = 0, PURGED_OLDEST };
 
 struct cdc_settings {
@@ -79,7 +84,7 @@ struct cdc_settings {
     int64_t reconnect_backoff_max_ms;
 };
 
-static const char *const ckpt_choices[] = { "auto", "redis", "none", NULL };
+static const char *const ckpt_choices[] = { "auto", "locker", "redis", "none", NULL };
 static const char *const purged_choices[] = { "fail", "oldest", NULL };
 
 #define OFF(f) offsetof(struct cdc_settings, f)
@@ -105,7 +110,9 @@ static const struct setting_def cdc_defs[] = {
     { "start", SETTING_STRING, OFF(start), .def = "latest",
       .help = "where to start without a checkpoint: \"latest\", \"oldest\" or \"file:pos\"" },
     { "checkpoint", SETTING_ENUM, OFF(checkpoint), .def = "auto", .choices = ckpt_choices,
-      .help = "binlog position checkpoint: redis (default with a redis locker) or none" },
+      .help = "binlog position checkpoint: locker (kept in the locker beside the lease; the "
+              "default with a locker and guard \"active\"; \"redis\" is an older name for it) "
+              "or none" },
     { "checkpoint_every_events", SETTING_INT, OFF(checkpoint_every_events), .def = "1000", .min = 1,
       .max = 100000000, .help = "write the checkpoint after this many row events" },
     { "checkpoint_every_ms", SETTING_INT, OFF(checkpoint_every_ms), .def = "1000", .min = 1,
@@ -161,6 +168,12 @@ static int cdc_validate(const void *settings, enum guard_kind guard, bool force,
                  "\"active\" (the default), or set force_guard = true for a single instance");
         return -1;
     }
+    if (guard != GUARD_ACTIVE && (s->checkpoint == CKPT_LOCKER || s->checkpoint == CKPT_REDIS)) {
+        snprintf(msg, msglen, "checkpoint = \"%s\" needs guard \"active\": the checkpoint write "
+                 "is fenced by the lease epoch, and guard \"%s\" holds no lease (set checkpoint = "
+                 "\"none\")", ckpt_choices[s->checkpoint], guard_kind_name(guard));
+        return -1;
+    }
     return 0;
 }
 
@@ -188,8 +201,9 @@ struct cdc {
     bool guarded;
     bool ckpt_on;
     char where[300];
-    char ckpt_key[GUARD_KEY_MAX];
-    char *epoch_key; /* NULL: unfenced */
+    char ckpt_key[GUARD_KEY_MAX + 8]; /* "<lease key>:cdc", for messages */
+    bool legacy_on;                   /* a redis locker: look at legacy_key too */
+    char legacy_key[GUARD_KEY_MAX];   /* "<prefix>:cdc:<scope>", before the locker kept it */
     struct cdc_progress *progress;
 
     pthread_mutex_t lock; /* fds, start state */
@@ -205,7 +219,6 @@ struct cdc {
     /* consumer thread state */
     uint64_t epoch;
     MYSQL *meta; /* information_schema connection, opened on demand */
-    redisContext *redis;
     struct envelope env;
     struct jbuf ev_head;     /* ,"db":..,"table":..,"op":..,"before": of the rows event */
     struct jbuf ev_tail;     /* ,"gtid":..,"position":{..},"ts":.. of the rows event */
@@ -231,13 +244,17 @@ struct cdc {
     size_t ntables;
     uint64_t rows_since_ckpt;
     int64_t last_ckpt_ms;
+    bool written;            /* wrote written_file:pos this term, at written_ms */
+    char written_file[CDC_FILE_MAX];
+    uint64_t written_pos;
+    int64_t written_ms;
     uint64_t events, rows_emitted;
 
     /* Checkpoint cache: every replica (leader and standbys) follows the
-     * checkpoint in Redis on its own thread and keeps the last one seen, so
-     * if Redis loses its data (a restart without persistence) the next
-     * leader still resumes near where the last one stopped instead of at
-     * `start`, which would skip the rows in between. */
+     * checkpoint in the locker on its own thread and keeps the last one
+     * seen, so if the locker loses its data (a Redis restart without
+     * persistence) the next leader still resumes near where the last one
+     * stopped instead of at `start`, which would skip the rows in between. */
     pthread_t follower;
     bool follower_started;
     atomic_bool follower_stop;
@@ -389,69 +406,101 @@ static int resolve_start(struct cdc *c, MYSQL *m, const char *start, char *err, 
 
 /* ------------------------------------------------------------ checkpoint */
 
-static bool redis_ready(struct cdc *c, char *err, size_t errlen)
-{
-    if (c->redis && !c->redis->err) return true;
-    if (c->redis) redisFree(c->redis);
-    c->redis = redis_conn_open(c->h->locker_redis, err, errlen);
-    return c->redis != NULL;
-}
-
-/* Writes file:pos; logs the outcome. Returns 1, 0 (stale) or -1. */
+/* Writes file:pos fenced by this term's epoch; logs the outcome. Returns 1,
+ * 0 (the epoch is stale: a newer leader exists) or -1 (locker error, the next
+ * write retries). */
 static int write_checkpoint(struct cdc *c, const char *file, uint64_t pos)
 {
-    char err[512];
+    char value[CDC_CHECKPOINT_MAX], err[LOCKER_ERR_MAX];
     const char *name = c->h->name;
-    if (!redis_ready(c, err, sizeof err)) {
-        long long supp = 0;
-        if (log_ratelimit_ok(&c->rl_ckpt, 5000, &supp))
-            log_warn(COMPONENT, name, "checkpoint not written: %s (%lld similar suppressed)", err, supp);
-        return -1;
-    }
-    int rc = cdc_checkpoint_write(c->redis, c->ckpt_key, c->epoch_key, c->epoch, file, pos, err,
-                                  sizeof err);
-    if (rc == 0) {
-        log_error(COMPONENT, name, "%s: this replica is no longer the leader", err);
-    } else if (rc < 0) {
-        long long supp = 0;
-        if (log_ratelimit_ok(&c->rl_ckpt, 5000, &supp))
-            log_warn(COMPONENT, name, "checkpoint not written: %s (%lld similar suppressed)", err, supp);
-        redisFree(c->redis);
-        c->redis = NULL;
-    } else {
-        log_debug(COMPONENT, name, "checkpoint %s = %s:%" PRIu64 " (epoch %" PRIu64 ")",
-                  c->ckpt_key, file, pos, c->epoch);
+    int n = cdc_checkpoint_format(value, sizeof value, file, pos);
+    int rc = n < 0 ? LOCKER_ERR
+                   : locker_fenced_set(c->h->locker, c->h->lease_key, CDC_CHECKPOINT_NAME,
+                                       c->epoch, value, (size_t)n, CDC_CHECKPOINT_TTL_MS, err);
+    if (n < 0) snprintf(err, sizeof err, "checkpoint %.200s: position too long", c->ckpt_key);
+    if (rc == LOCKER_OK) {
+        log_debug(COMPONENT, name, "checkpoint %s = %s (epoch %" PRIu64 ")", c->ckpt_key, value,
+                  c->epoch);
         cache_store(c, file, pos);
+        if (file != c->written_file) /* a refresh writes it from there */
+            snprintf(c->written_file, sizeof c->written_file, "%s", file);
+        c->written_pos = pos;
+        c->written_ms = clock_mono_ms();
+        c->written = true;
+        return 1;
     }
-    return rc;
+    if (rc == LOCKER_LOST) {
+        log_error(COMPONENT, name, "checkpoint %s = %s rejected: epoch %" PRIu64 " is stale (a "
+                  "newer leader took the lease over): this replica is no longer the leader",
+                  c->ckpt_key, value, c->epoch);
+        return 0;
+    }
+    long long supp = 0;
+    if (log_ratelimit_ok(&c->rl_ckpt, 5000, &supp))
+        log_warn(COMPONENT, name, "checkpoint not written: %s (%lld similar suppressed)", err,
+                 supp);
+    return -1;
 }
 
-/* Follows the checkpoint in Redis (see struct cdc): a GET every
- * checkpoint_every_ms (at least 200 ms) on a connection of its own. */
+/* Reads "<lease key>:cdc". Returns 1 found (file/pos filled), 0 absent, -1
+ * on a locker error or an unparsable value (err filled). */
+static int read_checkpoint(struct cdc *c, char file[CDC_FILE_MAX], uint64_t *pos, char *err,
+                           size_t errlen)
+{
+    char value[CDC_CHECKPOINT_MAX], lerr[LOCKER_ERR_MAX];
+    int rc = locker_shared_get(c->h->locker, c->h->lease_key, CDC_CHECKPOINT_NAME, value,
+                               sizeof value, lerr);
+    if (rc == LOCKER_LOST) return 0;
+    if (rc != LOCKER_OK) {
+        snprintf(err, errlen, "%s", lerr);
+        return -1;
+    }
+    return cdc_checkpoint_parse(value, c->ckpt_key, file, pos, err, errlen) == 0 ? 1 : -1;
+}
+
+/* Upgrade path: the checkpoint an older baton kept in the locker's Redis at
+ * "<prefix>:cdc:<scope>", read with a one-shot connection. Returns 1 found
+ * (file/pos filled), 0 absent, -1 on an error (err filled). */
+static int read_legacy_checkpoint(struct cdc *c, char file[CDC_FILE_MAX], uint64_t *pos,
+                                  char *err, size_t errlen)
+{
+    char cerr[512];
+    redisContext *rc = redis_conn_open(c->h->locker_redis, cerr, sizeof cerr);
+    if (!rc) {
+        snprintf(err, errlen, "legacy checkpoint %.200s: %.280s", c->legacy_key, cerr);
+        return -1;
+    }
+    redisReply *r = redisCommand(rc, "GET %s", c->legacy_key);
+    int found = -1;
+    if (!r) {
+        snprintf(err, errlen, "GET %.200s: %.200s", c->legacy_key,
+                 rc->errstr[0] ? rc->errstr : "connection lost");
+    } else if (r->type == REDIS_REPLY_NIL) {
+        found = 0;
+    } else if (r->type == REDIS_REPLY_STRING) {
+        found = cdc_checkpoint_parse(r->str, c->legacy_key, file, pos, err, errlen) == 0 ? 1 : -1;
+    } else {
+        snprintf(err, errlen, "GET %.200s: %.200s", c->legacy_key,
+                 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    }
+    if (r) freeReplyObject(r);
+    redisFree(rc);
+    return found;
+}
+
+/* Follows the checkpoint in the locker (see struct cdc): a read every
+ * checkpoint_every_ms (at least 200 ms); the locker runs it on its side
+ * connection, never delaying lease traffic. */
 static void *follower_main(void *arg)
 {
     struct cdc *c = arg;
-    redisContext *rc = NULL;
     int64_t every = c->s->checkpoint_every_ms > 200 ? c->s->checkpoint_every_ms : 200;
     while (!atomic_load(&c->follower_stop)) {
         char err[512], file[CDC_FILE_MAX];
         uint64_t pos = 0;
-        if (!rc || rc->err) {
-            if (rc) redisFree(rc);
-            rc = redis_conn_open(c->h->locker_redis, err, sizeof err);
-        }
-        if (rc) {
-            int found = cdc_checkpoint_read(rc, c->ckpt_key, file, &pos, err, sizeof err);
-            if (found == 1) {
-                cache_store(c, file, pos);
-            } else if (found < 0) {
-                redisFree(rc);
-                rc = NULL;
-            }
-        }
+        if (read_checkpoint(c, file, &pos, err, sizeof err) == 1) cache_store(c, file, pos);
         sleep_ms_cancellable(every, &c->follower_stop);
     }
-    if (rc) redisFree(rc);
     return NULL;
 }
 
@@ -467,6 +516,8 @@ static void maybe_checkpoint(struct cdc *c, bool force)
     char file[CDC_FILE_MAX];
     uint64_t pos;
     if (cdc_progress_checkpoint(c->progress, file, &pos)) write_checkpoint(c, file, pos);
+    else if (c->written && now - c->written_ms >= CDC_CHECKPOINT_REFRESH_MS)
+        write_checkpoint(c, c->written_file, c->written_pos); /* keeps it from expiring */
 }
 
 static void on_done(void *arg, const struct message *m, enum msg_outcome o)
@@ -953,36 +1004,34 @@ static int session(struct cdc *c, MYSQL *m, char *err, size_t errlen)
 
     if (!c->have_pos) {
         int found = 0;
+        char e2[512];
         if (c->ckpt_on) {
-            char e2[512];
-            if (!redis_ready(c, e2, sizeof e2)) {
-                snprintf(err, errlen, "cannot read the checkpoint: %s", e2);
-                return SESSION_ERROR;
-            }
-            found = cdc_checkpoint_read(c->redis, c->ckpt_key, c->file, &c->pos, e2, sizeof e2);
+            found = read_checkpoint(c, c->file, &c->pos, e2, sizeof e2);
             if (found < 0) {
                 snprintf(err, errlen, "cannot read the checkpoint: %s", e2);
-                redisFree(c->redis);
-                c->redis = NULL;
                 return SESSION_ERROR;
             }
         }
+        bool cached = false;
         if (!found && c->ckpt_on) {
-            /* Redis has no checkpoint. If this replica saw one (as leader or
-             * following it as a standby), Redis lost its data: resume there
-             * rather than at `start`, which would skip the rows in between. */
+            /* The locker has no checkpoint. If this replica saw one (as leader
+             * or following it as a standby), the locker lost its data: resume
+             * there rather than at `start`, which would skip the rows in
+             * between. */
             pthread_mutex_lock(&c->cache_mu);
             if (c->cache_valid) {
                 snprintf(c->file, sizeof c->file, "%s", c->cache_file);
                 c->pos = c->cache_pos;
                 found = 2;
             }
+            cached = c->cache_valid;
             int64_t age = clock_mono_ms() - c->cache_at_ms;
             pthread_mutex_unlock(&c->cache_mu);
             if (found) {
-                log_warn(COMPONENT, name, "no checkpoint in Redis (%s), but this replica saw %s:%" PRIu64
-                         " %lld ms ago: Redis lost its data (restarted without persistence?); "
-                         "resuming there (rows after it may be forwarded again)",
+                log_warn(COMPONENT, name, "no checkpoint in the locker (%s), but this replica "
+                         "saw %s:%" PRIu64 " %lld ms ago: the locker lost its data (Redis "
+                         "restarted without persistence?); resuming there (rows after it may be "
+                         "forwarded again)",
                          c->ckpt_key, c->file, c->pos, (long long)age);
                 if (write_checkpoint(c, c->file, c->pos) != 1) {
                     snprintf(err, errlen, "cannot restore the checkpoint %s", c->ckpt_key);
@@ -990,8 +1039,32 @@ static int session(struct cdc *c, MYSQL *m, char *err, size_t errlen)
                 }
             }
         }
+        const char *from = c->ckpt_key;
+        if (!found && !cached && c->legacy_on) {
+            /* Upgrade: no checkpoint under the new key and this process never
+             * saw one there; an older baton may have kept it under the legacy
+             * key. Taken over once: it is written under the new key at once,
+             * which every later promotion finds (the legacy key is left as it
+             * is, for a rollback). */
+            found = read_legacy_checkpoint(c, c->file, &c->pos, e2, sizeof e2);
+            if (found < 0) {
+                snprintf(err, errlen, "cannot read the legacy checkpoint: %s", e2);
+                return SESSION_ERROR;
+            }
+            if (found) {
+                log_info(COMPONENT, name, "checkpoint taken over from legacy key %s = %s:%" PRIu64
+                         "; from now on it is kept at %s (the legacy key is left as it is)",
+                         c->legacy_key, c->file, c->pos, c->ckpt_key);
+                if (write_checkpoint(c, c->file, c->pos) != 1) {
+                    snprintf(err, errlen, "cannot write the checkpoint taken over from %.200s "
+                             "to %.200s", c->legacy_key, c->ckpt_key);
+                    return SESSION_ERROR;
+                }
+                from = c->legacy_key;
+            }
+        }
         if (found) {
-            log_info(COMPONENT, name, "resuming from checkpoint %s = %s:%" PRIu64, c->ckpt_key,
+            log_info(COMPONENT, name, "resuming from checkpoint %s = %s:%" PRIu64, from,
                      c->file, c->pos);
         } else {
             if (resolve_start(c, m, c->s->start, err, errlen)) return SESSION_ERROR;
@@ -1116,7 +1189,9 @@ static void *consumer_main(void *arg)
         } else if (rc == SESSION_PURGED) {
             snprintf(err + strlen(err), sizeof err - strlen(err),
                      "; on_purged = fail: fix the position (set start and delete the checkpoint "
-                     "key %s) or set on_purged = oldest", c->ckpt_on ? c->ckpt_key : "(none)");
+                     "key %.200s%s%.200s) or set on_purged = oldest",
+                     c->ckpt_on ? c->ckpt_key : "(none)", c->legacy_on ? " and the legacy key " : "",
+                     c->legacy_on ? c->legacy_key : "");
         }
 
         if (!c->confirmed && c->guarded) {
@@ -1148,10 +1223,6 @@ static void *consumer_main(void *arg)
         sleep_ms_cancellable(d, &c->stop);
     }
     maybe_checkpoint(c, true); /* what the sink accepted so far */
-    if (c->redis) {
-        redisFree(c->redis);
-        c->redis = NULL;
-    }
     set_start_state(c, START_FAILED, "stopped before the stream opened");
     return NULL;
 }
@@ -1191,29 +1262,48 @@ static void *cdc_create(const void *settings, struct endpoint_host *host, char *
         return NULL;
     }
     c->guarded = host->guard == GUARD_ACTIVE;
-    if (s->checkpoint == CKPT_REDIS && !host->locker_redis) {
-        snprintf(err, errlen, "endpoint '%s': checkpoint = \"redis\" needs a redis locker in the "
-                 "main configuration (or set checkpoint = \"none\")", host->name);
-        cdc_destroy(c);
-        return NULL;
+    /* The checkpoint lives in the locker beside the lease, fenced by its
+     * epoch: it needs a locker that keeps shared state and guard "active"
+     * (cdc_validate refuses an explicit checkpoint with any other guard). */
+    bool shared = host->locker && host->locker->ops->fenced_set && host->locker->ops->shared_get;
+    if (s->checkpoint == CKPT_LOCKER || s->checkpoint == CKPT_REDIS) {
+        const char *why = !host->locker ? "there is no locker in the main configuration"
+                        : !shared       ? "this locker backend keeps no shared state"
+                        : !host->lease_key ? "the endpoint holds no lease"
+                                           : NULL;
+        if (why) {
+            snprintf(err, errlen, "endpoint '%s': checkpoint = \"%s\" keeps the checkpoint in the "
+                     "locker, but %s (set checkpoint = \"none\")", host->name,
+                     ckpt_choices[s->checkpoint], why);
+            cdc_destroy(c);
+            return NULL;
+        }
+        c->ckpt_on = true;
+    } else if (s->checkpoint == CKPT_AUTO && host->locker) {
+        c->ckpt_on = shared && c->guarded && host->lease_key != NULL;
+        if (!shared)
+            log_warn(COMPONENT, host->name, "checkpoint off (checkpoint = \"auto\"): the %s "
+                     "locker keeps no shared state; a restart starts at start = \"%s\"",
+                     host->locker->ops->name, s->start);
+        else if (!c->ckpt_on)
+            log_warn(COMPONENT, host->name, "checkpoint off (checkpoint = \"auto\"): its writes "
+                     "are fenced by the lease epoch and guard \"%s\" holds no lease; a restart "
+                     "starts at start = \"%s\"", guard_kind_name(host->guard), s->start);
     }
-    c->ckpt_on = s->checkpoint == CKPT_REDIS || (s->checkpoint == CKPT_AUTO && host->locker_redis);
     host->source_redelivers = c->ckpt_on;
     if (c->ckpt_on) {
-        if (guard_key(c->ckpt_key, sizeof c->ckpt_key, host->key_prefix, "cdc", host->scope, NULL) < 0) {
+        int n = snprintf(c->ckpt_key, sizeof c->ckpt_key, "%s:" CDC_CHECKPOINT_NAME,
+                         host->lease_key);
+        if (n < 0 || (size_t)n >= sizeof c->ckpt_key) {
             snprintf(err, errlen, "endpoint '%s': checkpoint key too long", host->name);
             cdc_destroy(c);
             return NULL;
         }
-        if (host->lease_key) {
-            size_t n = strlen(host->lease_key);
-            c->epoch_key = xmalloc(n + 7);
-            memcpy(c->epoch_key, host->lease_key, n);
-            memcpy(c->epoch_key + n, ":epoch", 7);
-        } else {
-            log_warn(COMPONENT, host->name, "checkpoint %s is written without a fencing epoch "
-                     "(guard is not \"active\")", c->ckpt_key);
-        }
+        /* The legacy key exists only where an older baton wrote it: in the
+         * Redis of a redis locker (and only if it was not too long). */
+        c->legacy_on = host->locker_redis && strcmp(host->locker->ops->name, "redis") == 0 &&
+                       guard_key(c->legacy_key, sizeof c->legacy_key, host->key_prefix, "cdc",
+                                 host->scope, NULL) >= 0;
         if (pthread_create(&c->follower, NULL, follower_main, c) == 0) c->follower_started = true;
     }
     return c;
@@ -1238,6 +1328,7 @@ static int cdc_start(void *ep)
     c->gtid[0] = '\0';
     c->rows_since_ckpt = 0;
     c->last_ckpt_ms = clock_mono_ms();
+    c->written = false;
     tables_clear(c);
     cdc_progress_reset(c->progress);
     int rc = pthread_create(&c->thread, NULL, consumer_main, c);
@@ -1298,7 +1389,6 @@ static void cdc_destroy(void *ep)
         memset(c->password, 0, strlen(c->password));
         free(c->password);
     }
-    free(c->epoch_key);
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->cond);
     free(c);

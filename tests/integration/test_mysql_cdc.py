@@ -8,6 +8,7 @@ import base64
 import datetime
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -18,11 +19,28 @@ from tlsfiles import make_ca, make_tls_files  # noqa: E402
 
 ORDER = ["test_steady_state_exactly_once", "test_leader_sigkill_no_loss",
          "test_checkpoint_none_shows_loss", "test_stale_epoch_checkpoint_rejected",
+         "test_legacy_checkpoint_taken_over",
          "test_filters_ddl_rotation_restart", "test_errors_keep_retrying", "test_tls"]
 
 _server = None
 CDC_USER, CDC_PW = "cdc", "cdc-pw"
 LEASE = {"ttl_ms": 1000, "renew_ms": 250, "retry_ms": 100}
+
+
+def lease_key(name):
+    """The ActiveGuard lease key of endpoint `name` (guard/scope.c guard_key,
+    prefix "baton", no owner)."""
+    return "baton:active:mysql_cdc:%s" % name
+
+
+def ckpt_key(name):
+    """Where the checkpoint lives: beside the lease, in the locker."""
+    return lease_key(name) + ":cdc"
+
+
+def legacy_ckpt_key(name):
+    """Where batons before the locker-held checkpoint kept it."""
+    return "baton:cdc:mysql_cdc:%s" % name
 
 
 def server():
@@ -247,8 +265,8 @@ def test_stale_epoch_checkpoint_rejected(t):
     batons = start_batons(t, srv, redis.port, 1, db, 'checkpoint_every_ms = 100;', name="st")
     wait_streaming(t, batons)
     r = redis.client()
-    ckey = "baton:cdc:mysql_cdc:st"
-    ekey = "baton:active:mysql_cdc:st:epoch"
+    ckey = ckpt_key("st")
+    ekey = lease_key("st") + ":epoch"
     srv.sql(workload(db, range(1, 11), [], []))
     h.wait_until(lambda: len(rows_of(batons)) >= 10, 10, 0.05)
     first = h.wait_until(lambda: (r.cmd("GET", ckey) or b"").decode(), 5, 0.05)
@@ -266,6 +284,48 @@ def test_stale_epoch_checkpoint_rejected(t):
     after = r.cmd("GET", ckey).decode()
     h.log("checkpoint before %s, after the stale writes %s" % (good, after))
     t.check(after == good, "a stale leader moved the checkpoint: %s -> %s" % (good, after))
+    ttl = int(r.cmd("PTTL", ckey))
+    h.log("checkpoint %s ttl %.1f days" % (ckey, ttl / 86400000.0))
+    t.check(29 * 86400000 < ttl <= 30 * 86400000, "checkpoint ttl %d ms, not 30 days" % ttl)
+    t.check(r.cmd("GET", legacy_ckpt_key("st")) is None, "the legacy key was written")
+
+
+def test_legacy_checkpoint_taken_over(t):
+    """Upgrade: a checkpoint an older baton kept at "<prefix>:cdc:<scope>" is
+    taken over when "<lease key>:cdc" is absent: rows committed after it but
+    before baton started (which start = "latest" would skip) are forwarded,
+    and the next checkpoint goes to the new key."""
+    srv = server()
+    redis = t.redis()
+    db = "legacy"
+    create_tables(srv, db)
+    f0, p0 = srv.master_status()
+    srv.sql(workload(db, range(1, 21), [], []))  # before baton runs
+    legacy = "%s:%d" % (f0, p0)
+    out = subprocess.run(["redis-cli", "-p", str(redis.port), "SET", legacy_ckpt_key("lg"), legacy],
+                         capture_output=True, text=True, timeout=10)
+    t.require(out.returncode == 0 and "OK" in out.stdout, "redis-cli SET failed: %r" % (out,))
+    batons = start_batons(t, srv, redis.port, 1, db, 'checkpoint_every_ms = 100;', name="lg")
+    wait_streaming(t, batons)
+    srv.sql(workload(db, range(21, 31), [], []))
+    h.wait_until(lambda: len(rows_of(batons)) >= 30, 15, 0.05)
+    time.sleep(0.5)
+    got = sorted(r["after"]["id"] for r in rows_of(batons))
+    h.log("legacy checkpoint %s: %d row events forwarded, ids %s..%s"
+          % (legacy, len(got), got[0] if got else "-", got[-1] if got else "-"))
+    t.check(got == list(range(1, 31)), "not resumed from the legacy checkpoint: ids %r" % got[:40])
+    err = batons[0].stderr_text()
+    taken = "checkpoint taken over from legacy key %s = %s" % (legacy_ckpt_key("lg"), legacy)
+    t.check(taken in err, "the takeover was not logged")
+    r = redis.client()
+    new = h.wait_until(lambda: (r.cmd("GET", ckpt_key("lg")) or b"").decode() not in ("", legacy),
+                       5, 0.05)
+    cur = (r.cmd("GET", ckpt_key("lg")) or b"").decode()
+    h.log("checkpoint now %s = %s; legacy key left at %s"
+          % (ckpt_key("lg"), cur, (r.cmd("GET", legacy_ckpt_key("lg")) or b"").decode()))
+    t.check(new, "the checkpoint did not move on under the new key: %r" % cur)
+    t.check((r.cmd("GET", legacy_ckpt_key("lg")) or b"").decode() == legacy,
+            "the legacy key was modified")
 
 
 def test_filters_ddl_rotation_restart(t):

@@ -40,8 +40,9 @@ struct endpoint_host {
     const char *scope;       /* guard scope: "<type>:<owner>:<name>" (owner skipped if empty) */
     enum guard_kind guard;   /* resolved guard (never GUARD_AUTO) */
     struct locker *locker;   /* NULL in single-process mode */
-    /* Connection options of the locker's Redis (NULL when no redis locker),
-     * for endpoints that keep shared state (CDC checkpoints). */
+    /* Connection options of the locker's Redis (NULL unless the locker is
+     * Redis). Shared state goes through the locker (fenced_set); this is
+     * only for mysql_cdc's one-shot read of a pre-locker checkpoint key. */
     const struct redis_opts *locker_redis;
     /* ActiveGuard lease key (NULL unless guard == GUARD_ACTIVE). The fencing
      * epoch lives at "<lease_key>:epoch". */

@@ -1019,23 +1019,18 @@ struct locker *locker_etcd_create(const struct etcd_opts *opts, char err[LOCKER_
         etcd_destroy(&el->base);
         return NULL;
     }
-    /* Reach the cluster now: a refused password is a configuration error and
-     * fails creation; an unreachable cluster is transient (every call then
-     * reports LOCKER_ERR with the reason until it is back). */
+    /* Reach the cluster now, to say at start what is wrong. Nothing here
+     * fails creation: an unreachable cluster, a wrong CA or a refused
+     * password may be mended while baton runs (a member coming up, auth
+     * being rolled out), so every call reports it and is retried. */
     json_object *resp;
     char cerr[LOCKER_ERR_MAX];
-    int code = 0;
     json_object *req = json_object_new_object();
-    int rc = etcd_call(el->side, "/v3/maintenance/status", req, &resp, NULL, &code, cerr, sizeof cerr);
+    int rc = etcd_call(el->side, "/v3/maintenance/status", req, &resp, NULL, NULL, cerr, sizeof cerr);
     json_object_put(req);
-    if (rc == 0) {
+    if (rc == 0)
         json_object_put(resp);
-    } else if (strstr(cerr, "authenticate") != NULL && strstr(cerr, "authentication failed") != NULL) {
-        errf(err, "%s", cerr);
-        etcd_destroy(&el->base);
-        return NULL;
-    } else {
-        log_warn("locker", NULL, "%s (will keep retrying)", cerr);
-    }
+    else
+        log_error("locker", NULL, "%s (will keep retrying)", cerr);
     return &el->base;
 }

@@ -483,7 +483,8 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
     h->scope = e->scope;
     h->guard = c->guard;
     h->locker = gw->locker;
-    h->locker_redis = gw->cfg->has_locker ? &gw->cfg->locker_redis : NULL;
+    h->locker_redis = gw->cfg->has_locker && gw->cfg->locker_backend == LOCKER_BACKEND_REDIS
+                          ? &gw->cfg->locker_redis : NULL;
     h->lease_key = e->lease_key;
     h->lease_ttl_ms = c->lease.ttl_ms;
     h->stats = &e->stats;

@@ -45,7 +45,7 @@ static void usage(FILE *f)
             "  -V, --version         print the version\n"
             "  -h, --help            this text\n"
             "\n"
-            "  status                ask the locker's Redis who leads each endpoint of FILE\n"
+            "  status                ask the locker (Redis or etcd) who leads each endpoint of FILE\n"
             "\n"
             "endpoint types:");
     for (size_t i = 0; endpoint_registry[i]; i++) fprintf(f, " %s", endpoint_registry[i]->type);

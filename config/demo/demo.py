@@ -610,7 +610,7 @@ def main():
     why = {
         "orders": "pub/sub keeps nothing: published while nobody was subscribed = gone",
         "payments": "the group queue held them until the next leader took over",
-        "shop-cdc": "resumed from the Redis checkpoint: repeats carry the same position",
+        "shop-cdc": "resumed from the locker checkpoint: repeats carry the same position",
         "sensors": "the broker spreads the shared subscription over the replicas",
     }
     # which SIGKILLs hit the leader of which endpoint

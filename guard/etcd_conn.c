@@ -31,6 +31,7 @@ struct etcd_conn {
     char *token; /* auth token, NULL until authenticated */
     atomic_ullong breaks;
     struct log_ratelimit rl;
+    char curl_err[CURL_ERROR_SIZE]; /* curl's detail of a transport error */
     char *buf; /* response body */
     size_t len, cap;
     bool overflow;
@@ -284,6 +285,8 @@ static enum post_rc post_once(struct etcd_conn *c, const char *path, const char 
     int64_t ct = c->o.connect_timeout_ms < left ? c->o.connect_timeout_ms : left;
     sym_curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)ct);
     set_tls(c, e);
+    c->curl_err[0] = '\0';
+    sym_curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->curl_err);
     c->len = 0;
     c->overflow = false;
     if (c->buf) c->buf[0] = '\0';
@@ -293,7 +296,9 @@ static enum post_rc post_once(struct etcd_conn *c, const char *path, const char 
     sym_curl_slist_free_all(h);
     if (cc != CURLE_OK) {
         snprintf(err, errlen, "etcd %s: %s: %s", ep, path,
-                 c->overflow ? "answer too large" : sym_curl_easy_strerror(cc));
+                 c->overflow      ? "answer too large"
+                 : c->curl_err[0] ? c->curl_err
+                                  : sym_curl_easy_strerror(cc));
         return POST_TRANSPORT;
     }
     long status = 0;

@@ -59,6 +59,8 @@ struct held {
     char *key;
     char token[RANDOM_TOKEN_LEN];
     char lease[24]; /* decimal lease ID */
+    int64_t ttl_s;  /* its ttl */
+    bool stale;     /* from an ended term: revoke before the next try_lock */
 };
 
 struct etcd_locker;
@@ -248,12 +250,31 @@ static int64_t revision(json_object *resp)
     return etcd_int(get(resp, "header"), "revision", 0);
 }
 
+/* The locker operation this thread runs, for error messages: a failed
+ * request then reads "etcd <endpoint>: <what> <key>: <reason>" (as the Redis
+ * backend's do) instead of naming the gateway path. */
+static _Thread_local const char *op_what, *op_key;
+#define OP(what, key) (op_what = (what), op_key = (key))
+
+/* "etcd <ep>: /v3/...: <reason>" -> "etcd <ep>: <op_what> <op_key>: <reason>" */
+static void label_err(char err[LOCKER_ERR_MAX])
+{
+    char *p = strstr(err, ": /v3/");
+    char *rest = p ? strstr(p + 2, ": ") : NULL;
+    if (rest == NULL || op_what == NULL) return;
+    char tmp[LOCKER_ERR_MAX];
+    snprintf(tmp, sizeof tmp, "%.*s: %s %.120s%s", (int)(p - err), err, op_what,
+             op_key ? op_key : "", rest);
+    memcpy(err, tmp, LOCKER_ERR_MAX);
+}
+
 /* One call on conn; req is consumed. */
 static int call(struct etcd_conn *conn, int64_t deadline, const char *path, json_object *req,
                 json_object **resp, int64_t *sent, char err[LOCKER_ERR_MAX])
 {
     int rc = etcd_call_until(conn, deadline, path, req, resp, sent, NULL, err, LOCKER_ERR_MAX);
     json_object_put(req);
+    if (rc != 0) label_err(err);
     return rc;
 }
 
@@ -338,30 +359,43 @@ static bool ttl_ok(const char *what, const char *key, int64_t ttl_ms, char err[L
 
 /* ---- held leases ------------------------------------------------------------------ */
 
-static void held_add(struct etcd_locker *el, const char *key, const char *token, const char *lease)
+/* Leases granted to this process for a key, with the token put under them.
+ * A stale one belongs to a term that ended without its lease being revoked
+ * (the unlock's revoke or a lost acquisition's could not reach the
+ * cluster, or renew/check found the key lost): try_lock revokes those. */
+
+static void held_add(struct etcd_locker *el, const char *key, const char *token, const char *lease,
+                     int64_t ttl_s, bool stale)
 {
     struct held *h = xcalloc(1, sizeof *h);
     h->key = xstrdup(key);
     snprintf(h->token, sizeof h->token, "%s", token);
     snprintf(h->lease, sizeof h->lease, "%s", lease);
+    h->ttl_s = ttl_s;
+    h->stale = stale;
     pthread_mutex_lock(&el->held_mu);
     h->next = el->held;
     el->held = h;
     pthread_mutex_unlock(&el->held_mu);
 }
 
-/* The lease of (key, token) into lease; remove: forget it. */
-static bool held_find(struct etcd_locker *el, const char *key, const char *token, char lease[24],
-                      bool remove)
+enum held_op { HELD_GET, HELD_FORGET, HELD_STALE };
+
+/* Finds (key, token); copies its lease id and ttl out (when non-NULL), then
+ * HELD_FORGET removes it, HELD_STALE marks it stale. */
+static bool held_do(struct etcd_locker *el, const char *key, const char *token, enum held_op op,
+                    char lease[24], int64_t *ttl_s)
 {
     bool found = false;
     pthread_mutex_lock(&el->held_mu);
     for (struct held **p = &el->held; *p; p = &(*p)->next) {
         struct held *h = *p;
         if (strcmp(h->key, key) != 0 || strcmp(h->token, token) != 0) continue;
-        memcpy(lease, h->lease, 24);
         found = true;
-        if (remove) {
+        if (lease) memcpy(lease, h->lease, 24);
+        if (ttl_s) *ttl_s = h->ttl_s;
+        if (op == HELD_STALE) h->stale = true;
+        if (op == HELD_FORGET) {
             *p = h->next;
             free(h->key);
             free(h);
@@ -372,22 +406,34 @@ static bool held_find(struct etcd_locker *el, const char *key, const char *token
     return found;
 }
 
+/* (key, token) now lives under lease (renew with another ttl). */
+static void held_move(struct etcd_locker *el, const char *key, const char *token,
+                      const char *lease, int64_t ttl_s)
+{
+    pthread_mutex_lock(&el->held_mu);
+    for (struct held *h = el->held; h; h = h->next)
+        if (strcmp(h->key, key) == 0 && strcmp(h->token, token) == 0) {
+            snprintf(h->lease, sizeof h->lease, "%s", lease);
+            h->ttl_s = ttl_s;
+        }
+    pthread_mutex_unlock(&el->held_mu);
+}
+
 /* ---- lease operations ---------------------------------------------------------------- */
 
 static void watch_ensure(struct etcd_locker *el, const char *key);
 
-/* Leases this process still has on key from terms the guard left (an unlock
- * or an acquisition whose answer was lost while the cluster was unreachable,
- * e.g. without quorum): revoked before trying again, so a lease nobody renews
- * never blocks the key for its ttl, nor for the extension etcd gives every
- * lease when a new raft leader takes over. Kept when the revoke fails. */
+/* Revokes the stale leases this process still has on key, before trying
+ * again: a lease nobody renews must not block the key for its ttl, nor for
+ * the extension etcd gives every lease when a new raft leader takes over
+ * (quorum regained). Kept when the revoke fails; never touches a live one. */
 static void revoke_stale(struct etcd_locker *el, const char *key)
 {
     for (;;) {
         char id[24] = "", token[RANDOM_TOKEN_LEN];
         pthread_mutex_lock(&el->held_mu);
         for (struct held *h = el->held; h; h = h->next)
-            if (strcmp(h->key, key) == 0) {
+            if (h->stale && strcmp(h->key, key) == 0) {
                 memcpy(id, h->lease, sizeof id);
                 memcpy(token, h->token, sizeof token);
                 break;
@@ -397,7 +443,7 @@ static void revoke_stale(struct etcd_locker *el, const char *key)
         if (!lease_revoke(el->lease, deadline_of(el), id)) return;
         log_info("locker", NULL, "etcd locker: revoked the lease %s this process kept on %s from "
                  "an earlier term", id, key);
-        held_find(el, key, token, id, true);
+        held_do(el, key, token, HELD_FORGET, NULL, NULL);
     }
 }
 
@@ -411,10 +457,10 @@ static uint64_t etcd_generation(struct locker *l)
 static int etcd_try_lock(struct locker *l, const char *key, int64_t ttl_ms, struct lock_grant *out,
                          char err[LOCKER_ERR_MAX])
 {
+    OP("lock", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
     memset(out, 0, sizeof *out);
     if (!ttl_ok("lock", key, ttl_ms, err)) return LOCKER_ERR;
-    watch_ensure(el, key); /* a holder notices nothing from it, a standby wakes on DELETE */
     revoke_stale(el, key);
     int64_t deadline = deadline_of(el);
     json_object *kv = NULL;
@@ -448,7 +494,8 @@ static int etcd_try_lock(struct locker *l, const char *key, int64_t ttl_ms, stru
     json_object *resp;
     if (call(el->lease, deadline_of(el), "/v3/kv/txn", t, &resp, NULL, err) != 0) {
         /* it may have run: revoking the lease deletes what it put */
-        if (!lease_revoke(el->lease, deadline_of(el), id)) held_add(el, key, token, id);
+        if (!lease_revoke(el->lease, deadline_of(el), id))
+            held_add(el, key, token, id, ttl_ms / 1000, true);
         return LOCKER_ERR;
     }
     bool ok = json_true(resp, "succeeded");
@@ -463,7 +510,7 @@ static int etcd_try_lock(struct locker *l, const char *key, int64_t ttl_ms, stru
         lease_revoke(el->lease, deadline_of(el), id);
         return LOCKER_ERR;
     }
-    held_add(el, key, token, id);
+    held_add(el, key, token, id, ttl_ms / 1000, false);
     memcpy(out->token, token, sizeof out->token);
     out->epoch = (uint64_t)rev;
     out->sent_ms = sent;
@@ -492,17 +539,66 @@ static int confirm_token(struct etcd_locker *el, struct etcd_conn *conn, int64_t
     return LOCKER_LOST;
 }
 
+/* {"compare": [value(key) == token]} */
+static json_object *cmp_token(const char *key, const char *token)
+{
+    char *tok64 = etcd_b64(token, strlen(token));
+    json_object *c = arr1(cmp(key, "VALUE", "value", json_object_new_string(tok64)));
+    free(tok64);
+    return c;
+}
+
+/* renew with a ttl other than the lease's: etcd cannot change a lease's ttl,
+ * so key and holder move to a new lease of ttl_s (one transaction, only
+ * while key holds token), and the old lease is revoked. The deadline counts
+ * from the new grant's send time. */
+static int renew_moving(struct etcd_locker *el, const char *key, const char *token,
+                        const char *old_id, int64_t ttl_s, int64_t deadline, int64_t *sent_ms,
+                        char err[LOCKER_ERR_MAX])
+{
+    char id[24];
+    int64_t sent = 0;
+    if (grant(el, el->lease, deadline, ttl_s, id, &sent, err) != 0) return LOCKER_ERR;
+    char *hkey = key_with(key, "holder");
+    json_object *ops = json_object_new_array();
+    json_object_array_add(ops, op_put(key, token, strlen(token), id));
+    json_object_array_add(ops, op_put(hkey, el->holder, strlen(el->holder), id));
+    free(hkey);
+    json_object *resp;
+    if (call(el->lease, deadline, "/v3/kv/txn", txn(cmp_token(key, token), ops, NULL), &resp, NULL,
+             err) != 0) {
+        lease_revoke(el->lease, deadline_of(el), id); /* else it expires unused */
+        return LOCKER_ERR;
+    }
+    bool ok = json_true(resp, "succeeded");
+    json_object_put(resp);
+    if (!ok) {
+        lease_revoke(el->lease, deadline_of(el), id);
+        held_do(el, key, token, HELD_STALE, NULL, NULL);
+        errf(err, "etcd locker: renew %s: not held with this token (expired or released)", key);
+        return LOCKER_LOST;
+    }
+    held_move(el, key, token, id, ttl_s);
+    lease_revoke(el->lease, deadline_of(el), old_id); /* nothing is attached to it any more */
+    *sent_ms = sent;
+    return LOCKER_OK;
+}
+
 static int etcd_renew(struct locker *l, const char *key, const char *token, int64_t ttl_ms,
                       int64_t *sent_ms, char err[LOCKER_ERR_MAX])
 {
+    OP("renew", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
     if (!ttl_ok("renew", key, ttl_ms, err)) return LOCKER_ERR;
     char id[24];
-    if (!held_find(el, key, token, id, false)) {
+    int64_t ttl_s = 0;
+    if (!held_do(el, key, token, HELD_GET, id, &ttl_s)) {
         errf(err, "etcd locker: renew %s: not acquired by this process", key);
         return LOCKER_LOST;
     }
     int64_t deadline = deadline_of(el);
+    if (ttl_s != ttl_ms / 1000)
+        return renew_moving(el, key, token, id, ttl_ms / 1000, deadline, sent_ms, err);
     json_object *req = json_object_new_object();
     json_object_object_add(req, "ID", json_object_new_string(id));
     json_object *resp;
@@ -519,29 +615,28 @@ static int etcd_renew(struct locker *l, const char *key, const char *token, int6
     json_object_put(resp);
     if (left <= 0) {
         errf(err, "etcd locker: renew %s: lease %s expired", key, id);
-        held_find(el, key, token, id, true);
+        held_do(el, key, token, HELD_STALE, NULL, NULL);
         return LOCKER_LOST;
     }
-    /* the lease runs again from *sent_ms; the key must still be ours (a
-     * lost one stays listed: try_lock revokes it) */
-    return confirm_token(el, el->lease, deadline, "renew", key, token, err);
+    /* the lease runs again from *sent_ms; the key must still be ours */
+    int rc = confirm_token(el, el->lease, deadline, "renew", key, token, err);
+    if (rc == LOCKER_LOST) held_do(el, key, token, HELD_STALE, NULL, NULL);
+    return rc;
 }
 
 static int etcd_unlock(struct locker *l, const char *key, const char *token,
                        char err[LOCKER_ERR_MAX])
 {
+    OP("unlock", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
     char id[24];
-    bool mine = held_find(el, key, token, id, false);
+    bool mine = held_do(el, key, token, HELD_GET, id, NULL);
     char *hkey = key_with(key, "holder");
     json_object *ops = json_object_new_array();
     json_object_array_add(ops, op_delete(key));
     json_object_array_add(ops, op_delete(hkey));
     free(hkey);
-    char *tok64 = etcd_b64(token, strlen(token));
-    json_object *t = txn(arr1(cmp(key, "VALUE", "value", json_object_new_string(tok64))), ops,
-                         arr1(op_range(key)));
-    free(tok64);
+    json_object *t = txn(cmp_token(key, token), ops, arr1(op_range(key)));
     json_object *resp;
     int rc = LOCKER_ERR;
     if (call(el->lease, deadline_of(el), "/v3/kv/txn", t, &resp, NULL, err) == 0) {
@@ -555,16 +650,25 @@ static int etcd_unlock(struct locker *l, const char *key, const char *token,
         }
         json_object_put(resp);
     }
-    /* kept when the revoke fails: the next try_lock on key revokes it */
-    if (mine && lease_revoke(el->lease, deadline_of(el), id)) held_find(el, key, token, id, true);
+    /* the term is over either way: revoke its lease now, or (cluster
+     * unreachable) mark it stale for the next try_lock on key */
+    if (mine) {
+        if (lease_revoke(el->lease, deadline_of(el), id))
+            held_do(el, key, token, HELD_FORGET, NULL, NULL);
+        else
+            held_do(el, key, token, HELD_STALE, NULL, NULL);
+    }
     return rc;
 }
 
 static int etcd_check(struct locker *l, const char *key, const char *token,
                       char err[LOCKER_ERR_MAX])
 {
+    OP("check", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
-    return confirm_token(el, el->lease, deadline_of(el), "check", key, token, err);
+    int rc = confirm_token(el, el->lease, deadline_of(el), "check", key, token, err);
+    if (rc == LOCKER_LOST) held_do(el, key, token, HELD_STALE, NULL, NULL);
+    return rc;
 }
 
 /* ---- watch ------------------------------------------------------------------------ */
@@ -769,6 +873,7 @@ static bool etcd_wait_release(struct locker *l, const char *key, uint64_t seen, 
 
 static int etcd_claim(struct locker *l, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
 {
+    OP("claim", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
     int present = range_key(el->side, deadline_of(el), key, NULL, NULL, err);
     if (present < 0) return LOCKER_ERR;
@@ -793,6 +898,7 @@ static int etcd_claim(struct locker *l, const char *key, int64_t ttl_ms, char er
 static int etcd_holder(struct locker *l, const char *key, char *buf, size_t len,
                        char err[LOCKER_ERR_MAX])
 {
+    OP("holder of", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
     char *hkey = key_with(key, "holder");
     json_object *kv = NULL;
@@ -809,6 +915,7 @@ static int etcd_holder(struct locker *l, const char *key, char *buf, size_t len,
  * its quorum has none). */
 static int etcd_ping(struct locker *l, char err[LOCKER_ERR_MAX])
 {
+    OP("ping", NULL);
     struct etcd_locker *el = (struct etcd_locker *)l;
     json_object *resp;
     if (call(el->side, deadline_of(el), "/v3/maintenance/status", json_object_new_object(), &resp,
@@ -857,6 +964,7 @@ static int etcd_fenced_set(struct locker *l, const char *key, const char *name, 
 {
     struct etcd_locker *el = (struct etcd_locker *)l;
     char *ekey = key_with(key, "epoch"), *vkey = key_with(key, name);
+    OP("fenced write", vkey);
     char ep[24];
     snprintf(ep, sizeof ep, "%llu", (unsigned long long)epoch);
     int rc = LOCKER_ERR;
@@ -866,11 +974,7 @@ static int etcd_fenced_set(struct locker *l, const char *key, const char *name, 
         json_object *t = txn(arr1(cmp(ekey, "MOD", "mod_revision", json_object_new_string(ep))),
                              arr1(op_put(vkey, value, len, id)), NULL);
         json_object *resp;
-        int grpc = 0;
-        int crc = etcd_call_until(el->side, deadline_of(el), "/v3/kv/txn", t, &resp, NULL, &grpc,
-                                  err, LOCKER_ERR_MAX);
-        json_object_put(t);
-        if (crc != 0) {
+        if (call(el->side, deadline_of(el), "/v3/kv/txn", t, &resp, NULL, err) != 0) {
             if (strstr(err, "lease not found") != NULL) continue; /* expired early: a new one */
             break;
         }
@@ -894,6 +998,7 @@ static int etcd_shared_get(struct locker *l, const char *key, const char *name, 
 {
     struct etcd_locker *el = (struct etcd_locker *)l;
     char *vkey = key_with(key, name);
+    OP("shared read", vkey);
     json_object *kv = NULL;
     int present = range_key(el->side, deadline_of(el), vkey, &kv, NULL, err);
     int rc = LOCKER_ERR;
@@ -917,6 +1022,7 @@ static int etcd_shared_get(struct locker *l, const char *key, const char *name, 
 static int etcd_inspect(struct locker *l, const char *key, struct lock_info *info,
                         char err[LOCKER_ERR_MAX])
 {
+    OP("inspect", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
     char *hkey = key_with(key, "holder"), *ekey = key_with(key, "epoch");
     json_object *ops = json_object_new_array();

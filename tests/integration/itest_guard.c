@@ -1,18 +1,30 @@
-/* Guard library against a real redis-server (tests/support/redis_server):
- * token CAS, expiry, epochs, script cache loss, bad input (unreachable,
- * wrong password, non-string keys), a Redis restart under two ActiveGuards,
- * and three ActiveGuards handing over while the leader is repeatedly
- * stopped. The sampler asserts that never two guards are leader at once.
- * Issue 13: the epoch key kept alive by renewals, release counters a standby
- * cannot miss, the generation carried by the grant, orphaned acquisitions
- * per key, and the side connection (claim, holder, ping) apart from lease
- * traffic. Shared state beside a lease: fenced_set / shared_get. */
+/* Guard library against a real backend, one parameterised suite run once per
+ * locker backend: `itest_guard redis` (a redis-server, tests/support/
+ * redis_server) and `itest_guard etcd` (a single etcd member,
+ * tests/support/etcd_server); the backend comes from argv[1], else from
+ * BATON_GUARD_BACKEND, else redis.
+ *
+ * Both backends: token CAS, expiry, epochs strictly increasing, an
+ * unreachable backend, a wrong password, held is never an error, release
+ * counters a standby cannot miss, the generation carried by the grant,
+ * claim / holder / ping / inspect, shared state beside a lease (fenced_set /
+ * shared_get), a backend restart under two ActiveGuards, the backend paused
+ * under three, and three ActiveGuards handing over while the leader is
+ * repeatedly stopped. The sampler asserts that never two guards are leader
+ * at once. Redis only (skipped for etcd): script cache loss, non-string
+ * keys, orphaned acquisitions per key, the side connection's generation.
+ *
+ * etcd differs where the backend does: lease TTLs are whole seconds of at
+ * least 2000 ms (T() below), epochs are revisions (no clock floor), data
+ * survives a restart (no "Redis lost its data" case), expiry is checked by
+ * the member about every 500 ms (wider time bounds). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
+#include <json-c/json.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,14 +33,87 @@
 #include <unistd.h>
 
 #include "guard/active_guard.h"
+#include "guard/etcd_conn.h"
 #include "guard/locker.h"
 #include "guard/once_guard.h"
 #include "guard/redis_conn.h"
 #include "src/common/log.h"
 #include "src/common/util.h"
+#include "tests/support/etcd_server.h"
 #include "tests/support/redis_server.h"
 
-static struct redis_server *shared_srv;
+/* ---- the backend under test ---------------------------------------------------- */
+
+enum backend { BK_REDIS, BK_ETCD };
+static enum backend BK = BK_REDIS;
+#define IS_ETCD (BK == BK_ETCD)
+
+/* Tests about Redis itself (its scripts, types, connections). */
+#define REDIS_ONLY()                                                     \
+    do {                                                                 \
+        if (BK != BK_REDIS) {                                            \
+            printf("skipped: a Redis-only test\n");                      \
+            skip();                                                      \
+        }                                                                \
+    } while (0)
+
+/* One server of the backend under test. */
+struct srv {
+    struct redis_server *r;
+    struct etcd_server *e;
+};
+
+static struct srv shared;
+
+static bool srv_open(struct srv *s)
+{
+    memset(s, 0, sizeof *s);
+    if (IS_ETCD)
+        s->e = etcd_server_start(NULL);
+    else
+        s->r = redis_server_start(NULL);
+    return s->r || s->e;
+}
+
+static struct srv *srv_start(void)
+{
+    struct srv *s = calloc(1, sizeof *s);
+    assert_non_null(s);
+    assert_true(srv_open(s));
+    return s;
+}
+
+static void srv_destroy(struct srv *s)
+{
+    if (s == NULL) return;
+    redis_server_destroy(s->r);
+    etcd_server_destroy(s->e);
+    if (s != &shared) free(s);
+}
+
+static int srv_port(const struct srv *s)
+{
+    return s->e ? etcd_server_port(s->e) : redis_server_port(s->r);
+}
+
+/* A crash: SIGKILL. Redis loses its data, etcd keeps it. */
+static int srv_kill(struct srv *s)
+{
+    return s->e ? etcd_server_kill(s->e) : redis_server_stop(s->r);
+}
+
+static int srv_restart(struct srv *s)
+{
+    return s->e ? etcd_server_restart(s->e) : redis_server_restart(s->r);
+}
+
+/* Lease TTLs: as given for Redis; whole seconds of at least 2000 ms for etcd. */
+static int64_t T(int64_t ms)
+{
+    if (!IS_ETCD) return ms;
+    int64_t r = (ms + 999) / 1000 * 1000;
+    return r < 2000 ? 2000 : r;
+}
 
 static struct redis_opts opts_for(int port, const char *password)
 {
@@ -47,6 +132,33 @@ static struct locker *redis_locker(int port)
     return l;
 }
 
+/* An etcd locker on url (NULL user: no auth); NULL with err on failure. */
+static struct locker *etcd_locker_try(const char *url, const char *user, const char *password,
+                                      char err[LOCKER_ERR_MAX])
+{
+    char *eps[1] = {(char *)url};
+    struct etcd_opts o = {.endpoints = eps, .n_endpoints = 1, .user = (char *)user,
+                          .password = (char *)password, .connect_timeout_ms = 500,
+                          .command_timeout_ms = 500};
+    return locker_etcd_create(&o, err);
+}
+
+static struct locker *etcd_locker(const char *url)
+{
+    char err[LOCKER_ERR_MAX];
+    struct locker *l = etcd_locker_try(url, NULL, NULL, err);
+    if (l == NULL) fprintf(stderr, "locker_etcd_create: %s\n", err);
+    assert_non_null(l);
+    return l;
+}
+
+static struct locker *locker_for(const struct srv *s)
+{
+    return s->e ? etcd_locker(etcd_server_url(s->e)) : redis_locker(redis_server_port(s->r));
+}
+
+#define LOCKER() locker_for(&shared)
+
 static redisReply *raw(int port, const char *fmt, ...)
 {
     redisContext *c = redisConnect("127.0.0.1", port);
@@ -61,19 +173,145 @@ static redisReply *raw(int port, const char *fmt, ...)
     return r;
 }
 
+/* ---- raw etcd access (the JSON gateway, keys and values base64) ---------------- */
+
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static void b64enc(const char *in, size_t n, char *out)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned char)in[i] << 16;
+        if (i + 1 < n) v |= (unsigned char)in[i + 1] << 8;
+        if (i + 2 < n) v |= (unsigned char)in[i + 2];
+        out[o++] = B64[(v >> 18) & 63];
+        out[o++] = B64[(v >> 12) & 63];
+        out[o++] = i + 1 < n ? B64[(v >> 6) & 63] : '=';
+        out[o++] = i + 2 < n ? B64[v & 63] : '=';
+    }
+    out[o] = '\0';
+}
+
+/* Decodes into out (NUL terminated); returns the decoded length. */
+static size_t b64dec(const char *in, char *out, size_t cap)
+{
+    size_t o = 0;
+    unsigned v = 0;
+    int bits = 0;
+    for (; *in && *in != '='; in++) {
+        const char *p = strchr(B64, *in);
+        if (p == NULL) continue;
+        v = (v << 6) | (unsigned)(p - B64);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (o + 1 < cap) out[o++] = (char)((v >> bits) & 0xff);
+        }
+    }
+    if (cap) out[o] = '\0';
+    return o;
+}
+
+/* A range of key on the member: 1 present (value, its lease id, its
+ * mod_revision filled when asked), 0 absent. */
+static int eraw_range(struct etcd_server *s, const char *key, char *val, size_t vlen,
+                      size_t *vn, long long *lease, long long *mod_rev)
+{
+    char kb[512], body[600], out[16384];
+    b64enc(key, strlen(key), kb);
+    snprintf(body, sizeof body, "{\"key\":\"%s\"}", kb);
+    int st = etcd_server_http(s, "/v3/kv/range", body, NULL, out, sizeof out, 3000);
+    if (st != 200) fail_msg("etcd range %s: HTTP %d %s", key, st, out);
+    json_object *o = json_tokener_parse(out), *kvs, *f;
+    assert_non_null(o);
+    int present = 0;
+    if (json_object_object_get_ex(o, "kvs", &kvs) && json_object_array_length(kvs) > 0) {
+        json_object *kv = json_object_array_get_idx(kvs, 0);
+        present = 1;
+        if (val) {
+            val[0] = '\0';
+            size_t n = 0;
+            if (json_object_object_get_ex(kv, "value", &f))
+                n = b64dec(json_object_get_string(f), val, vlen);
+            if (vn) *vn = n;
+        }
+        if (lease)
+            *lease = json_object_object_get_ex(kv, "lease", &f)
+                         ? strtoll(json_object_get_string(f), NULL, 10)
+                         : 0;
+        if (mod_rev)
+            *mod_rev = json_object_object_get_ex(kv, "mod_revision", &f)
+                           ? strtoll(json_object_get_string(f), NULL, 10)
+                           : 0;
+    }
+    json_object_put(o);
+    return present;
+}
+
+/* Remaining ms of lease id (-1 expired or unknown). */
+static long long eraw_lease_ttl_ms(struct etcd_server *s, long long id)
+{
+    char body[64], out[1024];
+    snprintf(body, sizeof body, "{\"ID\":\"%lld\"}", id);
+    int st = etcd_server_http(s, "/v3/lease/timetolive", body, NULL, out, sizeof out, 3000);
+    if (st != 200) return -1;
+    json_object *o = json_tokener_parse(out), *f;
+    long long ttl = -1;
+    if (o && json_object_object_get_ex(o, "TTL", &f)) ttl = strtoll(json_object_get_string(f), NULL, 10);
+    json_object_put(o);
+    return ttl < 0 ? -1 : ttl * 1000;
+}
+
+/* Backend-neutral raw reads of the shared server. */
+static bool raw_exists(const char *key)
+{
+    if (IS_ETCD) return eraw_range(shared.e, key, NULL, 0, NULL, NULL, NULL) == 1;
+    redisReply *r = raw(redis_server_port(shared.r), "EXISTS %s", key);
+    bool e = r->integer == 1;
+    freeReplyObject(r);
+    return e;
+}
+
+static void raw_value(const char *key, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (IS_ETCD) {
+        assert_int_equal(eraw_range(shared.e, key, buf, len, NULL, NULL, NULL), 1);
+        return;
+    }
+    redisReply *r = raw(redis_server_port(shared.r), "GET %s", key);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    snprintf(buf, len, "%s", r->str);
+    freeReplyObject(r);
+}
+
+/* The remaining ttl of key in ms (etcd: its lease's, whole seconds); -1 no
+ * expiry, -2 absent. */
+static long long raw_ttl_ms(const char *key)
+{
+    if (IS_ETCD) {
+        long long lease = 0;
+        if (eraw_range(shared.e, key, NULL, 0, NULL, &lease, NULL) != 1) return -2;
+        return lease ? eraw_lease_ttl_ms(shared.e, lease) : -1;
+    }
+    redisReply *r = raw(redis_server_port(shared.r), "PTTL %s", key);
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
 static int group_setup(void **state)
 {
-    shared_srv = redis_server_start(NULL);
-    return shared_srv ? 0 : -1;
+    return srv_open(&shared) ? 0 : -1;
 }
 
 static int group_teardown(void **state)
 {
-    redis_server_destroy(shared_srv);
+    srv_destroy(&shared);
     return 0;
 }
 
-#define PORT redis_server_port(shared_srv)
+#define PORT redis_server_port(shared.r)
 
 #define WAIT_FOR(cond, timeout_ms)                                      \
     ({                                                                  \
@@ -92,18 +330,17 @@ static int group_teardown(void **state)
 
 static void test_token_cas_unlock_renew(void **state)
 {
-    struct locker *a = redis_locker(PORT), *b = redis_locker(PORT);
+    struct locker *a = LOCKER(), *b = LOCKER();
     struct lock_grant ga, gb;
-    char err[LOCKER_ERR_MAX];
+    char err[LOCKER_ERR_MAX], v[128];
     int64_t sent = 0, t0 = clock_boot_ms();
     assert_int_equal(locker_try_lock(a, "cas", 2000, &ga, err), LOCKER_OK);
     assert_true(ga.sent_ms >= t0 && ga.sent_ms <= clock_boot_ms());
     assert_int_equal(strlen(ga.token), 32);
     assert_int_equal(locker_try_lock(b, "cas", 2000, &gb, err), LOCKER_HELD);
     /* the stored value is our token */
-    redisReply *r = raw(PORT, "GET cas");
-    assert_string_equal(r->str, ga.token);
-    freeReplyObject(r);
+    raw_value("cas", v, sizeof v);
+    assert_string_equal(v, ga.token);
     /* a wrong token neither releases nor renews */
     assert_int_equal(locker_unlock(b, "cas", "ffffffffffffffffffffffffffffffff", err),
                      LOCKER_MISMATCH);
@@ -117,13 +354,13 @@ static void test_token_cas_unlock_renew(void **state)
     t0 = clock_boot_ms();
     assert_int_equal(locker_renew(a, "cas", ga.token, 60000, &sent, err), LOCKER_OK);
     assert_true(sent >= t0 && sent <= clock_boot_ms());
-    r = raw(PORT, "PTTL cas");
-    assert_true(r->integer > 50000);
-    freeReplyObject(r);
+    long long pttl = raw_ttl_ms("cas");
+    printf("token_cas: ttl after renew(60000): %lld ms\n", pttl);
+    if (pttl <= 50000) fail_msg("renew with ttl 60000 ms left the key a ttl of %lld ms", pttl);
     assert_int_equal(locker_unlock(a, "cas", ga.token, err), LOCKER_OK);
     assert_int_equal(locker_unlock(a, "cas", ga.token, err), LOCKER_MISMATCH);
     assert_non_null(strstr(err, "not held"));
-    assert_int_equal(locker_renew(a, "cas", ga.token, 1000, &sent, err), LOCKER_LOST);
+    assert_int_equal(locker_renew(a, "cas", ga.token, T(1000), &sent, err), LOCKER_LOST);
     assert_int_equal(locker_try_lock(b, "cas", 2000, &gb, err), LOCKER_OK);
     assert_true(gb.epoch > ga.epoch);
     locker_unlock(b, "cas", gb.token, err);
@@ -133,16 +370,30 @@ static void test_token_cas_unlock_renew(void **state)
 
 static void test_expiry(void **state)
 {
-    struct locker *a = redis_locker(PORT), *b = redis_locker(PORT);
+    struct locker *a = LOCKER(), *b = LOCKER();
     struct lock_grant ga, gb;
     char err[LOCKER_ERR_MAX];
-    assert_int_equal(locker_try_lock(a, "exp", 150, &ga, err), LOCKER_OK);
-    assert_int_equal(locker_try_lock(b, "exp", 150, &gb, err), LOCKER_HELD);
-    int64_t took = WAIT_FOR(locker_try_lock(b, "exp", 150, &gb, err) == LOCKER_OK, 2000);
-    printf("lock with ttl 150 ms taken over after %lld ms\n", (long long)took);
-    assert_true(took >= 100 && took < 1000);
+    int64_t ttl = T(150);
+    assert_int_equal(locker_try_lock(a, "exp", ttl, &ga, err), LOCKER_OK);
+    assert_int_equal(locker_try_lock(b, "exp", ttl, &gb, err), LOCKER_HELD);
+    if (IS_ETCD) { /* the member knows how long the holder's lease still runs */
+        printf("expiry: held, holder's lease runs %lld ms more\n", (long long)gb.held_pttl_ms);
+        assert_true(gb.held_pttl_ms > 0 && gb.held_pttl_ms <= ttl);
+    }
+    int64_t took = WAIT_FOR(locker_try_lock(b, "exp", ttl, &gb, err) == LOCKER_OK,
+                            IS_ETCD ? 6000 : 2000);
+    int64_t since_sent = clock_boot_ms() - ga.sent_ms;
+    printf("lock with ttl %lld ms taken over after %lld ms (%lld ms after the acquisition "
+           "was sent)\n",
+           (long long)ttl, (long long)took, (long long)since_sent);
+    if (!IS_ETCD) {
+        assert_true(took >= 100 && took < 1000);
+    } else { /* never before the ttl; the member checks expiry about every 500 ms */
+        assert_true(took >= 0);
+        assert_true(since_sent >= ttl && since_sent < ttl + 2000);
+    }
     int64_t sent;
-    assert_int_equal(locker_renew(a, "exp", ga.token, 1000, &sent, err), LOCKER_LOST);
+    assert_int_equal(locker_renew(a, "exp", ga.token, T(1000), &sent, err), LOCKER_LOST);
     locker_destroy(a);
     locker_destroy(b);
 }
@@ -155,6 +406,8 @@ struct epoch_run {
     uint64_t epochs[EPOCH_TOTAL];
     atomic_int n;
     atomic_int errors;
+    atomic_int unlock_failures; /* asserted on the test's thread (cmocka) */
+    char first_unlock_err[LOCKER_ERR_MAX + 64];
 };
 
 static void *epoch_worker(void *arg)
@@ -174,7 +427,11 @@ static void *epoch_worker(void *arg)
         if (i < EPOCH_TOTAL) er->epochs[i] = g.epoch;
         atomic_store(&er->n, i + 1);
         pthread_mutex_unlock(&er->mu);
-        assert_int_equal(locker_unlock(l, "epochs", g.token, err), LOCKER_OK);
+        int urc = locker_unlock(l, "epochs", g.token, err);
+        if (urc != LOCKER_OK && atomic_fetch_add(&er->unlock_failures, 1) == 0)
+            snprintf(er->first_unlock_err, sizeof er->first_unlock_err,
+                     "unlock of the grant with epoch %llu: %s: %s", (unsigned long long)g.epoch,
+                     locker_status_name(urc), err);
     }
     return NULL;
 }
@@ -182,8 +439,8 @@ static void *epoch_worker(void *arg)
 static void test_epochs_strictly_increasing(void **state)
 {
     struct epoch_run *er = calloc(1, sizeof *er);
-    er->lockers[0] = redis_locker(PORT);
-    er->lockers[1] = redis_locker(PORT);
+    er->lockers[0] = LOCKER();
+    er->lockers[1] = LOCKER();
     pthread_mutex_init(&er->mu, NULL);
     int64_t t0 = clock_mono_ms();
     pthread_t th[EPOCH_THREADS];
@@ -191,27 +448,49 @@ static void test_epochs_strictly_increasing(void **state)
     for (int i = 0; i < EPOCH_THREADS; i++) pthread_join(th[i], NULL);
     int64_t took = clock_mono_ms() - t0;
     assert_int_equal(atomic_load(&er->errors), 0);
+    if (atomic_load(&er->unlock_failures))
+        fail_msg("%d unlocks right after the grant failed, the first: %s",
+                 atomic_load(&er->unlock_failures), er->first_unlock_err);
     for (int i = 1; i < EPOCH_TOTAL; i++) {
         if (er->epochs[i] <= er->epochs[i - 1])
             fail_msg("epoch %d (%llu) <= epoch %d (%llu)", i, (unsigned long long)er->epochs[i],
                      i - 1, (unsigned long long)er->epochs[i - 1]);
     }
-    /* floored by Redis TIME in ms * 1000 */
+    /* floored by Redis TIME in ms * 1000 (etcd: revisions, no clock) */
     uint64_t wall_floor = (uint64_t)(clock_wall_ms() - 60000) * 1000u;
-    assert_true(er->epochs[0] > wall_floor);
+    if (!IS_ETCD) assert_true(er->epochs[0] > wall_floor);
     printf("%d acquisitions by %d threads on 2 connections in %lld ms, epochs strictly "
            "increasing (%llu .. %llu)\n",
            EPOCH_TOTAL, EPOCH_THREADS, (long long)took, (unsigned long long)er->epochs[0],
            (unsigned long long)er->epochs[EPOCH_TOTAL - 1]);
-    /* Redis loses its data: the epoch still increases */
-    freeReplyObject(raw(PORT, "FLUSHALL"));
     struct lock_grant g;
     char err[LOCKER_ERR_MAX];
-    assert_int_equal(locker_try_lock(er->lockers[0], "epochs", 1000, &g, err), LOCKER_OK);
-    assert_true(g.epoch > er->epochs[EPOCH_TOTAL - 1]);
-    redisReply *r = raw(PORT, "GET epochs:epoch");
-    assert_int_equal(strtoull(r->str, NULL, 10), g.epoch);
-    freeReplyObject(r);
+    if (!IS_ETCD) {
+        /* Redis loses its data: the epoch still increases */
+        freeReplyObject(raw(PORT, "FLUSHALL"));
+        assert_int_equal(locker_try_lock(er->lockers[0], "epochs", 1000, &g, err), LOCKER_OK);
+        assert_true(g.epoch > er->epochs[EPOCH_TOTAL - 1]);
+        redisReply *r = raw(PORT, "GET epochs:epoch");
+        assert_int_equal(strtoull(r->str, NULL, 10), g.epoch);
+        freeReplyObject(r);
+    } else {
+        /* the member crashes and comes back (its data survives): still increasing */
+        assert_int_equal(srv_kill(&shared), 0);
+        assert_int_equal(srv_restart(&shared), 0);
+        int rc = LOCKER_ERR;
+        int64_t t1 = clock_mono_ms();
+        while (rc == LOCKER_ERR && clock_mono_ms() - t1 < 5000) {
+            rc = locker_try_lock(er->lockers[0], "epochs", 2000, &g, err);
+            if (rc == LOCKER_ERR) usleep(50 * 1000);
+        }
+        assert_int_equal(rc, LOCKER_OK);
+        printf("after a member restart: epoch %llu\n", (unsigned long long)g.epoch);
+        assert_true(g.epoch > er->epochs[EPOCH_TOTAL - 1]);
+        long long mod = 0;
+        assert_int_equal(eraw_range(shared.e, "epochs:epoch", NULL, 0, NULL, NULL, &mod), 1);
+        assert_int_equal((uint64_t)mod, g.epoch); /* the epoch key's revision */
+        assert_int_equal(locker_unlock(er->lockers[0], "epochs", g.token, err), LOCKER_OK);
+    }
     locker_destroy(er->lockers[0]);
     locker_destroy(er->lockers[1]);
     pthread_mutex_destroy(&er->mu);
@@ -220,6 +499,7 @@ static void test_epochs_strictly_increasing(void **state)
 
 static void test_script_cache_flushed(void **state)
 {
+    REDIS_ONLY();
     struct locker *a = redis_locker(PORT);
     struct lock_grant g;
     char err[LOCKER_ERR_MAX];
@@ -240,6 +520,7 @@ static void test_script_cache_flushed(void **state)
 
 static void test_non_string_key(void **state)
 {
+    REDIS_ONLY();
     struct locker *a = redis_locker(PORT);
     struct lock_grant g;
     char err[LOCKER_ERR_MAX];
@@ -274,8 +555,68 @@ static void test_non_string_key(void **state)
     locker_destroy(a);
 }
 
-static void test_unreachable_redis(void **state)
+/* etcd: a member that was reachable goes away (SIGKILL): every call is
+ * LOCKER_ERR naming the endpoint and the reason, never "held" or "lost";
+ * it comes back: the next call works. Paused (SIGSTOP): LOCKER_ERR within
+ * the command timeout. */
+static void unreachable_etcd(void)
 {
+    struct etcd_server *s = etcd_server_start(NULL);
+    assert_non_null(s);
+    char where[64], err[LOCKER_ERR_MAX];
+    snprintf(where, sizeof where, "127.0.0.1:%d", etcd_server_port(s));
+    struct locker *l = etcd_locker(etcd_server_url(s));
+    struct lock_grant g0, g;
+    int64_t sent;
+    assert_int_equal(locker_try_lock(l, "held", 10000, &g0, err), LOCKER_OK);
+    assert_int_equal(etcd_server_kill(s), 0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(locker_try_lock(l, "k", 2000, &g, err), LOCKER_ERR);
+        assert_non_null(strstr(err, where));
+        assert_true(strcasestr(err, "refused") || strcasestr(err, "connect"));
+    }
+    printf("unreachable: %s\n", err);
+    assert_int_equal(locker_renew(l, "held", g0.token, 10000, &sent, err), LOCKER_ERR);
+    printf("unreachable, renew: %s\n", err);
+    assert_int_equal(l->ops->check(l, "held", g0.token, err), LOCKER_ERR);
+    assert_int_equal(locker_claim(l, "c", 2000, err), LOCKER_ERR);
+    if (l->ops->ping) assert_int_equal(l->ops->ping(l, err), LOCKER_ERR);
+    /* it comes up (data kept): the next call connects, the lease is still ours */
+    assert_int_equal(etcd_server_restart(s), 0);
+    assert_int_equal(locker_try_lock(l, "k", 2000, &g, err), LOCKER_OK);
+    assert_int_equal(l->ops->check(l, "held", g0.token, err), LOCKER_OK);
+    /* held by this very locker: held, like anyone else's (never taken over) */
+    int self = locker_try_lock(l, "held", 2000, &g, err);
+    if (self != LOCKER_HELD)
+        fail_msg("try_lock of a key this locker holds (lease alive, check OK): %s, want held (%s)",
+                 locker_status_name(self), err);
+    /* paused: an error within the command timeout (500 ms), never a hang */
+    assert_int_equal(etcd_server_pause(s), 0);
+    int64_t t0 = clock_mono_ms();
+    int rc = locker_try_lock(l, "k2", 2000, &g, err);
+    int64_t took = clock_mono_ms() - t0;
+    assert_int_equal(etcd_server_resume(s), 0);
+    printf("paused member: try_lock %s after %lld ms: %s\n", locker_status_name(rc),
+           (long long)took, err);
+    assert_int_equal(rc, LOCKER_ERR);
+    assert_non_null(strstr(err, where));
+    assert_true(took < 1000);
+    t0 = clock_mono_ms();
+    rc = locker_renew(l, "held", g0.token, 10000, &sent, err);
+    printf("resumed: renew %s after %lld ms\n", locker_status_name(rc),
+           (long long)(clock_mono_ms() - t0));
+    assert_int_equal(rc, LOCKER_OK);
+    assert_int_equal(locker_unlock(l, "held", g0.token, err), LOCKER_OK);
+    locker_destroy(l);
+    etcd_server_destroy(s);
+}
+
+static void test_unreachable_backend(void **state)
+{
+    if (IS_ETCD) {
+        unreachable_etcd();
+        return;
+    }
     /* a port nobody listens on: start a server to learn a free port, stop it */
     struct redis_server *s = redis_server_start(NULL);
     assert_non_null(s);
@@ -306,8 +647,73 @@ static void test_unreachable_redis(void **state)
     redis_server_destroy(s);
 }
 
+static void etcdctl_ok(struct etcd_server *s, const char *const *args)
+{
+    char out[2048];
+    int rc = etcd_server_ctl(s, args, out, sizeof out);
+    if (rc != 0) fail_msg("etcdctl %s %s: exit %d: %s", args[0], args[1], rc, out);
+}
+
+/* etcd with auth enabled (etcdctl): a wrong password is refused with the
+ * reason, no user at all fails every call, the right one works; a user
+ * without permission on a key gets LOCKER_ERR, never LOCKER_HELD. */
+static void wrong_password_etcd(void)
+{
+    struct etcd_server *s = etcd_server_start(NULL);
+    assert_non_null(s);
+    const char *c1[] = {"user", "add", "root:rootpw", "--interactive=false", NULL};
+    const char *c2[] = {"user", "grant-role", "root", "root", NULL};
+    const char *c3[] = {"user", "add", "lim:limpw", "--interactive=false", NULL};
+    const char *c4[] = {"role", "add", "lim", NULL};
+    const char *c5[] = {"role", "grant-permission", "lim", "readwrite", "--prefix=true", "ok:", NULL};
+    const char *c6[] = {"user", "grant-role", "lim", "lim", NULL};
+    const char *c7[] = {"auth", "enable", NULL};
+    const char *const *cmds[] = {c1, c2, c3, c4, c5, c6, c7};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) etcdctl_ok(s, cmds[i]);
+    const char *url = etcd_server_url(s);
+    char err[LOCKER_ERR_MAX];
+    struct lock_grant g;
+    /* wrong password: refused at create, or at every call, with the reason */
+    struct locker *l = etcd_locker_try(url, "root", "wrong", err);
+    if (l != NULL) {
+        assert_int_equal(locker_try_lock(l, "k", 2000, &g, err), LOCKER_ERR);
+        locker_destroy(l);
+    }
+    printf("wrong password (%s): %s\n", l ? "at the first call" : "at create", err);
+    assert_non_null(strstr(err, "authentication failed"));
+    /* no user at all: created, but every call fails with the reason */
+    l = etcd_locker_try(url, NULL, NULL, err);
+    assert_non_null(l);
+    assert_int_equal(locker_try_lock(l, "k", 2000, &g, err), LOCKER_ERR);
+    printf("no user: %s\n", err);
+    assert_non_null(strstr(err, "user name is empty"));
+    locker_destroy(l);
+    /* the right password */
+    l = etcd_locker_try(url, "root", "rootpw", err);
+    if (l == NULL) fail_msg("locker_etcd_create(root): %s", err);
+    assert_int_equal(locker_try_lock(l, "k", 2000, &g, err), LOCKER_OK);
+    assert_int_equal(locker_unlock(l, "k", g.token, err), LOCKER_OK);
+    locker_destroy(l);
+    /* no permission on the key: an error, never "held" */
+    l = etcd_locker_try(url, "lim", "limpw", err);
+    if (l == NULL) fail_msg("locker_etcd_create(lim): %s", err);
+    assert_int_equal(locker_try_lock(l, "nope", 2000, &g, err), LOCKER_ERR);
+    printf("no permission: %s\n", err);
+    assert_non_null(strstr(err, "permission denied"));
+    assert_int_equal(locker_try_lock(l, "ok:k", 2000, &g, err), LOCKER_OK);
+    int64_t sent;
+    assert_int_equal(locker_renew(l, "ok:k", g.token, 2000, &sent, err), LOCKER_OK);
+    assert_int_equal(locker_unlock(l, "ok:k", g.token, err), LOCKER_OK);
+    locker_destroy(l);
+    etcd_server_destroy(s);
+}
+
 static void test_wrong_password(void **state)
 {
+    if (IS_ETCD) {
+        wrong_password_etcd();
+        return;
+    }
     const char *args[] = {"--requirepass", "s3cret", NULL};
     struct redis_server *s = redis_server_start(args);
     assert_non_null(s);
@@ -380,8 +786,44 @@ static long long client_id(int port, const char *name)
  * max(2 x ttl, 24 h) at acquisition; here its TTL is cut to 300 ms with a raw
  * connection, as if those 24 h had passed. The old renew script refreshed only
  * the lock and holder keys, so PTTL stayed <= 300 and the key vanished. */
+/* etcd: "<key>:epoch" carries no lease at all (it never expires), and a
+ * renewal (a keep-alive) leaves it alone: its revision stays the term's
+ * epoch, so the term's fenced writes keep working. */
+static void epoch_key_etcd(void)
+{
+    struct locker *a = LOCKER();
+    struct lock_grant g;
+    char err[LOCKER_ERR_MAX];
+    int64_t sent;
+    assert_int_equal(locker_try_lock(a, "ep", 2000, &g, err), LOCKER_OK);
+    long long lease = -1, mod = 0;
+    assert_int_equal(eraw_range(shared.e, "ep:epoch", NULL, 0, NULL, &lease, &mod), 1);
+    assert_int_equal(lease, 0);
+    assert_int_equal((uint64_t)mod, g.epoch);
+    for (int i = 0; i < 3; i++) {
+        usleep(400 * 1000);
+        assert_int_equal(locker_renew(a, "ep", g.token, 2000, &sent, err), LOCKER_OK);
+    }
+    usleep(1000 * 1000); /* past the first grant's 2 s: only the renewals kept it */
+    assert_int_equal(a->ops->check(a, "ep", g.token, err), LOCKER_OK);
+    assert_int_equal(eraw_range(shared.e, "ep:epoch", NULL, 0, NULL, &lease, &mod), 1);
+    assert_int_equal((uint64_t)mod, g.epoch);
+    assert_int_equal(locker_fenced_set(a, "ep", "mark", g.epoch, "v", 1, 10000, err), LOCKER_OK);
+    /* renewing someone else's lease touches nothing */
+    assert_int_equal(locker_renew(a, "ep", "ffffffffffffffffffffffffffffffff", 2000, &sent, err),
+                     LOCKER_LOST);
+    assert_int_equal(eraw_range(shared.e, "ep:epoch", NULL, 0, NULL, NULL, &mod), 1);
+    assert_int_equal((uint64_t)mod, g.epoch);
+    assert_int_equal(locker_unlock(a, "ep", g.token, err), LOCKER_OK);
+    locker_destroy(a);
+}
+
 static void test_epoch_expiry_renew_keeps_epoch_key(void **state)
 {
+    if (IS_ETCD) {
+        epoch_key_etcd();
+        return;
+    }
     struct locker *a = redis_locker(PORT);
     struct lock_grant g;
     char err[LOCKER_ERR_MAX];
@@ -421,12 +863,54 @@ static void test_epoch_expiry_renew_keeps_epoch_key(void **state)
  * waited for the retry interval or the ttl. A break of the subscriber
  * connection advances the counter too: announcements may have been missed
  * while it was down. */
+/* etcd: a lease's expiry wakes a standby (the DELETE the member issues when
+ * it revokes it); a member restart re-creates the watch stream and advances
+ * the counter (releases may have been missed meanwhile); after it, releases
+ * are counted again. */
+static void missed_release_etcd(struct srv *sv, struct locker *leader, struct locker *standby,
+                                struct lock_grant *h)
+{
+    char err[LOCKER_ERR_MAX];
+    struct lock_grant g;
+    assert_int_equal(locker_unlock(standby, "mr", h->token, err), LOCKER_OK);
+    assert_int_equal(locker_try_lock(leader, "mr", 2000, &g, err), LOCKER_OK); /* never renewed */
+    uint64_t s1 = standby->ops->release_seq(standby, "mr");
+    assert_true(standby->ops->wait_release(standby, "mr", s1, 6000));
+    int64_t since = clock_boot_ms() - g.sent_ms;
+    printf("missed_release: expiry of a 2000 ms lease woke the standby %lld ms after the "
+           "acquisition was sent\n",
+           (long long)since);
+    assert_true(since >= 2000 && since < 4500);
+    assert_int_equal(locker_try_lock(standby, "mr", 10000, h, err), LOCKER_OK);
+    /* the member restarts: the counter advances */
+    uint64_t s2 = standby->ops->release_seq(standby, "mr");
+    int64_t t0 = clock_mono_ms();
+    assert_int_equal(srv_kill(sv), 0);
+    assert_int_equal(srv_restart(sv), 0);
+    assert_true(standby->ops->wait_release(standby, "mr", s2, 8000));
+    printf("missed_release: counter advanced %lld ms after the member was killed (restart "
+           "included)\n",
+           (long long)(clock_mono_ms() - t0));
+    /* counted again: a release wakes it */
+    assert_true(WAIT_FOR(standby->ops->check(standby, "mr", h->token, err) == LOCKER_OK, 3000) >=
+                0);
+    usleep(300 * 1000); /* the watch stream is re-created (an advance of its own) */
+    uint64_t s3 = standby->ops->release_seq(standby, "mr");
+    assert_int_equal(locker_unlock(standby, "mr", h->token, err), LOCKER_OK);
+    t0 = clock_mono_ms();
+    assert_true(standby->ops->wait_release(standby, "mr", s3, 2000));
+    printf("missed_release: release after the restart seen in %lld ms\n",
+           (long long)(clock_mono_ms() - t0));
+    locker_destroy(leader);
+    locker_destroy(standby);
+    srv_destroy(sv);
+}
+
 static void test_missed_release_counted_and_resubscribed(void **state)
 {
-    struct redis_server *srv = redis_server_start(NULL); /* CLIENT KILL hits only ours */
-    assert_non_null(srv);
-    int port = redis_server_port(srv);
-    struct locker *leader = redis_locker(port), *standby = redis_locker(port);
+    struct srv *sv = srv_start(); /* CLIENT KILL / a restart hits only ours */
+    int port = srv_port(sv);
+    struct locker *leader = locker_for(sv), *standby = locker_for(sv);
     struct lock_grant g, h;
     char err[LOCKER_ERR_MAX];
     assert_int_equal(locker_try_lock(leader, "mr", 10000, &g, err), LOCKER_OK);
@@ -434,11 +918,13 @@ static void test_missed_release_counted_and_resubscribed(void **state)
     uint64_t seen = standby->ops->release_seq(standby, "mr");
     printf("missed_release: first release_seq (subscribe confirmed) took %lld ms\n",
            (long long)(clock_mono_ms() - t0));
-    assert_int_equal(numsub(port, "mr:released"), 1); /* confirmed before it returned */
+    if (!IS_ETCD) assert_int_equal(numsub(port, "mr:released"), 1); /* confirmed before it returned */
     assert_int_equal(locker_try_lock(standby, "mr", 10000, &h, err), LOCKER_HELD);
-    /* the standby is busy: the leader releases and announces now */
+    /* the standby is busy: the leader releases and announces now (etcd: the
+     * release's DELETE is the announcement) */
     assert_int_equal(locker_unlock(leader, "mr", g.token, err), LOCKER_OK);
-    assert_int_equal(leader->ops->announce_release(leader, "mr", err), LOCKER_OK);
+    if (!IS_ETCD || leader->ops->announce_release)
+        assert_int_equal(leader->ops->announce_release(leader, "mr", err), LOCKER_OK);
     usleep(50 * 1000); /* still busy; the subscriber thread counts it meanwhile */
     t0 = clock_mono_ms();
     assert_true(standby->ops->wait_release(standby, "mr", seen, 2000));
@@ -446,8 +932,19 @@ static void test_missed_release_counted_and_resubscribed(void **state)
     printf("missed_release: wait_release after a past announcement returned in %lld ms\n",
            (long long)took);
     assert_true(took < 100);
-    assert_int_equal(standby->ops->release_seq(standby, "mr"), seen + 1);
+    if (!IS_ETCD) {
+        assert_int_equal(standby->ops->release_seq(standby, "mr"), seen + 1);
+    } else {
+        uint64_t now = standby->ops->release_seq(standby, "mr");
+        printf("missed_release: counter %llu -> %llu\n", (unsigned long long)seen,
+               (unsigned long long)now);
+        assert_true(now > seen);
+    }
     assert_int_equal(locker_try_lock(standby, "mr", 10000, &h, err), LOCKER_OK);
+    if (IS_ETCD) {
+        missed_release_etcd(sv, leader, standby, &h);
+        return;
+    }
 
     /* every announcement counts, waited for or not */
     uint64_t s1 = standby->ops->release_seq(standby, "mr");
@@ -477,7 +974,7 @@ static void test_missed_release_counted_and_resubscribed(void **state)
     assert_int_equal(locker_unlock(standby, "mr", h.token, err), LOCKER_OK);
     locker_destroy(leader);
     locker_destroy(standby);
-    redis_server_destroy(srv);
+    srv_destroy(sv);
 }
 
 /* (6) try_lock reports the generation of the connection that carried the
@@ -485,8 +982,45 @@ static void test_missed_release_counted_and_resubscribed(void **state)
  * after the grant -- before anyone reads the generation -- then shows as
  * generation() != grant.gen. The old try_lock did not fill grant.gen (the
  * guard read the generation after the call, absorbing such a break). */
+/* etcd: the grant's generation is the lease connection's, read before the
+ * request was sent, and equal to generation() while nothing broke, also
+ * after earlier breaks; a break (the member killed) moves it; the lease
+ * survives the member's restart. */
+static void gen_before_grant_etcd(void)
+{
+    struct srv *sv = srv_start();
+    struct locker *l = locker_for(sv);
+    struct lock_grant g, g2;
+    char err[LOCKER_ERR_MAX];
+    assert_int_equal(locker_try_lock(l, "gb", 10000, &g, err), LOCKER_OK);
+    assert_true(g.gen != 0);
+    assert_int_equal(g.gen, l->ops->generation(l)); /* nothing broke yet */
+    assert_int_equal(srv_kill(sv), 0);
+    assert_int_equal(l->ops->check(l, "gb", g.token, err), LOCKER_ERR);
+    printf("gen_before_grant: check with the member down: %s\n", err);
+    assert_true(l->ops->generation(l) != g.gen);
+    assert_int_equal(srv_restart(sv), 0);
+    int rc = l->ops->check(l, "gb", g.token, err);
+    if (rc == LOCKER_ERR) rc = l->ops->check(l, "gb", g.token, err); /* found broken */
+    assert_int_equal(rc, LOCKER_OK); /* the lease survived the restart */
+    uint64_t before = l->ops->generation(l);
+    assert_int_equal(locker_try_lock(l, "gb2", 10000, &g2, err), LOCKER_OK);
+    printf("gen_before_grant: after one break: generation %llu, grant.gen %llu\n",
+           (unsigned long long)l->ops->generation(l), (unsigned long long)g2.gen);
+    assert_int_equal(l->ops->generation(l), before);
+    assert_int_equal(g2.gen, l->ops->generation(l));
+    assert_int_equal(locker_unlock(l, "gb", g.token, err), LOCKER_OK);
+    assert_int_equal(locker_unlock(l, "gb2", g2.token, err), LOCKER_OK);
+    locker_destroy(l);
+    srv_destroy(sv);
+}
+
 static void test_gen_before_grant(void **state)
 {
+    if (IS_ETCD) {
+        gen_before_grant_etcd();
+        return;
+    }
     struct redis_server *srv = redis_server_start(NULL);
     assert_non_null(srv);
     int port = redis_server_port(srv);
@@ -539,6 +1073,7 @@ static long server_pid(int port)
  * orphan overwrote the first, whose key stayed blocked for its whole ttl. */
 static void test_orphan_per_key(void **state)
 {
+    REDIS_ONLY();
     struct redis_server *srv = redis_server_start(NULL);
     assert_non_null(srv);
     int port = redis_server_port(srv);
@@ -579,6 +1114,7 @@ static void test_orphan_per_key(void **state)
  * would re-verify its lease for nothing). */
 static void test_side_connection_keeps_generation(void **state)
 {
+    REDIS_ONLY();
     struct redis_server *srv = redis_server_start(NULL);
     assert_non_null(srv);
     int port = redis_server_port(srv);
@@ -620,6 +1156,61 @@ static void test_side_connection_keeps_generation(void **state)
     redis_server_destroy(srv);
 }
 
+/* Both backends: ping, holder, a one-shot claim (once; again only after its
+ * ttl), inspect when the backend has it; none of it moves the generation. */
+static void test_claim_holder_ping_inspect(void **state)
+{
+    struct locker *l = LOCKER(), *m = LOCKER();
+    struct lock_grant g;
+    char err[LOCKER_ERR_MAX], who[128];
+    assert_int_equal(locker_try_lock(l, "side2", 10000, &g, err), LOCKER_OK);
+    uint64_t gen = l->ops->generation ? l->ops->generation(l) : 0;
+    assert_non_null(l->ops->ping);
+    assert_int_equal(l->ops->ping(l, err), LOCKER_OK);
+    assert_non_null(l->ops->holder);
+    assert_int_equal(l->ops->holder(m, "side2", who, sizeof who, err), LOCKER_OK);
+    printf("holder: %s\n", who);
+    assert_non_null(strstr(who, " pid "));
+    assert_int_equal(l->ops->holder(l, "nobody2", who, sizeof who, err), LOCKER_LOST);
+    /* claim: once */
+    assert_int_equal(locker_claim(l, "side2:once", 10000, err), LOCKER_OK);
+    assert_int_equal(locker_claim(l, "side2:once", 10000, err), LOCKER_HELD);
+    assert_int_equal(locker_claim(m, "side2:once", 10000, err), LOCKER_HELD);
+    /* a claim taken by try_lock's key is held too */
+    assert_int_equal(locker_claim(m, "side2", 10000, err), LOCKER_HELD);
+    /* again only once its ttl ran out (etcd rounds it up to whole seconds) */
+    int64_t t0 = clock_mono_ms();
+    assert_int_equal(locker_claim(l, "side2:short", 1000, err), LOCKER_OK);
+    assert_int_equal(locker_claim(m, "side2:short", 1000, err), LOCKER_HELD);
+    int64_t again = WAIT_FOR(locker_claim(m, "side2:short", 1000, err) == LOCKER_OK,
+                             IS_ETCD ? 6000 : 3000);
+    int64_t since = clock_mono_ms() - t0;
+    printf("claim with ttl 1000 ms: claimed again %lld ms later\n", (long long)since);
+    assert_true(again >= 0);
+    assert_true(since >= 950);
+    /* inspect, when the backend has it */
+    struct lock_info info;
+    int rc = locker_inspect(m, "side2", &info, err);
+    if (rc == LOCKER_UNSUPPORTED) {
+        printf("inspect: %s\n", err);
+    } else {
+        assert_int_equal(rc, LOCKER_OK);
+        printf("inspect: held %d epoch %llu ttl %lld ms holder \"%s\"\n", info.held,
+               (unsigned long long)info.epoch, (long long)info.ttl_ms, info.holder);
+        assert_true(info.held);
+        assert_int_equal(info.epoch, g.epoch);
+        assert_true(info.ttl_ms > 0 && info.ttl_ms <= 10000);
+        assert_non_null(strstr(info.holder, " pid "));
+        assert_int_equal(locker_inspect(m, "nobody2", &info, err), LOCKER_OK);
+        assert_false(info.held);
+    }
+    if (l->ops->generation) assert_int_equal(l->ops->generation(l), gen);
+    assert_int_equal(locker_unlock(l, "side2", g.token, err), LOCKER_OK);
+    assert_int_equal(l->ops->holder(m, "side2", who, sizeof who, err), LOCKER_LOST);
+    locker_destroy(l);
+    locker_destroy(m);
+}
+
 /* ---- shared state beside a lease (fenced_set / shared_get) ----------------- */
 
 /* "<key>:<name>" is written only while "<key>:epoch" holds the writer's
@@ -627,10 +1218,10 @@ static void test_side_connection_keeps_generation(void **state)
  * overwrites what a newer one wrote. Values are binary safe and expire. */
 static void test_fenced_set_shared_get(void **state)
 {
-    struct locker *a = redis_locker(PORT), *b = redis_locker(PORT);
+    struct locker *a = LOCKER(), *b = LOCKER();
     struct lock_grant ga, gb, gc;
     char err[LOCKER_ERR_MAX], buf[128];
-    freeReplyObject(raw(PORT, "DEL fx fx:epoch fx:mark fx:none"));
+    if (!IS_ETCD) freeReplyObject(raw(PORT, "DEL fx fx:epoch fx:mark fx:none"));
     assert_int_equal(locker_try_lock(a, "fx", 10000, &ga, err), LOCKER_OK);
     uint64_t gen = a->ops->generation(a);
     /* spaces, newlines, CR, quotes: one binary-safe argument */
@@ -639,26 +1230,36 @@ static void test_fenced_set_shared_get(void **state)
                      LOCKER_OK);
     assert_int_equal(locker_shared_get(b, "fx", "mark", buf, sizeof buf, err), LOCKER_OK);
     assert_string_equal(buf, v1);
-    redisReply *r = raw(PORT, "GET fx:mark");
-    assert_int_equal(r->type, REDIS_REPLY_STRING);
-    assert_int_equal(r->len, strlen(v1));
-    assert_memory_equal(r->str, v1, strlen(v1));
-    freeReplyObject(r);
-    long long pttl = raw_int(PORT, "PTTL %s", "fx:mark");
+    if (!IS_ETCD) {
+        redisReply *r = raw(PORT, "GET fx:mark");
+        assert_int_equal(r->type, REDIS_REPLY_STRING);
+        assert_int_equal(r->len, strlen(v1));
+        assert_memory_equal(r->str, v1, strlen(v1));
+        freeReplyObject(r);
+    } else {
+        char rv[128];
+        size_t rn = 0;
+        assert_int_equal(eraw_range(shared.e, "fx:mark", rv, sizeof rv, &rn, NULL, NULL), 1);
+        assert_int_equal(rn, strlen(v1));
+        assert_memory_equal(rv, v1, strlen(v1));
+    }
+    long long pttl = raw_ttl_ms("fx:mark");
     printf("fenced_set: value key PTTL %lld ms (ttl 10000)\n", pttl);
     assert_true(pttl > 0 && pttl <= 10000);
     /* an embedded NUL goes through too */
     static const char v0[] = "a\0b";
     assert_int_equal(locker_fenced_set(a, "fx", "mark", ga.epoch, v0, 3, 10000, err), LOCKER_OK);
-    assert_int_equal(raw_int(PORT, "STRLEN %s", "fx:mark"), 3);
+    if (!IS_ETCD) assert_int_equal(raw_int(PORT, "STRLEN %s", "fx:mark"), 3);
     memset(buf, 'z', sizeof buf);
     assert_int_equal(locker_shared_get(b, "fx", "mark", buf, sizeof buf, err), LOCKER_OK);
     assert_memory_equal(buf, v0, 4);
-    /* the epoch compared is the one the acquire script stored */
-    char dec[24];
-    snprintf(dec, sizeof dec, "%llu", (unsigned long long)ga.epoch);
-    assert_int_equal(locker_shared_get(b, "fx", "epoch", buf, sizeof buf, err), LOCKER_OK);
-    assert_string_equal(buf, dec);
+    if (!IS_ETCD) {
+        /* the epoch compared is the one the acquire script stored */
+        char dec[24];
+        snprintf(dec, sizeof dec, "%llu", (unsigned long long)ga.epoch);
+        assert_int_equal(locker_shared_get(b, "fx", "epoch", buf, sizeof buf, err), LOCKER_OK);
+        assert_string_equal(buf, dec);
+    }
 
     /* a new leader (released, taken by b): a's writes are fenced off */
     assert_int_equal(locker_unlock(a, "fx", ga.token, err), LOCKER_OK);
@@ -674,9 +1275,15 @@ static void test_fenced_set_shared_get(void **state)
     assert_string_equal(buf, "new");
     /* the lease expired, nobody took it since: the fence is the epoch only */
     assert_int_equal(locker_unlock(b, "fx", gb.token, err), LOCKER_OK);
-    assert_int_equal(locker_try_lock(b, "fx", 100, &gb, err), LOCKER_OK);
-    usleep(150 * 1000);
-    assert_int_equal(raw_int(PORT, "EXISTS %s", "fx"), 0);
+    assert_int_equal(locker_try_lock(b, "fx", T(100), &gb, err), LOCKER_OK);
+    if (!IS_ETCD) {
+        usleep(150 * 1000);
+        assert_int_equal(raw_int(PORT, "EXISTS %s", "fx"), 0);
+    } else {
+        int64_t gone = WAIT_FOR(!raw_exists("fx"), 6000);
+        printf("fenced_set: lease of 2000 ms expired after %lld ms\n", (long long)gone);
+        assert_true(gone >= 0);
+    }
     assert_int_equal(locker_fenced_set(b, "fx", "mark", gb.epoch, "late", 4, 10000, err),
                      LOCKER_OK);
     /* expiry and the second try_lock: the old term is fenced off */
@@ -689,17 +1296,17 @@ static void test_fenced_set_shared_get(void **state)
     /* absent: no value, or no epoch at all (nothing written then) */
     assert_int_equal(locker_shared_get(a, "fx", "none", buf, sizeof buf, err), LOCKER_LOST);
     assert_string_equal(buf, "");
-    freeReplyObject(raw(PORT, "DEL nofx:epoch nofx:mark"));
+    if (!IS_ETCD) freeReplyObject(raw(PORT, "DEL nofx:epoch nofx:mark"));
     assert_int_equal(locker_fenced_set(a, "nofx", "mark", gc.epoch, "v", 1, 10000, err),
                      LOCKER_LOST);
-    assert_int_equal(raw_int(PORT, "EXISTS %s", "nofx:mark"), 0);
+    assert_false(raw_exists("nofx:mark"));
 
     /* the value expires after its ttl */
     assert_int_equal(locker_fenced_set(a, "fx", "short", gc.epoch, "s", 1, 100, err), LOCKER_OK);
     assert_int_equal(locker_shared_get(a, "fx", "short", buf, sizeof buf, err), LOCKER_OK);
     int64_t gone = WAIT_FOR(locker_shared_get(a, "fx", "short", buf, sizeof buf, err) ==
                                 LOCKER_LOST,
-                            2000);
+                            IS_ETCD ? 6000 : 2000);
     printf("fenced_set: value with ttl 100 ms gone after %lld ms\n", (long long)gone);
     assert_true(gone >= 0);
 
@@ -709,9 +1316,18 @@ static void test_fenced_set_shared_get(void **state)
     char small[8], exact[9];
     assert_int_equal(locker_shared_get(a, "fx", "big", small, sizeof small, err), LOCKER_ERR);
     printf("shared_get, small buffer: %s\n", err);
-    assert_non_null(strstr(err, "value of 8 bytes exceeds the buffer of 8"));
+    if (!IS_ETCD) assert_non_null(strstr(err, "value of 8 bytes exceeds the buffer of 8"));
+    assert_non_null(strstr(err, "fx:big"));
     assert_int_equal(locker_shared_get(a, "fx", "big", exact, sizeof exact, err), LOCKER_OK);
     assert_string_equal(exact, "12345678");
+    if (IS_ETCD) {
+        /* all of it on the side connection: the lease generation never moved */
+        assert_int_equal(a->ops->generation(a), gen);
+        assert_int_equal(locker_unlock(a, "fx", gc.token, err), LOCKER_OK);
+        locker_destroy(a);
+        locker_destroy(b);
+        return; /* the rest is about Redis types and scripts */
+    }
 
     /* wrong types: errors, never "lost" */
     freeReplyObject(raw(PORT, "DEL wt:epoch wt:mark"));
@@ -742,8 +1358,57 @@ static void test_fenced_set_shared_get(void **state)
 /* Redis down: LOCKER_ERR naming the address and the key; back up with its
  * data lost: the epoch is gone, so the old term's write is LOCKER_LOST, and
  * a new acquisition writes again. */
-static void test_fenced_set_redis_down(void **state)
+/* etcd: the member down: LOCKER_ERR naming the endpoint and the key; back
+ * up, its data kept: the term's epoch still fences (its writes go through),
+ * a newer term's epoch fences it off. */
+static void fenced_set_etcd_down(void)
 {
+    struct srv *sv = srv_start();
+    struct locker *l = locker_for(sv);
+    struct lock_grant g, g2;
+    char err[LOCKER_ERR_MAX], buf[64], where[64];
+    snprintf(where, sizeof where, "127.0.0.1:%d", srv_port(sv));
+    const char *key = "baton:active:x";
+    assert_int_equal(locker_try_lock(l, key, 10000, &g, err), LOCKER_OK);
+    assert_int_equal(locker_fenced_set(l, key, "mark", g.epoch, "up", 2, 10000, err), LOCKER_OK);
+    assert_int_equal(srv_kill(sv), 0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(locker_fenced_set(l, key, "mark", g.epoch, "down", 4, 10000, err),
+                         LOCKER_ERR);
+        printf("fenced_set, etcd down (%d): %s\n", i, err);
+        assert_non_null(strstr(err, where));
+        assert_non_null(strstr(err, "baton:active:x:mark"));
+        assert_int_equal(locker_shared_get(l, key, "mark", buf, sizeof buf, err), LOCKER_ERR);
+        printf("shared_get, etcd down (%d): %s\n", i, err);
+        assert_non_null(strstr(err, where));
+        assert_non_null(strstr(err, "baton:active:x:mark"));
+    }
+    assert_int_equal(srv_restart(sv), 0);
+    int rc = locker_shared_get(l, key, "mark", buf, sizeof buf, err);
+    if (rc == LOCKER_ERR) rc = locker_shared_get(l, key, "mark", buf, sizeof buf, err);
+    assert_int_equal(rc, LOCKER_OK);
+    assert_string_equal(buf, "up"); /* the data survived */
+    assert_int_equal(locker_fenced_set(l, key, "mark", g.epoch, "old", 3, 10000, err), LOCKER_OK);
+    assert_int_equal(locker_unlock(l, key, g.token, err), LOCKER_OK);
+    assert_int_equal(locker_try_lock(l, key, 10000, &g2, err), LOCKER_OK);
+    assert_true(g2.epoch > g.epoch);
+    assert_int_equal(locker_fenced_set(l, key, "mark", g.epoch, "stale", 5, 10000, err),
+                     LOCKER_LOST);
+    assert_int_equal(locker_fenced_set(l, key, "mark", g2.epoch, "again", 5, 10000, err),
+                     LOCKER_OK);
+    assert_int_equal(locker_shared_get(l, key, "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_string_equal(buf, "again");
+    assert_int_equal(locker_unlock(l, key, g2.token, err), LOCKER_OK);
+    locker_destroy(l);
+    srv_destroy(sv);
+}
+
+static void test_fenced_set_backend_down(void **state)
+{
+    if (IS_ETCD) {
+        fenced_set_etcd_down();
+        return;
+    }
     struct redis_server *srv = redis_server_start(NULL);
     assert_non_null(srv);
     int port = redis_server_port(srv);
@@ -842,12 +1507,10 @@ static struct active_guard *new_guard(struct locker *l, int64_t ttl, int64_t ren
     return g;
 }
 
-static void test_redis_restart_never_two_leaders(void **state)
+static void test_backend_restart_never_two_leaders(void **state)
 {
-    struct redis_server *srv = redis_server_start(NULL);
-    assert_non_null(srv);
-    int port = redis_server_port(srv);
-    struct locker *l[2] = {redis_locker(port), redis_locker(port)};
+    struct srv *srv = srv_start();
+    struct locker *l[2] = {locker_for(srv), locker_for(srv)};
     struct sampler s = {.n = 2};
     pthread_mutex_init(&s.mu, NULL);
     /* lease deadline ~2850 ms after each renewal: noticing the kill well before
@@ -862,12 +1525,14 @@ static void test_redis_restart_never_two_leaders(void **state)
 
     for (int round = 0; round < 2; round++) {
         int64_t t0 = clock_mono_ms();
-        assert_int_equal(redis_server_stop(srv), 0);
-        /* the leader notices at once (connection broke), not at the deadline */
-        int64_t noticed = WAIT_FOR(leader_index(&s) == -1, 2000);
-        printf("restart %d: leader-now false %lld ms after Redis was killed\n", round,
-               (long long)noticed);
-        assert_true(noticed >= 0 && noticed < 1000);
+        assert_int_equal(srv_kill(srv), 0);
+        /* the leader notices at once (connection broke), not at the deadline;
+         * etcd (no connection to watch): at its next renewal (every 1000 ms,
+         * command timeout 500 ms), well before the deadline (~2850 ms) */
+        int64_t noticed = WAIT_FOR(leader_index(&s) == -1, IS_ETCD ? 4000 : 2000);
+        printf("restart %d: leader-now false %lld ms after the %s server was killed\n", round,
+               (long long)noticed, IS_ETCD ? "etcd" : "Redis");
+        assert_true(noticed >= 0 && noticed < (IS_ETCD ? 2000 : 1000));
         usleep(1200 * 1000);
         assert_int_equal(leader_index(&s), -1);
         unsigned long long errs = 0;
@@ -876,13 +1541,16 @@ static void test_redis_restart_never_two_leaders(void **state)
         assert_true(errs > 0);
         struct lock_grant g;
         char err[LOCKER_ERR_MAX];
-        assert_int_equal(locker_try_lock(l[0], "probe", 1000, &g, err), LOCKER_ERR);
+        assert_int_equal(locker_try_lock(l[0], "probe", T(1000), &g, err), LOCKER_ERR);
         assert_true(strlen(err) > 0);
-        assert_int_equal(redis_server_restart(srv), 0);
-        int64_t back = WAIT_FOR(leader_index(&s) >= 0, 5000);
+        assert_int_equal(srv_restart(srv), 0);
+        /* etcd keeps the old term's lease (its release failed while the member
+         * was down), with its ttl running again from the restart */
+        int64_t back = WAIT_FOR(leader_index(&s) >= 0, IS_ETCD ? 10000 : 5000);
         assert_true(back >= 0);
-        printf("restart %d: a leader again %lld ms after Redis came back (down %lld ms)\n", round,
-               (long long)back, (long long)(clock_mono_ms() - t0 - back));
+        printf("restart %d: a leader again %lld ms after %s came back (down %lld ms)\n", round,
+               (long long)back, IS_ETCD ? "etcd" : "Redis",
+               (long long)(clock_mono_ms() - t0 - back));
         int now_leader = leader_index(&s);
         assert_true(now_leader >= 0);
         assert_true(active_guard_epoch(s.g[now_leader]) > epoch_before);
@@ -899,7 +1567,7 @@ static void test_redis_restart_never_two_leaders(void **state)
         locker_destroy(l[i]);
     }
     pthread_mutex_destroy(&s.mu);
-    redis_server_destroy(srv);
+    srv_destroy(srv);
 }
 
 static int cmp_ll(const void *a, const void *b)
@@ -914,8 +1582,8 @@ static void test_three_guards_leader_repeatedly_stopped(void **state)
     struct sampler s = {.n = MAXG};
     pthread_mutex_init(&s.mu, NULL);
     for (int i = 0; i < MAXG; i++) {
-        l[i] = redis_locker(PORT);
-        s.g[i] = new_guard(l[i], 1500, 500, 2000); /* retry 2 s: handover relies on announce */
+        l[i] = LOCKER();
+        s.g[i] = new_guard(l[i], T(1500), 500, 2000); /* retry 2 s: handover relies on announce */
     }
     pthread_create(&s.th, NULL, sample_loop, &s);
     assert_true(WAIT_FOR(leader_index(&s) >= 0, 5000) >= 0);
@@ -937,7 +1605,7 @@ static void test_three_guards_leader_repeatedly_stopped(void **state)
         s.g[li] = NULL;
         pthread_mutex_unlock(&s.mu);
         active_guard_destroy(old);
-        struct active_guard *fresh = new_guard(l[li], 1500, 500, 2000);
+        struct active_guard *fresh = new_guard(l[li], T(1500), 500, 2000);
         pthread_mutex_lock(&s.mu);
         s.g[li] = fresh;
         pthread_mutex_unlock(&s.mu);
@@ -960,9 +1628,92 @@ static void test_three_guards_leader_repeatedly_stopped(void **state)
     pthread_mutex_destroy(&s.mu);
 }
 
-int main(void)
+/* The backend frozen (SIGSTOP) for longer than the lease under three guards:
+ * the leader steps down before its lease can expire, nobody leads while it
+ * is frozen, a new term (a higher epoch) follows once it continues; never
+ * two leaders. */
+static void test_backend_paused_never_two_leaders(void **state)
+{
+    struct srv *srv = srv_start();
+    pid_t pid = IS_ETCD ? etcd_server_pid(srv->e) : (pid_t)server_pid(srv_port(srv));
+    struct locker *l[MAXG];
+    struct sampler s = {.n = MAXG};
+    pthread_mutex_init(&s.mu, NULL);
+    int64_t ttl = T(1500);
+    for (int i = 0; i < MAXG; i++) {
+        l[i] = locker_for(srv);
+        s.g[i] = new_guard(l[i], ttl, 500, 250);
+    }
+    pthread_create(&s.th, NULL, sample_loop, &s);
+    assert_true(WAIT_FOR(leader_index(&s) >= 0, 5000) >= 0);
+    for (int round = 0; round < 2; round++) {
+        int li = leader_index(&s);
+        assert_true(li >= 0);
+        uint64_t before = active_guard_epoch(s.g[li]);
+        int64_t t0 = clock_mono_ms();
+        assert_int_equal(kill(pid, SIGSTOP), 0);
+        int64_t noticed = WAIT_FOR(leader_index(&s) == -1, ttl + 1000);
+        printf("pause %d: leader-now false %lld ms after the backend was stopped (ttl %lld)\n",
+               round, (long long)noticed, (long long)ttl);
+        assert_true(noticed >= 0 && noticed < ttl);
+        while (clock_mono_ms() - t0 < ttl + 500) {
+            assert_int_equal(leader_index(&s), -1);
+            usleep(20 * 1000);
+        }
+        assert_int_equal(kill(pid, SIGCONT), 0);
+        int64_t back = WAIT_FOR(leader_index(&s) >= 0, 3 * ttl + 5000);
+        printf("pause %d: a leader again %lld ms after the backend continued\n", round,
+               (long long)back);
+        assert_true(back >= 0);
+        int now = leader_index(&s);
+        assert_true(now >= 0);
+        assert_true(active_guard_epoch(s.g[now]) > before);
+        usleep(500 * 1000);
+    }
+    atomic_store(&s.stop, true);
+    pthread_join(s.th, NULL);
+    printf("pause test: %ld samples, %ld with two leaders\n", s.samples, s.violations);
+    assert_int_equal(s.violations, 0);
+    for (int i = 0; i < MAXG; i++) {
+        active_guard_destroy(s.g[i]);
+        locker_destroy(l[i]);
+    }
+    pthread_mutex_destroy(&s.mu);
+    srv_destroy(srv);
+}
+
+static bool in_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    if (path == NULL) return false;
+    char *copy = strdup(path), *save = NULL;
+    bool found = false;
+    for (char *d = strtok_r(copy, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
+        char f[512];
+        snprintf(f, sizeof f, "%s/%s", d, prog);
+        found = access(f, X_OK) == 0;
+    }
+    free(copy);
+    return found;
+}
+
+/* itest_guard [redis|etcd]: the backend (else $BATON_GUARD_BACKEND, else redis).
+ * Exit 77 (ctest SKIP_RETURN_CODE) when etcd is not installed. */
+int main(int argc, char **argv)
 {
     log_set_level(LOG_ERROR);
+    const char *backend = argc > 1 ? argv[1] : getenv("BATON_GUARD_BACKEND");
+    if (backend == NULL || backend[0] == '\0') backend = "redis";
+    if (strcmp(backend, "etcd") == 0) {
+        BK = BK_ETCD;
+        if (!in_path("etcd") || !in_path("etcdctl")) {
+            fprintf(stderr, "itest_guard etcd: etcd/etcdctl not installed: skipped\n");
+            return 77;
+        }
+    } else if (strcmp(backend, "redis") != 0) {
+        fprintf(stderr, "usage: %s [redis|etcd] (got \"%s\")\n", argv[0], backend);
+        return 2;
+    }
     /* BATON_TEST_FILTER=test_orphan* runs only the matching tests */
     if (getenv("BATON_TEST_FILTER")) cmocka_set_test_filter(getenv("BATON_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
@@ -971,17 +1722,20 @@ int main(void)
         cmocka_unit_test(test_epochs_strictly_increasing),
         cmocka_unit_test(test_script_cache_flushed),
         cmocka_unit_test(test_non_string_key),
-        cmocka_unit_test(test_unreachable_redis),
+        cmocka_unit_test(test_unreachable_backend),
         cmocka_unit_test(test_wrong_password),
         cmocka_unit_test(test_epoch_expiry_renew_keeps_epoch_key),
         cmocka_unit_test(test_missed_release_counted_and_resubscribed),
         cmocka_unit_test(test_gen_before_grant),
         cmocka_unit_test(test_orphan_per_key),
         cmocka_unit_test(test_side_connection_keeps_generation),
+        cmocka_unit_test(test_claim_holder_ping_inspect),
         cmocka_unit_test(test_fenced_set_shared_get),
-        cmocka_unit_test(test_fenced_set_redis_down),
-        cmocka_unit_test(test_redis_restart_never_two_leaders),
+        cmocka_unit_test(test_fenced_set_backend_down),
+        cmocka_unit_test(test_backend_restart_never_two_leaders),
         cmocka_unit_test(test_three_guards_leader_repeatedly_stopped),
+        cmocka_unit_test(test_backend_paused_never_two_leaders),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name(IS_ETCD ? "guard.etcd" : "guard.redis", tests, group_setup,
+                                       group_teardown);
 }

@@ -1,0 +1,278 @@
+/* Benchmark: the locker backends side by side, etcd against Redis, in one run.
+ *
+ *   bench_locker [BUILD_DIR]      (run by bench/run; BUILD_DIR is ignored)
+ *
+ * Starts its own redis-server (no persistence) and a single etcd member
+ * (data directory under $ETCD_DIR, default /tmp: a real disk, so etcd pays
+ * its fsync as it would in production; ETCD_DIR=/dev/shm shows etcd without
+ * it), both on free loopback ports, and for each backend, through baton's
+ * own locker (guard/locker_redis.c, guard/locker_etcd.c), one connection,
+ * one thread:
+ *
+ * - acquisitions/s: try_lock (ttl 2000 ms) + unlock cycles on distinct keys
+ *   for LOCKER_SECONDS (default 3) or LOCKER_CYCLES (default 100000)
+ *   cycles, whichever comes first; every answer must be LOCKER_OK;
+ * - renew round trip: RENEW_N (default 1000) locker_renew calls on one held
+ *   lease (ttl 10000 ms), each timed; p50 / p99 / max in ms.
+ *
+ * Prints each figure, the process's open file descriptors and threads after
+ * each backend (a locker that keeps per-key state shows here), and the
+ * contract lines of bench/run: RESULT {json}, the etcd figure as "baton"
+ * and Redis as "baseline", ratio = etcd / redis (no target: informational).
+ * Exit 1 when a backend answered wrongly, 0 otherwise (etcd not installed:
+ * the Redis figures only). */
+#include <dirent.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "guard/etcd_conn.h"
+#include "guard/locker.h"
+#include "guard/redis_conn.h"
+#include "src/common/log.h"
+#include "tests/support/etcd_server.h"
+#include "tests/support/redis_server.h"
+
+struct figures {
+    const char *backend;
+    long cycles;
+    double seconds;
+    double acq_per_s;
+    double renew_p50_ms, renew_p99_ms, renew_max_ms, renew_mean_ms;
+    int fds, threads;
+    int failures;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static long env_long(const char *name, long def)
+{
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0') return def;
+    long n = strtol(v, NULL, 10);
+    return n > 0 ? n : def;
+}
+
+static int count_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d == NULL) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(const double *sorted, long n, double p)
+{
+    long i = (long)((double)(n - 1) * p / 100.0 + 0.5);
+    if (i >= n) i = n - 1;
+    return sorted[i];
+}
+
+/* The measurements on one locker; 0, or -1 after a wrong answer. */
+static int measure(struct locker *l, struct figures *f)
+{
+    double seconds = (double)env_long("LOCKER_SECONDS", 3);
+    long max_cycles = env_long("LOCKER_CYCLES", 100000);
+    long renew_n = env_long("RENEW_N", 1000);
+    char err[LOCKER_ERR_MAX], key[96];
+    struct lock_grant g;
+    unsigned run = (unsigned)time(NULL) ^ (unsigned)getpid();
+
+    /* warm-up: connections open, scripts loaded, code paths hot */
+    for (int i = 0; i < 50; i++) {
+        snprintf(key, sizeof key, "bench:warm:%u:%d", run, i);
+        if (locker_try_lock(l, key, 2000, &g, err) != LOCKER_OK ||
+            locker_unlock(l, key, g.token, err) != LOCKER_OK) {
+            fprintf(stderr, "%s: warm-up: %s\n", f->backend, err);
+            return -1;
+        }
+    }
+
+    /* acquisitions: try_lock + unlock on distinct keys */
+    double t0 = now_s(), t = t0;
+    long n = 0;
+    while (n < max_cycles && (t = now_s()) - t0 < seconds) {
+        for (int k = 0; k < 16 && n < max_cycles; k++, n++) {
+            snprintf(key, sizeof key, "bench:acq:%u:%ld", run, n);
+            int rc = locker_try_lock(l, key, 2000, &g, err);
+            if (rc != LOCKER_OK) {
+                fprintf(stderr, "%s: try_lock %s: %s: %s\n", f->backend, key,
+                        locker_status_name(rc), err);
+                return -1;
+            }
+            rc = locker_unlock(l, key, g.token, err);
+            if (rc != LOCKER_OK) {
+                fprintf(stderr, "%s: unlock %s: %s: %s\n", f->backend, key,
+                        locker_status_name(rc), err);
+                return -1;
+            }
+        }
+    }
+    t = now_s();
+    f->cycles = n;
+    f->seconds = t - t0;
+    f->acq_per_s = (double)n / (t - t0);
+
+    /* renew round trips on one held lease */
+    snprintf(key, sizeof key, "bench:renew:%u", run);
+    if (locker_try_lock(l, key, 10000, &g, err) != LOCKER_OK) {
+        fprintf(stderr, "%s: try_lock %s: %s\n", f->backend, key, err);
+        return -1;
+    }
+    double *ms = calloc((size_t)renew_n, sizeof *ms), sum = 0;
+    if (ms == NULL) return -1;
+    for (long i = 0; i < renew_n; i++) {
+        int64_t sent;
+        double a = now_s();
+        int rc = locker_renew(l, key, g.token, 10000, &sent, err);
+        ms[i] = (now_s() - a) * 1000.0;
+        sum += ms[i];
+        if (rc != LOCKER_OK) {
+            fprintf(stderr, "%s: renew %ld: %s: %s\n", f->backend, i, locker_status_name(rc), err);
+            free(ms);
+            return -1;
+        }
+    }
+    qsort(ms, (size_t)renew_n, sizeof *ms, cmp_double);
+    f->renew_p50_ms = pct(ms, renew_n, 50);
+    f->renew_p99_ms = pct(ms, renew_n, 99);
+    f->renew_max_ms = ms[renew_n - 1];
+    f->renew_mean_ms = sum / (double)renew_n;
+    free(ms);
+    if (locker_unlock(l, key, g.token, err) != LOCKER_OK) {
+        fprintf(stderr, "%s: unlock %s: %s\n", f->backend, key, err);
+        return -1;
+    }
+    f->fds = count_dir("/proc/self/fd");
+    f->threads = count_dir("/proc/self/task");
+    return 0;
+}
+
+static void report(const struct figures *f)
+{
+    printf("  %-5s: %ld try_lock+unlock cycles in %.2f s = %.0f acquisitions/s; renew "
+           "p50 %.3f ms, p99 %.3f ms, max %.3f ms, mean %.3f ms; after it: %d fds, %d threads\n",
+           f->backend, f->cycles, f->seconds, f->acq_per_s, f->renew_p50_ms, f->renew_p99_ms,
+           f->renew_max_ms, f->renew_mean_ms, f->fds, f->threads);
+    fflush(stdout);
+}
+
+static void result(const char *workload, double etcd, double redis, const char *unit, int digits)
+{
+    char e[32], r[32], ratio[32];
+    snprintf(e, sizeof e, "%.*f", digits, etcd);
+    snprintf(r, sizeof r, "%.*f", digits, redis);
+    if (redis > 0)
+        snprintf(ratio, sizeof ratio, "%.3f", etcd / redis);
+    else
+        snprintf(ratio, sizeof ratio, "null");
+    printf("RESULT {\"workload\": \"%s\", \"baton\": %s, \"baseline\": %s, \"unit\": \"%s\", "
+           "\"ratio\": %s, \"target\": null, \"pass\": null}\n",
+           workload, e, r, unit, ratio);
+}
+
+static void result1(const char *workload, double v, const char *unit, int digits)
+{
+    printf("RESULT {\"workload\": \"%s\", \"baton\": %.*f, \"baseline\": null, \"unit\": \"%s\", "
+           "\"ratio\": null, \"target\": null, \"pass\": null}\n",
+           workload, digits, v, unit);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    log_set_level(LOG_ERROR);
+    int rc = 0;
+    struct figures fr = {.backend = "redis"}, fe = {.backend = "etcd"};
+    bool have_etcd = false, have_redis = false;
+
+    printf("locker benchmark: baton's redis and etcd lockers, one connection, one thread; "
+           "acquisitions for %ld s (at most %ld), %ld renewals\n",
+           env_long("LOCKER_SECONDS", 3), env_long("LOCKER_CYCLES", 100000),
+           env_long("RENEW_N", 1000));
+
+    struct redis_server *rs = redis_server_start(NULL);
+    if (rs == NULL) {
+        fprintf(stderr, "bench_locker: could not start redis-server\n");
+        return 1;
+    }
+    struct redis_opts ro = {.host = "127.0.0.1", .port = redis_server_port(rs),
+                            .connect_timeout_ms = 1000, .command_timeout_ms = 1000};
+    char err[LOCKER_ERR_MAX];
+    struct locker *lr = locker_redis_create(&ro, err);
+    if (lr == NULL) {
+        fprintf(stderr, "bench_locker: locker_redis_create: %s\n", err);
+        redis_server_destroy(rs);
+        return 1;
+    }
+    if (measure(lr, &fr) != 0) {
+        rc = 1;
+    } else {
+        report(&fr);
+        have_redis = true;
+    }
+    locker_destroy(lr);
+    redis_server_destroy(rs);
+
+    const char *dir = getenv("ETCD_DIR");
+    if (dir == NULL || *dir == '\0') dir = "/tmp";
+    struct etcd_server *es = etcd_server_start_in(dir, NULL);
+    if (es == NULL) {
+        fprintf(stderr, "bench_locker: no etcd member (is etcd installed?): Redis figures only\n");
+    } else {
+        printf("  etcd member %s, data directory %s\n", etcd_server_url(es), etcd_server_dir(es));
+        char *eps[1] = {(char *)etcd_server_url(es)};
+        struct etcd_opts eo = {.endpoints = eps, .n_endpoints = 1, .connect_timeout_ms = 1000,
+                               .command_timeout_ms = 1000};
+        struct locker *le = locker_etcd_create(&eo, err);
+        if (le == NULL) {
+            fprintf(stderr, "bench_locker: locker_etcd_create: %s\n", err);
+            rc = 1;
+        } else {
+            if (measure(le, &fe) != 0) {
+                rc = 1;
+            } else {
+                report(&fe);
+                have_etcd = true;
+            }
+            locker_destroy(le);
+        }
+        etcd_server_destroy(es);
+    }
+
+    if (have_redis) {
+        if (have_etcd) {
+            result("locker acquisitions/s, try_lock+unlock, distinct keys, 1 thread (etcd vs redis)",
+                   fe.acq_per_s, fr.acq_per_s, "acquisitions/s", 0);
+            result("locker renew round trip p50 (etcd vs redis)", fe.renew_p50_ms,
+                   fr.renew_p50_ms, "ms", 3);
+            result("locker renew round trip p99 (etcd vs redis)", fe.renew_p99_ms,
+                   fr.renew_p99_ms, "ms", 3);
+        } else {
+            result1("locker acquisitions/s, try_lock+unlock, distinct keys, 1 thread (redis)",
+                    fr.acq_per_s, "acquisitions/s", 0);
+            result1("locker renew round trip p50 (redis)", fr.renew_p50_ms, "ms", 3);
+            result1("locker renew round trip p99 (redis)", fr.renew_p99_ms, "ms", 3);
+        }
+    }
+    return rc;
+}

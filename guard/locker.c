@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "src/common/log.h"
+#include "src/common/util.h"
 
 const char *locker_status_name(int status)
 {
@@ -232,4 +233,14 @@ int locker_inspect(struct locker *l, const char *key, struct lock_info *info,
         return LOCKER_UNSUPPORTED;
     }
     return l->ops->inspect(l, key, info, err);
+}
+
+char *locker_subkey(const char *key, const char *name)
+{
+    size_t kl = strlen(key), nl = strlen(name);
+    char *s = xmalloc(kl + 1 + nl + 1);
+    memcpy(s, key, kl);
+    s[kl] = ':';
+    memcpy(s + kl + 1, name, nl + 1);
+    return s;
 }

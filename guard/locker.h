@@ -159,6 +159,9 @@ int locker_fenced_set(struct locker *l, const char *key, const char *name, uint6
                       const char *value, size_t len, int64_t ttl_ms, char err[LOCKER_ERR_MAX]);
 int locker_shared_get(struct locker *l, const char *key, const char *name, char *buf, size_t len,
                       char err[LOCKER_ERR_MAX]);
+/* "<key>:<name>" (malloc'ed), the keys a backend keeps beside a lease
+ * ("epoch", "holder", shared values): for the backends. */
+char *locker_subkey(const char *key, const char *name);
 /* inspect, LOCKER_UNSUPPORTED when the backend has none. */
 int locker_inspect(struct locker *l, const char *key, struct lock_info *info,
                    char err[LOCKER_ERR_MAX]);

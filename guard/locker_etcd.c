@@ -115,16 +115,6 @@ static void errf(char err[LOCKER_ERR_MAX], const char *fmt, ...)
     va_end(ap);
 }
 
-static char *key_with(const char *key, const char *name)
-{
-    size_t kl = strlen(key), nl = strlen(name);
-    char *s = xmalloc(kl + 1 + nl + 1);
-    memcpy(s, key, kl);
-    s[kl] = ':';
-    memcpy(s + kl + 1, name, nl + 1);
-    return s;
-}
-
 static void add_b64(json_object *o, const char *field, const void *data, size_t len)
 {
     char *b = etcd_b64(data, len);
@@ -284,13 +274,12 @@ static int64_t deadline_of(struct etcd_locker *el)
 }
 
 /* Grants a lease of ttl_s seconds: 0 with id, or -1. */
-static int grant(struct etcd_locker *el, struct etcd_conn *conn, int64_t deadline, int64_t ttl_s,
+static int grant(struct etcd_conn *conn, int64_t deadline, int64_t ttl_s,
                  char id[24], int64_t *sent, char err[LOCKER_ERR_MAX])
 {
     json_object *req = json_object_new_object();
     json_object_object_add(req, "TTL", json_object_new_int64(ttl_s));
     json_object *resp;
-    (void)el;
     if (call(conn, deadline, "/v3/lease/grant", req, &resp, sent, err) != 0) return -1;
     int64_t lid = etcd_int(resp, "ID", 0), got = etcd_int(resp, "TTL", 0);
     json_object_put(resp);
@@ -481,8 +470,8 @@ static int etcd_try_lock(struct locker *l, const char *key, int64_t ttl_ms, stru
     }
     uint64_t gen = etcd_generation(&el->base);
     int64_t sent = 0;
-    if (grant(el, el->lease, deadline_of(el), ttl_ms / 1000, id, &sent, err) != 0) return LOCKER_ERR;
-    char *hkey = key_with(key, "holder"), *ekey = key_with(key, "epoch");
+    if (grant(el->lease, deadline_of(el), ttl_ms / 1000, id, &sent, err) != 0) return LOCKER_ERR;
+    char *hkey = locker_subkey(key, "holder"), *ekey = locker_subkey(key, "epoch");
     json_object *ops = json_object_new_array();
     json_object_array_add(ops, op_put(key, token, strlen(token), id));
     json_object_array_add(ops, op_put(hkey, el->holder, strlen(el->holder), id));
@@ -519,7 +508,7 @@ static int etcd_try_lock(struct locker *l, const char *key, int64_t ttl_ms, stru
 }
 
 /* Is key held with token? LOCKER_OK, LOCKER_LOST (err says why), LOCKER_ERR. */
-static int confirm_token(struct etcd_locker *el, struct etcd_conn *conn, int64_t deadline,
+static int confirm_token(struct etcd_conn *conn, int64_t deadline,
                          const char *what, const char *key, const char *token,
                          char err[LOCKER_ERR_MAX])
 {
@@ -533,7 +522,6 @@ static int confirm_token(struct etcd_locker *el, struct etcd_conn *conn, int64_t
     char v[RANDOM_TOKEN_LEN + 8];
     bool same = kv_value(kv, v, sizeof v, NULL) && strcmp(v, token) == 0;
     json_object_put(kv);
-    (void)el;
     if (same) return LOCKER_OK;
     errf(err, "etcd locker: %s %s: held with another token", what, key);
     return LOCKER_LOST;
@@ -558,8 +546,8 @@ static int renew_moving(struct etcd_locker *el, const char *key, const char *tok
 {
     char id[24];
     int64_t sent = 0;
-    if (grant(el, el->lease, deadline, ttl_s, id, &sent, err) != 0) return LOCKER_ERR;
-    char *hkey = key_with(key, "holder");
+    if (grant(el->lease, deadline, ttl_s, id, &sent, err) != 0) return LOCKER_ERR;
+    char *hkey = locker_subkey(key, "holder");
     json_object *ops = json_object_new_array();
     json_object_array_add(ops, op_put(key, token, strlen(token), id));
     json_object_array_add(ops, op_put(hkey, el->holder, strlen(el->holder), id));
@@ -619,7 +607,7 @@ static int etcd_renew(struct locker *l, const char *key, const char *token, int6
         return LOCKER_LOST;
     }
     /* the lease runs again from *sent_ms; the key must still be ours */
-    int rc = confirm_token(el, el->lease, deadline, "renew", key, token, err);
+    int rc = confirm_token(el->lease, deadline, "renew", key, token, err);
     if (rc == LOCKER_LOST) held_do(el, key, token, HELD_STALE, NULL, NULL);
     return rc;
 }
@@ -631,7 +619,7 @@ static int etcd_unlock(struct locker *l, const char *key, const char *token,
     struct etcd_locker *el = (struct etcd_locker *)l;
     char id[24];
     bool mine = held_do(el, key, token, HELD_GET, id, NULL);
-    char *hkey = key_with(key, "holder");
+    char *hkey = locker_subkey(key, "holder");
     json_object *ops = json_object_new_array();
     json_object_array_add(ops, op_delete(key));
     json_object_array_add(ops, op_delete(hkey));
@@ -666,7 +654,7 @@ static int etcd_check(struct locker *l, const char *key, const char *token,
 {
     OP("check", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
-    int rc = confirm_token(el, el->lease, deadline_of(el), "check", key, token, err);
+    int rc = confirm_token(el->lease, deadline_of(el), "check", key, token, err);
     if (rc == LOCKER_LOST) held_do(el, key, token, HELD_STALE, NULL, NULL);
     return rc;
 }
@@ -879,7 +867,7 @@ static int etcd_claim(struct locker *l, const char *key, int64_t ttl_ms, char er
     if (present < 0) return LOCKER_ERR;
     if (present == 1) return LOCKER_HELD;
     char id[24];
-    if (grant(el, el->side, deadline_of(el), (ttl_ms + 999) / 1000, id, NULL, err) != 0)
+    if (grant(el->side, deadline_of(el), (ttl_ms + 999) / 1000, id, NULL, err) != 0)
         return LOCKER_ERR;
     json_object *t = txn(arr1(cmp(key, "CREATE", "create_revision", json_object_new_string("0"))),
                          arr1(op_put(key, el->holder, strlen(el->holder), id)), NULL);
@@ -900,7 +888,7 @@ static int etcd_holder(struct locker *l, const char *key, char *buf, size_t len,
 {
     OP("holder of", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
-    char *hkey = key_with(key, "holder");
+    char *hkey = locker_subkey(key, "holder");
     json_object *kv = NULL;
     int present = range_key(el->side, deadline_of(el), hkey, &kv, NULL, err);
     free(hkey);
@@ -949,7 +937,7 @@ static int shared_lease(struct etcd_locker *el, int64_t ttl_s, char id[24], bool
     }
     pthread_mutex_unlock(&el->held_mu);
     int64_t sent = 0;
-    if (grant(el, el->side, deadline_of(el), ttl_s, id, &sent, err) != 0) return -1;
+    if (grant(el->side, deadline_of(el), ttl_s, id, &sent, err) != 0) return -1;
     pthread_mutex_lock(&el->held_mu);
     if (slot == NULL) slot = oldest;
     slot->ttl_s = ttl_s;
@@ -963,7 +951,7 @@ static int etcd_fenced_set(struct locker *l, const char *key, const char *name, 
                            const char *value, size_t len, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
 {
     struct etcd_locker *el = (struct etcd_locker *)l;
-    char *ekey = key_with(key, "epoch"), *vkey = key_with(key, name);
+    char *ekey = locker_subkey(key, "epoch"), *vkey = locker_subkey(key, name);
     OP("fenced write", vkey);
     char ep[24];
     snprintf(ep, sizeof ep, "%llu", (unsigned long long)epoch);
@@ -997,7 +985,7 @@ static int etcd_shared_get(struct locker *l, const char *key, const char *name, 
                            size_t len, char err[LOCKER_ERR_MAX])
 {
     struct etcd_locker *el = (struct etcd_locker *)l;
-    char *vkey = key_with(key, name);
+    char *vkey = locker_subkey(key, name);
     OP("shared read", vkey);
     json_object *kv = NULL;
     int present = range_key(el->side, deadline_of(el), vkey, &kv, NULL, err);
@@ -1024,7 +1012,7 @@ static int etcd_inspect(struct locker *l, const char *key, struct lock_info *inf
 {
     OP("inspect", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
-    char *hkey = key_with(key, "holder"), *ekey = key_with(key, "epoch");
+    char *hkey = locker_subkey(key, "holder"), *ekey = locker_subkey(key, "epoch");
     json_object *ops = json_object_new_array();
     json_object_array_add(ops, op_range(key));
     json_object_array_add(ops, op_range(hkey));

@@ -137,17 +137,6 @@ static void remove_entry(struct local_locker *ll, struct local_entry *victim)
     }
 }
 
-/* "<key>:<name>", malloc'ed: never truncated. */
-static char *key_with(const char *key, const char *name)
-{
-    size_t kl = strlen(key), nl = strlen(name);
-    char *s = xmalloc(kl + 1 + nl + 1);
-    memcpy(s, key, kl);
-    s[kl] = ':';
-    memcpy(s + kl + 1, name, nl + 1);
-    return s;
-}
-
 /* mu held: the live value called name (removing it first if it expired). */
 static struct local_value *value_find(struct local_locker *ll, const char *name, int64_t now)
 {
@@ -196,7 +185,7 @@ static int64_t epoch_ttl_ms(int64_t ttl_ms)
 static int acquire(struct local_locker *ll, const char *key, int64_t ttl_ms, const char *token,
                    uint64_t *epoch, int64_t *now_out, int64_t *held_pttl_ms)
 {
-    char *ekey = epoch ? key_with(key, "epoch") : NULL;
+    char *ekey = epoch ? locker_subkey(key, "epoch") : NULL;
     pthread_mutex_lock(&ll->mu);
     int64_t now = clock_boot_ms();
     *now_out = now;
@@ -293,7 +282,7 @@ static int local_renew(struct locker *l, const char *key, const char *token, int
                        int64_t *sent_ms, char err[LOCKER_ERR_MAX])
 {
     struct local_locker *ll = (struct local_locker *)l;
-    char *ekey = key_with(key, "epoch");
+    char *ekey = locker_subkey(key, "epoch");
     pthread_mutex_lock(&ll->mu);
     int64_t now = clock_boot_ms();
     *sent_ms = now;
@@ -386,8 +375,8 @@ static int local_fenced_set(struct locker *l, const char *key, const char *name,
                             char err[LOCKER_ERR_MAX])
 {
     struct local_locker *ll = (struct local_locker *)l;
-    char *ekey = key_with(key, "epoch");
-    char *vkey = key_with(key, name);
+    char *ekey = locker_subkey(key, "epoch");
+    char *vkey = locker_subkey(key, name);
     char dec[24];
     int n = snprintf(dec, sizeof dec, "%llu", (unsigned long long)epoch);
     char current[24] = "";
@@ -424,7 +413,7 @@ static int local_shared_get(struct locker *l, const char *key, const char *name,
                             size_t len, char err[LOCKER_ERR_MAX])
 {
     struct local_locker *ll = (struct local_locker *)l;
-    char *vkey = key_with(key, name);
+    char *vkey = locker_subkey(key, name);
     int rc;
     size_t have = 0;
     pthread_mutex_lock(&ll->mu);

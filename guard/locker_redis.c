@@ -633,10 +633,7 @@ static int redis_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
         snprintf(err, LOCKER_ERR_MAX, "redis locker: no randomness for a token (%s)", key);
         return LOCKER_ERR;
     }
-    size_t kl = strlen(key);
-    char *ekey = xmalloc(kl + 7);
-    memcpy(ekey, key, kl);
-    memcpy(ekey + kl, ":epoch", 7);
+    char *ekey = locker_subkey(key, "epoch");
     char ttl[24], ettl[24];
     int64_t et = ttl_ms * 2 > EPOCH_KEY_MIN_TTL_MS ? ttl_ms * 2 : EPOCH_KEY_MIN_TTL_MS;
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
@@ -724,10 +721,7 @@ static int redis_renew(struct locker *l, const char *key, const char *token, int
     int64_t et = ttl_ms * 2 > EPOCH_KEY_MIN_TTL_MS ? ttl_ms * 2 : EPOCH_KEY_MIN_TTL_MS;
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
     snprintf(ettl, sizeof ettl, "%lld", (long long)et);
-    size_t kl = strlen(key);
-    char *ekey = xmalloc(kl + 7);
-    memcpy(ekey, key, kl);
-    memcpy(ekey + kl, ":epoch", 7);
+    char *ekey = locker_subkey(key, "epoch");
     int rc = token_script(rl, S_RENEW, "renew", key, ekey, token, ttl, ettl, sent_ms, LOCKER_OK,
                           LOCKER_LOST, err);
     free(ekey);
@@ -883,10 +877,7 @@ static int redis_holder(struct locker *l, const char *key, char *buf, size_t len
                         char err[LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
-    size_t kl = strlen(key);
-    char *hkey = xmalloc(kl + 8);
-    memcpy(hkey, key, kl);
-    memcpy(hkey + kl, ":holder", 8);
+    char *hkey = locker_subkey(key, "holder");
     const char *get_argv[2] = {"GET", hkey};
     const char **argv[1] = {get_argv};
     const int argc[1] = {2};
@@ -923,24 +914,13 @@ static int redis_ping(struct locker *l, char err[LOCKER_ERR_MAX])
     return rc;
 }
 
-/* "<key>:<name>", malloc'ed: never truncated (callers bound the keys). */
-static char *key_with(const char *key, const char *name)
-{
-    size_t kl = strlen(key), nl = strlen(name);
-    char *s = xmalloc(kl + 1 + nl + 1);
-    memcpy(s, key, kl);
-    s[kl] = ':';
-    memcpy(s + kl + 1, name, nl + 1);
-    return s;
-}
-
 /* One EVALSHA of SCRIPT_FENCED_SET on the side connection. */
 static int redis_fenced_set(struct locker *l, const char *key, const char *name, uint64_t epoch,
                             const char *value, size_t len, int64_t ttl_ms,
                             char err[LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
-    char *ekey = key_with(key, "epoch"), *vkey = key_with(key, name);
+    char *ekey = locker_subkey(key, "epoch"), *vkey = locker_subkey(key, name);
     char ep[24], ttl[24], what[LOCKER_ERR_MAX];
     snprintf(ep, sizeof ep, "%llu", (unsigned long long)epoch);
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
@@ -971,7 +951,7 @@ static int redis_shared_get(struct locker *l, const char *key, const char *name,
                             size_t len, char err[LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
-    char *vkey = key_with(key, name);
+    char *vkey = locker_subkey(key, name);
     char what[LOCKER_ERR_MAX];
     snprintf(what, sizeof what, "shared read %.150s", vkey);
     const char *get_argv[2] = {"GET", vkey};
@@ -1011,7 +991,7 @@ static int redis_inspect(struct locker *l, const char *key, struct lock_info *in
                          char err[LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
-    char *ekey = key_with(key, "epoch"), *hkey = key_with(key, "holder");
+    char *ekey = locker_subkey(key, "epoch"), *hkey = locker_subkey(key, "holder");
     const char *a0[2] = {"GET", key}, *a1[2] = {"PTTL", key}, *a2[2] = {"GET", ekey},
                *a3[2] = {"GET", hkey};
     const char **argv[4] = {a0, a1, a2, a3};

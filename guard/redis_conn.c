@@ -167,6 +167,16 @@ void redis_opts_copy(struct redis_opts *dst, const struct redis_opts *src)
     dst->host = dup_or_null(src->host);
     dst->user = dup_or_null(src->user);
     dst->password = dup_or_null(src->password);
+    dst->tls.ca_file = dup_or_null(src->tls.ca_file);
+    dst->tls.cert_file = dup_or_null(src->tls.cert_file);
+    dst->tls.key_file = dup_or_null(src->tls.key_file);
+    dst->tls.server_name = dup_or_null(src->tls.server_name);
+    dst->master_name = dup_or_null(src->master_name);
+    dst->sentinels = NULL;
+    if (src->n_sentinels) {
+        dst->sentinels = xcalloc(src->n_sentinels, sizeof *dst->sentinels);
+        for (size_t i = 0; i < src->n_sentinels; i++) dst->sentinels[i] = xstrdup(src->sentinels[i]);
+    }
 }
 
 void redis_opts_clear(struct redis_opts *o)
@@ -174,6 +184,13 @@ void redis_opts_clear(struct redis_opts *o)
     if (o == NULL) return;
     free(o->host);
     free(o->user);
+    free(o->tls.ca_file);
+    free(o->tls.cert_file);
+    free(o->tls.key_file);
+    free(o->tls.server_name);
+    free(o->master_name);
+    for (size_t i = 0; i < o->n_sentinels; i++) free(o->sentinels[i]);
+    free(o->sentinels);
     if (o->password) {
         /* do not leave the secret in freed memory */
         volatile char *p = o->password;

@@ -5,8 +5,20 @@
 #define BATON_REDIS_CONN_H
 
 #include <hiredis/hiredis.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* TLS for a Redis connection (hiredis 0.14 has none: see guard/redis_tls.h).
+ * enabled = false: plain TCP. Never falls back to plain text. */
+struct redis_tls_opts {
+    bool enabled;
+    char *ca_file;     /* CA bundle verifying the server; NULL = the system's */
+    char *cert_file;   /* client certificate (optional, with key_file) */
+    char *key_file;
+    char *server_name; /* name checked in the server certificate and sent as
+                        * SNI; NULL = the host connected to */
+};
 
 struct redis_opts {
     char *host;               /* default "127.0.0.1" */
@@ -16,6 +28,13 @@ struct redis_opts {
     char *password;           /* resolved secret or NULL */
     int64_t connect_timeout_ms; /* default 1000 */
     int64_t command_timeout_ms; /* default 1000 */
+    struct redis_tls_opts tls;  /* also used for the sentinels */
+    /* Sentinel: with n_sentinels > 0 the master of master_name is asked of
+     * the sentinels ("host:port", tried in order) on every connect, and
+     * host/port are not used. */
+    char **sentinels;
+    size_t n_sentinels;
+    char *master_name;
 };
 
 /* Returns a connected, authenticated context with db selected, or NULL with

@@ -1226,12 +1226,7 @@ void config_free(struct baton_config *c)
     if (!c) return;
     free(c->path);
     free(c->owner);
-    free(c->locker_redis.host);
-    free(c->locker_redis.user);
-    if (c->locker_redis.password) {
-        explicit_bzero(c->locker_redis.password, strlen(c->locker_redis.password));
-        free(c->locker_redis.password);
-    }
+    redis_opts_clear(&c->locker_redis);
     etcd_opts_clear(&c->locker_etcd);
     free(c->key_prefix);
     for (size_t i = 0; i < c->n_sinks; i++) {

@@ -48,18 +48,17 @@ Run standalone: BATON_BIN=/path/baton python3 tests/integration/test_etcd.py [te
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import harness as h  # noqa: E402
 import etcd as etcdlib  # noqa: E402
 import mariadb as mdb  # noqa: E402
-from publisher import Publisher, rfc3339_ms, now_ms  # noqa: E402
+from publisher import (Publisher, failover, log_events, now_ms, rfc3339_ms,  # noqa: E402
+                       wait_single_leader, wait_subscribed)
 from tlsfiles import make_ca, make_tls_files  # noqa: E402
 
 ORDER = ["test_config_check", "test_status", "test_leader_sigkill", "test_leader_sigterm",
@@ -99,44 +98,8 @@ def psub_cfg(port, name="psub"):
 # --------------------------------------------------------------------------
 # observation helpers
 
-def get(port, path, timeout=1.0):
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except OSError:
-        return None, ""
-
-
-def status_doc(port):
-    code, body = get(port, "/status")
-    if code != 200:
-        return None
-    try:
-        return json.loads(body)
-    except ValueError:
-        return None
-
-
-def status(port):
-    d = status_doc(port)
-    return {e["name"]: e for e in (d or {}).get("endpoints", [])}
-
-
 def role(port, ep="psub"):
-    return status(port).get(ep, {}).get("role")
-
-
-def log_events(b, rx):
-    """[(wall ms, match)] of b's stderr lines matching rx."""
-    out = []
-    for line in b.stderr_text().splitlines():
-        m = rx.search(line)
-        if m:
-            try:
-                out.append((rfc3339_ms(line.split(" ", 1)[0]), m))
-            except (ValueError, IndexError):
-                pass
-    return out
+    return h.status_endpoints(port).get(ep, {}).get("role")
 
 
 def log_lines(b, needle):
@@ -177,32 +140,6 @@ def records(b):
         except (ValueError, KeyError, AttributeError, TypeError):
             pass
     return out
-
-
-def all_seqs(batons):
-    return [r[0] for b in batons for r in records(b)]
-
-
-def wait_subscribed(t, redis_port, timeout=20):
-    """Until exactly one subscriber receives a probe PUBLISH."""
-    c = h.Resp(redis_port)
-    try:
-        n = h.wait_until(lambda: c.cmd("PUBLISH", "chan.probe", "probe") == 1, timeout, 0.05)
-    finally:
-        c.close()
-    t.require(n, "no baton subscribed within %ds" % timeout)
-
-
-def leaders_since(batons, since_ms):
-    return [b for b in batons if any(r[2] >= since_ms for r in records(b))]
-
-
-def wait_single_leader(t, batons, timeout=10):
-    since = now_ms()
-    ls = h.wait_until(lambda: leaders_since(batons, since), timeout, 0.05)
-    t.require(ls and len(ls) == 1, "expected one forwarding process, got %r"
-              % [b.name for b in (ls or [])])
-    return ls[0]
 
 
 def etcd_member_of(pid, cluster):
@@ -267,7 +204,7 @@ class Watcher:
                 last_status = time.monotonic()
                 roles, epochs = [], []
                 for p in self.mports:
-                    e = status(p).get(self.ep, {}) if p else {}
+                    e = h.status_endpoints(p).get(self.ep, {}) if p else {}
                     roles.append(e.get("role"))
                     epochs.append(e.get("epoch"))
                 self.samples.append((now_ms(), roles, epochs))
@@ -357,7 +294,7 @@ def test_status(t):
     t.require(lead, "no replica leads within 15 s: %s" % [role(mp) for mp in mports])
     time.sleep(1.2)  # /status state refreshed every second
     i = lead[0]
-    doc = status_doc(mports[i])
+    doc = h.http_status(mports[i])
     st = {e["name"]: e for e in doc.get("endpoints", [])}["psub"]
     rc, out, err = h.run_baton(["status", "-c", bs[i].cfg])
     h.log("/status: %s" % json.dumps(doc)[:600])
@@ -385,11 +322,11 @@ def test_status(t):
                 "epoch %s is not the lease key's create_revision %d"
                 % (st.get("epoch"), kvs[lk]["create_revision"]))
         t.check(kvs[lk]["lease"] != 0, "the lease key has no etcd lease attached")
-    _code, mbody = get(mports[i], "/metrics")
+    _code, mbody = h.http_get(mports[i], "/metrics")
     t.check("etcd" in mbody, "/metrics does not name the etcd backend")
     h.log("metrics lines naming etcd: %s" % [l for l in mbody.splitlines() if "etcd" in l][:5])
     # standby's view
-    other = status(mports[1 - i]).get("psub", {})
+    other = h.status_endpoints(mports[1 - i]).get("psub", {})
     t.check(other.get("role") == "standby", "the other replica is %r" % other.get("role"))
     # after the leader's SIGTERM: the other leads with a larger epoch
     e1 = st.get("epoch")
@@ -397,7 +334,7 @@ def test_status(t):
     ok = h.wait_until(lambda: role(mports[1 - i]) == "leader", 5, 0.05)
     t.check(ok, "the standby did not lead after the leader's SIGTERM")
     time.sleep(1.2)
-    e2 = status(mports[1 - i]).get("psub", {}).get("epoch")
+    e2 = h.status_endpoints(mports[1 - i]).get("psub", {}).get("epoch")
     rc, out, err = h.run_baton(["status", "-c", bs[1 - i].cfg])
     h.log("after SIGTERM: epoch %s -> %s; baton status:\n%s" % (e1, e2, out))
     t.check(isinstance(e2, int) and isinstance(e1, int) and e2 > e1, "epoch did not increase: %s -> %s"
@@ -410,58 +347,16 @@ def _failover(t, how):
     ttl, retry = 3000, 250          # the default lease, as the Redis suite
     main = main_cfg(cluster, lease=None)
     batons = [t.baton(main, {"psub.cfg": psub_cfg(redis.port)}) for _ in range(3)]
-    wait_subscribed(t, redis.port)
-    pub = Publisher(redis.port, rate=1000).start()
-    time.sleep(0.5)
-    old = wait_single_leader(t, batons)
-    time.sleep(1.0)
-    others = [b for b in batons if b is not old]
-    t_fault = now_ms()
-    st = None
-    if how == "kill":
-        old.proc.send_signal(signal.SIGKILL)
-        old.proc.wait(5)
-    else:
-        st = old.term(15)
-    new_ls = h.wait_until(lambda: leaders_since(others, t_fault), ttl / 1000.0 + 5, 0.05)
-    t.require(new_ls, "no standby forwarded anything within %d ms after the %s" % (ttl + 5000, how))
-    time.sleep(1.0)
-    pub.stop()
-    time.sleep(0.5)
-
-    old_recs = records(old)
-    new_recs = sorted((r for b in others for r in records(b)), key=lambda r: r[0])
-    forwarders = [b.name for b in others if records(b)]
-    seqs = [r[0] for r in old_recs] + [r[0] for r in new_recs]
-    dups = h.duplicates(seqs)
-    entries = pub.snapshot()
-    missing = sorted(set(e[0] for e in entries) - set(seqs))
-    t.require(old_recs and new_recs, "old or new leader forwarded nothing")
-    old_last = max(old_recs, key=lambda r: r[0])
-    new_first = min(new_recs, key=lambda r: r[0])
-    takeover = new_first[2] - t_fault
-    gap = new_first[2] - old_last[2]
-    outside = [s for s in missing if not (old_last[0] < s < new_first[0])]
-    max_recv = max((e[2] or 0) for e in entries)
-    old_ep = {r[3] for r in old_recs}
-    new_ep = {r[3] for r in new_recs}
+    r = failover(t, batons, redis.port, how, ttl, records=records, subscribe_timeout=20,
+                 label=" (etcd)")
+    old_ep = {rec[3] for rec in r.old_recs}
+    new_ep = {rec[3] for rec in r.new_recs}
     proms = check_epochs(t, batons)
-    h.log("%s (etcd): old leader %s forwarded %d (last seq %d, epochs %s), new leader %s forwarded "
-          "%d (first seq %d, epochs %s); takeover %d ms after the signal; gap (last old -> first "
-          "new) %d ms; lost %d (all inside the gap: %s); duplicates %d; max PUBLISH receivers %d; "
-          "promotions %s"
-          % (how, old.name, len(old_recs), old_last[0], sorted(old_ep), forwarders, len(new_recs),
-             new_first[0], sorted(new_ep), takeover, gap, len(missing), not outside, len(dups),
-             max_recv, [(n, e) for _ts, e, n in proms]))
-    t.check(len(dups) == 0, "duplicates: %d, e.g. %r" % (len(dups), list(dups.items())[:5]))
-    t.check(not outside, "%d messages lost outside the gap, e.g. %r" % (len(outside), outside[:10]))
-    t.check(len(forwarders) == 1, "expected one new leader, got %r" % forwarders)
-    t.check(max_recv <= 1, "a PUBLISH reached %d subscribers" % max_recv)
+    h.log("%s (etcd): epochs of the old leader %s, of the new %s; promotions %s"
+          % (how, sorted(old_ep), sorted(new_ep), [(n, e) for _ts, e, n in proms]))
     t.check(old_ep and new_ep and max(old_ep) < min(new_ep),
             "the new leader's epochs %s are not above the old leader's %s" % (new_ep, old_ep))
-    for b in others:
-        t.check(b.alive(), "%s exited" % b.name)
-    return takeover, gap, st, ttl, retry
+    return r.takeover, r.gap, r.status, ttl, retry
 
 
 def test_leader_sigkill(t):
@@ -767,12 +662,12 @@ def test_cluster_faults(t):
     mports = [h.free_port() for _ in range(3)]
     batons = [t.baton(main_cfg(cluster, mp), {"psub.cfg": psub_cfg(redis.port)}, name="r%d" % (i + 1))
               for i, mp in enumerate(mports)]
-    wait_subscribed(t, redis.port)
+    wait_subscribed(t, redis.port, timeout=20)
     w = Watcher(batons, mports).start()
     t.cleanup(w.stop)
     pub = Publisher(redis.port, rate=1000).start()
     time.sleep(0.5)
-    wait_single_leader(t, batons)
+    wait_single_leader(t, batons, records=records)
     time.sleep(1.5)
     marks = {"start": now_ms()}
 

@@ -55,7 +55,6 @@ fault-injecting TCP proxy (tests/support/faultproxy.py) in front of it.
 The /healthz-while-Redis-is-stalled case ([stalled_redis]) is
 test_ops.py:test_pages_never_wait_for_a_stalled_redis.
 """
-import json
 import os
 import random
 import re
@@ -63,14 +62,13 @@ import signal
 import sys
 import threading
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import harness as h  # noqa: E402
 import faultproxy  # noqa: E402
 import rabbitmq as rmq  # noqa: E402
 from mosquitto import Mosquitto  # noqa: E402
-from publisher import rfc3339_ms  # noqa: E402
+from publisher import log_events, match_log_lines, rfc3339_ms  # noqa: E402
 
 ORDER = ["test_faultproxy", "test_slow_promote", "test_late_renew", "test_missed_release_window",
          "test_missed_release"]
@@ -105,24 +103,9 @@ DELAY_NAMES = set(filter(None, os.environ.get("BATON_DELAY_NAMES", "").split(","
 # --------------------------------------------------------------------------
 # helpers
 
-def get(port, path, timeout=2.0):
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except OSError:
-        return None, ""
-
-
-def status(port):
-    code, body = get(port, "/status")
-    if code != 200:
-        return {}
-    return {e["name"]: e for e in json.loads(body)["endpoints"]}
-
-
 def metrics(port):
     """{'name{labels}': value}"""
-    code, body = get(port, "/metrics")
+    code, body = h.http_get(port, "/metrics", 2.0)
     out = {}
     if code != 200:
         return out
@@ -139,19 +122,6 @@ def metrics(port):
 def m_ep(m, name, ep, **labels):
     lab = 'endpoint="%s"' % ep + "".join(',%s="%s"' % kv for kv in labels.items())
     return m.get("%s{%s}" % (name, lab))
-
-
-def log_events(b, rx):
-    """[(wall ms, match)] of b's stderr lines matching rx."""
-    out = []
-    for line in b.stderr_text().splitlines():
-        m = rx.search(line)
-        if m:
-            try:
-                out.append((rfc3339_ms(line.split(" ", 1)[0]), m))
-            except (ValueError, IndexError):
-                pass
-    return out
 
 
 def pct(values, p):
@@ -188,15 +158,7 @@ class LogTail:
 
     def events(self, rx, start=0):
         self.poll()
-        out = []
-        for line in self.lines[start:]:
-            m = rx.search(line)
-            if m:
-                try:
-                    out.append((rfc3339_ms(line.split(" ", 1)[0]), m))
-                except (ValueError, IndexError):
-                    pass
-        return out
+        return match_log_lines(self.lines[start:], rx)
 
 
 def psub_cfg(name, port, extra=""):
@@ -378,11 +340,11 @@ def test_late_renew(t):
     names = ["ps", "rq", "mq"]
 
     def all_lead():
-        st = status(mport)
+        st = h.status_endpoints(mport, 2.0)
         return all(st.get(n, {}).get("role") == "leader" for n in names) and \
             "consuming from" in b.stderr_text() and "subscribed to" in b.stderr_text()
     t.require(h.wait_until(all_lead, 30, 0.1), "the three endpoints did not all lead within 30 s: %s"
-              % {n: e.get("role") for n, e in status(mport).items()})
+              % {n: e.get("role") for n, e in h.status_endpoints(mport, 2.0).items()})
 
     pub_r = h.Resp(redis.port)
     t.cleanup(pub_r.close)
@@ -409,7 +371,7 @@ def test_late_renew(t):
               "messages published before the fault not all forwarded: %s"
               % {n: len(delivered(n, sent[n])) for n in names})
     m0 = metrics(mport)
-    st0 = status(mport)
+    st0 = h.status_endpoints(mport, 2.0)
 
     # the fault, one endpoint at a time: the replies to the locker requests
     # naming its lease key come LATE_DELAY_MS late; traffic meanwhile
@@ -429,7 +391,7 @@ def test_late_renew(t):
     t_rec = time.time() * 1000
 
     def recovered():
-        st = status(mport)
+        st = h.status_endpoints(mport, 2.0)
         return all(st.get(n, {}).get("role") == "leader" and
                    st[n]["promotions"] == st[n]["demotions"] + 1 for n in names)
     ok = h.wait_until(recovered, 20, 0.1)
@@ -437,9 +399,9 @@ def test_late_renew(t):
     time.sleep(1.0)  # and stays so
     t.check(ok and recovered(), "not every endpoint leads again within 20 s of the delay ending: %s"
             % {n: (e.get("role"), e.get("promotions"), e.get("demotions"))
-               for n, e in status(mport).items()})
+               for n, e in h.status_endpoints(mport, 2.0).items()})
     m1 = metrics(mport)
-    st1 = status(mport)
+    st1 = h.status_endpoints(mport, 2.0)
 
     # after the recovery: more than the prefetch through RabbitMQ
     after = ["after-%d" % k for k in range(300)]

@@ -12,13 +12,12 @@ Default lease settings throughout (ttl 3000, renew 1000, retry 250).
 Faults 4-6 are in test_redis_psub_faults.py.
 """
 import os
-import signal
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
 import harness as h  # noqa: E402
-from publisher import Publisher, forwarded, now_ms  # noqa: E402
+from publisher import Publisher, all_seqs, failover, forwarded, wait_subscribed  # noqa: E402
 
 TTL, RETRY = 3000, 250
 ORDER = ["test_config_check", "test_steady_state", "test_leader_sigkill", "test_leader_sigterm"]
@@ -32,33 +31,6 @@ def psub_cfg(port, extra=""):
 def start_cluster(t, locker_port, source_port, n=3, lease=None, extra=""):
     main = h.main_cfg(redis_port=locker_port, lease=lease)
     return [t.baton(main, {"psub.cfg": psub_cfg(source_port, extra)}) for _ in range(n)]
-
-
-def wait_subscribed(t, redis_port, timeout=15):
-    """Waits until exactly one subscriber receives a probe PUBLISH."""
-    c = h.Resp(redis_port)
-    try:
-        n = h.wait_until(lambda: c.cmd("PUBLISH", "chan.probe", "probe") == 1, timeout, 0.05)
-    finally:
-        c.close()
-    t.require(n, "no baton subscribed within %ds" % timeout)
-
-
-def leaders_since(batons, since_ms):
-    """The batons that forwarded something received at or after since_ms."""
-    return [b for b in batons if any(r[2] >= since_ms for r in forwarded(b))]
-
-
-def wait_single_leader(t, batons, timeout=10):
-    since = now_ms()
-    ls = h.wait_until(lambda: leaders_since(batons, since), timeout, 0.05)
-    t.require(ls and len(ls) == 1, "expected one forwarding process, got %r"
-              % [b.name for b in (ls or [])])
-    return ls[0]
-
-
-def all_seqs(batons):
-    return [r[0] for b in batons for r in forwarded(b)]
 
 
 def pct(values, p):
@@ -139,66 +111,19 @@ def test_steady_state(t):
 def _failover(t, how):
     redis = t.redis()
     batons = start_cluster(t, redis.port, redis.port)
-    wait_subscribed(t, redis.port)
-    pub = Publisher(redis.port, rate=1000).start()
-    time.sleep(0.5)
-    old = wait_single_leader(t, batons)
-    time.sleep(1.0)
-    others = [b for b in batons if b is not old]
-
-    t_fault = now_ms()
-    status = None
-    if how == "kill":
-        old.proc.send_signal(signal.SIGKILL)
-        old.proc.wait(5)
-    else:
-        status = old.term(15)
-    new_ls = h.wait_until(lambda: leaders_since(others, t_fault), TTL / 1000.0 + 5, 0.05)
-    t.require(new_ls, "no standby forwarded anything within %d ms after the %s"
-              % (TTL + 5000, how))
-    time.sleep(1.0)
-    pub.stop()
-    time.sleep(0.5)  # let the last batch through the sink
-
-    old_recs = forwarded(old)
-    new_recs = sorted((r for b in others for r in forwarded(b)), key=lambda r: r[0])
-    forwarders = [b.name for b in others if forwarded(b)]
-    seqs = [r[0] for r in old_recs] + [r[0] for r in new_recs]
-    dups = h.duplicates(seqs)
-    entries = pub.snapshot()
-    published = [e[0] for e in entries]
-    missing = sorted(set(published) - set(seqs))
-    t.require(old_recs and new_recs, "old or new leader forwarded nothing")
-    old_last = max(old_recs, key=lambda r: r[0])
-    new_first = min(new_recs, key=lambda r: r[0])
-    takeover = new_first[2] - t_fault
-    gap = new_first[2] - old_last[2]
-    outside = [s for s in missing if not (old_last[0] < s < new_first[0])]
-    max_recv = max((e[2] or 0) for e in entries)
-    h.log("%s: old leader %s forwarded %d (last seq %d), new leader %s forwarded %d "
-          "(first seq %d); takeover %d ms after the signal; gap (last old -> first new) "
-          "%d ms; lost %d (all inside the gap: %s); duplicates %d; max PUBLISH receivers %d"
-          % (how, old.name, len(old_recs), old_last[0], forwarders, len(new_recs),
-             new_first[0], takeover, gap, len(missing), not outside, len(dups), max_recv))
-    t.check(len(dups) == 0, "duplicates: %d, e.g. %r" % (len(dups), list(dups.items())[:5]))
-    t.check(not outside, "%d messages lost outside the gap, e.g. %r" % (len(outside), outside[:10]))
-    t.check(len(forwarders) == 1, "expected one new leader, got %r" % forwarders)
-    t.check(max_recv <= 1, "a PUBLISH reached %d subscribers" % max_recv)
-    for b in others:
-        t.check(b.alive(), "%s exited" % b.name)
-    return takeover, gap, status
+    return failover(t, batons, redis.port, how, TTL)
 
 
 def test_leader_sigkill(t):
-    takeover, gap, _ = _failover(t, "kill")
+    takeover = _failover(t, "kill").takeover
     bound = TTL + RETRY + 500
     t.check(takeover <= bound, "takeover took %d ms > ttl + retry + 500 = %d ms" % (takeover, bound))
 
 
 def test_leader_sigterm(t):
-    takeover, gap, status = _failover(t, "term")
-    t.check(status == 0, "old leader exited with %r after SIGTERM" % status)
-    t.check(gap < 200, "graceful handover took %d ms (>= 200 ms)" % gap)
+    r = _failover(t, "term")
+    t.check(r.status == 0, "old leader exited with %r after SIGTERM" % r.status)
+    t.check(r.gap < 200, "graceful handover took %d ms (>= 200 ms)" % r.gap)
 
 
 if __name__ == "__main__":

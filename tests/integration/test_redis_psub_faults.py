@@ -18,9 +18,9 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
 sys.path.insert(0, os.path.dirname(__file__))
 import harness as h  # noqa: E402
-from publisher import Publisher, forwarded, log_times, now_ms  # noqa: E402
-from test_redis_psub import (TTL, RETRY, all_seqs, leaders_since, start_cluster,  # noqa: E402
-                             wait_single_leader, wait_subscribed)
+from publisher import (Publisher, all_seqs, forwarded, leaders_since, log_times,  # noqa: E402
+                       now_ms, wait_single_leader, wait_subscribed)
+from test_redis_psub import TTL, RETRY, start_cluster  # noqa: E402
 
 ORDER = ["test_leader_sigstop", "test_redis_restart", "test_source_redis_down"]
 

@@ -1,116 +1,35 @@
 /* See etcd_server.h. */
 #include "tests/support/etcd_server.h"
 
+#include "tests/support/child.h"
 #include "tests/support/free_port.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#define MAX_EXTRA 16
-#define MAX_SERVERS 32
-
 struct etcd_server {
+    struct child c; /* pid, directory, extra arguments */
     int port, peer_port;
-    pid_t pid; /* 0 = not running */
-    char dir[160];
     char url[64];
-    char *extra[MAX_EXTRA + 1];
 };
-
-static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct etcd_server *registry[MAX_SERVERS];
-static bool atexit_done;
-
-static void reap(struct etcd_server *s)
-{
-    while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR) {
-    }
-    s->pid = 0;
-}
-
-static void kill_and_reap(struct etcd_server *s)
-{
-    if (s->pid <= 0) return;
-    kill(s->pid, SIGKILL);
-    reap(s);
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void remove_dir(const char *dir)
-{
-    if (dir[0]) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void cleanup_all(void)
-{
-    pthread_mutex_lock(&reg_mu);
-    for (int i = 0; i < MAX_SERVERS; i++) {
-        if (registry[i] == NULL) continue;
-        kill_and_reap(registry[i]);
-        remove_dir(registry[i]->dir);
-    }
-    pthread_mutex_unlock(&reg_mu);
-}
-
-static void reg_add(struct etcd_server *s)
-{
-    pthread_mutex_lock(&reg_mu);
-    if (!atexit_done) {
-        atexit(cleanup_all);
-        atexit_done = true;
-    }
-    for (int i = 0; i < MAX_SERVERS; i++)
-        if (registry[i] == NULL) {
-            registry[i] = s;
-            break;
-        }
-    pthread_mutex_unlock(&reg_mu);
-}
-
-static void reg_remove(struct etcd_server *s)
-{
-    pthread_mutex_lock(&reg_mu);
-    for (int i = 0; i < MAX_SERVERS; i++)
-        if (registry[i] == s) registry[i] = NULL;
-    pthread_mutex_unlock(&reg_mu);
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- a minimal HTTP/1.1 client (Connection: close) ------------------------ */
 
 static int wait_fd(int fd, short events, int64_t deadline)
 {
     for (;;) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - child_now_ms();
         if (left <= 0) return 0;
         struct pollfd p = {.fd = fd, .events = events};
         int n = poll(&p, 1, (int)left);
@@ -123,7 +42,7 @@ static int http_port(int port, const char *path, const char *body, const char *t
                      size_t outlen, int timeout_ms)
 {
     if (out && outlen) out[0] = '\0';
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = child_now_ms() + timeout_ms;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return -1;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((unsigned short)port)};
@@ -201,56 +120,27 @@ static bool healthy(int port)
 
 /* ---- processes ------------------------------------------------------------ */
 
-static int spawn(struct etcd_server *s)
+static int spawn(void *arg)
 {
+    struct etcd_server *s = arg;
     char curl[64], purl[64], cluster[96], datadir[200], logfile[200];
     snprintf(curl, sizeof curl, "http://127.0.0.1:%d", s->port);
     snprintf(purl, sizeof purl, "http://127.0.0.1:%d", s->peer_port);
     snprintf(cluster, sizeof cluster, "p1=%s", purl);
-    snprintf(datadir, sizeof datadir, "%s/data", s->dir);
-    snprintf(logfile, sizeof logfile, "%s/etcd.log", s->dir);
-    const char *argv[48] = {"etcd",
-                            "--name", "p1",
-                            "--data-dir", datadir,
-                            "--listen-client-urls", curl,
-                            "--advertise-client-urls", curl,
-                            "--listen-peer-urls", purl,
-                            "--initial-advertise-peer-urls", purl,
-                            "--initial-cluster", cluster,
-                            "--logger", "zap",
-                            "--log-outputs", "stderr"};
-    int argc = 19;
-    for (int i = 0; s->extra[i] && argc < 46; i++) argv[argc++] = s->extra[i];
-    argv[argc] = NULL;
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(127);
-        int devnull = open("/dev/null", O_RDWR);
-        int log = open(logfile, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (devnull >= 0) {
-            dup2(devnull, 0);
-            dup2(devnull, 1);
-        }
-        if (log >= 0) dup2(log, 2);
-        execvp("etcd", (char *const *)argv);
-        _exit(127);
-    }
-    s->pid = pid;
-    int64_t deadline = now_ms() + 15000;
-    while (now_ms() < deadline) {
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            s->pid = 0;
-            return -1; /* exited: port taken, bad argument, ... */
-        }
-        if (healthy(s->port)) return 0;
-        usleep(20 * 1000);
-    }
-    kill_and_reap(s);
-    return -1;
+    snprintf(datadir, sizeof datadir, "%s/data", s->c.dir);
+    snprintf(logfile, sizeof logfile, "%s/etcd.log", s->c.dir);
+    const char *argv[] = {"etcd",
+                          "--name", "p1",
+                          "--data-dir", datadir,
+                          "--listen-client-urls", curl,
+                          "--advertise-client-urls", curl,
+                          "--listen-peer-urls", purl,
+                          "--initial-advertise-peer-urls", purl,
+                          "--initial-cluster", cluster,
+                          "--logger", "zap",
+                          "--log-outputs", "stderr",
+                          NULL};
+    return child_spawn(&s->c, argv, logfile, healthy, s->port, 15000);
 }
 
 static const char *default_base(void)
@@ -265,15 +155,11 @@ struct etcd_server *etcd_server_start_in(const char *base, const char *const *ex
 {
     struct etcd_server *s = calloc(1, sizeof *s);
     if (s == NULL) return NULL;
-    snprintf(s->dir, sizeof s->dir, "%s/baton-cetcd-XXXXXX", base ? base : default_base());
-    if (mkdtemp(s->dir) == NULL) {
-        fprintf(stderr, "etcd_server: mkdtemp %s: %s\n", s->dir, strerror(errno));
+    if (child_init(&s->c, "etcd_server", base ? base : default_base(), "baton-cetcd", extra_args) <
+        0) {
         free(s);
         return NULL;
     }
-    for (int i = 0; extra_args && extra_args[i] && i < MAX_EXTRA; i++)
-        s->extra[i] = strdup(extra_args[i]);
-    reg_add(s);
     for (int attempt = 0; attempt < 5; attempt++) {
         s->port = test_free_port();
         s->peer_port = test_free_port();
@@ -282,10 +168,10 @@ struct etcd_server *etcd_server_start_in(const char *base, const char *const *ex
         if (spawn(s) == 0) return s;
         /* a half-initialised data dir from the failed attempt must go */
         char data[200];
-        snprintf(data, sizeof data, "%s/data", s->dir);
-        remove_dir(data);
+        snprintf(data, sizeof data, "%s/data", s->c.dir);
+        child_remove_tree(data);
     }
-    fprintf(stderr, "etcd_server: could not start etcd (see %s/etcd.log)\n", s->dir);
+    fprintf(stderr, "etcd_server: could not start etcd (see %s/etcd.log)\n", s->c.dir);
     etcd_server_destroy(s);
     return NULL;
 }
@@ -312,68 +198,47 @@ int etcd_server_peer_port(const struct etcd_server *s)
 
 const char *etcd_server_dir(const struct etcd_server *s)
 {
-    return s->dir;
+    return s->c.dir;
 }
 
 pid_t etcd_server_pid(const struct etcd_server *s)
 {
-    return s->pid;
+    return s->c.pid;
 }
 
 bool etcd_server_running(const struct etcd_server *s)
 {
-    return s->pid > 0;
+    return s->c.pid > 0;
 }
 
 int etcd_server_stop(struct etcd_server *s)
 {
-    if (s == NULL || s->pid <= 0) return -1;
-    kill(s->pid, SIGCONT); /* a paused member cannot act on SIGTERM */
-    kill(s->pid, SIGTERM);
-    int64_t deadline = now_ms() + 5000;
-    while (now_ms() < deadline) {
-        int st;
-        pid_t r = waitpid(s->pid, &st, WNOHANG);
-        if (r == s->pid || (r < 0 && errno != EINTR)) {
-            s->pid = 0;
-            return 0;
-        }
-        usleep(10 * 1000);
-    }
-    kill_and_reap(s);
-    return 0;
+    return s ? child_stop(&s->c, 5000) : -1;
 }
 
 int etcd_server_kill(struct etcd_server *s)
 {
-    if (s == NULL || s->pid <= 0) return -1;
-    kill_and_reap(s);
-    return 0;
+    return s ? child_kill(&s->c) : -1;
 }
 
 int etcd_server_restart(struct etcd_server *s)
 {
     if (s == NULL) return -1;
-    kill_and_reap(s);
-    /* the ports may linger briefly after a kill: retry for up to ~5 s */
-    for (int attempt = 0; attempt < 25; attempt++) {
-        if (spawn(s) == 0) return 0;
-        usleep(200 * 1000);
-    }
-    fprintf(stderr, "etcd_server: restart on port %d failed (see %s/etcd.log)\n", s->port, s->dir);
+    /* ~5 s of retries: the ports may linger briefly after a kill */
+    if (child_respawn(&s->c, spawn, s, 25, 200) == 0) return 0;
+    fprintf(stderr, "etcd_server: restart on port %d failed (see %s/etcd.log)\n", s->port,
+            s->c.dir);
     return -1;
 }
 
 int etcd_server_pause(struct etcd_server *s)
 {
-    if (s == NULL || s->pid <= 0) return -1;
-    return kill(s->pid, SIGSTOP);
+    return s ? child_signal(&s->c, SIGSTOP) : -1;
 }
 
 int etcd_server_resume(struct etcd_server *s)
 {
-    if (s == NULL || s->pid <= 0) return -1;
-    return kill(s->pid, SIGCONT);
+    return s ? child_signal(&s->c, SIGCONT) : -1;
 }
 
 int etcd_server_ctl(const struct etcd_server *s, const char *const *args, char *out, size_t outlen)
@@ -387,27 +252,16 @@ int etcd_server_ctl(const struct etcd_server *s, const char *const *args, char *
     int argc = 4;
     for (int i = 0; args && args[i] && argc < 38; i++) argv[argc++] = args[i];
     argv[argc] = NULL;
-    pid_t parent = getpid();
-    pid_t pid = fork();
+    static const char *const env[] = {"ETCDCTL_API", "3", NULL};
+    pid_t pid = child_exec(argv, env, NULL, pfd[1]);
     if (pid < 0) {
         close(pfd[0]);
         close(pfd[1]);
         return -1;
     }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(127);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0) dup2(devnull, 0);
-        dup2(pfd[1], 1);
-        dup2(pfd[1], 2);
-        setenv("ETCDCTL_API", "3", 1);
-        execvp("etcdctl", (char *const *)argv);
-        _exit(127);
-    }
     close(pfd[1]);
     size_t len = 0;
-    int64_t deadline = now_ms() + 10000;
+    int64_t deadline = child_now_ms() + 10000;
     char sink[512];
     for (;;) {
         if (wait_fd(pfd[0], POLLIN, deadline) <= 0) {
@@ -429,10 +283,8 @@ int etcd_server_ctl(const struct etcd_server *s, const char *const *args, char *
         }
     }
     close(pfd[0]);
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    int st = child_reap_pid(pid);
+    return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 int etcd_server_http(const struct etcd_server *s, const char *path, const char *body,
@@ -444,9 +296,6 @@ int etcd_server_http(const struct etcd_server *s, const char *path, const char *
 void etcd_server_destroy(struct etcd_server *s)
 {
     if (s == NULL) return;
-    kill_and_reap(s);
-    reg_remove(s);
-    remove_dir(s->dir);
-    for (int i = 0; i < MAX_EXTRA; i++) free(s->extra[i]);
+    child_release(&s->c);
     free(s);
 }

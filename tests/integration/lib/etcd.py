@@ -69,7 +69,7 @@ def prefix_end(prefix):
     return b"\0"
 
 
-class Member:
+class Member(h.ChildProcess):
     def __init__(self, cluster, index):
         self.cluster = cluster
         self.index = index
@@ -118,13 +118,6 @@ class Member:
         log.close()
         self.started_once = True
         self.paused = False
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal(self, sig):
-        if self.alive():
-            self.proc.send_signal(sig)
 
     def log_tail(self, n=4000):
         try:
@@ -234,9 +227,7 @@ class EtcdCluster:
     def kill(self, i):
         """SIGKILL member i (it stays down until restart)."""
         m = self.members[i]
-        if m.alive():
-            m.proc.kill()
-            m.proc.wait()
+        m.kill()
         m.paused = False
 
     def stop(self, i):

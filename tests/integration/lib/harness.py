@@ -37,6 +37,7 @@ import time
 import traceback
 import http.client
 import http.server
+import urllib.request
 
 BATON_BIN = os.environ.get("BATON_BIN", "")
 SOURCE_DIR = os.environ.get(
@@ -291,7 +292,36 @@ class RedisServer:
 # --------------------------------------------------------------------------
 # baton processes
 
-class Baton:
+class ChildProcess:
+    """An object that owns one subprocess.Popen, self.proc (None until it is
+    first started): a baton process (Baton), an etcd member (etcd.Member)."""
+
+    proc = None
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig):
+        if self.alive():
+            self.proc.send_signal(sig)
+
+    def kill(self):
+        """SIGKILL (a stopped process is continued first) and reap; a no-op
+        when it is not running."""
+        if self.alive():
+            try:
+                self.proc.send_signal(signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Baton(ChildProcess):
     """One baton process. stdout (the stdout sink) goes to out.jsonl, stderr
     (logs) to err.log, both in the process's own directory."""
 
@@ -329,17 +359,6 @@ class Baton:
         self.err.close()
         return self
 
-    @property
-    def pid(self):
-        return self.proc.pid if self.proc else None
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal(self, sig):
-        if self.alive():
-            self.proc.send_signal(sig)
-
     def term(self, timeout=15):
         """SIGTERM and wait; returns the exit status."""
         if not self.proc:
@@ -351,15 +370,6 @@ class Baton:
             self.proc.kill()
             self.proc.wait()
             raise AssertionError("%s did not exit within %ss of SIGTERM" % (self.name, timeout))
-
-    def kill(self):
-        if self.proc and self.proc.poll() is None:
-            try:
-                self.proc.send_signal(signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-            self.proc.kill()
-            self.proc.wait()
 
     def wait(self, timeout):
         return self.proc.wait(timeout)
@@ -418,6 +428,22 @@ def http_status(port, timeout=1.0):
         return json.loads(body) if r.status == 200 else None
     except (OSError, ValueError, http.client.HTTPException):
         return None
+
+
+def http_get(port, path, timeout=1.0):
+    """GET http://127.0.0.1:port<path>: (HTTP status, body text), or (None, "")
+    when there was no answer in time or the status was not 2xx."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except OSError:
+        return None, ""
+
+
+def status_endpoints(port, timeout=1.0):
+    """{endpoint name: its entry} of a replica's /status, {} when it does not
+    answer."""
+    return {e["name"]: e for e in (http_status(port, timeout) or {}).get("endpoints", [])}
 
 
 def main_cfg(redis_port=None, extra="", sinks=None, lease=None, log_level="info"):

@@ -15,8 +15,10 @@ the server going away: it reconnects every 50 ms and goes on with the next
 sequence numbers (sequence numbers are never reused).
 """
 
+import signal
 import threading
 import time
+import types
 
 import harness as h
 
@@ -153,6 +155,127 @@ def forwarded(baton, channel="chan.x"):
         if p is None:
             continue
         out.append((p[0], p[1], rfc3339_ms(r["received_at"])))
+    return out
+
+
+def all_seqs(batons, records=forwarded):
+    """Every sequence number forwarded by batons (records: forwarded, or a
+    function like it whose tuples start (seq, sent_ms, received_ms))."""
+    return [r[0] for b in batons for r in records(b)]
+
+
+def leaders_since(batons, since_ms, records=forwarded):
+    """The batons that forwarded something received at or after since_ms."""
+    return [b for b in batons if any(r[2] >= since_ms for r in records(b))]
+
+
+def wait_single_leader(t, batons, timeout=10, records=forwarded):
+    """The one baton that forwards something from now on (t.require: exactly
+    one within timeout seconds)."""
+    since = now_ms()
+    ls = h.wait_until(lambda: leaders_since(batons, since, records), timeout, 0.05)
+    t.require(ls and len(ls) == 1, "expected one forwarding process, got %r"
+              % [b.name for b in (ls or [])])
+    return ls[0]
+
+
+# --------------------------------------------------------------------------
+# redis_psub leader scenarios (test_redis_psub.py on the Redis locker,
+# test_etcd.py on etcd; records: forwarded, or the suite's own reader)
+
+def wait_subscribed(t, redis_port, timeout=15):
+    """Waits until exactly one subscriber receives a probe PUBLISH (on
+    chan.probe; t.require)."""
+    c = h.Resp(redis_port)
+    try:
+        n = h.wait_until(lambda: c.cmd("PUBLISH", "chan.probe", "probe") == 1, timeout, 0.05)
+    finally:
+        c.close()
+    t.require(n, "no baton subscribed within %ds" % timeout)
+
+
+def failover(t, batons, redis_port, how, ttl_ms, records=forwarded, subscribe_timeout=15,
+             label=""):
+    """A leader failover under load, the part the redis_psub suites share
+    (test_redis_psub.py with the Redis locker, test_etcd.py with etcd):
+    batons subscribed to redis_port, 1,000 msg/s published, the one
+    forwarding baton SIGKILLed (how "kill") or SIGTERMed ("term"). Checks:
+    a standby forwards within ttl + 5 s (required), no duplicates, losses
+    only inside the gap, exactly one new leader, no PUBLISH reached two
+    subscribers, the standbys alive. Returns a SimpleNamespace: takeover (ms
+    from the signal to the first record of the new leader), gap (ms, last
+    record of the old leader to it), status (exit status after SIGTERM),
+    old, old_recs, new_recs (records(b) tuples)."""
+    wait_subscribed(t, redis_port, subscribe_timeout)
+    pub = Publisher(redis_port, rate=1000).start()
+    time.sleep(0.5)
+    old = wait_single_leader(t, batons, records=records)
+    time.sleep(1.0)
+    others = [b for b in batons if b is not old]
+
+    t_fault = now_ms()
+    status = None
+    if how == "kill":
+        old.proc.send_signal(signal.SIGKILL)
+        old.proc.wait(5)
+    else:
+        status = old.term(15)
+    new_ls = h.wait_until(lambda: leaders_since(others, t_fault, records), ttl_ms / 1000.0 + 5,
+                          0.05)
+    t.require(new_ls, "no standby forwarded anything within %d ms after the %s"
+              % (ttl_ms + 5000, how))
+    time.sleep(1.0)
+    pub.stop()
+    time.sleep(0.5)  # let the last batch through the sink
+
+    old_recs = records(old)
+    new_recs = sorted((r for b in others for r in records(b)), key=lambda r: r[0])
+    forwarders = [b.name for b in others if records(b)]
+    seqs = [r[0] for r in old_recs] + [r[0] for r in new_recs]
+    dups = h.duplicates(seqs)
+    entries = pub.snapshot()
+    missing = sorted(set(e[0] for e in entries) - set(seqs))
+    t.require(old_recs and new_recs, "old or new leader forwarded nothing")
+    old_last = max(old_recs, key=lambda r: r[0])
+    new_first = min(new_recs, key=lambda r: r[0])
+    takeover = new_first[2] - t_fault
+    gap = new_first[2] - old_last[2]
+    outside = [s for s in missing if not (old_last[0] < s < new_first[0])]
+    max_recv = max((e[2] or 0) for e in entries)
+    h.log("%s%s: old leader %s forwarded %d (last seq %d), new leader %s forwarded %d "
+          "(first seq %d); takeover %d ms after the signal; gap (last old -> first new) "
+          "%d ms; lost %d (all inside the gap: %s); duplicates %d; max PUBLISH receivers %d"
+          % (how, label, old.name, len(old_recs), old_last[0], forwarders, len(new_recs),
+             new_first[0], takeover, gap, len(missing), not outside, len(dups), max_recv))
+    t.check(len(dups) == 0, "duplicates: %d, e.g. %r" % (len(dups), list(dups.items())[:5]))
+    t.check(not outside, "%d messages lost outside the gap, e.g. %r" % (len(outside), outside[:10]))
+    t.check(len(forwarders) == 1, "expected one new leader, got %r" % forwarders)
+    t.check(max_recv <= 1, "a PUBLISH reached %d subscribers" % max_recv)
+    for b in others:
+        t.check(b.alive(), "%s exited" % b.name)
+    return types.SimpleNamespace(takeover=takeover, gap=gap, status=status, old=old,
+                                 old_recs=old_recs, new_recs=new_recs)
+
+
+# --------------------------------------------------------------------------
+# baton's log
+
+def log_events(baton, rx):
+    """[(wall ms, match)] of baton's stderr lines matching the regex rx."""
+    return match_log_lines(baton.stderr_text().splitlines(), rx)
+
+
+def match_log_lines(lines, rx):
+    """[(wall ms, match)] of the baton log lines (each starting with its
+    RFC 3339 time) matching the regex rx."""
+    out = []
+    for line in lines:
+        m = rx.search(line)
+        if m:
+            try:
+                out.append((rfc3339_ms(line.split(" ", 1)[0]), m))
+            except (ValueError, IndexError):
+                pass
     return out
 
 

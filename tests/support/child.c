@@ -1,0 +1,213 @@
+/* Server processes for C tests and benchmarks (tests/support/child.h). */
+#include "tests/support/child.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int64_t child_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int child_rm_entry_(const char *path, const struct stat *sb, int flag,
+                                  struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+void child_remove_tree(const char *dir)
+{
+    if (dir && dir[0]) nftw(dir, child_rm_entry_, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int child_reap_pid(pid_t pid)
+{
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return -1;
+    return st;
+}
+
+int child_kill(struct child *c)
+{
+    if (c == NULL || c->pid <= 0) return -1;
+    kill(c->pid, SIGKILL);
+    child_reap_pid(c->pid);
+    c->pid = 0;
+    return 0;
+}
+
+int child_stop(struct child *c, int grace_ms)
+{
+    if (c == NULL || c->pid <= 0) return -1;
+    kill(c->pid, SIGCONT);
+    kill(c->pid, SIGTERM);
+    int64_t deadline = child_now_ms() + grace_ms;
+    while (child_now_ms() < deadline) {
+        int st;
+        pid_t r = waitpid(c->pid, &st, WNOHANG);
+        if (r == c->pid || (r < 0 && errno != EINTR)) {
+            c->pid = 0;
+            return 0;
+        }
+        usleep(10 * 1000);
+    }
+    return child_kill(c);
+}
+
+int child_signal(struct child *c, int sig)
+{
+    if (c == NULL || c->pid <= 0) return -1;
+    return kill(c->pid, sig);
+}
+
+/* ---- the atexit registry -------------------------------------------------- */
+
+static pthread_mutex_t child_reg_mu_ = PTHREAD_MUTEX_INITIALIZER;
+static struct child *child_registry_[CHILD_MAX_REGISTERED];
+static bool child_atexit_done_;
+
+static void child_cleanup_all_(void)
+{
+    pthread_mutex_lock(&child_reg_mu_);
+    for (int i = 0; i < CHILD_MAX_REGISTERED; i++) {
+        if (child_registry_[i] == NULL) continue;
+        child_kill(child_registry_[i]);
+        child_remove_tree(child_registry_[i]->dir);
+    }
+    pthread_mutex_unlock(&child_reg_mu_);
+}
+
+static void child_register_(struct child *c)
+{
+    pthread_mutex_lock(&child_reg_mu_);
+    if (!child_atexit_done_) {
+        atexit(child_cleanup_all_);
+        child_atexit_done_ = true;
+    }
+    for (int i = 0; i < CHILD_MAX_REGISTERED; i++)
+        if (child_registry_[i] == NULL) {
+            child_registry_[i] = c;
+            break;
+        }
+    pthread_mutex_unlock(&child_reg_mu_);
+}
+
+static void child_unregister_(struct child *c)
+{
+    pthread_mutex_lock(&child_reg_mu_);
+    for (int i = 0; i < CHILD_MAX_REGISTERED; i++)
+        if (child_registry_[i] == c) child_registry_[i] = NULL;
+    pthread_mutex_unlock(&child_reg_mu_);
+}
+
+/* ---- life cycle ------------------------------------------------------------ */
+
+int child_init(struct child *c, const char *who, const char *base, const char *prefix,
+                             const char *const *extra_args)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->dir, sizeof c->dir, "%s/%s-XXXXXX", base, prefix);
+    if (mkdtemp(c->dir) == NULL) {
+        fprintf(stderr, "%s: mkdtemp %s: %s\n", who, c->dir, strerror(errno));
+        c->dir[0] = '\0';
+        return -1;
+    }
+    for (int i = 0; extra_args && extra_args[i] && i < CHILD_MAX_EXTRA; i++)
+        c->extra[i] = strdup(extra_args[i]);
+    child_register_(c);
+    return 0;
+}
+
+pid_t child_exec(const char *const *argv, const char *const *env,
+                               const char *log_path, int out_fd)
+{
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid != 0) return pid < 0 ? -1 : pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0) dup2(devnull, 0);
+    if (out_fd >= 0) {
+        dup2(out_fd, 1);
+        dup2(out_fd, 2);
+    } else {
+        if (devnull >= 0) dup2(devnull, 1);
+        int log = log_path ? open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644) : -1;
+        if (log >= 0) dup2(log, 2);
+    }
+    for (int i = 0; env && env[i] && env[i + 1]; i += 2)
+        setenv(env[i], env[i + 1], 1);
+    execvp(argv[0], (char *const *)argv);
+    _exit(127);
+}
+
+int child_spawn(struct child *c, const char *const *argv, const char *log_path,
+                              bool (*ready)(int port), int port, int timeout_ms)
+{
+    const char *all[CHILD_MAX_ARGS + 1];
+    int argc = 0;
+    for (int i = 0; argv[i] && argc < CHILD_MAX_ARGS; i++)
+        all[argc++] = argv[i];
+    for (int i = 0; c->extra[i] && argc < CHILD_MAX_ARGS; i++)
+        all[argc++] = c->extra[i];
+    all[argc] = NULL;
+    pid_t pid = child_exec(all, NULL, log_path, -1);
+    if (pid < 0) return -1;
+    c->pid = pid;
+    int64_t deadline = child_now_ms() + timeout_ms;
+    while (child_now_ms() < deadline) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            c->pid = 0;
+            return -1;
+        }
+        if (ready(port)) return 0;
+        usleep(20 * 1000);
+    }
+    child_kill(c);
+    return -1;
+}
+
+int child_respawn(struct child *c, int (*spawn)(void *arg), void *arg, int attempts,
+                                int pause_ms)
+{
+    child_kill(c);
+    for (int attempt = 0; attempt < attempts; attempt++) {
+        if (spawn(arg) == 0) return 0;
+        usleep((useconds_t)pause_ms * 1000);
+    }
+    return -1;
+}
+
+void child_release(struct child *c)
+{
+    child_kill(c);
+    child_unregister_(c);
+    child_remove_tree(c->dir);
+    for (int i = 0; i < CHILD_MAX_EXTRA; i++) {
+        free(c->extra[i]);
+        c->extra[i] = NULL;
+    }
+}
+

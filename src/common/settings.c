@@ -93,6 +93,7 @@ static const char *expected_word(enum setting_type t)
     case SETTING_STRING: return "a string";
     case SETTING_STRLIST: return "a string or a list of strings";
     case SETTING_ENUM: return "a string";
+    case SETTING_GROUP: return "a group { key = value; ... }";
     }
     return "?";
 }
@@ -223,6 +224,8 @@ static int apply_default(const struct setting_def *d, void *out, const config_se
         *(int *)p = i;
         return 0;
     }
+    case SETTING_GROUP: /* no textual default: its own settings have them */
+        goto bad;
     }
 bad:
     set_err(err, group, "%s: internal error: bad default \"%s\" for '%s'", what, t, d->name);
@@ -235,6 +238,17 @@ static int parse_one(const struct setting_def *d, const config_setting_t *s, voi
     char *p = (char *)out + d->offset;
     int t = config_setting_type(s);
     char h[200];
+    if (d->type == SETTING_GROUP) {
+        char sub_what[300];
+        snprintf(sub_what, sizeof sub_what, "%s: %s", what, d->name);
+        if (!config_setting_is_group(s)) {
+            set_err(err, s, "%s: '%s' expected a group %s = { key = value; ... }, got %s", what,
+                    d->name, d->name, type_word(t));
+            return -1;
+        }
+        *(bool *)p = true;
+        return settings_parse(d->sub, s, NULL, sub_what, p, err);
+    }
     switch (d->type) {
     case SETTING_BOOL:
         if (t != CONFIG_TYPE_BOOL) break;
@@ -304,6 +318,8 @@ static int parse_one(const struct setting_def *d, const config_setting_t *s, voi
         *(int *)p = i;
         return 0;
     }
+    case SETTING_GROUP: /* parsed above */
+        return 0;
     }
     if (d->type == SETTING_ENUM) {
         char list[300];
@@ -427,6 +443,10 @@ int settings_parse(const struct setting_def *defs, const config_setting_t *group
             set_err(err, group, "%s: missing required key '%s'%s", what, d->name,
                     help_suffix(d, h, sizeof h));
             return -1;
+        } else if (d->type == SETTING_GROUP) {
+            char sub_what[300];
+            snprintf(sub_what, sizeof sub_what, "%s: %s", what, d->name);
+            if (settings_parse(d->sub, NULL, NULL, sub_what, (char *)out + d->offset, err)) return -1;
         } else if (d->def) {
             if (apply_default(d, out, group, what, err)) return -1;
         }
@@ -444,6 +464,8 @@ void settings_free(const struct setting_def *defs, void *out)
             *(char **)p = NULL;
         } else if (defs[i].type == SETTING_STRLIST) {
             strlist_free((struct strlist *)p);
+        } else if (defs[i].type == SETTING_GROUP) {
+            settings_free(defs[i].sub, p);
         }
     }
 }

@@ -27,6 +27,9 @@ enum setting_type {
     SETTING_STRING,  /* char * (malloc'd; NULL when absent without default) */
     SETTING_STRLIST, /* struct strlist; accepts a list/array of strings or one string */
     SETTING_ENUM,    /* int: index into choices */
+    SETTING_GROUP,   /* a nested group { ... } parsed with .sub into the struct at
+                      * offset, whose first member is `bool present` (set when
+                      * the group is given; its defaults apply either way) */
 };
 
 struct strlist {
@@ -43,6 +46,7 @@ struct setting_def {
     int64_t min, max;           /* SETTING_INT inclusive range; min == max == 0: unbounded */
     const char *const *choices; /* SETTING_ENUM: NULL-terminated list */
     const char *help;           /* what is expected, used in error messages */
+    const struct setting_def *sub; /* SETTING_GROUP: the nested group's settings */
 };
 #define SETTINGS_END { .name = NULL }
 

@@ -17,6 +17,7 @@ BUILD=(
   libsystemd-dev
   libcurl4-openssl-dev  # headers; the HTTP sink and the etcd locker load libcurl.so.4 on first use
   libjson-c-dev         # the etcd locker parses etcd's JSON gateway answers
+  libssl-dev            # Redis TLS: the OpenSSL bridge (guard/redis_tls.c)
 )
 # Running the demo: config/demo/demo.py starts these brokers itself.
 DEMO=(
@@ -35,6 +36,7 @@ TESTS=(
   docker-compose     # test_ops.py validates docker/compose.yml
   git                # bench/run names its results after the commit
   etcd-server etcd-client  # the etcd locker's tests start their own members
+  redis-sentinel           # the Sentinel tests start their own sentinels
 )
 # .ci/run only: valgrind on the unit tests, the libFuzzer targets (clang),
 # the lease model (spin, guard/model/run.sh).

@@ -110,6 +110,11 @@ struct endpoint_ops {
      * resolved guard; force tells whether "force_guard = true" was given.
      * Return 0 or -1 with msg filled (the loader adds file and line). */
     int (*validate)(const void *settings, enum guard_kind guard, bool force, char *msg, size_t msglen);
+    /* Optional validation that needs the file itself (the line of a nested
+     * setting, files named relative to base_dir, the endpoint file's
+     * directory, which it may rewrite in settings). 0, or -1 with err. */
+    int (*check_file)(void *settings, const config_setting_t *root, const char *base_dir,
+                      const char *what, struct config_error *err);
     /* NULL: the type cannot do failover = "replay". Otherwise 0 when these
      * settings can (a broadcast subscription every replica may hold), or -1
      * with msg saying why not (the loader adds file and line). */

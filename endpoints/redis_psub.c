@@ -19,7 +19,13 @@
  * lease so another replica can try) and the thread ends. Unguarded
  * (guard = none, forced): start() returns 0 at once and the thread retries
  * forever. Messages published while nobody is subscribed are lost: Redis
- * pub/sub keeps nothing. */
+ * pub/sub keeps nothing.
+ *
+ * Sentinel (sentinels + master_name): every connect asks the sentinels for
+ * the master and checks its ROLE (redis_conn_open_ex); the consumer also
+ * watches the process's +switch-master counter (guard/redis_sentinel.h, at
+ * least every SWITCH_POLL_MS) and resubscribes on the new master when it
+ * moves, like after a lost connection. */
 #include "endpoints/redis_psub.h"
 
 #include <errno.h>
@@ -33,12 +39,14 @@
 #include <sys/socket.h>
 
 #include "guard/redis_conn.h"
+#include "guard/redis_sentinel.h"
 #include "src/common/log.h"
 #include "src/common/replay_id.h"
 #include "src/common/util.h"
 
 #define COMPONENT "redis_psub"
 #define TYPE_NAME "redis_psub"
+#define SWITCH_POLL_MS 250 /* sentinels: how often the consumer looks for a switch */
 
 static const struct setting_def psub_defs[] = {
     {"host", SETTING_STRING, offsetof(struct redis_psub_settings, host), .def = "127.0.0.1",
@@ -72,6 +80,7 @@ static const struct setting_def psub_defs[] = {
      .def = "1000", .min = 0, .max = 3600000,
      .help = "PING after this many ms of silence; no answer within the next interval = "
              "connection dead (0 = never)"},
+    REDIS_HA_TLS_DEFS(struct redis_psub_settings),
     SETTINGS_END,
 };
 
@@ -321,6 +330,13 @@ struct psub {
 
     struct envelope env; /* consumer thread only */
     struct log_ratelimit rl_retry, rl_bad;
+
+    /* Sentinel: the process's +switch-master watcher of ro's sentinels
+     * (acquired by the consumer thread on its first connect, released by
+     * destroy) and its count when the live connection was opened: when it
+     * moves the consumer resubscribes on the new master. */
+    struct redis_sentinel_watch *watch;
+    uint64_t switch_seen; /* consumer thread only */
 };
 
 static void set_start_state(struct psub *p, enum start_state st, const char *err)
@@ -417,6 +433,8 @@ static bool flush_output(redisContext *c)
  * channel is confirmed, or NULL with err filled. */
 static redisContext *conn_open(struct psub *p, char *err, size_t errlen)
 {
+    if (p->ro.n_sentinels > 0 && p->watch == NULL) p->watch = redis_sentinel_watch_acquire(&p->ro);
+    p->switch_seen = redis_sentinel_watch_count(p->watch);
     redisContext *c = redis_conn_open(&p->ro, err, errlen);
     if (!c) return NULL;
     pthread_mutex_lock(&p->lock);
@@ -477,6 +495,11 @@ static void conn_run(struct psub *p, redisContext *c, char *err, size_t errlen)
 {
     struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
     int timeout = p->s->ping_interval_ms > 0 ? (int)p->s->ping_interval_ms : -1;
+    /* with sentinels, wake at least every SWITCH_POLL_MS to look at the
+     * +switch-master count; the PING keeps its own silence clock */
+    int wait = timeout;
+    if (p->watch && (wait < 0 || wait > SWITCH_POLL_MS)) wait = SWITCH_POLL_MS;
+    int64_t quiet_since = clock_mono_ms();
     bool ping_out = false;
     int64_t read_wall_ms = clock_wall_ms();
     for (;;) {
@@ -497,13 +520,20 @@ static void conn_run(struct psub *p, redisContext *c, char *err, size_t errlen)
             snprintf(err, errlen, "stopping");
             return;
         }
-        int n = poll(&pfd, 1, timeout);
+        if (p->watch && redis_sentinel_watch_count(p->watch) != p->switch_seen) {
+            snprintf(err, errlen, "redis %s: the sentinels switched the master (+switch-master)",
+                     p->where);
+            return;
+        }
+        int n = poll(&pfd, 1, wait);
         if (n < 0) {
             if (errno == EINTR) continue;
             snprintf(err, errlen, "redis %s: poll: %s", p->where, strerror(errno));
             return;
         }
         if (n == 0) {
+            if (timeout < 0 || clock_mono_ms() - quiet_since < timeout) continue;
+            quiet_since = clock_mono_ms();
             if (ping_out) {
                 snprintf(err, errlen, "redis %s: no answer to PING within %d ms", p->where,
                          timeout);
@@ -523,6 +553,23 @@ static void conn_run(struct psub *p, redisContext *c, char *err, size_t errlen)
             return;
         }
         read_wall_ms = clock_wall_ms();
+        quiet_since = clock_mono_ms();
+    }
+}
+
+/* The reconnect delay; with sentinels it ends early when they switch the
+ * master (the count moved since the last attempt): no backoff left over
+ * from the outage delays the resubscription on the new master. */
+static void backoff_sleep(struct psub *p, int64_t ms)
+{
+    if (p->watch == NULL) {
+        sleep_ms_cancellable(ms, &p->stop);
+        return;
+    }
+    int64_t end = clock_mono_ms() + ms;
+    for (int64_t left = ms; left > 0 && !atomic_load(&p->stop); left = end - clock_mono_ms()) {
+        if (redis_sentinel_watch_count(p->watch) != p->switch_seen) return;
+        sleep_ms_cancellable(left < SWITCH_POLL_MS / 5 ? left : SWITCH_POLL_MS / 5, &p->stop);
     }
 }
 
@@ -569,9 +616,8 @@ static void *consumer_main(void *arg)
             atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
             lost_since = clock_mono_ms();
             log_warn(COMPONENT, name, "connection lost: %s; reconnecting", err);
-            sleep_ms_cancellable(backoff_ms(attempt++, p->s->reconnect_backoff_ms,
-                                            p->s->reconnect_backoff_max_ms),
-                                 &p->stop);
+            backoff_sleep(p, backoff_ms(attempt++, p->s->reconnect_backoff_ms,
+                                        p->s->reconnect_backoff_max_ms));
             continue;
         }
         if (atomic_load(&p->stop)) break;
@@ -616,7 +662,7 @@ static void *consumer_main(void *arg)
         if (log_ratelimit_ok(&p->rl_retry, 5000, &supp))
             log_warn(COMPONENT, name, "cannot subscribe: %s; retrying in %" PRId64
                      " ms (%lld similar lines suppressed)", err, d, supp);
-        sleep_ms_cancellable(d, &p->stop);
+        backoff_sleep(p, d);
     }
     if (first) set_start_state(p, START_FAILED, "stopped before subscribing");
     return NULL;
@@ -664,7 +710,12 @@ static void *psub_create(const void *settings, struct endpoint_host *host, char 
     p->ro.password = password;
     p->ro.connect_timeout_ms = s->connect_timeout_ms;
     p->ro.command_timeout_ms = s->command_timeout_ms;
-    snprintf(p->where, sizeof p->where, "%.150s:%d db %d", p->ro.host, p->ro.port, p->ro.db);
+    redis_settings_apply(&p->ro, &s->sentinels, s->master_name, &s->tls);
+    if (p->ro.n_sentinels)
+        snprintf(p->where, sizeof p->where, "sentinel master %.120s db %d", p->ro.master_name,
+                 p->ro.db);
+    else
+        snprintf(p->where, sizeof p->where, "%.150s:%d db %d", p->ro.host, p->ro.port, p->ro.db);
     build_argv("PSUBSCRIBE", &s->patterns, &p->pargv, &p->pargvlen, &p->pargc);
     build_argv("SUBSCRIBE", &s->channels, &p->cargv, &p->cargvlen, &p->cargc);
     pthread_mutex_init(&p->lock, NULL);
@@ -729,6 +780,7 @@ static void psub_destroy(void *ep)
     free(p->pargvlen);
     free(p->cargv);
     free(p->cargvlen);
+    redis_sentinel_watch_release(p->watch);
     redis_opts_clear(&p->ro);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
@@ -765,12 +817,20 @@ static int psub_replay_check(const void *settings, char *msg, size_t msglen)
     return 0;
 }
 
+static int psub_check_file(void *settings, const config_setting_t *root, const char *base_dir,
+                           const char *what, struct config_error *err)
+{
+    struct redis_psub_settings *s = settings;
+    return redis_settings_check(root, &s->sentinels, s->master_name, &s->tls, base_dir, what, err);
+}
+
 const struct endpoint_ops ep_redis_psub_ops = {
     .type = TYPE_NAME,
     .settings = psub_defs,
     .settings_size = sizeof(struct redis_psub_settings),
     .auto_guard = psub_auto_guard,
     .validate = psub_validate,
+    .check_file = psub_check_file,
     .replay_check = psub_replay_check,
     .replay_render = psub_replay_render,
     .create = psub_create,

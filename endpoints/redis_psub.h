@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "endpoints/endpoint.h"
+#include "endpoints/redis_settings.h"
 #include "src/common/envelope.h"
 
 /* The settings table fills this struct. */
@@ -28,6 +29,9 @@ struct redis_psub_settings {
     int64_t reconnect_backoff_ms;
     int64_t reconnect_backoff_max_ms;
     int64_t ping_interval_ms; /* idle keepalive; 0 = never ping */
+    struct strlist sentinels; /* Sentinel discovery instead of host/port */
+    char *master_name;
+    struct redis_tls_settings tls;
 };
 
 enum psub_kind {

@@ -616,7 +616,7 @@ struct active_guard *active_guard_create(struct locker *locker, const char *scop
     int64_t retry = o.retry_ms ? o.retry_ms : DEFAULT_RETRY_MS;
     int64_t margin = o.safety_margin_ms ? o.safety_margin_ms : (ttl / 20 > 10 ? ttl / 20 : 10);
     struct active_guard *g = xcalloc(1, sizeof *g);
-    if (guard_key(g->key, sizeof g->key, o.prefix, "active", scope, NULL) < 0) {
+    if (guard_lease_key(g->key, sizeof g->key, o.prefix, scope, o.hash_tag) < 0) {
         snprintf(err, errlen, "active guard %s: key too long", scope ? scope : "");
         free(g);
         return NULL;

@@ -29,7 +29,17 @@
  *   verifies its lease at once instead of at the next renewal.
  *
  * Connections name themselves (CLIENT SETNAME baton-lease / baton-side /
- * baton-sub, best effort) so that CLIENT LIST tells them apart. */
+ * baton-sub, best effort) so that CLIENT LIST tells them apart.
+ *
+ * Sentinel (opts.n_sentinels > 0): every connect asks the sentinels for the
+ * master and checks its ROLE (redis_conn_open_ex). Failovers are followed
+ * two ways: an error reply READONLY, MASTERDOWN or LOADING counts as a
+ * broken connection (freed; on the lease connection the generation moves, so
+ * the guard verifies its token on the next master), and the process's
+ * +switch-master watcher (guard/redis_sentinel.h) counts switches: that
+ * count is part of the generation, and each connection made before the last
+ * switch is dropped and reopened (rediscovering the master) before its next
+ * use. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -44,6 +54,7 @@
 #include "guard/locker.h"
 #include "guard/redis_conn.h"
 #include "guard/redis_conn_private.h"
+#include "guard/redis_sentinel.h"
 #include "src/common/log.h"
 #include "src/common/util.h"
 
@@ -70,8 +81,9 @@ enum {
  * -2 - PTTL when held elsewhere (so a standby knows when to look again), else
  * the epoch: max(stored + 1, TIME in microseconds) -- the design's "ms x 1000"
  * at full resolution, so a data loss within the same millisecond as the last
- * acquisition still yields a larger epoch. Types are checked before any write so a
- * wrong-typed key never leaves a half-done acquisition behind. */
+ * acquisition still yields a larger epoch. Types are checked, and TIME and the
+ * stored epoch read, before any write, so a wrong-typed key or a command the
+ * user's ACL refuses never leaves a half-done acquisition behind. */
 static const char SCRIPT_ACQUIRE[] =
     "if redis.replicate_commands then redis.replicate_commands() end\n"
     "local t1 = redis.call('TYPE', KEYS[1]).ok\n"
@@ -82,15 +94,16 @@ static const char SCRIPT_ACQUIRE[] =
     "if t2 ~= 'none' and t2 ~= 'string' then\n"
     "  return redis.error_reply('WRONGTYPE epoch key ' .. KEYS[2] .. ' holds a ' .. t2)\n"
     "end\n"
+    "local now = redis.call('TIME')\n"
+    "local stored = redis.call('GET', KEYS[2])\n"
     "if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
     "  local p = redis.call('PTTL', KEYS[1])\n"
     "  if p < 0 then p = 0 end\n"
     "  return -2 - p\n"
     "end\n"
     "redis.call('SET', KEYS[1] .. ':holder', ARGV[4], 'PX', ARGV[2])\n"
-    "local now = redis.call('TIME')\n"
     "local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])\n"
-    "local e = (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) + 1\n"
+    "local e = (tonumber(stored or '0') or 0) + 1\n"
     "if floor > e then e = floor end\n"
     "redis.call('SET', KEYS[2], string.format('%.0f', e), 'PX', ARGV[3])\n"
     "return e\n";
@@ -160,6 +173,7 @@ struct rconn {
     bool ever_connected;
     char sha[S_COUNT][41]; /* of this connection's scripts ("" = use EVAL) */
     struct log_ratelimit rl_break;
+    uint64_t switch_seen; /* sentinel switches counted before it connected */
 };
 
 struct redis_locker {
@@ -175,7 +189,9 @@ struct redis_locker {
     struct rconn side;
 
     atomic_ullong generation; /* lease connection and subscriber only */
+    struct redis_sentinel_watch *watch; /* +switch-master counter; NULL without sentinels */
 
+    struct log_ratelimit rl_sub_err; /* subscriber thread only */
     pthread_mutex_t sub_mu;
     pthread_cond_t sub_cv; /* CLOCK_MONOTONIC */
     bool sub_started;
@@ -200,6 +216,30 @@ static void conn_broken(struct redis_locker *rl, struct rconn *cn, const char *w
     if (cn->c) redisFree(cn->c);
     cn->c = NULL;
     if (cn == &rl->lease) atomic_fetch_add(&rl->generation, 1);
+}
+
+/* An error reply saying the server is no longer (or not yet) the master to
+ * use (READONLY, MASTERDOWN, LOADING; err already says it): dropped like a
+ * broken connection, so the next call reconnects (rediscovering the master
+ * through the sentinels) and the guard verifies its lease. */
+static void conn_failover(struct redis_locker *rl, struct rconn *cn, const char *err)
+{
+    long long suppressed = 0;
+    if (log_ratelimit_ok(&cn->rl_break, 2000, &suppressed))
+        log_warn("locker", NULL,
+                 "%s; %s connection dropped, reconnects on the next call (%lld similar "
+                 "suppressed)", err, cn->role, suppressed);
+    if (cn->c) redisFree(cn->c);
+    cn->c = NULL;
+    if (cn == &rl->lease) atomic_fetch_add(&rl->generation, 1);
+}
+
+/* The generation the guard sees: the connection breaks counted, plus the
+ * sentinels' switches (so a switch makes the guard verify its lease at once;
+ * both only grow). */
+static uint64_t gen_now(struct redis_locker *rl)
+{
+    return atomic_load(&rl->generation) + redis_sentinel_watch_count(rl->watch);
 }
 
 /* The scripts [*lo, *hi) that run on cn. */
@@ -246,9 +286,18 @@ static void load_scripts(struct redis_locker *rl, struct rconn *cn)
 /* cn->mu held. Each connection names itself and loads its scripts. */
 static bool ensure_conn(struct redis_locker *rl, struct rconn *cn, char err[LOCKER_ERR_MAX])
 {
+    uint64_t sw = redis_sentinel_watch_count(rl->watch);
+    if (cn->c && sw != cn->switch_seen) {
+        log_info("locker", NULL, "redis %s: the sentinels switched the master; %s connection "
+                 "reconnects", rl->where, cn->role);
+        redisFree(cn->c);
+        cn->c = NULL;
+        if (cn == &rl->lease) atomic_fetch_add(&rl->generation, 1);
+    }
     if (cn->c) return true;
     cn->c = redis_conn_open(&rl->opts, err, LOCKER_ERR_MAX);
     if (cn->c == NULL) return false;
+    cn->switch_seen = sw;
     if (cn == &rl->lease) atomic_fetch_add(&rl->generation, 1);
     if (cn->ever_connected)
         log_info("locker", NULL, "redis %s: %s connection re-established", rl->where, cn->role);
@@ -286,6 +335,28 @@ static void err_label(struct redis_locker *rl, const char *label, char err[LOCKE
     char tmp[LOCKER_ERR_MAX];
     snprintf(tmp, sizeof tmp, "%s", rest);
     errf(err, "%s%s: %s", prefix, label, tmp);
+}
+
+/* Redis 7.0 names neither the command nor the key a script was refused
+ * ("... can't run this command or subcommand script: <sha>, on
+ * @user_script:N"): "line N (<that line>)" from our own source, so an ACL
+ * denial inside a script names its command; "" for other errors. */
+static void script_line(int idx, const char *reply, char *out, size_t len)
+{
+    out[0] = '\0';
+    const char *at = strstr(reply, "@user_script:");
+    if (at == NULL) return;
+    int n = atoi(at + strlen("@user_script:"));
+    const char *p = SCRIPTS[idx];
+    for (int i = 1; i < n && p; i++) {
+        p = strchr(p, '\n');
+        if (p) p++;
+    }
+    if (p == NULL || n < 1) return;
+    while (*p == ' ') p++;
+    const char *e = strchr(p, '\n');
+    int l = e ? (int)(e - p) : (int)strlen(p);
+    snprintf(out, len, "line %d (%.*s)", n, l > 80 ? 80 : l, p);
 }
 
 /* Runs script idx on cn (cn->mu held: the lease connection, or the side
@@ -329,7 +400,7 @@ static redisReply *run_script_on(struct redis_locker *rl, struct rconn *cn, int 
         argv[1] = by_sha ? cn->sha[idx] : SCRIPTS[idx];
         argvlen[0] = strlen(argv[0]);
         argvlen[1] = strlen(argv[1]);
-        if (gen) *gen = atomic_load(&rl->generation);
+        if (gen) *gen = gen_now(rl);
         if (sent) *sent = clock_boot_ms();
         r = redisCommandArgv(cn->c, argc, argv, argvlen);
         if (r == NULL) {
@@ -347,8 +418,16 @@ static redisReply *run_script_on(struct redis_locker *rl, struct rconn *cn, int 
         break;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        errf(err, "redis %s: %s: %s", rl->where, label, r->str);
+        char line[120];
+        script_line(idx, r->str, line, sizeof line);
+        if (line[0]) /* the command first: the reply's sha would push it out */
+            errf(err, "redis %s: %s: refused in the script at %s: %.100s", rl->where, label, line,
+                 r->str);
+        else
+            errf(err, "redis %s: %s: %s", rl->where, label, r->str);
+        bool failover = redis_failover_error(r->str);
         freeReplyObject(r);
+        if (failover) conn_failover(rl, cn, err);
         return NULL;
     }
     if (!by_sha && cn->sha[idx][0] == '\0') {
@@ -392,12 +471,20 @@ static bool side_call(struct redis_locker *rl, int n, const int *argc, const cha
         ok = redisAppendCommandArgv(rl->side.c, argc[i], argv[i], NULL) == REDIS_OK;
     for (int i = 0; i < n && ok; i++)
         ok = redisGetReply(rl->side.c, (void **)&replies[i]) == REDIS_OK && replies[i] != NULL;
-    if (!ok) {
+    bool failover = false;
+    for (int i = 0; i < n && ok && !failover; i++)
+        if (replies[i]->type == REDIS_REPLY_ERROR && redis_failover_error(replies[i]->str)) {
+            errf(err, "redis %s: %s: %.150s", rl->where, what, replies[i]->str);
+            failover = true;
+        }
+    if (!ok || failover) {
         for (int i = 0; i < n; i++) {
             if (replies[i]) freeReplyObject(replies[i]);
             replies[i] = NULL;
         }
-        if (rl->side.c) conn_broken(rl, &rl->side, what, err);
+        if (failover) conn_failover(rl, &rl->side, err);
+        else if (rl->side.c) conn_broken(rl, &rl->side, what, err);
+        ok = false;
     }
     pthread_mutex_unlock(&rl->side.mu);
     return ok;
@@ -482,6 +569,19 @@ static struct sub_channel *channel_find(struct redis_locker *rl, const char *key
  * confirmation counts one too (announcements before it were not seen). */
 static void sub_deliver(struct redis_locker *rl, redisReply *r)
 {
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* e.g. an ACL without +subscribe or the &<prefix>:* channels:
+         * standbys then learn of releases only at the lease's expiry. The
+         * connection's CLIENT SETNAME is best effort: its refusal is not */
+        if (strstr(r->str, "setname") != NULL) return;
+        long long suppressed = 0;
+        if (log_ratelimit_ok(&rl->rl_sub_err, 60000, &suppressed))
+            log_error("locker", NULL,
+                      "redis %s: release subscriber: %s (standbys wait for the lease's expiry "
+                      "instead of the release announcement; %lld similar suppressed)",
+                      rl->where, r->str, suppressed);
+        return;
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
     redisReply *kind = r->element[0], *chan = r->element[1];
     if (kind->type != REDIS_REPLY_STRING || chan->type != REDIS_REPLY_STRING) return;
@@ -533,9 +633,23 @@ static void *sub_main(void *arg)
     redisContext *sc = NULL;
     bool fresh = false;
     unsigned attempt = 0;
+    uint64_t sub_switch_seen = 0;
     while (!atomic_load(&rl->sub_stop)) {
+        if (sc && redis_sentinel_watch_count(rl->watch) != sub_switch_seen) {
+            /* subscribed on the old master: announcements go to the new one */
+            log_debug("locker", NULL, "release subscriber on redis %s: the sentinels switched "
+                      "the master; resubscribing", rl->where);
+            redisFree(sc);
+            sc = NULL;
+            pthread_mutex_lock(&rl->sub_mu);
+            for (struct sub_channel *ch = rl->channels; ch; ch = ch->next)
+                ch->subscribed = ch->confirmed = false;
+            pthread_mutex_unlock(&rl->sub_mu);
+            atomic_fetch_add(&rl->generation, 1);
+        }
         if (sc == NULL) {
             char err[LOCKER_ERR_MAX];
+            sub_switch_seen = redis_sentinel_watch_count(rl->watch);
             sc = redis_conn_open(&rl->opts, err, sizeof err);
             if (sc == NULL) {
                 log_debug("locker", NULL, "release subscriber: %s", err);
@@ -748,11 +862,14 @@ static int redis_announce(struct locker *l, const char *key, char err[LOCKER_ERR
             conn_broken(rl, &rl->lease, "publish", err);
             rc = LOCKER_ERR;
         } else {
+            bool failover = false;
             if (r->type == REDIS_REPLY_ERROR) {
                 snprintf(err, LOCKER_ERR_MAX, "redis %s: publish %s: %s", rl->where, key, r->str);
+                failover = redis_failover_error(r->str);
                 rc = LOCKER_ERR;
             }
             freeReplyObject(r);
+            if (failover) conn_failover(rl, &rl->lease, err);
         }
     }
     pthread_mutex_unlock(&rl->lease.mu);
@@ -804,7 +921,7 @@ static bool redis_wait_release(struct locker *l, const char *key, uint64_t seen,
 
 static uint64_t redis_generation(struct locker *l)
 {
-    return atomic_load(&((struct redis_locker *)l)->generation);
+    return gen_now((struct redis_locker *)l);
 }
 
 static void redis_destroy(struct locker *l)
@@ -830,6 +947,7 @@ static void redis_destroy(struct locker *l)
     close(rl->wake_pipe[1]);
     if (rl->lease.c) redisFree(rl->lease.c);
     if (rl->side.c) redisFree(rl->side.c);
+    redis_sentinel_watch_release(rl->watch);
     redis_opts_clear(&rl->opts);
     pthread_cond_destroy(&rl->sub_cv);
     pthread_mutex_destroy(&rl->sub_mu);
@@ -1020,7 +1138,11 @@ static int redis_inspect(struct locker *l, const char *key, struct lock_info *in
 
 static void redis_where(struct locker *l, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s", ((struct redis_locker *)l)->where);
+    struct redis_locker *rl = (struct redis_locker *)l;
+    char addr[300];
+    redis_sentinel_watch_addr(rl->watch, addr, sizeof addr);
+    if (addr[0]) snprintf(buf, len, "%s (%s)", rl->where, addr);
+    else snprintf(buf, len, "%s", rl->where);
 }
 
 static const struct locker_ops redis_ops = {
@@ -1049,9 +1171,13 @@ struct locker *locker_redis_create(const struct redis_opts *opts, char err[LOCKE
     struct redis_locker *rl = xcalloc(1, sizeof *rl);
     rl->base.ops = &redis_ops;
     redis_opts_copy(&rl->opts, opts);
-    snprintf(rl->where, sizeof rl->where, "%.100s:%d",
-             rl->opts.host && rl->opts.host[0] ? rl->opts.host : "127.0.0.1",
-             rl->opts.port > 0 ? rl->opts.port : 6379);
+    if (rl->opts.n_sentinels > 0)
+        snprintf(rl->where, sizeof rl->where, "sentinel master %.100s",
+                 rl->opts.master_name ? rl->opts.master_name : "");
+    else
+        snprintf(rl->where, sizeof rl->where, "%.100s:%d",
+                 rl->opts.host && rl->opts.host[0] ? rl->opts.host : "127.0.0.1",
+                 rl->opts.port > 0 ? rl->opts.port : 6379);
     snprintf(rl->holder, sizeof rl->holder, "%.80s pid %d", util_hostname(), (int)getpid());
     rl->lease.role = "lease";
     rl->side.role = "side";
@@ -1076,6 +1202,8 @@ struct locker *locker_redis_create(const struct redis_opts *opts, char err[LOCKE
      * is back). The side connection connects on first use. */
     bool refused = false;
     char cerr[LOCKER_ERR_MAX];
+    rl->watch = redis_sentinel_watch_acquire(&rl->opts); /* NULL without sentinels */
+    rl->lease.switch_seen = redis_sentinel_watch_count(rl->watch);
     rl->lease.c = redis_conn_open_ex(&rl->opts, cerr, sizeof cerr, &refused);
     if (rl->lease.c == NULL) {
         if (refused) {

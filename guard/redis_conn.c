@@ -2,13 +2,17 @@
  * timeout, AUTH [user] password, SELECT db, command timeout, keepalive. */
 #include "guard/redis_conn.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include "guard/redis_conn_private.h"
+#include "guard/redis_sentinel.h"
+#include "guard/redis_tls.h"
 #include "src/common/log.h"
 #include "src/common/util.h"
 
@@ -56,24 +60,28 @@ void redis_reader_bound(redisReader *reader)
     if (reader && hiredis_fn && reader->fn == hiredis_fn) reader->fn = &bounded_fn;
 }
 
-redisContext *redis_conn_open_ex(const struct redis_opts *o, char *err, size_t errlen,
-                                 bool *refused)
+redisContext *redis_conn_connect(const struct redis_opts *o, const char *host, int port, char *err,
+                                 size_t errlen)
 {
-    const char *host = (o && o->host && o->host[0]) ? o->host : "127.0.0.1";
-    int port = (o && o->port > 0) ? o->port : 6379;
     int64_t cto = (o && o->connect_timeout_ms > 0) ? o->connect_timeout_ms : 1000;
-    int64_t mto = (o && o->command_timeout_ms > 0) ? o->command_timeout_ms : 1000;
     char where[300];
     snprintf(where, sizeof where, "%s:%d", host, port);
-    if (refused) *refused = false;
-    if (err && errlen) err[0] = '\0';
-    if (o && (o->port < 0 || o->port > 65535)) {
-        snprintf(err, errlen, "redis %s: invalid port %d", where, o->port);
-        if (refused) *refused = true;
-        return NULL;
+    redisContext *c;
+    if (o && o->tls.enabled) {
+        /* TLS: the handshake here, hiredis over the bridge's socketpair
+         * (guard/redis_tls.c); keepalive is set on the TCP socket there
+         * (hiredis's TCP_KEEPIDLE fails on an AF_UNIX socket) */
+        int fd = redis_tls_connect(&o->tls, host, port, cto, err, errlen);
+        if (fd < 0) return NULL;
+        c = redisConnectFd(fd);
+        if (c == NULL) {
+            close(fd);
+            snprintf(err, errlen, "redis %s: cannot allocate a connection", where);
+            return NULL;
+        }
+        return c;
     }
-
-    redisContext *c = redisConnectWithTimeout(host, port, ms_to_tv(cto));
+    c = redisConnectWithTimeout(host, port, ms_to_tv(cto));
     if (c == NULL) {
         snprintf(err, errlen, "redis %s: cannot allocate a connection", where);
         return NULL;
@@ -83,12 +91,36 @@ redisContext *redis_conn_open_ex(const struct redis_opts *o, char *err, size_t e
         redisFree(c);
         return NULL;
     }
+    redisEnableKeepAlive(c);
+    return c;
+}
+
+/* Connects to at_host:at_port (a master found through the sentinels; errors
+ * then read "redis <label>: ...") or, with at_host NULL, to o's host:port. */
+static redisContext *open_at(const struct redis_opts *o, const char *at_host, int at_port,
+                             const char *label, char *err, size_t errlen, bool *refused)
+{
+    const char *host = at_host ? at_host : (o && o->host && o->host[0]) ? o->host : "127.0.0.1";
+    int port = at_host ? at_port : (o && o->port > 0) ? o->port : 6379;
+    int64_t mto = (o && o->command_timeout_ms > 0) ? o->command_timeout_ms : 1000;
+    char where[300];
+    if (label) snprintf(where, sizeof where, "%s", label);
+    else snprintf(where, sizeof where, "%s:%d", host, port);
+    if (refused) *refused = false;
+    if (err && errlen) err[0] = '\0';
+    if (!at_host && o && (o->port < 0 || o->port > 65535)) {
+        snprintf(err, errlen, "redis %s: invalid port %d", where, o->port);
+        if (refused) *refused = true;
+        return NULL;
+    }
+
+    redisContext *c = redis_conn_connect(o, host, port, err, errlen);
+    if (c == NULL) return NULL;
     if (redisSetTimeout(c, ms_to_tv(mto)) != REDIS_OK) {
         snprintf(err, errlen, "redis %s: cannot set the command timeout", where);
         redisFree(c);
         return NULL;
     }
-    redisEnableKeepAlive(c);
     redis_reader_bound(c->reader);
 
     /* AUTH and SELECT pipelined: one round trip, replies checked in order
@@ -116,6 +148,14 @@ redisContext *redis_conn_open_ex(const struct redis_opts *o, char *err, size_t e
         ok = redisAppendCommandArgv(c, 2, sel_argv, NULL) == REDIS_OK;
         what[n++] = "SELECT";
     }
+    if (ok && n == 0) {
+        /* nothing to set up: PING, so that a server that will not talk
+         * (plain text against a TLS port, a TLS session the server ends
+         * after the handshake: no client certificate) fails the open,
+         * naming host:port, rather than the first command */
+        ok = redisAppendCommand(c, "PING") == REDIS_OK;
+        what[n++] = "PING";
+    }
     if (!ok) {
         snprintf(err, errlen, "redis %s: cannot queue the setup commands", where);
         redisFree(c);
@@ -124,8 +164,15 @@ redisContext *redis_conn_open_ex(const struct redis_opts *o, char *err, size_t e
     redisReply *rep[2] = {NULL, NULL};
     for (int i = 0; i < n && ok; i++) {
         if (redisGetReply(c, (void **)&rep[i]) != REDIS_OK || rep[i] == NULL) {
-            snprintf(err, errlen, "redis %s: %s: %s", where, what[i],
-                     c->errstr[0] ? c->errstr : "connection lost");
+            /* closed at once: say what usually causes it */
+            bool eof = c->err == REDIS_ERR_EOF ||
+                       (c->err == REDIS_ERR_IO && strcmp(c->errstr, strerror(ECONNRESET)) == 0);
+            snprintf(err, errlen, "redis %s: %s: %s%s", where, what[i],
+                     c->errstr[0] ? c->errstr : "connection lost",
+                     !eof ? ""
+                     : (o && o->tls.enabled)
+                         ? " (the server ended the TLS session: see the TLS error logged)"
+                         : " (a TLS port? plain text was sent: configure tls = { ... })");
             ok = false;
         }
     }
@@ -133,7 +180,9 @@ redisContext *redis_conn_open_ex(const struct redis_opts *o, char *err, size_t e
         if (rep[i]->type == REDIS_REPLY_ERROR) {
             snprintf(err, errlen, "redis %s: %s refused: %s", where, what[i],
                      rep[i]->str ? rep[i]->str : "error");
-            if (refused) *refused = true;
+            /* a refused PING (NOAUTH, LOADING) is what a command would
+             * have met: transient as before, not a configuration error */
+            if (refused && strcmp(what[i], "PING") != 0) *refused = true;
             ok = false;
         }
     }
@@ -144,6 +193,82 @@ redisContext *redis_conn_open_ex(const struct redis_opts *o, char *err, size_t e
         return NULL;
     }
     return c;
+}
+
+/* ROLE on a fresh connection: 1 master, 0 replica (or sentinel: what), -1
+ * connection lost (err). A server refusing ROLE (an ACL without it) is taken
+ * at the sentinels' word, with a warning. */
+static int role_of(redisContext *c, const char *label, const char **what, char *err, size_t errlen)
+{
+    static struct log_ratelimit rl_role;
+    *what = "replica";
+    redisReply *r = redisCommand(c, "ROLE");
+    if (r == NULL) {
+        snprintf(err, errlen, "redis %s: ROLE: %s", label,
+                 c->errstr[0] ? c->errstr : "connection lost");
+        return -1;
+    }
+    int role = 0;
+    if (r->type == REDIS_REPLY_ERROR) {
+        long long supp = 0;
+        if (log_ratelimit_ok(&rl_role, 60000, &supp))
+            log_warn("redis", NULL, "redis %s: ROLE refused (%.100s): cannot verify that the "
+                     "sentinels' answer is the master (%lld similar suppressed)", label, r->str,
+                     supp);
+        role = 1;
+    } else if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+               r->element[0]->type == REDIS_REPLY_STRING) {
+        if (strcmp(r->element[0]->str, "master") == 0) role = 1;
+        else if (strcmp(r->element[0]->str, "sentinel") == 0) *what = "sentinel";
+    }
+    freeReplyObject(r);
+    return role;
+}
+
+/* Asks the sentinels for the master, connects, AUTH/SELECT as usual, and
+ * checks with ROLE that it is the master: a stale answer or a demoted old
+ * master is closed and the sentinels are asked once more. */
+static redisContext *open_via_sentinels(const struct redis_opts *o, char *err, size_t errlen,
+                                        bool *refused)
+{
+    const char *name = o->master_name ? o->master_name : "";
+    if (refused) *refused = false;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        char host[256], label[360];
+        int port = 0;
+        if (redis_sentinel_resolve(o, host, sizeof host, &port, err, errlen) != 0) return NULL;
+        snprintf(label, sizeof label, "%.80s via sentinels (%.200s:%d)", name, host, port);
+        redisContext *c = open_at(o, host, port, label, err, errlen, refused);
+        if (c == NULL) {
+            /* the connect step names host:port only: name the master too */
+            char plain[300];
+            int pl = snprintf(plain, sizeof plain, "redis %s:%d: ", host, port);
+            if (pl > 0 && (size_t)pl < sizeof plain && strncmp(err, plain, (size_t)pl) == 0) {
+                char rest[512];
+                snprintf(rest, sizeof rest, "%s", err + pl);
+                snprintf(err, errlen, "redis %s: %s", label, rest);
+            }
+            return NULL;
+        }
+        const char *what;
+        int role = role_of(c, label, &what, err, errlen);
+        if (role == 1) {
+            redis_sentinel_note_master(o, host, port);
+            return c;
+        }
+        redisFree(c);
+        if (role < 0) return NULL;
+        snprintf(err, errlen, "redis %.80s via sentinels: %.200s:%d is a %s", name, host, port,
+                 what);
+    }
+    return NULL;
+}
+
+redisContext *redis_conn_open_ex(const struct redis_opts *o, char *err, size_t errlen,
+                                 bool *refused)
+{
+    if (o && o->n_sentinels > 0) return open_via_sentinels(o, err, errlen, refused);
+    return open_at(o, NULL, 0, NULL, err, errlen, refused);
 }
 
 redisContext *redis_conn_open(const struct redis_opts *o, char *err, size_t errlen)

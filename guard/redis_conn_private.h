@@ -13,4 +13,12 @@
 redisContext *redis_conn_open_ex(const struct redis_opts *o, char *err, size_t errlen,
                                  bool *refused);
 
+/* The connect step of redis_conn_open_ex (also for reaching sentinels):
+ * host:port over TLS when o->tls.enabled (guard/redis_tls.h, never plain
+ * text then), else plain TCP; within o->connect_timeout_ms. A connected
+ * blocking context (no AUTH, SELECT or command timeout yet), or NULL with
+ * err naming host:port ("redis h:p: connect: ...", "redis h:p: TLS: ..."). */
+redisContext *redis_conn_connect(const struct redis_opts *o, const char *host, int port, char *err,
+                                 size_t errlen);
+
 #endif

@@ -4,6 +4,7 @@
 
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Appends seg (with a ':' separator unless *pos is 0). Returns false when it
@@ -65,4 +66,16 @@ int guard_key(char *buf, size_t len, const char *prefix, const char *kind, const
     if (prefix == NULL || prefix[0] == '\0') prefix = GUARD_DEFAULT_PREFIX;
     const char *segs[4] = {prefix, kind, scope, key};
     return guard_scope_join_n(buf, len, segs, 4);
+}
+
+int guard_lease_key(char *buf, size_t len, const char *prefix, const char *scope, bool hash_tag)
+{
+    if (!hash_tag) return guard_key(buf, len, prefix, "active", scope, NULL);
+    char tagged[GUARD_KEY_MAX];
+    int n = snprintf(tagged, sizeof tagged, "{%s}", scope ? scope : "");
+    if (n < 0 || (size_t)n >= sizeof tagged) {
+        if (len) buf[0] = '\0';
+        return -1;
+    }
+    return guard_key(buf, len, prefix, "active", tagged, NULL);
 }

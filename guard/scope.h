@@ -7,6 +7,7 @@
 #ifndef BATON_SCOPE_H
 #define BATON_SCOPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define GUARD_DEFAULT_PREFIX "baton"
@@ -24,5 +25,10 @@ int guard_scope_join_n(char *buf, size_t len, const char *const *segs, size_t n)
 /* <prefix>:<kind>:<scope>[:<key>] (key may be NULL). prefix NULL = "baton". */
 int guard_key(char *buf, size_t len, const char *prefix, const char *kind,
               const char *scope, const char *key);
+/* An ActiveGuard's lease key: "<prefix>:active:<scope>", or with hash_tag
+ * "<prefix>:active:{<scope>}", so that it and the keys kept beside it
+ * ("<key>:epoch", ":holder", ":mark", ":cdc") share one Redis Cluster slot
+ * (the slot hashes the first {...}). */
+int guard_lease_key(char *buf, size_t len, const char *prefix, const char *scope, bool hash_tag);
 
 #endif

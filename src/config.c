@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "guard/active_guard.h"
+#include "endpoints/redis_settings.h"
 #include "guard/locker.h"
 #include "src/common/util.h"
 #include "src/config_test.h"
@@ -299,6 +300,10 @@ struct locker_settings {
     char *ca_file;
     char *cert_file;
     char *key_file;
+    struct strlist sentinels;
+    char *master_name;
+    struct redis_tls_settings tls;
+    bool hash_tag;
     char *host;
     int64_t port;
     int64_t db;
@@ -339,6 +344,10 @@ static const struct setting_def locker_defs[] = {
       .def = "1000", .min = 1, .max = 600000, .help = "command timeout (one request)" },
     { "prefix", SETTING_STRING, offsetof(struct locker_settings, prefix), .def = "baton",
       .help = "prefix of every lock key" },
+    REDIS_HA_TLS_DEFS(struct locker_settings),
+    { "hash_tag", SETTING_BOOL, offsetof(struct locker_settings, hash_tag), .def = "false",
+      .help = "lease keys <prefix>:active:{<scope>}: a lease's keys share one Redis Cluster slot "
+              "(changes the key names: switch every replica at once)" },
     SETTINGS_END
 };
 
@@ -514,7 +523,8 @@ static int parse_locker(struct baton_config *c, const config_setting_t *g, struc
         rc = -1;
     }
     int backend = backend_s ? ls.backend : ls.type;
-    static const char *const redis_only[] = { "host", "port", "db", NULL };
+    static const char *const redis_only[] = { "host", "port", "db", "sentinels", "master_name", "tls",
+                                              "hash_tag", NULL };
     static const char *const etcd_only[] = { "endpoints", "ca_file", "cert_file", "key_file", NULL };
     const char *const *foreign = backend == LOCKER_BACKEND_ETCD ? redis_only : etcd_only;
     for (size_t i = 0; rc == 0 && foreign[i]; i++) {
@@ -569,6 +579,11 @@ static int parse_locker(struct baton_config *c, const config_setting_t *g, struc
             }
         }
     }
+    if (rc == 0 && backend == LOCKER_BACKEND_REDIS) {
+        char *dir = dir_of(c->path);
+        rc = redis_settings_check(g, &ls.sentinels, ls.master_name, &ls.tls, dir, "locker", err);
+        free(dir);
+    }
     char *password = NULL;
     if (rc == 0) {
         char *pfile = ls.password_file ? main_relative(c->path, ls.password_file) : NULL;
@@ -590,6 +605,7 @@ static int parse_locker(struct baton_config *c, const config_setting_t *g, struc
     if (rc == 0) {
         c->has_locker = true;
         c->locker_backend = (enum locker_backend)backend;
+        c->locker_hash_tag = ls.hash_tag;
         c->locker_command_timeout_set = g && config_setting_get_member(g, "command_timeout_ms") != NULL;
         if (backend == LOCKER_BACKEND_ETCD) {
             struct etcd_opts *e = &c->locker_etcd;
@@ -616,6 +632,7 @@ static int parse_locker(struct baton_config *c, const config_setting_t *g, struc
             c->locker_redis.password = password;
             c->locker_redis.connect_timeout_ms = ls.connect_timeout_ms;
             c->locker_redis.command_timeout_ms = ls.command_timeout_ms;
+            redis_settings_apply(&c->locker_redis, &ls.sentinels, ls.master_name, &ls.tls);
         }
         free(c->key_prefix);
         c->key_prefix = ls.prefix;
@@ -1060,6 +1077,12 @@ static int load_endpoint(struct baton_config *c, const char *path, struct name_s
             goto out;
         }
     }
+    if (ep->ops->check_file) {
+        char *dir = dir_of(path);
+        int r = ep->ops->check_file(ep->settings, root, dir, what, err);
+        free(dir);
+        if (r) goto out;
+    }
 
     /* sink */
     for (size_t i = 0; i < c->n_sinks; i++)
@@ -1267,8 +1290,14 @@ void config_locker_describe(const struct baton_config *c, char *buf, size_t len)
         size_t off = (size_t)snprintf(buf, len, "etcd");
         for (size_t i = 0; i < c->locker_etcd.n_endpoints && off < len; i++)
             off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? "," : " ", c->locker_etcd.endpoints[i]);
+    } else if (c->locker_redis.n_sentinels) {
+        size_t off = (size_t)snprintf(buf, len, "redis%s sentinel master %s via", c->locker_redis.tls.enabled ? " (tls)" : "",
+                                      c->locker_redis.master_name);
+        for (size_t i = 0; i < c->locker_redis.n_sentinels && off < len; i++)
+            off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? "," : " ", c->locker_redis.sentinels[i]);
     } else {
-        snprintf(buf, len, "redis %s:%d", c->locker_redis.host, c->locker_redis.port);
+        snprintf(buf, len, "redis%s %s:%d", c->locker_redis.tls.enabled ? " (tls)" : "", c->locker_redis.host,
+                 c->locker_redis.port);
     }
 }
 

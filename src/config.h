@@ -74,6 +74,7 @@ struct baton_config {
      * to fit the shortest lease (ttl - margin - renew, at least 50 ms). */
     bool locker_command_timeout_set;
     char *key_prefix;     /* default "baton" */
+    bool locker_hash_tag; /* lease keys "<prefix>:active:{<scope>}" (Redis Cluster) */
     struct lease_config lease;
     struct sink_config *sinks;
     size_t n_sinks;

@@ -462,6 +462,7 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
             .standby_delay_arg = e,
             .log_name = c->name,
             .command_timeout_ms = config_locker_command_timeout(gw->cfg),
+            .hash_tag = gw->cfg->locker_hash_tag,
         };
         struct active_guard_callbacks cb = {.on_promoted = on_promoted, .on_demoted = on_demoted, .arg = e};
         char gerr[256] = "";
@@ -777,6 +778,17 @@ static void observe_once(struct gateway *gw)
         pthread_mutex_unlock(&gw->obs.mu);
     }
     pthread_mutex_lock(&gw->obs.mu);
+    /* said once per change: a probe refused (an ACL without +ping) or failing
+     * shows in the log, not only on /readyz and baton_locker_up */
+    if (gw->locker && gw->obs.valid && up != gw->obs.locker_up) {
+        if (up)
+            log_info("gateway", NULL, "locker probe answers again");
+        else
+            log_warn("gateway", NULL, "locker probe failed: %s (/readyz says 503 until it answers)",
+                     reason);
+    } else if (gw->locker && !gw->obs.valid && !up) {
+        log_warn("gateway", NULL, "locker probe failed: %s (/readyz says 503 until it answers)", reason);
+    }
     gw->obs.locker_up = up;
     snprintf(gw->obs.ready_reason, sizeof gw->obs.ready_reason, "%s", reason);
     gw->obs.valid = true;

@@ -56,7 +56,7 @@ int status_cmd_run(const struct baton_config *cfg, FILE *out)
                     "-");
             continue;
         }
-        guard_key(key, sizeof key, cfg->key_prefix, "active", scope, NULL);
+        guard_lease_key(key, sizeof key, cfg->key_prefix, scope, cfg->locker_hash_tag);
         struct lock_info info;
         char lerr[LOCKER_ERR_MAX];
         if (locker_inspect(l, key, &info, lerr) != LOCKER_OK) {

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "guard/scope.h"
@@ -60,6 +61,54 @@ static void test_key_building(void **state)
     assert_string_equal(small, "");
 }
 
+/* Redis Cluster's key slot: CRC16-XMODEM of the first non-empty {...}, or of
+ * the whole key, mod 16384 (the cluster specification's keyHashSlot). */
+static unsigned crc16(const char *s, size_t n)
+{
+    unsigned crc = 0;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= (unsigned)(unsigned char)s[i] << 8;
+        for (int b = 0; b < 8; b++) crc = (crc & 0x8000) ? ((crc << 1) ^ 0x1021) : (crc << 1);
+        crc &= 0xffff;
+    }
+    return crc;
+}
+
+static unsigned key_slot(const char *key)
+{
+    size_t n = strlen(key);
+    const char *open = strchr(key, '{');
+    if (open) {
+        const char *close = strchr(open + 1, '}');
+        if (close && close > open + 1) return crc16(open + 1, (size_t)(close - open - 1)) & 16383;
+    }
+    return crc16(key, n) & 16383;
+}
+
+static void test_lease_key_hash_tag(void **state)
+{
+    (void)state;
+    char k[GUARD_KEY_MAX], sub[GUARD_KEY_MAX + 16];
+    assert_true(guard_lease_key(k, sizeof k, "baton", "redis_psub:orders", false) > 0);
+    assert_string_equal(k, "baton:active:redis_psub:orders");
+    assert_int_equal(key_slot("123456789"), 12739); /* the specification's check value */
+    assert_true(guard_lease_key(k, sizeof k, "baton", "redis_psub:orders", true) > 0);
+    assert_string_equal(k, "baton:active:{redis_psub:orders}");
+    /* every key kept beside the lease lands in the lease key's slot */
+    const char *names[] = {"epoch", "holder", "mark", "cdc", "released"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(sub, sizeof sub, "%s:%s", k, names[i]);
+        assert_int_equal(key_slot(sub), key_slot(k));
+    }
+    /* without the tag they do not (for this scope) */
+    guard_lease_key(k, sizeof k, "baton", "redis_psub:orders", false);
+    snprintf(sub, sizeof sub, "%s:epoch", k);
+    assert_int_not_equal(key_slot(sub), key_slot(k));
+    char small[20];
+    assert_int_equal(guard_lease_key(small, sizeof small, "baton", "redis_psub:orders", true), -1);
+    assert_string_equal(small, "");
+}
+
 static void test_owner_segment_isolates_tenants(void **state)
 {
     char a[128], b[128], ka[GUARD_KEY_MAX], kb[GUARD_KEY_MAX];
@@ -77,6 +126,7 @@ int main(void)
         cmocka_unit_test(test_scope_skips_empty_and_null),
         cmocka_unit_test(test_scope_overflow),
         cmocka_unit_test(test_key_building),
+        cmocka_unit_test(test_lease_key_hash_tag),
         cmocka_unit_test(test_owner_segment_isolates_tenants),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

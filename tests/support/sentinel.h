@@ -1,0 +1,47 @@
+/* A Redis Sentinel deployment for C integration tests: one master, replicas
+ * (redis_server.h, --replicaof the master) and redis-sentinel processes on
+ * free 127.0.0.1 ports, each in its own temporary directory, monitoring the
+ * master under one name (quorum = majority of the sentinels). Always cleaned
+ * up: destroy, and the atexit handlers of the processes (tests/support/child.h,
+ * PR_SET_PDEATHSIG). Start returns once every sentinel knows the others and
+ * the replicas, and the replicas are in sync, so a failover can happen. */
+#ifndef BATON_TEST_SENTINEL_H
+#define BATON_TEST_SENTINEL_H
+
+#include <stdbool.h>
+
+#define SENTINEL_MAX 5
+#define SENTINEL_MAX_REDIS 4
+
+struct sentinel_cluster;
+
+/* n_redis: 1 master + (n_redis - 1) replicas; n_sentinels sentinels with
+ * down-after-milliseconds down_after_ms and failover-timeout
+ * failover_timeout_ms. NULL (message on stderr) when redis-sentinel is
+ * missing or the deployment did not come up within 30 s. */
+struct sentinel_cluster *sentinel_cluster_start(const char *master_name, int n_redis,
+                                                int n_sentinels, int down_after_ms,
+                                                int failover_timeout_ms);
+int sentinel_cluster_sentinel_port(const struct sentinel_cluster *c, int i);
+/* Port of redis server i (0 = the first master). */
+int sentinel_cluster_redis_port(const struct sentinel_cluster *c, int i);
+/* SIGKILL redis server i. */
+int sentinel_cluster_kill_redis(struct sentinel_cluster *c, int i);
+/* Starts redis server i again on its port (empty data, its first role): the
+ * sentinels turn an old master into a replica. */
+int sentinel_cluster_restart_redis(struct sentinel_cluster *c, int i);
+/* The master port the first answering sentinel reports, or -1. */
+int sentinel_cluster_master_port(const struct sentinel_cluster *c);
+/* Waits until every sentinel reports a master other than not_port and that
+ * server says ROLE master. Its port, or -1 after timeout_ms. */
+int sentinel_cluster_wait_new_master(const struct sentinel_cluster *c, int not_port,
+                                     int timeout_ms);
+/* "master" / "slave" / "" (unreachable) of a port, into buf. */
+const char *sentinel_cluster_role(int port, char *buf, int len);
+/* Waits until redis server i is a replica whose link to its master is up. */
+bool sentinel_cluster_wait_replica_synced(const struct sentinel_cluster *c, int i,
+                                          int timeout_ms);
+/* Stops everything and removes the directories. NULL-safe. */
+void sentinel_cluster_destroy(struct sentinel_cluster *c);
+
+#endif

@@ -627,6 +627,19 @@ static void sub_wait(struct redis_locker *rl, int64_t ms)
     if (poll(&p, 1, (int)ms) > 0) drain_pipe(rl->wake_pipe[0]);
 }
 
+/* Frees the subscriber connection: every channel is to be subscribed again,
+ * and the generation moves (announcements may have been missed meanwhile). */
+static void sub_drop(struct redis_locker *rl, redisContext **sc)
+{
+    redisFree(*sc);
+    *sc = NULL;
+    pthread_mutex_lock(&rl->sub_mu);
+    for (struct sub_channel *ch = rl->channels; ch; ch = ch->next)
+        ch->subscribed = ch->confirmed = false;
+    pthread_mutex_unlock(&rl->sub_mu);
+    atomic_fetch_add(&rl->generation, 1);
+}
+
 static void *sub_main(void *arg)
 {
     struct redis_locker *rl = arg;
@@ -639,13 +652,7 @@ static void *sub_main(void *arg)
             /* subscribed on the old master: announcements go to the new one */
             log_debug("locker", NULL, "release subscriber on redis %s: the sentinels switched "
                       "the master; resubscribing", rl->where);
-            redisFree(sc);
-            sc = NULL;
-            pthread_mutex_lock(&rl->sub_mu);
-            for (struct sub_channel *ch = rl->channels; ch; ch = ch->next)
-                ch->subscribed = ch->confirmed = false;
-            pthread_mutex_unlock(&rl->sub_mu);
-            atomic_fetch_add(&rl->generation, 1);
+            sub_drop(rl, &sc);
         }
         if (sc == NULL) {
             char err[LOCKER_ERR_MAX];
@@ -685,13 +692,7 @@ static void *sub_main(void *arg)
         if (broken) {
             log_debug("locker", NULL, "release subscriber on redis %s: connection broke (%s)",
                       rl->where, sc->errstr[0] ? sc->errstr : "closed");
-            redisFree(sc);
-            sc = NULL;
-            pthread_mutex_lock(&rl->sub_mu);
-            for (struct sub_channel *ch = rl->channels; ch; ch = ch->next)
-                ch->subscribed = ch->confirmed = false;
-            pthread_mutex_unlock(&rl->sub_mu);
-            atomic_fetch_add(&rl->generation, 1);
+            sub_drop(rl, &sc);
         }
     }
     if (sc) redisFree(sc);

@@ -759,8 +759,14 @@ static void test_term_checked_before_every_request(void **state)
     int n = srv.nreq;
     pthread_mutex_unlock(&srv.mu);
     assert_int_equal(n, 2);
+    /* the term ends when the server has seen the second request: its answer
+     * may come before the sink next asks the term (delivered) or after
+     * (aborted, term_ended); never a third request */
     for (int i = 0; i < 5; i++) {
-        assert_int_equal(outs[i], i < 2 ? MSG_DELIVERED : MSG_DROPPED_TERM_ENDED);
+        if (i == 1)
+            assert_true(outs[i] == MSG_DELIVERED || outs[i] == MSG_DROPPED_TERM_ENDED);
+        else
+            assert_int_equal(outs[i], i < 1 ? MSG_DELIVERED : MSG_DROPPED_TERM_ENDED);
         message_finish(msgs[i], outs[i]);
     }
     unmake_sink(&m);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian 12 machine:
 #   installs dependencies (idempotent), builds with -Werror, runs unit tests,
-#   integration tests and the fault suite (label chaos) (real redis-server, rabbitmq-server, mariadb-server
-#   and mosquitto started by the tests on 127.0.0.1, stopped afterwards).
+#   integration tests and the fault suite (label chaos) (real redis-server, redis-sentinel, etcd,
+#   rabbitmq-server, mariadb-server and mosquitto started by the tests on 127.0.0.1, stopped
+#   afterwards).
 #
 #   bash tests/run.sh              everything
 #   bash tests/run.sh -L unit      only one label (any ctest arguments)

@@ -84,15 +84,8 @@ class AclRedis(h.RedisServer):
     def __init__(self):
         super().__init__(extra_args=["--requirepass", ADMIN_PW, "--acllog-max-len", "1000"])
 
-    def _ping(self):
-        try:
-            c = h.Resp(self.port, timeout=0.5, password=ADMIN_PW)
-            try:
-                return c.cmd("PING") == "PONG"
-            finally:
-                c.close()
-        except (OSError, h.RedisError, ConnectionError):
-            return False
+    def _connect(self, timeout):
+        return h.Resp(self.port, timeout=timeout, password=ADMIN_PW)
 
     def admin(self):
         return self.client(password=ADMIN_PW)

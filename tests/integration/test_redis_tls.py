@@ -50,14 +50,7 @@ class TlsRedis:
         return TlsResp(self.port, self.tls, timeout=timeout)
 
     def _ping(self):
-        try:
-            c = self.client(0.5)
-            try:
-                return c.cmd("PING") == "PONG"
-            finally:
-                c.close()
-        except (OSError, h.RedisError, ConnectionError):
-            return False
+        return h.ping_ok(lambda: self.client(0.5))
 
     def stop(self):
         h.stop_process(self.proc)

@@ -238,6 +238,19 @@ class Resp:
 # --------------------------------------------------------------------------
 # Brokers
 
+def ping_ok(connect):
+    """True when connect() gives a Redis connection that answers PING (any
+    failure: False), for readiness probes."""
+    try:
+        c = connect()
+        try:
+            return c.cmd("PING") == "PONG"
+        finally:
+            c.close()
+    except (OSError, RedisError, ConnectionError):
+        return False
+
+
 class RedisServer:
     def __init__(self, port=None, extra_args=()):
         self.port = port or free_port()
@@ -257,15 +270,12 @@ class RedisServer:
         if not ok:
             raise RuntimeError("redis-server did not start on port %d" % self.port)
 
+    def _connect(self, timeout):
+        """A plain connection for the readiness probe (subclasses: password, TLS)."""
+        return Resp(self.port, timeout=timeout)
+
     def _ping(self):
-        try:
-            c = Resp(self.port, timeout=0.5)
-            try:
-                return c.cmd("PING") == "PONG"
-            finally:
-                c.close()
-        except (OSError, RedisError, ConnectionError):
-            return False
+        return ping_ok(lambda: self._connect(0.5))
 
     def stop(self):
         stop_process(self.proc)

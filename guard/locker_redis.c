@@ -571,9 +571,7 @@ static void sub_deliver(struct redis_locker *rl, redisReply *r)
 {
     if (r->type == REDIS_REPLY_ERROR) {
         /* e.g. an ACL without +subscribe or the &<prefix>:* channels:
-         * standbys then learn of releases only at the lease's expiry. The
-         * connection's CLIENT SETNAME is best effort: its refusal is not */
-        if (strstr(r->str, "setname") != NULL) return;
+         * standbys then learn of releases only at the lease's expiry */
         long long suppressed = 0;
         if (log_ratelimit_ok(&rl->rl_sub_err, 60000, &suppressed))
             log_error("locker", NULL,
@@ -645,6 +643,7 @@ static void *sub_main(void *arg)
     struct redis_locker *rl = arg;
     redisContext *sc = NULL;
     bool fresh = false;
+    bool setname_pending = false; /* CLIENT SETNAME's reply (best effort) not read yet */
     unsigned attempt = 0;
     uint64_t sub_switch_seen = 0;
     while (!atomic_load(&rl->sub_stop)) {
@@ -666,6 +665,7 @@ static void *sub_main(void *arg)
             }
             attempt = 0;
             fresh = true;
+            setname_pending = true;
         }
         bool broken = !sub_flush_subscriptions(rl, sc, fresh);
         fresh = false;
@@ -681,7 +681,11 @@ static void *sub_main(void *arg)
                 } else {
                     void *reply = NULL;
                     while (redisReaderGetReply(sc->reader, &reply) == REDIS_OK && reply) {
-                        sub_deliver(rl, reply);
+                        redisReply *rr = reply;
+                        if (setname_pending && rr->type != REDIS_REPLY_ARRAY)
+                            setname_pending = false; /* +OK, or refused by an ACL: fine */
+                        else
+                            sub_deliver(rl, reply);
                         freeReplyObject(reply);
                         reply = NULL;
                     }

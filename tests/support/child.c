@@ -1,6 +1,7 @@
 /* Server processes for C tests and benchmarks (tests/support/child.h). */
 #include "tests/support/child.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -74,10 +75,44 @@ int child_stop(struct child *c, int grace_ms)
     return child_kill(c);
 }
 
+/* Whether every thread of pid is stopped ('T' in /proc/<pid>/task/<tid>/stat). */
+static bool child_all_threads_stopped_(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (d == NULL) return true; /* no /proc: nothing to wait for */
+    bool all = true;
+    struct dirent *e;
+    while (all && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char stat_path[400], buf[512];
+        snprintf(stat_path, sizeof stat_path, "%s/%s/stat", path, e->d_name);
+        FILE *f = fopen(stat_path, "r");
+        if (f == NULL) continue; /* the thread exited */
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        const char *rp = strrchr(buf, ')'); /* "tid (comm) S ..." */
+        if (rp == NULL || rp[1] != ' ' || (rp[2] != 'T' && rp[2] != 't')) all = false;
+    }
+    closedir(d);
+    return all;
+}
+
 int child_signal(struct child *c, int sig)
 {
     if (c == NULL || c->pid <= 0) return -1;
-    return kill(c->pid, sig);
+    if (kill(c->pid, sig) != 0) return -1;
+    /* kill() returns before a group stop is complete: a thread running on
+     * another CPU may still answer a request for a moment. Wait (up to 2 s)
+     * until every thread is stopped, so "paused" means paused. */
+    if (sig == SIGSTOP) {
+        int64_t deadline = child_now_ms() + 2000;
+        while (!child_all_threads_stopped_(c->pid) && child_now_ms() < deadline)
+            usleep(1000);
+    }
+    return 0;
 }
 
 /* ---- the atexit registry -------------------------------------------------- */

@@ -33,7 +33,8 @@ int child_kill(struct child *c);
 /* SIGTERM (after a SIGCONT: a stopped process cannot act on it), reaped;
  * SIGKILL after grace_ms. 0, or -1 if it was not running. */
 int child_stop(struct child *c, int grace_ms);
-/* kill(pid, sig) (SIGSTOP / SIGCONT). 0, or -1 if it was not running. */
+/* kill(pid, sig) (SIGSTOP / SIGCONT); after SIGSTOP, waits (up to 2 s) until
+ * every thread is stopped. 0, or -1 if it was not running. */
 int child_signal(struct child *c, int sig);
 /* Creates c's directory "<base>/<prefix>-XXXXXX", copies extra_args
  * (NULL-terminated, may be NULL; at most CHILD_MAX_EXTRA) and registers c

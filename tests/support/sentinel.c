@@ -120,7 +120,7 @@ const char *sentinel_cluster_role(int port, char *buf, int len)
 bool sentinel_cluster_wait_replica_synced(const struct sentinel_cluster *cl, int i, int timeout_ms)
 {
     int64_t deadline = child_now_ms() + timeout_ms;
-    while (child_now_ms() < deadline) {
+    for (;;) {
         redisContext *c = connect_port(redis_server_port(cl->redis[i]), 500);
         bool ok = false;
         if (c) {
@@ -131,9 +131,9 @@ bool sentinel_cluster_wait_replica_synced(const struct sentinel_cluster *cl, int
             redisFree(c);
         }
         if (ok) return true;
+        if (child_now_ms() >= deadline) return false;
         usleep(100 * 1000);
     }
-    return false;
 }
 
 struct sentinel_cluster *sentinel_cluster_start(const char *master_name, int n_redis,
@@ -249,6 +249,45 @@ int sentinel_cluster_wait_new_master(const struct sentinel_cluster *c, int not_p
         char role[32];
         if (agree && p > 0 && strcmp(sentinel_cluster_role(p, role, sizeof role), "master") == 0)
             return p;
+        usleep(100 * 1000);
+    }
+    return -1;
+}
+
+void sentinel_cluster_dump_logs(const struct sentinel_cluster *c, int last_lines)
+{
+    for (int i = 0; i < c->n_sentinels; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/sentinel.log", c->sent[i].c.dir);
+        FILE *f = fopen(path, "r");
+        if (f == NULL) continue;
+        /* keep the last last_lines lines in a ring */
+        char ring[64][256];
+        int n = 0, keep = last_lines < 64 ? last_lines : 64;
+        if (keep < 1) keep = 1;
+        while (fgets(ring[n % keep], sizeof ring[0], f)) n++;
+        fclose(f);
+        fprintf(stderr, "--- sentinel %d (port %d), last lines of %s\n", i, c->sent[i].port, path);
+        for (int k = n > keep ? n - keep : 0; k < n; k++) fprintf(stderr, "    %s", ring[k % keep]);
+    }
+}
+
+int sentinel_cluster_wait_settled(const struct sentinel_cluster *c, int timeout_ms)
+{
+    int64_t deadline = child_now_ms() + timeout_ms;
+    while (child_now_ms() < deadline) {
+        int p = -1;
+        bool agree = true;
+        for (int i = 0; i < c->n_sentinels && agree; i++) {
+            int q = ask_master_port(c->sent[i].port, c->name);
+            if (q <= 0 || (p > 0 && q != p)) agree = false;
+            p = q;
+        }
+        char role[32];
+        bool ok = agree && p > 0 && strcmp(sentinel_cluster_role(p, role, sizeof role), "master") == 0;
+        for (int i = 0; i < c->n_redis && ok; i++)
+            if (redis_server_port(c->redis[i]) != p) ok = sentinel_cluster_wait_replica_synced(c, i, 0);
+        if (ok) return p;
         usleep(100 * 1000);
     }
     return -1;

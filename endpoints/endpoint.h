@@ -97,6 +97,10 @@ struct endpoint_host {
      * (a standby then skips building the envelope); a raw record that
      * arrives just after a promotion is rendered by the gateway. */
     bool (*replay_live)(const struct endpoint_host *h);
+    /* The server the endpoint is connected to now (one of its hosts /
+     * servers list, e.g. "127.0.0.1:3307"), shown in /status as "source";
+     * NULL or "" when it is not connected. Any thread. */
+    void (*set_source)(struct endpoint_host *h, const char *where);
 };
 
 struct endpoint_ops {

@@ -67,6 +67,9 @@ struct gw_endpoint {
     atomic_bool leading;      /* counted in gw->leaders */
     pthread_mutex_t lifecycle; /* serialises start/stop of the endpoint */
 
+    pthread_mutex_t source_mu; /* guards source */
+    char source[256];          /* host->set_source: the server in use, "" = none */
+
     struct log_ratelimit rl_queue_full;
     struct log_ratelimit rl_not_leader;
     struct log_ratelimit rl_sink_failed;
@@ -236,6 +239,14 @@ static void host_source_lost(struct endpoint_host *h, const char *reason)
     } else {
         log_warn("gateway", e->cfg->name, "source lost: %s", reason);
     }
+}
+
+static void host_set_source(struct endpoint_host *h, const char *where)
+{
+    struct gw_endpoint *e = h->gw;
+    pthread_mutex_lock(&e->source_mu);
+    snprintf(e->source, sizeof e->source, "%s", where ? where : "");
+    pthread_mutex_unlock(&e->source_mu);
 }
 
 static bool host_stopping(const struct endpoint_host *h)
@@ -439,6 +450,7 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
     e->gw = gw;
     e->cfg = c;
     pthread_mutex_init(&e->lifecycle, NULL);
+    pthread_mutex_init(&e->source_mu, NULL);
     if (guard_scope(e->scope, sizeof e->scope, c->type, gw->cfg->owner, c->name) < 0) {
         snprintf(err, errlen, "endpoint '%s': guard scope too long", c->name);
         return -1;
@@ -500,6 +512,7 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
     h->replay = e->warm != NULL;
     h->source_gap = host_source_gap;
     h->replay_live = host_replay_live;
+    h->set_source = host_set_source;
     /* replay: what a term left unsettled is after its last mark, so the
      * successor replays it from its ring */
     if (e->warm) h->source_redelivers = true;
@@ -526,6 +539,7 @@ static void endpoint_teardown(struct gw_endpoint *e)
     if (e->sink) e->cfg->sink->ops->destroy(e->sink);
     free(e->lease_key);
     pthread_mutex_destroy(&e->lifecycle);
+    pthread_mutex_destroy(&e->source_mu);
 }
 
 struct gateway *gateway_create(const struct baton_config *cfg, char *err, size_t errlen)
@@ -1134,6 +1148,14 @@ void gateway_render_status(struct gateway *gw, struct jbuf *b)
                         LOAD(e->stats.dropped_term_ended));
         jbuf_key(b, &f, "queue_depth");
         jbuf_u64(b, queue_depth(e->q));
+        char source[sizeof e->source];
+        pthread_mutex_lock(&gw->eps[i].source_mu);
+        memcpy(source, e->source, sizeof source);
+        pthread_mutex_unlock(&gw->eps[i].source_mu);
+        if (source[0]) {
+            jbuf_key(b, &f, "source");
+            jbuf_strz(b, source);
+        }
         if (e->warm) {
             const struct warm_stats *ws = warm_stats(e->warm);
             bool rf = true;

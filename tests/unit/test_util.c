@@ -174,9 +174,76 @@ static void test_log_levels_and_ratelimit(void **state)
     assert_int_equal(sup, 50);
 }
 
+static void test_host_parse(void **state)
+{
+    (void)state;
+    struct net_host hp;
+    char err[512], out[300];
+    struct {
+        const char *spec;
+        const char *host;
+        int port;
+        const char *shown;
+    } ok[] = {
+        { "127.0.0.1", "127.0.0.1", 5672, "127.0.0.1:5672" },
+        { "127.0.0.1:5673", "127.0.0.1", 5673, "127.0.0.1:5673" },
+        { "rabbit-2.example", "rabbit-2.example", 5672, "rabbit-2.example:5672" },
+        { "rabbit-2.example:1", "rabbit-2.example", 1, "rabbit-2.example:1" },
+        { "h:65535", "h", 65535, "h:65535" },
+        { "[::1]", "::1", 5672, "[::1]:5672" },
+        { "[::1]:5673", "::1", 5673, "[::1]:5673" },
+        { "[fe80::1%eth0]:5671", "fe80::1%eth0", 5671, "[fe80::1%eth0]:5671" },
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        err[0] = '\0';
+        if (net_host_parse(ok[i].spec, 5672, &hp, err, sizeof err) != 0)
+            fail_msg("\"%s\" refused: %s", ok[i].spec, err);
+        assert_string_equal(hp.host, ok[i].host);
+        assert_int_equal(hp.port, ok[i].port);
+        net_host_format(&hp, out, sizeof out);
+        assert_string_equal(out, ok[i].shown);
+    }
+    struct {
+        const char *spec;
+        const char *why;
+    } bad[] = {
+        { "", "empty" },
+        { ":5672", "no host" },
+        { "[]:5672", "no host" },
+        { "h:", "port must be 1..65535" },
+        { "h:0", "port must be 1..65535" },
+        { "h:65536", "port must be 1..65535" },
+        { "h:-1", "port must be 1..65535" },
+        { "h:+5", "port must be 1..65535" },
+        { "h:56x", "port must be 1..65535" },
+        { "h: 56", "port must be 1..65535" },
+        { "::1", "brackets" },
+        { "::1:5672", "brackets" },
+        { "[::1", "missing ']'" },
+        { "[::1]5672", "\":port\" after ']'" },
+        { "[::1]:", "port must be 1..65535" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        if (net_host_parse(bad[i].spec, 5672, &hp, err, sizeof err) == 0)
+            fail_msg("\"%s\" accepted", bad[i].spec);
+        if (!strstr(err, bad[i].why)) fail_msg("\"%s\": \"%s\" lacks \"%s\"", bad[i].spec, err, bad[i].why);
+    }
+    /* a host longer than the buffer is refused, not cut */
+    char longspec[400];
+    memset(longspec, 'h', 300);
+    snprintf(longspec + 300, sizeof longspec - 300, ":5672");
+    assert_int_equal(net_host_parse(longspec, 5672, &hp, err, sizeof err), -1);
+    assert_non_null(strstr(err, "longer than"));
+}
+
+/* ---- settings table + validate, from config text ---- */
+
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_host_parse),
         cmocka_unit_test(test_token_format_and_uniqueness),
         cmocka_unit_test(test_jitter_range),
         cmocka_unit_test(test_backoff_bounds),

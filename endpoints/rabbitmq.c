@@ -22,6 +22,8 @@
 #include <amqp_ssl_socket.h>
 #include <amqp_tcp_socket.h>
 #include <errno.h>
+#include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -40,6 +42,7 @@
 
 #define COMP "rabbitmq"
 #define CHANNEL 1
+#define DEFAULT_HOST "127.0.0.1"
 
 enum { XT_FANOUT, XT_TOPIC, XT_DIRECT, XT_HEADERS };
 enum { MODE_PRIVATE, MODE_GROUP };
@@ -49,7 +52,8 @@ static const char *const modes[] = { "private", "group", NULL };
 static const char *const matches[] = { "all", "any", NULL };
 
 struct rmq_settings {
-    char *host;
+    char *host; /* NULL: not given (127.0.0.1 unless hosts is) */
+    struct strlist hosts;
     int64_t port;
     char *vhost;
     char *user;
@@ -82,9 +86,15 @@ struct rmq_settings {
 
 #define OFF(f) offsetof(struct rmq_settings, f)
 static const struct setting_def defs[] = {
-    { "host", SETTING_STRING, OFF(host), .def = "127.0.0.1", .help = "broker host name or address" },
+    /* no default in the table: validate must see whether host was given
+     * (host and hosts together are an error); create uses 127.0.0.1 */
+    { "host", SETTING_STRING, OFF(host),
+      .help = "broker host name or address (default 127.0.0.1; or use hosts)" },
+    { "hosts", SETTING_STRLIST, OFF(hosts),
+      .help = "brokers tried in order on every (re)connect: [\"host:port\", \"[::1]:5672\", ...] "
+              "(port defaults to 'port'); replaces host" },
     { "port", SETTING_INT, OFF(port), .def = "5672", .min = 1, .max = 65535,
-      .help = "broker TCP port (5671 is usual with tls)" },
+      .help = "broker TCP port (5671 is usual with tls); default port of the hosts entries" },
     { "vhost", SETTING_STRING, OFF(vhost), .def = "/", .help = "virtual host" },
     { "user", SETTING_STRING, OFF(user), .def = "guest", .help = "user name" },
     { "password_env", SETTING_STRING, OFF(password_env),
@@ -147,6 +157,8 @@ struct ack_item {
 struct rmq_ep {
     const struct rmq_settings *s;
     struct endpoint_host *host;
+    struct net_host *hosts; /* hosts list, or the one host/port */
+    size_t nhosts;
     char *password;
     char queue_cfg[256]; /* expanded template, "" = server-named */
     bool group;
@@ -171,12 +183,13 @@ struct rmq_ep {
     unsigned gen;          /* connection generation, 16 bits used */
     uint64_t outstanding;  /* delivered with manual ack, not yet resolved */
     char queue[256];       /* queue actually bound */
+    char where[300];       /* host:port of the live connection */
     struct envelope env;
-    char reason[512];      /* last error */
+    char reason[1024];     /* last error (every host's, when all failed) */
     struct log_ratelimit rl;
     /* start failures: the guard retries every retry interval; the same
      * reason is logged at most every 5 s, a new reason at once */
-    char last_start_error[512];
+    char last_start_error[1024];
     struct log_ratelimit start_rl;
 };
 
@@ -194,6 +207,19 @@ static enum guard_kind auto_guard(const void *sv)
 static int validate(const void *sv, enum guard_kind guard, bool force, char *msg, size_t len)
 {
     const struct rmq_settings *s = sv;
+    if (s->hosts.n && s->host) {
+        snprintf(msg, len, "set either 'host' or 'hosts', not both ('hosts' lists every broker: "
+                           "hosts = [\"host:port\", ...])");
+        return -1;
+    }
+    for (size_t i = 0; i < s->hosts.n; i++) {
+        struct net_host hp;
+        char m[400];
+        if (net_host_parse(s->hosts.v[i], (int)s->port, &hp, m, sizeof m) < 0) {
+            snprintf(msg, len, "hosts[%zu]: %s", i, m);
+            return -1;
+        }
+    }
     if (!s->exchange || !*s->exchange) {
         snprintf(msg, len, "'exchange' must name an exchange (the default exchange \"\" "
                            "cannot be bound)");
@@ -336,12 +362,51 @@ static amqp_table_t headers_bind_args(const struct rmq_settings *s, amqp_table_e
     return t;
 }
 
-/* Connects, declares, binds and starts consuming. 0, or -1 with ep->reason. */
-static int session_open(struct rmq_ep *ep)
+/* rabbitmq-c reports every failed TCP connect as "a socket error occurred"
+ * (errno is lost inside it). Only then, for the message: one more
+ * non-blocking connect to the same address, at most timeout_ms, whose
+ * SO_ERROR names the cause ("connection refused"). Returns false when the
+ * probe found nothing to report (it connected, or timed out). */
+static bool tcp_failure_cause(const char *host, int port, int64_t timeout_ms, char *buf, size_t len)
+{
+    struct addrinfo hints = { 0 }, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    if (getaddrinfo(host, portstr, &hints, &res) != 0 || !res) return false;
+    int err = 0;
+    int fd = socket(res->ai_family, res->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    res->ai_protocol);
+    if (fd >= 0) {
+        if (connect(fd, res->ai_addr, res->ai_addrlen) < 0) {
+            err = errno;
+            if (err == EINPROGRESS) {
+                struct pollfd p = { fd, POLLOUT, 0 };
+                err = 0;
+                if (poll(&p, 1, (int)timeout_ms) == 1) {
+                    socklen_t sl = sizeof err;
+                    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) < 0) err = 0;
+                }
+            }
+        }
+        close(fd);
+    }
+    freeaddrinfo(res);
+    if (err == 0) return false;
+    snprintf(buf, len, "%s", strerror(err));
+    if (buf[0] >= 'A' && buf[0] <= 'Z') buf[0] = (char)(buf[0] - 'A' + 'a');
+    return true;
+}
+
+/* TCP (or TLS), login and channel 1 on one broker. 0 with ep->where set, or
+ * -1 with ep->reason (naming the broker) and no connection. */
+static int connect_host(struct rmq_ep *ep, const struct net_host *hp)
 {
     const struct rmq_settings *s = ep->s;
-    char where[300];
-    snprintf(where, sizeof where, "%s:%d vhost \"%s\"", s->host, (int)s->port, s->vhost);
+    char hostport[300], where[400];
+    net_host_format(hp, hostport, sizeof hostport);
+    snprintf(where, sizeof where, "%s vhost \"%s\"", hostport, s->vhost);
 
     ep->conn = amqp_new_connection();
     if (!ep->conn) {
@@ -386,10 +451,17 @@ static int session_open(struct rmq_ep *ep)
                            (suseconds_t)(s->rpc_timeout_ms % 1000) * 1000 };
     amqp_set_handshake_timeout(ep->conn, &rtv);
     amqp_set_rpc_timeout(ep->conn, &rtv);
-    int rc = amqp_socket_open_noblock(sock, s->host, (int)s->port, &ctv);
+    int rc = amqp_socket_open_noblock(sock, hp->host, hp->port, &ctv);
     if (rc != AMQP_STATUS_OK) {
-        snprintf(ep->reason, sizeof ep->reason, "connect %s:%d%s: %s", s->host, (int)s->port,
-                 s->tls ? " (tls)" : "", amqp_error_string2(rc));
+        char cause[128];
+        const char *text = amqp_error_string2(rc);
+        if (rc == AMQP_STATUS_SOCKET_ERROR &&
+            tcp_failure_cause(hp->host, hp->port,
+                              s->connect_timeout_ms < 1000 ? s->connect_timeout_ms : 1000, cause,
+                              sizeof cause))
+            text = cause;
+        snprintf(ep->reason, sizeof ep->reason, "connect %s%s: %s", hostport,
+                 s->tls ? " (tls)" : "", text);
         goto fail;
     }
     pthread_mutex_lock(&ep->lock);
@@ -400,7 +472,7 @@ static int session_open(struct rmq_ep *ep)
         goto fail;
     }
 
-    char what[400];
+    char what[600];
     snprintf(what, sizeof what, "login as \"%s\" on %s", s->user, where);
     if (check_reply(ep, amqp_login(ep->conn, s->vhost, 0, AMQP_DEFAULT_FRAME_SIZE,
                                    (int)s->heartbeat, AMQP_SASL_METHOD_PLAIN, s->user,
@@ -408,7 +480,48 @@ static int session_open(struct rmq_ep *ep)
                     what) < 0)
         goto fail;
     amqp_channel_open(ep->conn, CHANNEL);
-    if (check_reply(ep, amqp_get_rpc_reply(ep->conn), "channel.open") < 0) goto fail;
+    snprintf(what, sizeof what, "channel.open on %s", hostport);
+    if (check_reply(ep, amqp_get_rpc_reply(ep->conn), what) < 0) goto fail;
+    snprintf(ep->where, sizeof ep->where, "%s", hostport);
+    return 0;
+fail:
+    session_close(ep, false);
+    return -1;
+}
+
+/* Tries the hosts in order, from the first; the first that connects (TCP,
+ * login, channel) is used. 0, or -1 with ep->reason naming every host tried
+ * and its error ("connect a:1: connection refused; connect b:2: ..."). */
+static int connect_any(struct rmq_ep *ep)
+{
+    if (ep->nhosts == 1) return connect_host(ep, &ep->hosts[0]);
+    char all[sizeof ep->reason];
+    size_t o = 0;
+    all[0] = '\0';
+    for (size_t i = 0; i < ep->nhosts; i++) {
+        if (i > 0 && atomic_load(&ep->stop)) break;
+        if (connect_host(ep, &ep->hosts[i]) == 0) {
+            if (i > 0)
+                log_info(COMP, ep->host->name, "connected to %s (hosts[%zu]) after: %s", ep->where,
+                         i, all);
+            return 0;
+        }
+        if (o < sizeof all - 1) {
+            int n = snprintf(all + o, sizeof all - o, "%s%s", i ? "; " : "", ep->reason);
+            if (n > 0) o += (size_t)n;
+            if (o > sizeof all - 1) o = sizeof all - 1;
+        }
+    }
+    snprintf(ep->reason, sizeof ep->reason, "%s", all);
+    return -1;
+}
+
+/* Connects, declares, binds and starts consuming. 0, or -1 with ep->reason. */
+static int session_open(struct rmq_ep *ep)
+{
+    const struct rmq_settings *s = ep->s;
+    char what[600];
+    if (connect_any(ep) < 0) return -1;
 
     if (s->declare_exchange) {
         snprintf(what, sizeof what, "declare %s exchange \"%s\"", exchange_types[s->exchange_type],
@@ -682,7 +795,7 @@ static void *consumer_main(void *arg)
     int64_t lost_at = 0;
     unsigned attempt = 0;
     bool lost_reported = false;
-    char lost_reason[512] = "";
+    char lost_reason[sizeof ep->reason] = "";
 
     while (!atomic_load(&ep->stop)) {
         if (!first || lost_at) {
@@ -724,7 +837,7 @@ static void *consumer_main(void *arg)
             first = false;
             if (h->guard == GUARD_ACTIVE && !lost_reported &&
                 clock_mono_ms() - lost_at > h->lease_ttl_ms) {
-                char why[700];
+                char why[sizeof ep->reason + 200];
                 snprintf(why, sizeof why, "rabbitmq unreachable for %lld ms: %s",
                          (long long)(clock_mono_ms() - lost_at),
                          lost_reason[0] ? lost_reason : ep->reason);
@@ -733,16 +846,18 @@ static void *consumer_main(void *arg)
             }
             continue;
         }
+        if (h->set_source) h->set_source(h, ep->where);
         if (first) {
             log_info(COMP, h->name, "consuming from %s queue \"%s\" bound to %s exchange \"%s\" "
-                                    "(%zu binding%s, ack %s)",
+                                    "(%zu binding%s, ack %s) on %s",
                      ep->group ? "group" : "private", ep->queue, exchange_types[s->exchange_type],
                      s->exchange, s->routing_keys.n ? s->routing_keys.n : 1,
-                     s->routing_keys.n > 1 ? "s" : "", ep->after_sink ? "after_sink" : "auto");
+                     s->routing_keys.n > 1 ? "s" : "", ep->after_sink ? "after_sink" : "auto",
+                     ep->where);
         } else {
-            log_info(COMP, h->name, "reconnected: consuming from queue \"%s\" again; %s for "
+            log_info(COMP, h->name, "reconnected to %s: consuming from queue \"%s\" again; %s for "
                                     "%lld ms (%s)",
-                     ep->queue,
+                     ep->where, ep->queue,
                      ep->group ? "deliveries waited in the group queue"
                                : "no private queue was bound",
                      (long long)(clock_mono_ms() - lost_at), lost_reason);
@@ -755,6 +870,7 @@ static void *consumer_main(void *arg)
         lost_reported = false;
 
         rc = consume_loop(ep);
+        if (h->set_source) h->set_source(h, "");
         if (rc == 0 || atomic_load(&ep->stop)) {
             drain_acks(ep);
             session_close(ep, false); /* the socket may already be shut down */
@@ -762,7 +878,7 @@ static void *consumer_main(void *arg)
         }
         atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
         snprintf(lost_reason, sizeof lost_reason, "%s", ep->reason);
-        log_warn(COMP, h->name, "connection lost: %s; reconnecting", ep->reason);
+        log_warn(COMP, h->name, "connection to %s lost: %s; reconnecting", ep->where, ep->reason);
         session_close(ep, false);
         lost_at = clock_mono_ms();
     }
@@ -784,6 +900,17 @@ static void *create(const void *sv, struct endpoint_host *host, char *err, size_
     struct rmq_ep *ep = xcalloc(1, sizeof *ep);
     ep->s = s;
     ep->host = host;
+    ep->nhosts = s->hosts.n ? s->hosts.n : 1;
+    ep->hosts = xcalloc(ep->nhosts, sizeof *ep->hosts);
+    if (s->hosts.n) {
+        for (size_t i = 0; i < s->hosts.n; i++)
+            (void)net_host_parse(s->hosts.v[i], (int)s->port, &ep->hosts[i], msg, sizeof msg);
+    } else {
+        /* the single host is a name or an address as given (no ":port") */
+        snprintf(ep->hosts[0].host, sizeof ep->hosts[0].host, "%s",
+                 s->host ? s->host : DEFAULT_HOST);
+        ep->hosts[0].port = (int)s->port;
+    }
     ep->group = s->mode == MODE_GROUP;
     host->source_redelivers = ep->group;
     ep->after_sink = ep->group || (s->ack && strcmp(s->ack, "after_sink") == 0);
@@ -791,6 +918,7 @@ static void *create(const void *sv, struct endpoint_host *host, char *err, size_
     if (s->password_env || s->password_file) {
         if (secret_resolve(s->password_env, s->password_file, &ep->password, msg, sizeof msg) < 0) {
             snprintf(err, errlen, "password: %s", msg);
+            free(ep->hosts);
             free(ep);
             return NULL;
         }
@@ -811,6 +939,7 @@ static void *create(const void *sv, struct endpoint_host *host, char *err, size_
                                   sizeof msg) < 0) {
             snprintf(err, errlen, "%s", msg);
             free(ep->password);
+            free(ep->hosts);
             free(ep);
             return NULL;
         }
@@ -891,6 +1020,7 @@ static void destroy(void *p)
     stop(ep);
     envelope_free(&ep->env);
     free(ep->acks);
+    free(ep->hosts);
     if (ep->password) {
         memset(ep->password, 0, strlen(ep->password));
         free(ep->password);

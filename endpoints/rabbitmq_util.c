@@ -3,6 +3,7 @@
 #include "endpoints/rabbitmq_util.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void write_bytes(struct jbuf *b, const amqp_bytes_t *x, bool text)

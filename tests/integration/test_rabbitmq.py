@@ -25,7 +25,10 @@ baton processes coordinated through a real redis-server.
      with bind_match "all" and one with "any", 3 processes: exactly the
      matching messages, each once, by one process per endpoint; the
      envelope's headers object is the published table
-  8. broker restart while leading (2 processes): the leader reconnects with
+  8. hosts = [a dead port, the broker]: consumes from the broker, /status
+     "source" names it; hosts = [two dead ports] in the same process: one
+     error naming both hosts, the lease released, retries, no crash
+  9. broker restart while leading (2 processes): the leader reconnects with
      backoff, gives its lease up once the broker is gone longer than the ttl,
      and after the restart exactly one queue is bound and messages flow
      exactly once; the unbound window is printed (runs last: it restarts the
@@ -50,7 +53,7 @@ from tlsfiles import make_ca, make_tls_files  # noqa: E402
 TTL, RETRY = 3000, 250
 ORDER = ["test_three_replicas_exactly_once", "test_leader_sigkill", "test_group_mode_sigkill",
          "test_topic_headers_binary", "test_errors_keep_retrying", "test_tls",
-         "test_headers_exchange", "test_broker_restart"]
+         "test_headers_exchange", "test_hosts_list", "test_broker_restart"]
 
 _broker = None
 _tls = None
@@ -533,6 +536,69 @@ def test_headers_exchange(t):
                 % (ep, len(bad), bad[:1]))
     sample = next((r for _b, r in got("hall")), None)
     h.log("envelope headers, e.g.: %s" % (sample and json.dumps(sample.get("headers"))))
+
+
+def test_hosts_list(t):
+    """hosts: tried in order from the first on every connect. [dead port,
+    broker] -> consumes from the broker, /status "source" is the broker;
+    [dead, dead] -> a start error naming both hosts, the guard releases the
+    lease and retries, the process and its other endpoint carry on."""
+    srv = broker()
+    redis = t.redis()
+    dead = [h.free_port() for _ in range(3)]
+    mport = h.free_port()
+    c = rmq.Amqp(srv.port)
+    c.exchange_declare("fan7", "fanout")
+
+    def cfg(name, hosts, extra=""):
+        return ('name = "%s"; type = "rabbitmq"; sink = "out"; exchange = "fan7";\n'
+                'hosts = [%s];\n%s\n' % (name, ", ".join('"%s"' % x for x in hosts), extra))
+    good = ["127.0.0.1:%d" % dead[0], "127.0.0.1:%d" % srv.port]
+    bad = ["127.0.0.1:%d" % dead[1], "127.0.0.1:%d" % dead[2]]
+    b = t.baton(h.main_cfg(redis_port=redis.port,
+                           extra='metrics = { listen = "127.0.0.1:%d"; };' % mport),
+                {"a-multi.cfg": cfg("multi", good), "b-down.cfg": cfg("down", bad)})
+    t0 = time.monotonic()
+    t.require(h.wait_until(lambda: queue_of(b, "multi"), 15, 0.05),
+              "multi not consuming: %s" % [ln for ln in b.stderr_text().splitlines()
+                                           if "rabbitmq[multi]" in ln][:3])
+    h.log("multi consuming %.2fs after start (first host dead)" % (time.monotonic() - t0))
+    total = 200
+    c.confirm_select()
+    c.publish_many(("fan7", "", b"h-%d" % i, {"message_id": "h-%d" % i}) for i in range(total))
+    acked, nacked = c.wait_confirms(30)
+    c.close()
+    t.require(acked == total and nacked == 0, "broker confirmed %d/%d" % (acked, total))
+    h.wait_until(lambda: len(records(b)) >= total, 10, 0.05)
+    ids = [r["id"] for r in records(b) if r["endpoint"] == "multi"]
+    t.check(sorted(ids) == sorted("h-%d" % i for i in range(total)),
+            "multi forwarded %d of %d (%d distinct)" % (len(ids), total, len(set(ids))))
+    st = h.status_endpoints(mport)
+    h.log("/status source: multi %r, down %r" % (st.get("multi", {}).get("source"),
+                                                 st.get("down", {}).get("source")))
+    t.check(st.get("multi", {}).get("source") == "127.0.0.1:%d" % srv.port,
+            "/status multi source: %r" % st.get("multi"))
+    t.check("source" not in st.get("down", {"source": "?"}), "/status down: %r" % st.get("down"))
+    err = b.stderr_text().splitlines()
+    t.check(any("rabbitmq[multi]" in ln and "127.0.0.1:%d" % dead[0] in ln for ln in err),
+            "the failure of the first host is not logged")
+
+    def down_errors():
+        return [ln for ln in b.stderr_text().splitlines() if "rabbitmq[down]" in ln and
+                "cannot start" in ln and bad[0] in ln and bad[1] in ln]
+    t.check(h.wait_until(down_errors, 5, 0.05), "no start error naming both hosts of 'down'")
+    h.log("down: %s" % (down_errors()[:1]))
+    t.check(any("connect %s: connection refused; connect %s: connection refused" % (bad[0], bad[1])
+                in ln for ln in down_errors()), "the error does not give each host's cause")
+
+    def releases():
+        return [ln for ln in b.stderr_text().splitlines() if "[down]" in ln and
+                "starting the consumer failed; releasing" in ln]
+    h.wait_until(lambda: len(releases()) >= 2, 5, 0.05)
+    h.log("down: the guard released the lease %d times" % len(releases()))
+    t.check(len(releases()) >= 2, "the guard did not release and retry: %d" % len(releases()))
+    t.check(b.alive(), "process exited")
+    t.check(b.term() == 0, "exit status on SIGTERM")
 
 
 def test_broker_restart(t):

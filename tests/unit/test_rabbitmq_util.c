@@ -245,8 +245,7 @@ static void test_seq_packing(void **state)
     assert_int_equal(rmq_seq_tag(s), ((uint64_t)1 << 48) - 1);
 }
 
-/* ---- settings table + validate, from config text ---- */
-
+/* ---- hosts entries ---- */
 static void *parse(const char *text, char *err, size_t errlen)
 {
     config_t cfg;
@@ -333,6 +332,26 @@ static void test_validate(void **state)
     assert_int_equal(check("exchange = \"ev\"; reconnect_min_ms = 900; reconnect_max_ms = 100;",
                            GUARD_ACTIVE, false, msg, sizeof msg), -1);
     assert_int_equal(check("exchange = \"ev\"; prefetch = 0;", GUARD_ACTIVE, false, msg, sizeof msg), -2);
+    /* hosts: a list replacing host, each entry checked, never both */
+    assert_int_equal(check("exchange = \"ev\"; hosts = [\"a:5673\", \"[::1]\", \"b\"];",
+                           GUARD_ACTIVE, false, msg, sizeof msg), 0);
+    assert_int_equal(check("exchange = \"ev\"; hosts = \"a:5673\";", GUARD_ACTIVE, false, msg,
+                           sizeof msg), 0);
+    assert_int_equal(check("exchange = \"ev\"; host = \"x\"; port = 5673;", GUARD_ACTIVE, false,
+                           msg, sizeof msg), 0);
+    assert_int_equal(check("exchange = \"ev\"; host = \"x\"; hosts = [\"a\", \"b\"];",
+                           GUARD_ACTIVE, false, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "'host'"));
+    assert_non_null(strstr(msg, "'hosts'"));
+    assert_int_equal(check("exchange = \"ev\"; hosts = [\"a:5673\", \"b:0\"];", GUARD_ACTIVE,
+                           false, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "hosts[1]"));
+    assert_non_null(strstr(msg, "b:0"));
+    assert_int_equal(check("exchange = \"ev\"; hosts = [\"::1\"];", GUARD_ACTIVE, false, msg,
+                           sizeof msg), -1);
+    assert_non_null(strstr(msg, "[::1]:5672"));
+    assert_int_equal(check("exchange = \"ev\"; hosts = [1, 2];", GUARD_ACTIVE, false, msg,
+                           sizeof msg), -2);
 }
 
 /* ---- create() errors and a create/destroy cycle without a broker ---- */
@@ -358,6 +377,23 @@ static void test_create(void **state)
     assert_non_null(ep);
     ep_rabbitmq_ops.stop(ep); /* never started: a no-op */
     ep_rabbitmq_ops.destroy(ep);
+    settings_free(ep_rabbitmq_ops.settings, s);
+    free(s);
+
+    /* a hosts list: created and freed without a broker */
+    s = parse("exchange = \"ev\"; port = 5673; hosts = [\"a\", \"b:5674\", \"[::1]:5675\"];",
+              err, sizeof err);
+    assert_non_null(s);
+    ep = ep_rabbitmq_ops.create(s, &host, err, sizeof err);
+    assert_non_null(ep);
+    ep_rabbitmq_ops.destroy(ep);
+    /* create checks again (an endpoint built without the loader) */
+    settings_free(ep_rabbitmq_ops.settings, s);
+    free(s);
+    s = parse("exchange = \"ev\"; hosts = [\"a\", \"b:99999\"];", err, sizeof err);
+    assert_non_null(s);
+    assert_null(ep_rabbitmq_ops.create(s, &host, err, sizeof err));
+    assert_non_null(strstr(err, "hosts[1]"));
     settings_free(ep_rabbitmq_ops.settings, s);
     free(s);
 

@@ -63,12 +63,14 @@
 #include "src/common/util.h"
 
 #define COMPONENT "mqtt"
+#define DEFAULT_SERVER "tcp://127.0.0.1:1883"
 
 enum { PROTO_V5 = 0, PROTO_V311 = 1 };
 enum { ACK_AFTER_SINK = 0, ACK_ON_RECEIVE = 1 };
 
 struct mqtt_settings {
-    char *server;
+    char *server; /* NULL: not given (DEFAULT_SERVER unless servers is) */
+    struct strlist servers;
     char *ca_file;
     char *cert_file;
     char *key_file;
@@ -98,8 +100,13 @@ static const char *const ack_choices[] = {"after_sink", "on_receive", NULL};
 
 #define OFF(f) offsetof(struct mqtt_settings, f)
 static const struct setting_def mqtt_defs[] = {
-    {"server", SETTING_STRING, OFF(server), .def = "tcp://127.0.0.1:1883",
-     .help = "broker URI: tcp://host:port, ssl://host:port (also mqtt://, mqtts://, ws://, wss://)"},
+    /* no default in the table: validate must see whether server was given
+     * (server and servers together are an error) */
+    {"server", SETTING_STRING, OFF(server),
+     .help = "broker URI: tcp://host:port, ssl://host:port (also mqtt://, mqtts://, ws://, wss://); "
+             "default tcp://127.0.0.1:1883"},
+    {"servers", SETTING_STRLIST, OFF(servers),
+     .help = "broker URIs tried in order on every (re)connect, all TLS or all plain; replaces server"},
     {"ca_file", SETTING_STRING, OFF(ca_file), .help = "PEM file of trusted CAs (ssl://)"},
     {"cert_file", SETTING_STRING, OFF(cert_file), .help = "PEM client certificate (ssl://)"},
     {"key_file", SETTING_STRING, OFF(key_file), .help = "PEM client private key (ssl://)"},
@@ -160,6 +167,9 @@ enum op_state { OP_IDLE, OP_PENDING, OP_OK, OP_FAIL };
 struct mqtt_ep {
     const struct mqtt_settings *s;
     struct endpoint_host *host;
+    const char **uris;   /* servers, or the one server (strings owned by s) */
+    size_t n_uris;
+    char *servers_text;  /* "tcp://a:1883, tcp://b:1883", for messages */
     char *password;
     char *client_id;
     char **filters; /* as subscribed ($share applied) */
@@ -183,6 +193,7 @@ struct mqtt_ep {
     char op_err[256];
     char tls_err[200];   /* OpenSSL's first error of the current connect, if any */
     bool conn_lost;
+    char connected[256]; /* the server paho reports connected to (connect success data) */
     bool start_done;
     int start_rc;
     bool in_callback;    /* a QoS 1/2 message waits for its sink */
@@ -244,10 +255,18 @@ static int mqtt_validate(const void *settings, enum guard_kind guard, bool force
 {
     const struct mqtt_settings *s = settings;
     bool tls = false;
-    if (mqtt_server_validate(s->server, &tls, msg, msglen) != 0) return -1;
+    if (s->servers.n && s->server) {
+        snprintf(msg, msglen, "set either 'server' or 'servers', not both ('servers' lists every "
+                              "broker: servers = [\"tcp://h1:1883\", \"tcp://h2:1883\"])");
+        return -1;
+    }
+    const char *one = s->server ? s->server : DEFAULT_SERVER;
+    const char *const *uris = s->servers.n ? (const char *const *)s->servers.v : &one;
+    size_t n = s->servers.n ? s->servers.n : 1;
+    if (mqtt_servers_validate(uris, n, &tls, msg, msglen) != 0) return -1;
     if (!tls && (s->ca_file || s->cert_file || s->key_file)) {
         snprintf(msg, msglen, "ca_file/cert_file/key_file need an ssl:// (or mqtts://, wss://) server, not '%s'",
-                 s->server);
+                 uris[0]);
         return -1;
     }
     if ((s->cert_file == NULL) != (s->key_file == NULL)) {
@@ -353,9 +372,22 @@ static void fail_text(char *buf, size_t len, int code, const char *message, int 
                  message ? message : "", code);
 }
 
+/* The server paho connected to (with servers, the first of the list that
+ * accepted the connection). */
+static void note_connected(struct mqtt_ep *ep, const char *uri)
+{
+    int i = mqtt_servers_match(ep->uris, ep->n_uris, uri);
+    pthread_mutex_lock(&ep->mu);
+    if (i >= 0) snprintf(ep->connected, sizeof ep->connected, "%s", ep->uris[i]);
+    else if (uri && *uri) snprintf(ep->connected, sizeof ep->connected, "%s", uri);
+    else if (ep->n_uris == 1) snprintf(ep->connected, sizeof ep->connected, "%s", ep->uris[0]);
+    else ep->connected[0] = '\0';
+    pthread_mutex_unlock(&ep->mu);
+}
+
 static void on_connect_ok(void *ctx, MQTTAsync_successData *r)
 {
-    (void)r;
+    note_connected(ctx, r ? r->alt.connect.serverURI : NULL);
     op_finish(ctx, true, NULL);
 }
 
@@ -368,7 +400,7 @@ static void on_connect_fail(void *ctx, MQTTAsync_failureData *r)
 
 static void on_connect_ok5(void *ctx, MQTTAsync_successData5 *r)
 {
-    (void)r;
+    note_connected(ctx, r ? r->alt.connect.serverURI : NULL);
     op_finish(ctx, true, NULL);
 }
 
@@ -781,15 +813,17 @@ static int connect_and_subscribe(struct mqtt_ep *ep, char *err, size_t errlen)
     MQTTAsync_createOptions c5 = MQTTAsync_createOptions_initializer5;
     MQTTAsync_createOptions copts = ep->v5 ? c5 : c3;
     if (!ep->v5) copts.MQTTVersion = MQTTVERSION_3_1_1;
-    int rc = MQTTAsync_createWithOptions(&ep->client, s->server, ep->client_id,
+    int rc = MQTTAsync_createWithOptions(&ep->client, ep->uris[0], ep->client_id,
                                          MQTTCLIENT_PERSISTENCE_NONE, NULL, &copts);
     if (rc != MQTTASYNC_SUCCESS) {
-        snprintf(err, errlen, "cannot create the client for %s: %s", s->server, MQTTAsync_strerror(rc));
+        snprintf(err, errlen, "cannot create the client for %s: %s", ep->servers_text,
+                 MQTTAsync_strerror(rc));
         ep->client = NULL;
         return -1;
     }
     pthread_mutex_lock(&ep->mu);
     ep->conn_lost = false;
+    ep->connected[0] = '\0';
     pthread_mutex_unlock(&ep->mu);
     rc = MQTTAsync_setCallbacks(ep->client, ep, on_connection_lost, on_message, NULL);
     if (rc != MQTTASYNC_SUCCESS) {
@@ -806,6 +840,12 @@ static int connect_and_subscribe(struct mqtt_ep *ep, char *err, size_t errlen)
     co.keepAliveInterval = (int)s->keepalive;
     co.connectTimeout = (int)((s->connect_timeout_ms + 999) / 1000);
     co.automaticReconnect = 0;
+    if (ep->n_uris > 1) {
+        /* paho tries them in order, from the first, on this connect; the
+         * success data names the one that accepted (note_connected) */
+        co.serverURIcount = (int)ep->n_uris;
+        co.serverURIs = (char *const *)ep->uris;
+    }
     co.username = s->user;
     co.password = ep->password;
     co.context = ep;
@@ -850,23 +890,30 @@ static int connect_and_subscribe(struct mqtt_ep *ep, char *err, size_t errlen)
         pthread_mutex_lock(&ep->mu);
         ep->op = OP_IDLE;
         pthread_mutex_unlock(&ep->mu);
-        snprintf(err, errlen, "connect to %s: %s", s->server, MQTTAsync_strerror(rc));
+        snprintf(err, errlen, "connect to %s: %s", ep->servers_text, MQTTAsync_strerror(rc));
         client_teardown(ep, false);
         return -1;
     }
     char why[256];
-    if (op_wait(ep, s->connect_timeout_ms + 1000, true, why, sizeof why) != 0) {
+    /* paho's connect timeout applies to each server in turn */
+    int64_t connect_wait = (int64_t)co.connectTimeout * 1000 * (int64_t)ep->n_uris + 1000;
+    if (op_wait(ep, connect_wait, true, why, sizeof why) != 0) {
         char tls_err[sizeof ep->tls_err];
         pthread_mutex_lock(&ep->mu);
         memcpy(tls_err, ep->tls_err, sizeof tls_err);
         pthread_mutex_unlock(&ep->mu);
-        snprintf(err, errlen, "connect to %s as '%s'%s%s: %s%s%s%s", s->server, ep->client_id,
-                 s->user ? " user " : "", s->user ? s->user : "", why,
+        snprintf(err, errlen, "connect to %s as '%s'%s%s: %s%s%s%s%s", ep->servers_text, ep->client_id,
+                 s->user ? " user " : "", s->user ? s->user : "",
+                 ep->n_uris > 1 ? "every server failed, the last with: " : "", why,
                  tls_err[0] ? " (TLS: " : "", tls_err, tls_err[0] ? ")" : "");
         client_teardown(ep, false);
         return -1;
     }
 
+    char where[sizeof ep->connected];
+    pthread_mutex_lock(&ep->mu);
+    memcpy(where, ep->connected, sizeof where);
+    pthread_mutex_unlock(&ep->mu);
     MQTTAsync_responseOptions r3 = MQTTAsync_responseOptions_initializer;
     MQTTAsync_responseOptions r5 = MQTTAsync_callOptions_initializer;
     MQTTAsync_responseOptions ro = ep->v5 ? r5 : r3;
@@ -884,12 +931,12 @@ static int connect_and_subscribe(struct mqtt_ep *ep, char *err, size_t errlen)
         pthread_mutex_lock(&ep->mu);
         ep->op = OP_IDLE;
         pthread_mutex_unlock(&ep->mu);
-        snprintf(err, errlen, "subscribe on %s: %s", s->server, MQTTAsync_strerror(rc));
+        snprintf(err, errlen, "subscribe on %s: %s", where, MQTTAsync_strerror(rc));
         client_teardown(ep, true);
         return -1;
     }
     if (op_wait(ep, s->connect_timeout_ms, true, why, sizeof why) != 0) {
-        snprintf(err, errlen, "subscribe on %s: %s", s->server, why);
+        snprintf(err, errlen, "subscribe on %s: %s", where, why);
         client_teardown(ep, true);
         return -1;
     }
@@ -920,9 +967,15 @@ static void *supervisor_main(void *arg)
 
     while (!atomic_load(&ep->stopping)) {
         char err[512];
+        err[0] = '\0';
         if (connect_and_subscribe(ep, err, sizeof err) == 0) {
+            char where[sizeof ep->connected];
+            pthread_mutex_lock(&ep->mu);
+            memcpy(where, ep->connected, sizeof where);
+            pthread_mutex_unlock(&ep->mu);
+            if (h->set_source) h->set_source(h, where);
             log_info(COMPONENT, h->name, "connected to %s as '%s' (MQTT %s), subscribed to %zu filter%s at QoS %lld%s",
-                     s->server, ep->client_id, ep->v5 ? "5" : "3.1.1", ep->n_filters,
+                     where, ep->client_id, ep->v5 ? "5" : "3.1.1", ep->n_filters,
                      ep->n_filters == 1 ? "" : "s", (long long)s->qos,
                      failed ? " after failed attempts" : "");
             failed = 0;
@@ -940,9 +993,10 @@ static void *supervisor_main(void *arg)
             while (!ep->conn_lost && !atomic_load(&ep->stopping)) pthread_cond_wait(&ep->cv, &ep->mu);
             bool lost = ep->conn_lost;
             pthread_mutex_unlock(&ep->mu);
+            if (h->set_source) h->set_source(h, "");
             if (!lost) break; /* stopping: teardown below */
             atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
-            log_warn(COMPONENT, h->name, "connection to %s lost; reconnecting", s->server);
+            log_warn(COMPONENT, h->name, "connection to %s lost; reconnecting", where);
             /* a message may still wait for its sink on the dead connection */
             pthread_mutex_lock(&ep->mu);
             while (ep->in_callback && !ep->abandoned) pthread_cond_wait(&ep->cv, &ep->mu);
@@ -972,9 +1026,9 @@ static void *supervisor_main(void *arg)
         }
         if (h->guard == GUARD_ACTIVE && down_since &&
             clock_mono_ms() - down_since > h->lease_ttl_ms) {
-            char reason[128];
-            snprintf(reason, sizeof reason, "broker %s unreachable for %lld ms", s->server,
-                     (long long)(clock_mono_ms() - down_since));
+            char reason[700];
+            snprintf(reason, sizeof reason, "broker %s unreachable for %lld ms%s%s", ep->servers_text,
+                     (long long)(clock_mono_ms() - down_since), err[0] ? ": " : "", err);
             if (!h->replay) {
                 h->source_lost(h, reason);
                 return NULL;
@@ -1019,7 +1073,14 @@ static void *mqtt_create(const void *settings, struct endpoint_host *host, char 
     ep->s = s;
     ep->host = host;
     ep->v5 = s->protocol == PROTO_V5;
-    if (mqtt_server_validate(s->server, &ep->tls, err, errlen) != 0) goto fail;
+    ep->n_uris = s->servers.n ? s->servers.n : 1;
+    ep->uris = xcalloc(ep->n_uris, sizeof *ep->uris);
+    if (s->servers.n)
+        for (size_t i = 0; i < s->servers.n; i++) ep->uris[i] = s->servers.v[i];
+    else
+        ep->uris[0] = s->server ? s->server : DEFAULT_SERVER;
+    if (mqtt_servers_validate(ep->uris, ep->n_uris, &ep->tls, err, errlen) != 0) goto fail;
+    ep->servers_text = mqtt_servers_join(ep->uris, ep->n_uris);
     char msg[256];
     if (secret_resolve(s->password_env, s->password_file, &ep->password, msg, sizeof msg) != 0) {
         snprintf(err, errlen, "password: %s", msg);
@@ -1053,6 +1114,8 @@ static void *mqtt_create(const void *settings, struct endpoint_host *host, char 
     return ep;
 fail:
     free(ep->password);
+    free(ep->servers_text);
+    free(ep->uris);
     free(ep);
     return NULL;
 }
@@ -1165,6 +1228,8 @@ static void mqtt_destroy(void *p)
     free(ep->filters);
     free(ep->qos);
     free(ep->client_id);
+    free(ep->servers_text);
+    free(ep->uris);
     if (ep->password) {
         memset(ep->password, 0, strlen(ep->password));
         free(ep->password);

@@ -200,6 +200,71 @@ int mqtt_server_validate(const char *uri, bool *tls, char *msg, size_t msglen)
     return -1;
 }
 
+int mqtt_servers_validate(const char *const *uris, size_t n, bool *tls, char *msg,
+                          size_t msglen)
+{
+    if (n == 0) {
+        snprintf(msg, msglen, "servers: the list is empty (expected e.g. [\"tcp://h1:1883\", "
+                              "\"tcp://h2:1883\"])");
+        return -1;
+    }
+    size_t first_tls = n, first_plain = n;
+    for (size_t i = 0; i < n; i++) {
+        bool t = false;
+        char m[400];
+        if (mqtt_server_validate(uris[i], &t, m, sizeof m) != 0) {
+            if (n == 1) snprintf(msg, msglen, "%s", m);
+            else snprintf(msg, msglen, "servers[%zu]: %s", i, m);
+            return -1;
+        }
+        if (t && first_tls == n) first_tls = i;
+        if (!t && first_plain == n) first_plain = i;
+    }
+    if (first_tls < n && first_plain < n) {
+        snprintf(msg, msglen,
+                 "servers: '%s' is TLS and '%s' is not; paho uses one TLS setup for every server "
+                 "of a connection: list only TLS (ssl://, mqtts://, wss://) or only plain (tcp://, "
+                 "mqtt://, ws://) servers",
+                 uris[first_tls], uris[first_plain]);
+        return -1;
+    }
+    if (tls) *tls = first_tls < n;
+    return 0;
+}
+
+char *mqtt_servers_join(const char *const *uris, size_t n)
+{
+    size_t len = 1;
+    for (size_t i = 0; i < n; i++) len += strlen(uris[i]) + 2;
+    char *out = xmalloc(len);
+    size_t o = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(uris[i]);
+        if (i) {
+            memcpy(out + o, ", ", 2);
+            o += 2;
+        }
+        memcpy(out + o, uris[i], l);
+        o += l;
+    }
+    out[o] = '\0';
+    return out;
+}
+
+int mqtt_servers_match(const char *const *uris, size_t n, const char *connected)
+{
+    if (!connected || !*connected) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(uris[i], connected) == 0) return (int)i;
+    /* paho may report the URI without its scheme */
+    for (size_t i = 0; i < n; i++) {
+        const char *sep = strstr(uris[i], "://");
+        if (sep && strcmp(sep + 3, connected) == 0) return (int)i;
+    }
+    return -1;
+}
+
 static void key_bytes(struct envelope *e, const char *key, const char *data, size_t n)
 {
     envelope_bytes(e, key, data ? data : "", data ? n : 0);

@@ -1,6 +1,6 @@
 /* Pure logic of the mqtt endpoint, kept apart from the client library calls
  * so it can be unit tested: topic filter and share group validation,
- * $share composition, client id templates, server URI checks and the MQTT 5
+ * $share composition, client id templates, server URI (list) checks and the MQTT 5
  * properties -> envelope fields mapping. */
 #ifndef BATON_MQTT_UTIL_H
 #define BATON_MQTT_UTIL_H
@@ -41,6 +41,21 @@ int mqtt_client_id_format(const char *tmpl, const char *name, const char *host, 
 /* Accepts tcp://, mqtt://, ssl://, mqtts://, ws://, wss:// URIs with a host
  * and an optional port. Sets *tls for ssl/mqtts/wss. */
 int mqtt_server_validate(const char *uri, bool *tls, char *msg, size_t msglen);
+
+/* Checks a list of server URIs (the `servers` setting, or the one
+ * `server`): each as mqtt_server_validate (with n > 1 the message starts
+ * "servers[i]: "), and all of one kind: TLS (ssl, mqtts, wss) or plain (tcp,
+ * mqtt, ws) - paho uses one TLS setup for every URI of a connect, so a mix
+ * is refused. Sets *tls. Returns 0, or -1 with msg. */
+int mqtt_servers_validate(const char *const *uris, size_t n, bool *tls, char *msg,
+                          size_t msglen);
+
+/* The URIs joined with ", " (for messages); caller frees. */
+char *mqtt_servers_join(const char *const *uris, size_t n);
+
+/* Which of the configured uris paho reports as connected (the serverURI of
+ * its connect success data, which may lack the scheme): the index, or -1. */
+int mqtt_servers_match(const char *const *uris, size_t n, const char *connected);
 
 /* Writes the MQTT 5 message properties as envelope fields:
  *   content_type, response_topic, correlation_data (string when UTF-8, else

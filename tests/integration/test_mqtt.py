@@ -327,6 +327,61 @@ def test_broker_down_and_bad_credentials(t):
     t.check(b.term() == 0, "baton did not exit 0")
 
 
+def test_servers_list(t):
+    """servers: paho tries them in order from the first on every connect.
+    [dead port, broker] -> subscribes on the broker, /status "source" is the
+    broker's URI (also for a single server); [dead, dead] -> an error naming
+    both servers, the lease released, retries, the process carries on."""
+    mq = Mosquitto()
+    redis = t.redis()
+    dead = [h.free_port() for _ in range(3)]
+    mport = h.free_port()
+    good = ["tcp://127.0.0.1:%d" % dead[0], "tcp://127.0.0.1:%d" % mq.port]
+    bad = ["tcp://127.0.0.1:%d" % dead[1], "mqtt://127.0.0.1:%d" % dead[2]]
+
+    def cfg(name, servers, topic, extra=""):
+        return ('name = "%s"; type = "mqtt"; sink = "out"; servers = [%s];\n'
+                'topics = ["%s"];\n%s\n' % (name, ", ".join('"%s"' % x for x in servers), topic, extra))
+    cfgs = {"a-multi.cfg": cfg("multi", good, "hs/#", "qos = 1;"),
+            "b-down.cfg": cfg("down", bad, "hd/#", "reconnect_max_ms = 500;"),
+            "c-single.cfg": ep_cfg("single", mq.port, ["hx/#"], 'shared_group = "g";')}
+    b = t.baton(h.main_cfg(redis.port, lease=LEASE,
+                           extra='metrics = { listen = "127.0.0.1:%d"; };' % mport), cfgs)
+    t0 = time.monotonic()
+    t.require(h.wait_until(lambda: subscribed(b, "multi") and subscribed(b, "single"), 10, 0.05),
+              "multi/single not subscribed: %s" % [l for l in b.stderr_text().splitlines()
+                                                   if "mqtt[" in l][:4])
+    h.log("multi subscribed %.2fs after start (first server dead)" % (time.monotonic() - t0))
+    n = 50
+    mq.publish_lines("hs/1", ["s-%d" % i for i in range(n)], qos=1)
+    wait_records([b], n, 10)
+    got = sorted(r["payload"] for r in recs(b) if r["endpoint"] == "multi")
+    t.check(got == sorted("s-%d" % i for i in range(n)), "multi forwarded %d of %d" % (len(got), n))
+    st = h.status_endpoints(mport)
+    src = {k: st.get(k, {}).get("source") for k in ("multi", "down", "single")}
+    h.log("/status source: %s" % src)
+    t.check(src["multi"] == good[1], "/status multi source %r, expected %r" % (src["multi"], good[1]))
+    t.check(src["single"] == "tcp://127.0.0.1:%d" % mq.port, "/status single source %r" % src["single"])
+    t.check(src["down"] is None, "/status down source %r" % src["down"])
+    t.check(any("mqtt[multi]" in l and ("connected to %s" % good[1]) in l
+                for l in b.stderr_text().splitlines()), "the log does not name the server in use")
+
+    def down_errors():
+        return [l for l in b.stderr_text().splitlines()
+                if "mqtt[down]" in l and bad[0] in l and bad[1] in l]
+    t.check(h.wait_until(down_errors, 5, 0.05), "no error naming both servers of 'down'")
+    h.log("down: %s" % down_errors()[:1])
+
+    def releases():
+        return [l for l in b.stderr_text().splitlines() if "[down]" in l and
+                "starting the consumer failed; releasing" in l]
+    h.wait_until(lambda: len(releases()) >= 2, 5, 0.05)
+    h.log("down: the guard released the lease %d times" % len(releases()))
+    t.check(len(releases()) >= 2, "the guard did not release and retry: %d" % len(releases()))
+    t.check(b.alive(), "process exited")
+    t.check(b.term() == 0, "baton did not exit 0")
+
+
 def test_tls_mutual(t):
     """ssl:// with a CA file and a client certificate against a mosquitto TLS
     listener that requires one: subscribes and forwards. A CA that did not sign

@@ -148,6 +148,49 @@ static void test_server_uri(void **state)
     assert_int_equal(mqtt_server_validate(NULL, &tls, msg, sizeof msg), -1);
 }
 
+/* servers = [...]: every URI checked, TLS and plain never mixed, the list
+ * joined for messages, paho's connected URI matched to its entry. */
+static void test_servers_list(void **state)
+{
+    (void)state;
+    char msg[512];
+    bool tls = true;
+    const char *plain[] = {"tcp://127.0.0.1:1", "mqtt://h2:1883", "ws://h3:80/mqtt", "tcp://[::1]:1883"};
+    assert_int_equal(mqtt_servers_validate(plain, 4, &tls, msg, sizeof msg), 0);
+    assert_false(tls);
+    const char *secure[] = {"ssl://a:8883", "mqtts://b", "wss://c:443"};
+    assert_int_equal(mqtt_servers_validate(secure, 3, &tls, msg, sizeof msg), 0);
+    assert_true(tls);
+    const char *mixed[] = {"tcp://a:1883", "ssl://b:8883"};
+    assert_int_equal(mqtt_servers_validate(mixed, 2, &tls, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "ssl://b:8883"));
+    assert_non_null(strstr(msg, "tcp://a:1883"));
+    assert_non_null(strstr(msg, "only TLS"));
+    const char *badport[] = {"tcp://a:1883", "tcp://b:0"};
+    assert_int_equal(mqtt_servers_validate(badport, 2, &tls, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "servers[1]"));
+    assert_non_null(strstr(msg, "port"));
+    const char *badscheme[] = {"http://a"};
+    assert_int_equal(mqtt_servers_validate(badscheme, 1, &tls, msg, sizeof msg), -1);
+    assert_null(strstr(msg, "servers[")); /* one server: the message of server */
+    assert_int_equal(mqtt_servers_validate(badscheme, 0, &tls, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "empty"));
+
+    char *j = mqtt_servers_join(plain, 2);
+    assert_string_equal(j, "tcp://127.0.0.1:1, mqtt://h2:1883");
+    free(j);
+    j = mqtt_servers_join(plain, 1);
+    assert_string_equal(j, "tcp://127.0.0.1:1");
+    free(j);
+
+    assert_int_equal(mqtt_servers_match(plain, 4, "mqtt://h2:1883"), 1);
+    assert_int_equal(mqtt_servers_match(plain, 4, "h2:1883"), 1); /* without the scheme */
+    assert_int_equal(mqtt_servers_match(plain, 4, "[::1]:1883"), 3);
+    assert_int_equal(mqtt_servers_match(plain, 4, "tcp://elsewhere:1"), -1);
+    assert_int_equal(mqtt_servers_match(plain, 4, NULL), -1);
+    assert_int_equal(mqtt_servers_match(plain, 4, ""), -1);
+}
+
 /* The list is built by hand, as paho hands a received one over (paho's own
  * MQTTProperties_add fails at its first reallocation in 1.3.12). */
 static MQTTProperty prop_array[32];
@@ -341,6 +384,11 @@ static void test_auto_guard_and_validate(void **state)
         {"topics = [\"a\"]; client_id = \"x-%q\";", "client_id"},
         {"topics = [\"a\"]; protocol = \"3.1.1\"; receive_maximum = 10;", "MQTT 5"},
         {"topics = [\"a\"]; reconnect_min_ms = 5000; reconnect_max_ms = 100;", "reconnect_min_ms"},
+        {"topics = [\"a\"]; server = \"tcp://a:1\"; servers = [\"tcp://b:1\"];", "'servers'"},
+        {"topics = [\"a\"]; server = \"tcp://a:1\"; servers = [\"tcp://b:1\"];", "'server'"},
+        {"topics = [\"a\"]; servers = [\"tcp://a:1\", \"ssl://b:2\"];", "only TLS"},
+        {"topics = [\"a\"]; servers = [\"tcp://a:1\", \"tcp://b\"]; ca_file = \"/ca.pem\";", "ssl://"},
+        {"topics = [\"a\"]; servers = [\"tcp://a:1\", \"tcp://b:x\"];", "servers[1]"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         s = parse(bad[i].text, err, sizeof err);
@@ -349,6 +397,21 @@ static void test_auto_guard_and_validate(void **state)
         int rc = ep_mqtt_ops.validate(s, ep_mqtt_ops.auto_guard(s), false, msg, sizeof msg);
         if (rc == 0) fail_msg("'%s' accepted", bad[i].text);
         if (!strstr(msg, bad[i].why)) fail_msg("'%s': '%s' lacks '%s'", bad[i].text, msg, bad[i].why);
+        release(s);
+    }
+    /* servers accepted: plain, TLS with TLS files, a single string */
+    const char *good[] = {
+        "topics = [\"a\"]; servers = [\"tcp://a:1\", \"tcp://b:2\"];",
+        "topics = [\"a\"]; servers = [\"ssl://a:1\", \"mqtts://b\"]; ca_file = \"/ca.pem\";",
+        "topics = [\"a\"]; servers = \"tcp://a:1\";",
+        "topics = [\"a\"];", /* neither: the default server */
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        s = parse(good[i], err, sizeof err);
+        if (!s) fail_msg("'%s' did not parse: %s", good[i], err);
+        msg[0] = '\0';
+        if (ep_mqtt_ops.validate(s, GUARD_ACTIVE, false, msg, sizeof msg) != 0)
+            fail_msg("'%s' refused: %s", good[i], msg);
         release(s);
     }
     /* table-level checks: qos range, protocol choice, topics required */
@@ -366,6 +429,7 @@ int main(void)
         cmocka_unit_test(test_group_and_share),
         cmocka_unit_test(test_client_id),
         cmocka_unit_test(test_server_uri),
+        cmocka_unit_test(test_servers_list),
         cmocka_unit_test(test_properties_json),
         cmocka_unit_test(test_after_sink_verdict_term_ended),
         cmocka_unit_test(test_auto_guard_and_validate),

@@ -16,6 +16,7 @@ Startup takes ~4 s: start one server per test file. SQL goes through the
 
 import os
 import subprocess
+import threading
 import time
 
 import harness as h
@@ -108,12 +109,20 @@ class MariaServer:
         return rows
 
     def sql_background(self, text):
-        """Starts the client on a script; returns the Popen (wait() it)."""
+        """Starts the client on a script; returns the Popen (wait() it).
+        The script is fed from a thread: written here, a script larger than
+        the pipe buffer would block until the client had run most of it."""
         p = subprocess.Popen(self._client(), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
         h._cleanups.append(lambda: p.poll() is None and p.kill())
-        p.stdin.write(text.encode())
-        p.stdin.close()
+
+        def feed():
+            try:
+                p.stdin.write(text.encode())
+                p.stdin.close()
+            except OSError:  # the client died: its exit status tells
+                pass
+        threading.Thread(target=feed, daemon=True).start()
         return p
 
     def master_status(self):

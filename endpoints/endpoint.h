@@ -64,6 +64,12 @@ struct endpoint_host {
     /* The leader lost its source for longer than the lease ttl: release the
      * lease so another replica can try. Safe to call from the consumer thread. */
     void (*source_lost)(struct endpoint_host *h, const char *reason);
+    /* The leader cannot go on in this term (reason: e.g. a backlog behind a
+     * row the sink did not take): demote and give the lease up like
+     * source_lost, so the next leader (this replica waits one ttl before
+     * competing again) starts over from the source's own position. Safe
+     * from the consumer thread. */
+    void (*end_term)(struct endpoint_host *h, const char *reason);
     /* True once the gateway started shutting down. */
     bool (*stopping)(const struct endpoint_host *h);
 

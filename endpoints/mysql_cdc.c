@@ -59,6 +59,7 @@ enum { PURGED_FAIL = 0, PURGED_OLDEST };
 struct cdc_settings {
     char *host;
     int64_t port;
+    struct strlist hosts;
     char *user;
     char *password_env;
     char *password_file;
@@ -76,6 +77,8 @@ struct cdc_settings {
     int checkpoint;
     int64_t checkpoint_every_events;
     int64_t checkpoint_every_ms;
+    int64_t backlog_max_rows;
+    int64_t backlog_max_ms;
     bool ddl;
     int on_purged;
     int64_t connect_timeout_ms;
@@ -89,8 +92,13 @@ static const char *const purged_choices[] = { "fail", "oldest", NULL };
 
 #define OFF(f) offsetof(struct cdc_settings, f)
 static const struct setting_def cdc_defs[] = {
-    { "host", SETTING_STRING, OFF(host), .def = "127.0.0.1", .help = "server host name or address" },
-    { "port", SETTING_INT, OFF(port), .def = "3306", .min = 1, .max = 65535, .help = "TCP port" },
+    { "host", SETTING_STRING, OFF(host),
+      .help = "server host name or address (default 127.0.0.1; or give hosts)" },
+    { "port", SETTING_INT, OFF(port), .def = "3306", .min = 1, .max = 65535,
+      .help = "TCP port (of host, and of hosts entries without one)" },
+    { "hosts", SETTING_STRLIST, OFF(hosts),
+      .help = "servers \"host[:port]\" (\"[v6]:port\") tried in order at every (re)connect, "
+              "e.g. a primary and its replicas; instead of host" },
     { "user", SETTING_STRING, OFF(user), .required = true,
       .help = "user with REPLICATION SLAVE and REPLICATION CLIENT (BINLOG MONITOR) privileges" },
     { "password_env", SETTING_STRING, OFF(password_env), .help = "environment variable holding the password" },
@@ -115,8 +123,15 @@ static const struct setting_def cdc_defs[] = {
               "or none" },
     { "checkpoint_every_events", SETTING_INT, OFF(checkpoint_every_events), .def = "1000", .min = 1,
       .max = 100000000, .help = "write the checkpoint after this many row events" },
-    { "checkpoint_every_ms", SETTING_INT, OFF(checkpoint_every_ms), .def = "1000", .min = 1,
-      .max = 3600000, .help = "or after this many milliseconds, whichever comes first" },
+    { "checkpoint_every_ms", SETTING_INT, OFF(checkpoint_every_ms), .def = "100", .min = 1,
+      .max = 3600000, .help = "or after this many milliseconds, whichever comes first (bounds "
+                              "the rows a failover repeats: about rate x this)" },
+    { "backlog_max_rows", SETTING_INT, OFF(backlog_max_rows), .def = "100000", .min = 1,
+      .max = 100000000, .help = "a row the sink did not take holds the checkpoint: once this "
+                                "many rows are behind it, end the term (give the lease up) so "
+                                "the next leader re-reads from the checkpoint" },
+    { "backlog_max_ms", SETTING_INT, OFF(backlog_max_ms), .def = "60000", .min = 1,
+      .max = 86400000, .help = "... or once the checkpoint has been held this long" },
     { "ddl", SETTING_BOOL, OFF(ddl), .def = "false", .help = "forward DDL statements as op \"ddl\"" },
     { "on_purged", SETTING_ENUM, OFF(on_purged), .def = "fail", .choices = purged_choices,
       .help = "when the resume position was purged: fail (keep retrying, log) or oldest (skip the gap)" },
@@ -142,11 +157,46 @@ static int check_start(const char *start, char *msg, size_t msglen)
     return -1;
 }
 
+/* The servers to try, in order: hosts, or host:port (default
+ * 127.0.0.1:port). -1 with msg on a malformed entry or both keys. */
+static int parse_hosts(const struct cdc_settings *s, struct net_host **out, size_t *n, char *msg,
+                       size_t msglen)
+{
+    *out = NULL;
+    *n = 0;
+    if (s->host && s->hosts.n) {
+        snprintf(msg, msglen, "give host or hosts, not both");
+        return -1;
+    }
+    size_t cnt = s->hosts.n ? s->hosts.n : 1;
+    struct net_host *h = xcalloc(cnt, sizeof *h);
+    for (size_t i = 0; i < cnt; i++) {
+        if (!s->hosts.n) {
+            snprintf(h[i].host, sizeof h[i].host, "%s", s->host ? s->host : "127.0.0.1");
+            h[i].port = (int)s->port;
+        } else {
+            char e[400];
+            if (net_host_parse(s->hosts.v[i], (int)s->port, &h[i], e, sizeof e)) {
+                snprintf(msg, msglen, "hosts[%zu]: %s", i, e);
+                free(h);
+                return -1;
+            }
+        }
+    }
+    *out = h;
+    *n = cnt;
+    return 0;
+}
+
 static int cdc_validate(const void *settings, enum guard_kind guard, bool force, char *msg,
                         size_t msglen)
 {
     const struct cdc_settings *s = settings;
     if (check_start(s->start, msg, msglen)) return -1;
+    struct net_host *hl;
+    size_t nh;
+    if (parse_hosts(s, &hl, &nh, msg, msglen)) return -1;
+    free(hl);
     struct cdc_filter f;
     if (cdc_filter_init(&f, &s->tables, &s->exclude_tables, &s->ops, msg, msglen)) return -1;
     cdc_filter_free(&f);
@@ -200,7 +250,11 @@ struct cdc {
     struct cdc_filter filter;
     bool guarded;
     bool ckpt_on;
-    char where[300];
+    struct net_host *hosts; /* tried in order (parse_hosts) */
+    size_t nhosts;
+    size_t host_next;       /* where the next connect starts */
+    size_t host_cur;        /* the one connected (while connected) */
+    char where[300];        /* "host:port" connected (or the first) */
     char ckpt_key[GUARD_KEY_MAX + 8]; /* "<lease key>:cdc", for messages */
     bool legacy_on;                   /* a redis locker: look at legacy_key too */
     char legacy_key[GUARD_KEY_MAX];   /* "<prefix>:cdc:<scope>", before the locker kept it */
@@ -230,6 +284,20 @@ struct cdc {
     uint64_t pos;            /* position after the last event read */
     char resume_file[CDC_FILE_MAX];
     uint64_t resume_pos;     /* last transaction boundary */
+    uint32_t server_now;     /* @@server_id of the server connected */
+    uint32_t resume_server;  /* ... of the server resume_file:pos is on (0 = unknown) */
+    /* GTID position at the resume point (read side: what the next session
+     * asks a different server for) */
+    bool rstate_known;
+    struct cdc_gtid rstate[CDC_GTID_DOMAINS];
+    size_t nrstate;
+    bool by_gtid;            /* this session streams by GTID: no own position until the
+                                first transaction ends */
+    struct cdc_gtid txn_gtid; /* of the transaction being read */
+    bool txn_has_gtid;
+    struct cdc_gtid skip_gtid; /* ... of the transaction to skip rows of */
+    uint32_t skip_server;      /* the server skip_file:skip_pos is on */
+    bool term_ended;         /* end_term called: stop reading */
     bool in_txn, standalone;
     char txn_file[CDC_FILE_MAX];
     uint64_t txn_pos;        /* where the current transaction's GTID event starts */
@@ -244,9 +312,8 @@ struct cdc {
     size_t ntables;
     uint64_t rows_since_ckpt;
     int64_t last_ckpt_ms;
-    bool written;            /* wrote written_file:pos this term, at written_ms */
-    char written_file[CDC_FILE_MAX];
-    uint64_t written_pos;
+    bool written;            /* wrote `written` this term, at written_ms */
+    struct cdc_ckpt written_ck;
     int64_t written_ms;
     uint64_t events, rows_emitted;
 
@@ -260,16 +327,14 @@ struct cdc {
     atomic_bool follower_stop;
     pthread_mutex_t cache_mu;
     bool cache_valid;
-    char cache_file[CDC_FILE_MAX];
-    uint64_t cache_pos;
+    struct cdc_ckpt cache;
     int64_t cache_at_ms; /* monotonic ms when it was last seen or written */
 };
 
-static void cache_store(struct cdc *c, const char *file, uint64_t pos)
+static void cache_store(struct cdc *c, const struct cdc_ckpt *ck)
 {
     pthread_mutex_lock(&c->cache_mu);
-    snprintf(c->cache_file, sizeof c->cache_file, "%s", file);
-    c->cache_pos = pos;
+    c->cache = *ck;
     c->cache_valid = true;
     c->cache_at_ms = clock_mono_ms();
     pthread_mutex_unlock(&c->cache_mu);
@@ -325,15 +390,64 @@ static MYSQL *conn_new(struct cdc *c, unsigned read_timeout_s)
     return m;
 }
 
-static int conn_connect(struct cdc *c, MYSQL *m, char *err, size_t errlen)
+/* Connects m to host i. */
+static int conn_connect_to(struct cdc *c, MYSQL *m, size_t i, char *err, size_t errlen)
 {
-    if (!mysql_real_connect(m, c->s->host, c->s->user, c->password, NULL, (unsigned)c->s->port,
+    const struct net_host *hp = &c->hosts[i];
+    if (!mysql_real_connect(m, hp->host, c->s->user, c->password, NULL, (unsigned)hp->port,
                             NULL, 0)) {
-        snprintf(err, errlen, "mysql %s: connect as '%s': %s (error %u)", c->where, c->s->user,
+        char where[300];
+        net_host_format(hp, where, sizeof where);
+        snprintf(err, errlen, "mysql %s: connect as '%s': %s (error %u)", where, c->s->user,
                  mysql_error(m), mysql_errno(m));
         return -1;
     }
     return 0;
+}
+
+/* Connects m to the server in use (host_cur): the metadata connection and
+ * the purged-position lookup go where the stream is. */
+static int conn_connect(struct cdc *c, MYSQL *m, char *err, size_t errlen)
+{
+    return conn_connect_to(c, m, c->host_cur, err, errlen);
+}
+
+/* The stream's connection: the hosts in order from host_next (wrapping),
+ * the first that accepts. *m is replaced by a fresh handle after a failed
+ * attempt. On success host_cur and `where` name it; otherwise err lists
+ * every host with its error. */
+static int conn_connect_any(struct cdc *c, MYSQL **m, unsigned read_timeout_s, char *err,
+                            size_t errlen)
+{
+    size_t off = 0;
+    err[0] = '\0';
+    for (size_t k = 0; k < c->nhosts; k++) {
+        size_t i = (c->host_next + k) % c->nhosts;
+        char e1[600];
+        if (!*m) *m = conn_new(c, read_timeout_s);
+        if (!*m) {
+            snprintf(err, errlen, "mysql_init: out of memory");
+            return -1;
+        }
+        if (conn_connect_to(c, *m, i, e1, sizeof e1) == 0) {
+            c->host_cur = i;
+            net_host_format(&c->hosts[i], c->where, sizeof c->where);
+            return 0;
+        }
+        mysql_close(*m);
+        *m = NULL;
+        if (off < errlen) {
+            int w = snprintf(err + off, errlen - off, "%s%s", k ? "; " : "",
+                             c->nhosts > 1 ? e1 + 6 : e1); /* "mysql " once */
+            if (w > 0) off += (size_t)w;
+        }
+    }
+    if (c->nhosts > 1) {
+        char tmp[1024];
+        snprintf(tmp, sizeof tmp, "mysql: no server of %zu accepted: %s", c->nhosts, err);
+        snprintf(err, errlen, "%s", tmp);
+    }
+    return -1;
 }
 
 static int run_sql(struct cdc *c, MYSQL *m, const char *sql, char *err, size_t errlen)
@@ -406,14 +520,14 @@ static int resolve_start(struct cdc *c, MYSQL *m, const char *start, char *err, 
 
 /* ------------------------------------------------------------ checkpoint */
 
-/* Writes file:pos fenced by this term's epoch; logs the outcome. Returns 1,
+/* Writes ck fenced by this term's epoch; logs the outcome. Returns 1,
  * 0 (the epoch is stale: a newer leader exists) or -1 (locker error, the next
  * write retries). */
-static int write_checkpoint(struct cdc *c, const char *file, uint64_t pos)
+static int write_checkpoint(struct cdc *c, const struct cdc_ckpt *ck)
 {
     char value[CDC_CHECKPOINT_MAX], err[LOCKER_ERR_MAX];
     const char *name = c->h->name;
-    int n = cdc_checkpoint_format(value, sizeof value, file, pos);
+    int n = cdc_checkpoint_format(value, sizeof value, ck);
     int rc = n < 0 ? LOCKER_ERR
                    : locker_fenced_set(c->h->locker, c->h->lease_key, CDC_CHECKPOINT_NAME,
                                        c->epoch, value, (size_t)n, CDC_CHECKPOINT_TTL_MS, err);
@@ -421,10 +535,8 @@ static int write_checkpoint(struct cdc *c, const char *file, uint64_t pos)
     if (rc == LOCKER_OK) {
         log_debug(COMPONENT, name, "checkpoint %s = %s (epoch %" PRIu64 ")", c->ckpt_key, value,
                   c->epoch);
-        cache_store(c, file, pos);
-        if (file != c->written_file) /* a refresh writes it from there */
-            snprintf(c->written_file, sizeof c->written_file, "%s", file);
-        c->written_pos = pos;
+        cache_store(c, ck);
+        if (ck != &c->written_ck) c->written_ck = *ck; /* a refresh writes it from there */
         c->written_ms = clock_mono_ms();
         c->written = true;
         return 1;
@@ -442,10 +554,9 @@ static int write_checkpoint(struct cdc *c, const char *file, uint64_t pos)
     return -1;
 }
 
-/* Reads "<lease key>:cdc". Returns 1 found (file/pos filled), 0 absent, -1
- * on a locker error or an unparsable value (err filled). */
-static int read_checkpoint(struct cdc *c, char file[CDC_FILE_MAX], uint64_t *pos, char *err,
-                           size_t errlen)
+/* Reads "<lease key>:cdc". Returns 1 found (*ck filled), 0 absent, -1 on a
+ * locker error or an unparsable value (err filled). */
+static int read_checkpoint(struct cdc *c, struct cdc_ckpt *ck, char *err, size_t errlen)
 {
     char value[CDC_CHECKPOINT_MAX], lerr[LOCKER_ERR_MAX];
     int rc = locker_shared_get(c->h->locker, c->h->lease_key, CDC_CHECKPOINT_NAME, value,
@@ -455,14 +566,13 @@ static int read_checkpoint(struct cdc *c, char file[CDC_FILE_MAX], uint64_t *pos
         snprintf(err, errlen, "%s", lerr);
         return -1;
     }
-    return cdc_checkpoint_parse(value, c->ckpt_key, file, pos, err, errlen) == 0 ? 1 : -1;
+    return cdc_checkpoint_parse(value, c->ckpt_key, ck, err, errlen) == 0 ? 1 : -1;
 }
 
 /* Upgrade path: the checkpoint an older baton kept in the locker's Redis at
  * "<prefix>:cdc:<scope>", read with a one-shot connection. Returns 1 found
- * (file/pos filled), 0 absent, -1 on an error (err filled). */
-static int read_legacy_checkpoint(struct cdc *c, char file[CDC_FILE_MAX], uint64_t *pos,
-                                  char *err, size_t errlen)
+ * (*ck filled), 0 absent, -1 on an error (err filled). */
+static int read_legacy_checkpoint(struct cdc *c, struct cdc_ckpt *ck, char *err, size_t errlen)
 {
     char cerr[512];
     redisContext *rc = redis_conn_open(c->h->locker_redis, cerr, sizeof cerr);
@@ -478,7 +588,7 @@ static int read_legacy_checkpoint(struct cdc *c, char file[CDC_FILE_MAX], uint64
     } else if (r->type == REDIS_REPLY_NIL) {
         found = 0;
     } else if (r->type == REDIS_REPLY_STRING) {
-        found = cdc_checkpoint_parse(r->str, c->legacy_key, file, pos, err, errlen) == 0 ? 1 : -1;
+        found = cdc_checkpoint_parse(r->str, c->legacy_key, ck, err, errlen) == 0 ? 1 : -1;
     } else {
         snprintf(err, errlen, "GET %.200s: %.200s", c->legacy_key,
                  r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
@@ -496,12 +606,37 @@ static void *follower_main(void *arg)
     struct cdc *c = arg;
     int64_t every = c->s->checkpoint_every_ms > 200 ? c->s->checkpoint_every_ms : 200;
     while (!atomic_load(&c->follower_stop)) {
-        char err[512], file[CDC_FILE_MAX];
-        uint64_t pos = 0;
-        if (read_checkpoint(c, file, &pos, err, sizeof err) == 1) cache_store(c, file, pos);
+        char err[512];
+        struct cdc_ckpt ck;
+        if (read_checkpoint(c, &ck, err, sizeof err) == 1) cache_store(c, &ck);
         sleep_ms_cancellable(every, &c->follower_stop);
     }
     return NULL;
+}
+
+/* The term cannot go on: a row the sink did not take holds the checkpoint
+ * and the rows behind it pile up (memory) while nothing can be checkpointed
+ * past it. Give the lease up so the next leader (after one ttl, most likely
+ * another replica) re-reads from the checkpoint and retries that row.
+ * Returns true when it ended the term. */
+static bool backlog_check(struct cdc *c, int64_t now)
+{
+    struct cdc_backlog b;
+    cdc_progress_backlog(c->progress, &b);
+    if (!b.blocked || c->term_ended) return false;
+    int64_t held = now - b.blocked_since_ms;
+    if (b.pending < (uint64_t)c->s->backlog_max_rows && held < c->s->backlog_max_ms)
+        return false;
+    char reason[600];
+    snprintf(reason, sizeof reason, "a row the sink did not take holds the checkpoint at %s:%"
+             PRIu64 " since %lld ms, %" PRIu64 " rows behind it (%zu bytes; backlog_max_rows %"
+             PRId64 ", backlog_max_ms %" PRId64 ")", c->written_ck.file, c->written_ck.pos,
+             (long long)held, b.pending, b.bytes, c->s->backlog_max_rows, c->s->backlog_max_ms);
+    log_error(COMPONENT, c->h->name, "%s: ending the term so the next leader re-reads from the "
+              "checkpoint", reason);
+    c->term_ended = true;
+    if (c->h->end_term) c->h->end_term(c->h, reason);
+    return true;
 }
 
 static void maybe_checkpoint(struct cdc *c, bool force)
@@ -513,11 +648,11 @@ static void maybe_checkpoint(struct cdc *c, bool force)
         return;
     c->rows_since_ckpt = 0;
     c->last_ckpt_ms = now;
-    char file[CDC_FILE_MAX];
-    uint64_t pos;
-    if (cdc_progress_checkpoint(c->progress, file, &pos)) write_checkpoint(c, file, pos);
+    struct cdc_ckpt ck;
+    if (cdc_progress_checkpoint(c->progress, &ck)) write_checkpoint(c, &ck);
     else if (c->written && now - c->written_ms >= CDC_CHECKPOINT_REFRESH_MS)
-        write_checkpoint(c, c->written_file, c->written_pos); /* keeps it from expiring */
+        write_checkpoint(c, &c->written_ck); /* keeps it from expiring */
+    if (!force && c->guarded) backlog_check(c, now);
 }
 
 static void on_done(void *arg, const struct message *m, enum msg_outcome o)
@@ -850,14 +985,32 @@ static void handle_rows(struct cdc *c, int type, const unsigned char *body, size
     }
 }
 
+/* The read-side GTID position moves past g. */
+static void rstate_apply(struct cdc *c, const struct cdc_gtid *g)
+{
+    for (size_t i = 0; i < c->nrstate; i++)
+        if (c->rstate[i].domain == g->domain) {
+            c->rstate[i] = *g;
+            return;
+        }
+    if (c->nrstate < CDC_GTID_DOMAINS) c->rstate[c->nrstate++] = *g;
+    else c->rstate_known = false;
+}
+
 static void end_txn(struct cdc *c)
 {
     c->in_txn = false;
     c->standalone = false;
     c->skip_left = 0;
+    c->by_gtid = false; /* a transaction ended here: this server's position is known */
     snprintf(c->resume_file, sizeof c->resume_file, "%s", c->file);
     c->resume_pos = c->pos;
-    if (c->ckpt_on) cdc_progress_boundary(c->progress, c->file, c->pos);
+    c->resume_server = c->server_now;
+    if (c->txn_has_gtid) rstate_apply(c, &c->txn_gtid);
+    if (c->ckpt_on)
+        cdc_progress_boundary(c->progress, c->file, c->pos, c->txn_has_gtid ? &c->txn_gtid : NULL,
+                              c->server_now);
+    c->txn_has_gtid = false;
 }
 
 static bool stmt_is(const char *s, size_t n, const char *word)
@@ -921,10 +1074,15 @@ static void handle_event(struct cdc *c, MARIADB_RPL_EVENT *ev)
         memcpy(c->file, body + 8, fl);
         c->file[fl] = '\0';
         c->pos = p;
-        if (!c->in_txn) {
+        /* streaming by GTID, the first rotation names the file the server
+         * starts scanning, not where the GTID position is: no boundary
+         * until a transaction ends */
+        if (!c->in_txn && !c->by_gtid) {
             snprintf(c->resume_file, sizeof c->resume_file, "%s", c->file);
             c->resume_pos = c->pos;
-            if (c->ckpt_on) cdc_progress_boundary(c->progress, c->file, c->pos);
+            c->resume_server = c->server_now;
+            if (c->ckpt_on)
+                cdc_progress_boundary(c->progress, c->file, c->pos, NULL, c->server_now);
         }
         log_debug(COMPONENT, c->h->name, "now at %s:%" PRIu64, c->file, c->pos);
         return;
@@ -934,11 +1092,22 @@ static void handle_event(struct cdc *c, MARIADB_RPL_EVENT *ev)
                  ev->server_id, (uint64_t)ev->event.gtid.sequence_nr);
         c->in_txn = true;
         c->standalone = (ev->event.gtid.flags & FL_STANDALONE) != 0;
+        c->txn_gtid.domain = ev->event.gtid.domain_id;
+        c->txn_gtid.server = ev->server_id;
+        c->txn_gtid.seq = (uint64_t)ev->event.gtid.sequence_nr;
+        c->txn_has_gtid = true;
         snprintf(c->txn_file, sizeof c->txn_file, "%s", c->file);
         c->txn_pos = ev_pos;
         c->txn_rows = 0;
         c->skip_left = 0;
-        if (c->skip_rows && strcmp(c->skip_file, c->txn_file) == 0 && c->skip_pos == ev_pos) {
+        /* the transaction cut by the last disconnect, re-read: by position
+         * on the same server, by GTID on another one */
+        if (c->skip_rows &&
+            ((c->skip_server == c->server_now && strcmp(c->skip_file, c->txn_file) == 0 &&
+              c->skip_pos == ev_pos) ||
+             (c->skip_gtid.seq && c->skip_gtid.seq == c->txn_gtid.seq &&
+              c->skip_gtid.domain == c->txn_gtid.domain &&
+              c->skip_gtid.server == c->txn_gtid.server))) {
             c->skip_left = c->skip_rows;
             c->skip_rows = 0;
         }
@@ -981,21 +1150,169 @@ static bool is_purged_error(unsigned errnum, const char *msg)
             strstr(msg, "could not find") || strstr(msg, "Could not find"));
 }
 
-enum { SESSION_STOPPED = 0, SESSION_ERROR = -1, SESSION_PURGED = -2 };
 
-/* Connects, resolves the position, streams until an error or stop. */
-static int session(struct cdc *c, MYSQL *m, char *err, size_t errlen)
+/* The GTID position of file:pos on the connected server (BINLOG_GTID_POS):
+ * 1 with out filled, 0 when the server cannot say (NULL: not a position of
+ * its binlog, or purged), -1 on a query error. */
+static int gtid_at(struct cdc *c, MYSQL *m, const char *file, uint64_t pos, char *out,
+                   size_t outlen, char *err, size_t errlen)
+{
+    char ef[2 * CDC_FILE_MAX + 1], sql[2 * CDC_FILE_MAX + 80], v[CDC_GTID_MAX];
+    mysql_real_escape_string(m, ef, file, (unsigned long)strlen(file));
+    snprintf(sql, sizeof sql, "SELECT BINLOG_GTID_POS('%s', %" PRIu64 ")", ef, pos);
+    if (mysql_query(m, sql)) {
+        snprintf(err, errlen, "mysql %.100s: %.150s: %.150s (error %u)", c->where, sql, mysql_error(m),
+                 mysql_errno(m));
+        return -1;
+    }
+    MYSQL_RES *r = mysql_store_result(m);
+    int found = 0;
+    if (r) {
+        MYSQL_ROW row = mysql_fetch_row(r);
+        if (row && row[0]) {
+            snprintf(v, sizeof v, "%s", row[0]);
+            struct cdc_gtid g[CDC_GTID_DOMAINS];
+            size_t n;
+            if (cdc_gtid_parse(v, g, CDC_GTID_DOMAINS, &n) == 0) {
+                snprintf(out, outlen, "%s", v);
+                found = 1;
+            }
+        }
+        mysql_free_result(r);
+    }
+    return found;
+}
+
+/* The read side starts at ck (file:pos on server ck->server_id, 0 =
+ * unknown: taken as this server, as before the server id was kept, and
+ * its GTID position). */
+static void set_resume(struct cdc *c, const struct cdc_ckpt *ck)
+{
+    snprintf(c->resume_file, sizeof c->resume_file, "%s", ck->file);
+    c->resume_pos = ck->pos;
+    c->resume_server = ck->server_id;
+    c->nrstate = 0;
+    c->rstate_known = ck->gtid_known &&
+                      cdc_gtid_parse(ck->gtid, c->rstate, CDC_GTID_DOMAINS, &c->nrstate) == 0;
+}
+
+/* Finds where this term starts (checkpoint, cached checkpoint, legacy key or
+ * `start`) on the connected server m. 0, or -1 with err. */
+static int find_start(struct cdc *c, MYSQL *m, char *err, size_t errlen)
 {
     const char *name = c->h->name;
-    if (conn_connect(c, m, err, errlen)) return SESSION_ERROR;
-    if (!register_fd(c, 0, m)) return SESSION_STOPPED;
+    struct cdc_ckpt ck;
+    memset(&ck, 0, sizeof ck);
+    int found = 0;
+    char e2[512];
+    if (c->ckpt_on) {
+        found = read_checkpoint(c, &ck, e2, sizeof e2);
+        if (found < 0) {
+            snprintf(err, errlen, "cannot read the checkpoint: %s", e2);
+            return -1;
+        }
+    }
+    bool cached = false;
+    if (!found && c->ckpt_on) {
+        /* The locker has no checkpoint. If this replica saw one (as leader
+         * or following it as a standby), the locker lost its data: resume
+         * there rather than at `start`, which would skip the rows in
+         * between. */
+        pthread_mutex_lock(&c->cache_mu);
+        if (c->cache_valid) {
+            ck = c->cache;
+            found = 2;
+        }
+        cached = c->cache_valid;
+        int64_t age = clock_mono_ms() - c->cache_at_ms;
+        pthread_mutex_unlock(&c->cache_mu);
+        if (found) {
+            log_warn(COMPONENT, name, "no checkpoint in the locker (%s), but this replica "
+                     "saw %s:%" PRIu64 " %lld ms ago: the locker lost its data (Redis "
+                     "restarted without persistence?); resuming there (rows after it may be "
+                     "forwarded again)",
+                     c->ckpt_key, ck.file, ck.pos, (long long)age);
+            if (write_checkpoint(c, &ck) != 1) {
+                snprintf(err, errlen, "cannot restore the checkpoint %s", c->ckpt_key);
+                return -1;
+            }
+        }
+    }
+    const char *from = c->ckpt_key;
+    if (!found && !cached && c->legacy_on) {
+        /* Upgrade: no checkpoint under the new key and this process never
+         * saw one there; an older baton may have kept it under the legacy
+         * key. Taken over once: it is written under the new key at once,
+         * which every later promotion finds (the legacy key is left as it
+         * is, for a rollback). */
+        found = read_legacy_checkpoint(c, &ck, e2, sizeof e2);
+        if (found < 0) {
+            snprintf(err, errlen, "cannot read the legacy checkpoint: %s", e2);
+            return -1;
+        }
+        if (found) {
+            log_info(COMPONENT, name, "checkpoint taken over from legacy key %s = %s:%" PRIu64
+                     "; from now on it is kept at %s (the legacy key is left as it is)",
+                     c->legacy_key, ck.file, ck.pos, c->ckpt_key);
+            if (write_checkpoint(c, &ck) != 1) {
+                snprintf(err, errlen, "cannot write the checkpoint taken over from %.200s "
+                         "to %.200s", c->legacy_key, c->ckpt_key);
+                return -1;
+            }
+            from = c->legacy_key;
+        }
+    }
+    if (found) {
+        log_info(COMPONENT, name, "resuming from checkpoint %s = %s:%" PRIu64 "%s%s%s%s", from,
+                 ck.file, ck.pos, ck.server_id ? " on server_id " : "",
+                 ck.server_id ? (snprintf(e2, sizeof e2, "%" PRIu32, ck.server_id), e2) : "",
+                 ck.gtid_known ? ", GTID position " : "", ck.gtid_known ? ck.gtid : "");
+        /* a checkpoint from before the server id and GTID were kept: of this
+         * server (as it was then); learn its GTID position for a later
+         * switchover */
+        bool same = ck.server_id == 0 || ck.server_id == c->server_now;
+        if (ck.server_id == 0) ck.server_id = c->server_now;
+        if (same && !ck.gtid_known && gtid_at(c, m, ck.file, ck.pos, ck.gtid, sizeof ck.gtid,
+                                              e2, sizeof e2) == 1)
+            ck.gtid_known = true;
+    } else {
+        if (resolve_start(c, m, c->s->start, err, errlen)) return -1;
+        snprintf(ck.file, sizeof ck.file, "%s", c->file);
+        ck.pos = c->pos;
+        ck.server_id = c->server_now;
+        ck.gtid_known = gtid_at(c, m, ck.file, ck.pos, ck.gtid, sizeof ck.gtid, e2, sizeof e2) == 1;
+        log_info(COMPONENT, name, "%s; start = \"%s\" = %s:%" PRIu64 "%s%s",
+                 c->ckpt_on ? "no checkpoint yet" : "checkpoint off", c->s->start, ck.file, ck.pos,
+                 ck.gtid_known ? ", GTID position " : "", ck.gtid_known ? ck.gtid : "");
+        if (c->ckpt_on && write_checkpoint(c, &ck) != 1) {
+            snprintf(err, errlen, "cannot write the initial checkpoint %s", c->ckpt_key);
+            return -1;
+        }
+    }
+    set_resume(c, &ck);
+    if (c->ckpt_on) cdc_progress_reset(c->progress, &ck);
+    return 0;
+}
 
-    char crc[32];
-    if (query_value(c, m, "SELECT @@global.binlog_checksum", 0, crc, sizeof crc, NULL, 0, err,
-                    errlen))
+enum { SESSION_STOPPED = 0, SESSION_ERROR = -1, SESSION_PURGED = -2, SESSION_TERM_ENDED = -3 };
+
+/* Connects (the hosts in order), resolves the position, streams until an
+ * error or stop. */
+static int session(struct cdc *c, MYSQL **mp, unsigned read_timeout_s, char *err, size_t errlen)
+{
+    const char *name = c->h->name;
+    if (conn_connect_any(c, mp, read_timeout_s, err, errlen)) return SESSION_ERROR;
+    MYSQL *m = *mp;
+    if (!register_fd(c, 0, m)) return SESSION_STOPPED;
+    if (c->h->set_source) c->h->set_source(c->h, c->where);
+
+    char crc[32], sid[32];
+    if (query_value(c, m, "SELECT @@global.binlog_checksum, @@global.server_id", 0, crc,
+                    sizeof crc, sid, sizeof sid, err, errlen))
         return SESSION_ERROR;
     c->server_crc = strcasecmp(crc, "NONE") != 0 && crc[0];
-    char sql[160];
+    c->server_now = (uint32_t)strtoul(sid, NULL, 10);
+    char sql[CDC_GTID_MAX + 80];
     snprintf(sql, sizeof sql, "SET @master_heartbeat_period = %" PRId64, c->s->heartbeat_ms * 1000000);
     if (run_sql(c, m, "SET @master_binlog_checksum = @@global.binlog_checksum", err, errlen) ||
         run_sql(c, m, "SET @mariadb_slave_capability = 4", err, errlen) ||
@@ -1003,93 +1320,47 @@ static int session(struct cdc *c, MYSQL *m, char *err, size_t errlen)
         return SESSION_ERROR;
 
     if (!c->have_pos) {
-        int found = 0;
-        char e2[512];
-        if (c->ckpt_on) {
-            found = read_checkpoint(c, c->file, &c->pos, e2, sizeof e2);
-            if (found < 0) {
-                snprintf(err, errlen, "cannot read the checkpoint: %s", e2);
-                return SESSION_ERROR;
-            }
-        }
-        bool cached = false;
-        if (!found && c->ckpt_on) {
-            /* The locker has no checkpoint. If this replica saw one (as leader
-             * or following it as a standby), the locker lost its data: resume
-             * there rather than at `start`, which would skip the rows in
-             * between. */
-            pthread_mutex_lock(&c->cache_mu);
-            if (c->cache_valid) {
-                snprintf(c->file, sizeof c->file, "%s", c->cache_file);
-                c->pos = c->cache_pos;
-                found = 2;
-            }
-            cached = c->cache_valid;
-            int64_t age = clock_mono_ms() - c->cache_at_ms;
-            pthread_mutex_unlock(&c->cache_mu);
-            if (found) {
-                log_warn(COMPONENT, name, "no checkpoint in the locker (%s), but this replica "
-                         "saw %s:%" PRIu64 " %lld ms ago: the locker lost its data (Redis "
-                         "restarted without persistence?); resuming there (rows after it may be "
-                         "forwarded again)",
-                         c->ckpt_key, c->file, c->pos, (long long)age);
-                if (write_checkpoint(c, c->file, c->pos) != 1) {
-                    snprintf(err, errlen, "cannot restore the checkpoint %s", c->ckpt_key);
-                    return SESSION_ERROR;
-                }
-            }
-        }
-        const char *from = c->ckpt_key;
-        if (!found && !cached && c->legacy_on) {
-            /* Upgrade: no checkpoint under the new key and this process never
-             * saw one there; an older baton may have kept it under the legacy
-             * key. Taken over once: it is written under the new key at once,
-             * which every later promotion finds (the legacy key is left as it
-             * is, for a rollback). */
-            found = read_legacy_checkpoint(c, c->file, &c->pos, e2, sizeof e2);
-            if (found < 0) {
-                snprintf(err, errlen, "cannot read the legacy checkpoint: %s", e2);
-                return SESSION_ERROR;
-            }
-            if (found) {
-                log_info(COMPONENT, name, "checkpoint taken over from legacy key %s = %s:%" PRIu64
-                         "; from now on it is kept at %s (the legacy key is left as it is)",
-                         c->legacy_key, c->file, c->pos, c->ckpt_key);
-                if (write_checkpoint(c, c->file, c->pos) != 1) {
-                    snprintf(err, errlen, "cannot write the checkpoint taken over from %.200s "
-                             "to %.200s", c->legacy_key, c->ckpt_key);
-                    return SESSION_ERROR;
-                }
-                from = c->legacy_key;
-            }
-        }
-        if (found) {
-            log_info(COMPONENT, name, "resuming from checkpoint %s = %s:%" PRIu64, from,
-                     c->file, c->pos);
-        } else {
-            if (resolve_start(c, m, c->s->start, err, errlen)) return SESSION_ERROR;
-            log_info(COMPONENT, name, "%s; start = \"%s\" = %s:%" PRIu64,
-                     c->ckpt_on ? "no checkpoint yet" : "checkpoint off", c->s->start, c->file,
-                     c->pos);
-            if (c->ckpt_on && write_checkpoint(c, c->file, c->pos) != 1) {
-                snprintf(err, errlen, "cannot write the initial checkpoint %s", c->ckpt_key);
-                return SESSION_ERROR;
-            }
-        }
-        snprintf(c->resume_file, sizeof c->resume_file, "%s", c->file);
-        c->resume_pos = c->pos;
+        if (find_start(c, m, err, errlen)) return SESSION_ERROR;
         c->have_pos = true;
     }
 
+    /* Another server than the one the resume point is on (a promoted
+     * replica, the next of `hosts`): its binlog positions mean nothing
+     * there; the GTID position does (MariaDB GTIDs are kept by replication,
+     * with log_slave_updates). */
+    c->by_gtid = c->resume_server != 0 && c->resume_server != c->server_now;
+    if (c->by_gtid) {
+        char gt[CDC_GTID_MAX] = "";
+        if (!c->rstate_known || cdc_gtid_format(gt, sizeof gt, c->rstate, c->nrstate) < 0) {
+            snprintf(err, errlen, "mysql %s is server_id %" PRIu32 ", the resume point %s:%" PRIu64
+                     " is on server_id %" PRIu32 " and its GTID position is not known: cannot "
+                     "resume on this server (is it the right one? a checkpoint from an older "
+                     "baton holds no GTID position)",
+                     c->where, c->server_now, c->resume_file, c->resume_pos, c->resume_server);
+            return SESSION_ERROR;
+        }
+        char eg[2 * CDC_GTID_MAX + 1];
+        mysql_real_escape_string(m, eg, gt, (unsigned long)strlen(gt));
+        char setq[2 * CDC_GTID_MAX + 64];
+        snprintf(setq, sizeof setq, "SET @slave_connect_state = '%s'", eg);
+        if (run_sql(c, m, setq, err, errlen) ||
+            run_sql(c, m, "SET @slave_gtid_strict_mode = 0", err, errlen) ||
+            run_sql(c, m, "SET @slave_gtid_ignore_duplicates = 0", err, errlen))
+            return SESSION_ERROR;
+        log_warn(COMPONENT, name, "mysql %s is server_id %" PRIu32 ", not server_id %" PRIu32
+                 " where %s:%" PRIu64 " was read (a switchover?): resuming by GTID position \"%s\"",
+                 c->where, c->server_now, c->resume_server, c->resume_file, c->resume_pos, gt);
+    }
     MARIADB_RPL *rpl = mariadb_rpl_init(m);
     if (!rpl) {
         snprintf(err, errlen, "mariadb_rpl_init: %s", mysql_error(m));
         return SESSION_ERROR;
     }
-    snprintf(c->file, sizeof c->file, "%s", c->resume_file);
-    c->pos = c->resume_pos;
+    snprintf(c->file, sizeof c->file, "%s", c->by_gtid ? "" : c->resume_file);
+    c->pos = c->by_gtid ? 4 : c->resume_pos;
     c->in_txn = false;
     c->standalone = false;
+    c->txn_has_gtid = false;
     mariadb_rpl_optionsv(rpl, MARIADB_RPL_SERVER_ID, (unsigned)c->s->server_id);
     mariadb_rpl_optionsv(rpl, MARIADB_RPL_FILENAME, c->file, strlen(c->file));
     mariadb_rpl_optionsv(rpl, MARIADB_RPL_START, (unsigned long)c->pos);
@@ -1098,7 +1369,7 @@ static int session(struct cdc *c, MYSQL *m, char *err, size_t errlen)
     MARIADB_RPL_EVENT *ev = NULL;
     if (mariadb_rpl_open(rpl)) {
         snprintf(err, errlen, "mysql %s: binlog dump from %s:%" PRIu64 ": %s (error %u)", c->where,
-                 c->file, c->pos, mysql_error(m), mysql_errno(m));
+                 c->by_gtid ? "GTID position" : c->file, c->pos, mysql_error(m), mysql_errno(m));
         goto out;
     }
     for (;;) {
@@ -1110,7 +1381,11 @@ static int session(struct cdc *c, MYSQL *m, char *err, size_t errlen)
         if (!ev) {
             unsigned en = mysql_errno(m);
             const char *em = mysql_error(m);
-            if (is_purged_error(en, em)) {
+            if (c->by_gtid && en == 1236) {
+                snprintf(err, errlen, "mysql %s: cannot stream from the GTID position of %s:%"
+                         PRIu64 " (server_id %" PRIu32 "): %s (error %u)", c->where,
+                         c->resume_file, c->resume_pos, c->resume_server, em, en);
+            } else if (is_purged_error(en, em)) {
                 snprintf(err, errlen, "mysql %s: position %s:%" PRIu64 " is no longer on the "
                          "server (binlog purged?): %s (error %u)", c->where, c->file, c->pos, em, en);
                 rc = SESSION_PURGED;
@@ -1130,6 +1405,11 @@ static int session(struct cdc *c, MYSQL *m, char *err, size_t errlen)
         }
         handle_event(c, ev);
         maybe_checkpoint(c, false);
+        if (c->term_ended) {
+            snprintf(err, errlen, "the term ended (backlog behind an undelivered row)");
+            rc = SESSION_TERM_ENDED;
+            break;
+        }
     }
 out:
     if (ev) mariadb_free_rpl_event(ev);
@@ -1149,23 +1429,28 @@ static void *consumer_main(void *arg)
     while (!atomic_load(&c->stop)) {
         unsigned rt = (unsigned)((c->s->heartbeat_ms * 4 + 999) / 1000);
         if (rt < 2) rt = 2;
-        MYSQL *m = conn_new(c, rt);
-        if (!m) {
-            snprintf(err, sizeof err, "mysql_init: out of memory");
-        }
+        MYSQL *m = NULL;
         c->streamed = false;
-        int rc = m ? session(c, m, err, sizeof err) : SESSION_ERROR;
+        int rc = session(c, &m, rt, err, sizeof err);
         /* a transaction cut in the middle is re-read from its start; rows
          * already forwarded are skipped on the way */
         if (c->in_txn && c->txn_rows > 0) {
             snprintf(c->skip_file, sizeof c->skip_file, "%s", c->txn_file);
             c->skip_pos = c->txn_pos;
+            c->skip_server = c->server_now;
+            c->skip_gtid = c->txn_has_gtid ? c->txn_gtid : (struct cdc_gtid){0, 0, 0};
             c->skip_rows = c->txn_rows;
         }
         c->in_txn = false;
+        c->txn_has_gtid = false;
         if (m) close_conn(c, 0, &m);
         close_conn(c, 1, &c->meta);
-        if (atomic_load(&c->stop) || rc == SESSION_STOPPED) break;
+        if (h->set_source) h->set_source(h, "");
+        if (atomic_load(&c->stop) || rc == SESSION_STOPPED || rc == SESSION_TERM_ENDED) break;
+        /* the next attempt starts at the first host after one that streamed
+         * (the preferred server first), at the next one after a server that
+         * was reached but could not stream (e.g. lacks the GTID position) */
+        c->host_next = c->streamed || c->nhosts == 0 ? 0 : (c->host_cur + 1) % c->nhosts;
         atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
 
         if (rc == SESSION_PURGED && c->s->on_purged == PURGED_OLDEST) {
@@ -1180,8 +1465,19 @@ static void *consumer_main(void *arg)
                           c->pos, oldf, oldp);
                 snprintf(c->resume_file, sizeof c->resume_file, "%s", c->file);
                 c->resume_pos = c->pos;
+                c->resume_server = c->server_now;
+                c->rstate_known = false; /* the gap: what GTID position is that? asked below */
+                char gt[CDC_GTID_MAX];
+                if (gtid_at(c, m2, c->file, c->pos, gt, sizeof gt, e2, sizeof e2) == 1) {
+                    struct cdc_ckpt ck = {.server_id = c->server_now, .gtid_known = true};
+                    snprintf(ck.file, sizeof ck.file, "%s", c->file);
+                    ck.pos = c->pos;
+                    snprintf(ck.gtid, sizeof ck.gtid, "%s", gt);
+                    set_resume(c, &ck);
+                }
                 c->skip_rows = 0;
-                if (c->ckpt_on) cdc_progress_boundary(c->progress, c->file, c->pos);
+                if (c->ckpt_on)
+                    cdc_progress_boundary(c->progress, c->file, c->pos, NULL, c->server_now);
                 if (m2) close_conn(c, 0, &m2);
                 continue;
             }
@@ -1250,7 +1546,12 @@ static void *cdc_create(const void *settings, struct endpoint_host *host, char *
     jbuf_init(&c->ev_head, 256);
     jbuf_init(&c->ev_tail, 256);
     c->progress = cdc_progress_create();
-    snprintf(c->where, sizeof c->where, "%s:%" PRId64, s->host, s->port);
+    if (parse_hosts(s, &c->hosts, &c->nhosts, msg, sizeof msg)) {
+        snprintf(err, errlen, "endpoint '%s': %s", host->name, msg);
+        cdc_destroy(c);
+        return NULL;
+    }
+    net_host_format(&c->hosts[0], c->where, sizeof c->where);
     if (cdc_filter_init(&c->filter, &s->tables, &s->exclude_tables, &s->ops, msg, sizeof msg)) {
         snprintf(err, errlen, "endpoint '%s': %s", host->name, msg);
         cdc_destroy(c);
@@ -1330,7 +1631,11 @@ static int cdc_start(void *ep)
     c->last_ckpt_ms = clock_mono_ms();
     c->written = false;
     tables_clear(c);
-    cdc_progress_reset(c->progress);
+    cdc_progress_reset(c->progress, NULL);
+    c->term_ended = false;
+    c->host_next = 0;
+    c->txn_has_gtid = false;
+    c->by_gtid = false;
     int rc = pthread_create(&c->thread, NULL, consumer_main, c);
     if (rc != 0) {
         log_error(COMPONENT, name, "cannot create the consumer thread: %s", strerror(rc));
@@ -1385,6 +1690,7 @@ static void cdc_destroy(void *ep)
     jbuf_free(&c->ev_head);
     jbuf_free(&c->ev_tail);
     cdc_progress_destroy(c->progress);
+    free(c->hosts);
     if (c->password) {
         memset(c->password, 0, strlen(c->password));
         free(c->password);

@@ -241,6 +241,17 @@ static void host_source_lost(struct endpoint_host *h, const char *reason)
     }
 }
 
+static void host_end_term(struct endpoint_host *h, const char *reason)
+{
+    struct gw_endpoint *e = h->gw;
+    if (e->guard) {
+        log_warn("gateway", e->cfg->name, "ending the lease term (%s): giving up the lease", reason);
+        active_guard_give_up(e->guard, reason);
+    } else {
+        log_warn("gateway", e->cfg->name, "cannot end the term (no lease): %s", reason);
+    }
+}
+
 static void host_set_source(struct endpoint_host *h, const char *where)
 {
     struct gw_endpoint *e = h->gw;
@@ -506,6 +517,7 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
     h->leader_now = host_leader_now;
     h->epoch = host_epoch;
     h->source_lost = host_source_lost;
+    h->end_term = host_end_term;
     h->stopping = host_stopping;
     h->once_ttl_ms = c->once_ttl_ms;
     h->once_fail_open = c->once_fail_open;

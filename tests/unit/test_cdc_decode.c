@@ -502,68 +502,6 @@ static void test_filter(void **state)
     assert_non_null(strstr(msg, "upsert"));
 }
 
-static void test_progress(void **state)
-{
-    (void)state;
-    struct cdc_progress *p = cdc_progress_create();
-    char f[CDC_FILE_MAX];
-    uint64_t pos;
-    cdc_progress_reset(p);
-    assert_false(cdc_progress_checkpoint(p, f, &pos));
-    uint64_t s0 = cdc_progress_assign(p), s1 = cdc_progress_assign(p);
-    cdc_progress_boundary(p, "b.1", 100); /* txn A: s0, s1 */
-    uint64_t s2 = cdc_progress_assign(p);
-    cdc_progress_boundary(p, "b.1", 200); /* txn B: s2 */
-    assert_false(cdc_progress_checkpoint(p, f, &pos));
-    cdc_progress_done(p, s1, true); /* out of order */
-    assert_false(cdc_progress_checkpoint(p, f, &pos));
-    cdc_progress_done(p, s0, true);
-    assert_true(cdc_progress_checkpoint(p, f, &pos));
-    assert_string_equal(f, "b.1");
-    assert_int_equal(pos, 100);
-    assert_false(cdc_progress_checkpoint(p, f, &pos)); /* nothing newer */
-    /* an empty transaction (filtered rows) moves the boundary once delivered */
-    cdc_progress_done(p, s2, true);
-    cdc_progress_boundary(p, "b.2", 4);
-    assert_true(cdc_progress_checkpoint(p, f, &pos));
-    assert_string_equal(f, "b.2");
-    assert_int_equal(pos, 4);
-    /* a dropped message holds the checkpoint for the rest of the term */
-    uint64_t s3 = cdc_progress_assign(p);
-    cdc_progress_boundary(p, "b.2", 300);
-    uint64_t s4 = cdc_progress_assign(p);
-    cdc_progress_boundary(p, "b.2", 400);
-    cdc_progress_done(p, s3, false);
-    cdc_progress_done(p, s4, true);
-    assert_false(cdc_progress_checkpoint(p, f, &pos));
-    bool blocked = false;
-    assert_int_equal(cdc_progress_pending(p, &blocked), 2);
-    assert_true(blocked);
-    /* a new term ignores outcomes of the old one */
-    cdc_progress_reset(p);
-    uint64_t t0 = cdc_progress_assign(p);
-    cdc_progress_boundary(p, "b.3", 50);
-    cdc_progress_done(p, s4, true);
-    assert_false(cdc_progress_checkpoint(p, f, &pos));
-    cdc_progress_done(p, t0, true);
-    assert_true(cdc_progress_checkpoint(p, f, &pos));
-    assert_int_equal(pos, 50);
-    /* many in flight: the ring grows */
-    uint64_t *seqs = calloc(5000, sizeof *seqs);
-    for (int i = 0; i < 5000; i++) {
-        seqs[i] = cdc_progress_assign(p);
-        cdc_progress_boundary(p, "b.4", 1000 + (uint64_t)i);
-    }
-    for (int i = 4999; i >= 1; i--) cdc_progress_done(p, seqs[i], true);
-    assert_false(cdc_progress_checkpoint(p, f, &pos));
-    cdc_progress_done(p, seqs[0], true);
-    assert_true(cdc_progress_checkpoint(p, f, &pos));
-    assert_string_equal(f, "b.4");
-    assert_int_equal(pos, 1000 + 4999);
-    free(seqs);
-    cdc_progress_destroy(p);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -575,7 +513,6 @@ int main(void)
         cmocka_unit_test(test_column_keys_escaped),
         cmocka_unit_test(test_position),
         cmocka_unit_test(test_filter),
-        cmocka_unit_test(test_progress),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

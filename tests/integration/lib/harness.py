@@ -474,8 +474,9 @@ def main_cfg(redis_port=None, extra="", sinks=None, lease=None, log_level="info"
 
 class HttpReceiver:
     """Records POST bodies. fail_first: the first N requests get fail_status.
-    stall_s: sleep before answering. Each record: (monotonic time, path,
-    headers dict, body bytes)."""
+    stall_s: sleep before answering. judge: None, or a function of the body
+    (bytes) returning the status to answer, or None for the usual one. Each
+    record: (monotonic time, path, headers dict, body bytes, status)."""
 
     def __init__(self, fail_first=0, fail_status=503):
         self.requests = []
@@ -483,6 +484,7 @@ class HttpReceiver:
         self.fail_status = fail_status
         self.stall_s = 0.0
         self.down = False
+        self.judge = None
         self.lock = threading.Lock()
         recv = self
 
@@ -504,6 +506,8 @@ class HttpReceiver:
                     elif recv.fail_first > 0:
                         recv.fail_first -= 1
                         status = recv.fail_status
+                    elif recv.judge is not None:
+                        status = recv.judge(body) or 200
                     recv.requests.append((time.monotonic(), self.path,
                                           dict(self.headers), body, status))
                 self.send_response(status)

@@ -13,7 +13,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SECS="${1:-60}"
 BUILD="$ROOT/build-fuzz"
 command -v clang >/dev/null || apt-get install -y -qq clang libclang-rt-14-dev >/dev/null
-CC=clang cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DBATON_FUZZ=ON >/dev/null
+CC=clang cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DBATON_FUZZ=ON -DBATON_TESTS=OFF >/dev/null
 cmake --build "$BUILD" -j"$(nproc)" --target fuzz_config fuzz_cron fuzz_envelope fuzz_redis_reply >/dev/null
 export LSAN_OPTIONS="suppressions=$ROOT/tests/fuzz/lsan.supp:${LSAN_OPTIONS:-}"
 SEED_ARG=()

@@ -137,8 +137,7 @@ def one_leader_stable_since(samples, t0, hold=1.0):
 
 def test_sentinel_failover(t):
     if not shutil.which("redis-sentinel"):
-        h.log("redis-sentinel not installed: skipped")
-        return
+        t.skip("redis-sentinel is not installed")
     cl = SentinelCluster(t, name=NAME, replicas=1, sentinels=3, down_after_ms=DOWN_AFTER,
                          failover_timeout_ms=FAILOVER_TIMEOUT)
     first_master = cl.master_port()
@@ -431,8 +430,7 @@ def no_lease_run(t, n):
 
 def test_failover_to_replica_without_the_lease(t):
     if not shutil.which("redis-sentinel"):
-        h.log("redis-sentinel not installed: skipped")
-        return
+        t.skip("redis-sentinel is not installed")
     t0 = time.monotonic()
     runs = []
     for n in range(1, NL_RUNS + 1):

@@ -1355,7 +1355,7 @@ static void test_example_main_file(void **state)
     char src[512];
     snprintf(src, sizeof src, "%s", __FILE__);
     char *cut = strstr(src, "tests/unit/test_config.c");
-    if (!cut) skip();
+    if (!cut) fail_msg("cannot find config/baton.cfg: __FILE__ is %s", __FILE__);
     snprintf(cut, sizeof src - (size_t)(cut - src), "config/baton.cfg");
     FILE *f = fopen(src, "r");
     if (!f) fail_msg("cannot open %s", src);

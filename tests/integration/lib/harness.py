@@ -13,13 +13,16 @@ Stdlib only. A test file looks like:
         ...
         t.check(cond, "message")     # records a failure, keeps going
         t.require(cond, "message")   # records a failure and stops the test
+        t.skip("why")                # the test cannot run here: stops it, SKIP
 
     if __name__ == "__main__":
         h.main(globals())
 
 h.main runs every test_* function (or those named on the command line),
-prints one line per test and the closing line "N passed, N failed", and
-exits non-zero on any failure.
+prints one line per test and the closing line "N passed, N failed, N
+skipped", and exits 1 on any failure or when nothing ran, else SKIP_EXIT (77,
+ctest's SKIP_RETURN_CODE for every Python test) when any test was skipped, so
+a file with a skipped test shows as skipped in ctest, never as passed.
 """
 
 import atexit
@@ -573,10 +576,20 @@ class TestFailure(Exception):
     pass
 
 
+class TestSkipped(Exception):
+    pass
+
+
+# Exit status of a test file with a skipped test (and no failure): ctest's
+# SKIP_RETURN_CODE for the Python tests (tests/CMakeLists.txt).
+SKIP_EXIT = 77
+
+
 class TestContext:
     def __init__(self, name):
         self.name = name
         self.failures = []
+        self.skipped = None
         self.workdir = mktemp("baton-%s-" % name)
         self._local_cleanups = []
         self.batons = []
@@ -591,6 +604,14 @@ class TestContext:
         if not cond:
             self.failures.append(msg)
             raise TestFailure(msg)
+
+    def skip(self, why):
+        """Stops the test as skipped: it could not run here (a missing tool,
+        no root). Reported as SKIP and by the file's exit status, never as a
+        pass."""
+        self.skipped = why
+        log("SKIP:", why)
+        raise TestSkipped(why)
 
     def redis(self, **kw):
         r = RedisServer(**kw)
@@ -635,14 +656,14 @@ def main(namespace):
     if not os.path.exists(BATON_BIN):
         print("baton binary not found at %s (set BATON_BIN)" % BATON_BIN)
         sys.exit(2)
-    passed = failed = 0
+    passed = failed = skipped = 0
     for name, fn in tests:
         t = TestContext(name)
         t0 = time.monotonic()
         print("RUN  %s" % name, flush=True)
         try:
             fn(t)
-        except TestFailure:
+        except (TestFailure, TestSkipped):
             pass
         except Exception as e:  # an unexpected error fails the test
             traceback.print_exc()
@@ -663,9 +684,14 @@ def main(namespace):
         if t.failures:
             failed += 1
             print("FAIL %s (%.1fs): %s" % (name, dt, "; ".join(t.failures)), flush=True)
+        elif t.skipped is not None:
+            skipped += 1
+            print("SKIP %s (%.1fs): %s" % (name, dt, t.skipped), flush=True)
         else:
             passed += 1
             print("PASS %s (%.1fs)" % (name, dt), flush=True)
     _run_cleanups()
-    print("%d passed, %d failed" % (passed, failed), flush=True)
-    sys.exit(1 if failed or not (passed + failed) else 0)
+    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped), flush=True)
+    if failed or not (passed + failed + skipped):
+        sys.exit(1)
+    sys.exit(SKIP_EXIT if skipped else 0)

@@ -384,6 +384,54 @@ def test_shipped_configs_check(t):
         h.log("docker-compose not installed: compose file not validated")
 
 
+def _apt_packages(text):
+    """Package names of the apt-get install commands in a Dockerfile stage."""
+    pkgs = []
+    for cmd in re.findall(r"apt-get install([^&]*)", text.replace("\\\n", " ")):
+        pkgs += [w for w in cmd.split() if not w.startswith("-")]
+    return set(pkgs)
+
+
+def _shell_array(text, name):
+    """The words of a bash array NAME=( ... ) (comments dropped)."""
+    m = re.search(r"^%s=\((.*?)^\)" % name, text, re.S | re.M)
+    if not m:
+        return None
+    return set(w for line in m.group(1).splitlines() for w in line.split("#")[0].split())
+
+
+def test_docker_image_packages(t):
+    """The Dockerfile builds and runs what the tree needs: its build stage
+    installs every package of .ci/deps.sh's BUILD list (what CMake requires),
+    its runtime stage the package of every library the built baton links
+    (NEEDED entries, found with dpkg -S) and libcurl4 (loaded on first use)."""
+    src = h.SOURCE_DIR
+    with open(os.path.join(src, "docker", "Dockerfile")) as f:
+        stages = re.split(r"^FROM ", f.read(), flags=re.M)[1:]
+    t.require(len(stages) == 2, "docker/Dockerfile has a build and a runtime stage")
+    build, runtime = _apt_packages(stages[0]), _apt_packages(stages[1])
+    with open(os.path.join(src, ".ci", "deps.sh")) as f:
+        wanted = _shell_array(f.read(), "BUILD")
+    t.require(wanted, ".ci/deps.sh has a BUILD list")
+    t.check(wanted <= build, "docker build stage lacks %r of .ci/deps.sh's BUILD list"
+            % sorted(wanted - build))
+    p = subprocess.run(["readelf", "-d", h.BATON_BIN], capture_output=True, text=True)
+    t.require(p.returncode == 0, "readelf -d baton: %s" % p.stderr)
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", p.stdout)
+    t.require(needed, "baton has NEEDED entries")
+    missing = []
+    for lib in needed:
+        q = subprocess.run(["dpkg", "-S", "*/" + lib], capture_output=True, text=True)
+        owners = {ln.split(":")[0] for ln in q.stdout.splitlines() if ":" in ln}
+        t.check(owners, "no Debian package owns %s (dpkg -S)" % lib)
+        if owners and not owners & (runtime | {"libc6"}):
+            missing.append("%s (%s)" % (lib, ", ".join(sorted(owners))))
+    t.check(not missing, "docker runtime stage lacks the package of %r" % missing)
+    t.check("libcurl4" in runtime, "docker runtime stage lacks libcurl4 (HTTP sink, etcd)")
+    h.log("docker stages: build %d packages, runtime %d; baton NEEDs %s"
+          % (len(build), len(runtime), " ".join(needed)))
+
+
 def test_sighup_logs_status(t):
     redis = t.redis()
     b = t.baton(h.main_cfg(redis.port), {"orders.cfg": ENDPOINT % redis.port})

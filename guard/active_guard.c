@@ -73,9 +73,9 @@ struct active_guard {
     int wk_result;
 
     /* the term, read lock-free by forwarders */
-    atomic_ullong term_epoch;
-    atomic_llong deadline; /* CLOCK_BOOTTIME ms; 0 = no live term */
-    atomic_ullong lease_gen;
+    _Atomic uint64_t term_epoch;
+    _Atomic int64_t deadline; /* CLOCK_BOOTTIME ms; 0 = no live term */
+    _Atomic uint64_t lease_gen;
     char token[RANDOM_TOKEN_LEN]; /* lease thread only */
     struct log_ratelimit rl_err;
     struct active_guard_stats stats;

@@ -24,6 +24,7 @@ SOURCE_DIR = os.environ.get(
     os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")))
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "integration", "lib"))
 import harness as h  # noqa: E402
+import termdelivery as td  # noqa: E402
 from publisher import Publisher, parse_payload, rfc3339_ms, now_ms  # noqa: E402,F401
 
 TTL, RENEW, RETRY = 1500, 500, 100
@@ -247,6 +248,46 @@ def stale_after(rep, t_ms, pick=None):
     rep.b.poll_records()
     return [rec for rec in rep.b.records
             if rfc3339_ms(rec["received_at"]) >= t_ms and (pick is None or pick(rec))]
+
+
+def counters(rep, ep_name):
+    """An endpoint's message counters from a replica's /metrics: received,
+    forwarded, dropped ({reason: n}), returned, queued; None when it does not
+    answer."""
+    m = td.scrape(rep.mport)
+    if not m or td.metric(m, "baton_messages_received_total", ep_name) is None:
+        return None
+    return {"received": td.metric(m, "baton_messages_received_total", ep_name),
+            "forwarded": td.metric(m, "baton_messages_forwarded_total", ep_name) or 0,
+            "dropped": td.drops(m, ep_name),
+            "returned": td.metric(m, "baton_messages_returned_total", ep_name) or 0,
+            "queued": td.metric(m, "baton_queue_depth", ep_name) or 0}
+
+
+def check_resumed_counted(t, rep, ep_name):
+    """A leader paused past its term and resumed as a standby: what reached it
+    after its term had ended was counted (dropped as not_leader / term_ended,
+    or returned to the source), and its counters add up once it is quiet:
+    received = forwarded + dropped + returned + queued. A resumed process that
+    received nothing would make "it forwarded nothing stale" vacuous, so that
+    fails too."""
+    def settled():
+        a = counters(rep, ep_name)
+        time.sleep(0.3)
+        b = counters(rep, ep_name)
+        return b if a and a == b else None
+    cnt = h.wait_until(settled, 10, 0.2)
+    h.log("resumed %s: counters %r" % (rep.name, cnt))
+    if not t.check(cnt is not None, "%s: /metrics counters did not settle" % rep.name):
+        return None
+    stale = cnt["dropped"].get("not_leader", 0) + cnt["dropped"].get("term_ended", 0) + cnt["returned"]
+    t.check(stale > 0, "%s received nothing after its term ended, or did not count it "
+            "(dropped not_leader/term_ended + returned = 0): %r" % (rep.name, cnt))
+    accounted = cnt["forwarded"] + sum(cnt["dropped"].values()) + cnt["returned"] + cnt["queued"]
+    t.check(cnt["received"] == accounted,
+            "%s: received %d != forwarded + dropped + returned + queued = %d: %r"
+            % (rep.name, cnt["received"], accounted, cnt))
+    return cnt
 
 
 def verdict(t, name, o, survivors, ep_name, recovered_ms=None, expect_no_loss=False,

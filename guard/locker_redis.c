@@ -181,6 +181,10 @@ struct redis_locker {
     struct redis_opts opts;
     char where[128];
     char holder[128]; /* "host pid N": who holds a lock, for `baton status` */
+    /* the value of this locker's claims: the holder and a token of this
+     * locker instance, so a claim whose answer was lost can be recognised as
+     * ours (a restarted process with the same pid is another instance) */
+    char claim_value[128 + RANDOM_TOKEN_LEN + 1];
 
     struct rconn lease; /* + everything below up to side: under lease.mu */
     struct orphan orphans[ORPHAN_MAX]; /* oldest first */
@@ -961,20 +965,52 @@ static void redis_destroy(struct locker *l)
     free(rl);
 }
 
-/* One-shot claim on the side connection: SET key "<holder>" NX PX ttl,
+/* After a claim whose answer was lost (a timeout, a broken connection): the
+ * SET may have run. Unsure is not "not ours" -- if it ran, every other replica
+ * is told the key is held and nobody would act -- so look once, on a fresh
+ * side connection, whose value the key holds: ours -> LOCKER_OK, another's ->
+ * LOCKER_HELD, none -> -1 (the SET did not run: claim again), anything else
+ * -> LOCKER_ERR with err left as the lost claim's. */
+static int claim_lost_answer(struct redis_locker *rl, const char *key, char err[LOCKER_ERR_MAX])
+{
+    char err2[LOCKER_ERR_MAX];
+    const char *get_argv[2] = {"GET", key};
+    const char **argv[1] = {get_argv};
+    const int argc[1] = {2};
+    redisReply *rep[1];
+    if (!side_call(rl, 1, argc, argv, rep, "claim check", err2)) return LOCKER_ERR;
+    int rc = LOCKER_ERR;
+    if (rep[0]->type == REDIS_REPLY_STRING) {
+        rc = strcmp(rep[0]->str, rl->claim_value) == 0 ? LOCKER_OK : LOCKER_HELD;
+        log_info("locker", NULL, "redis %s: claim %.60s: its answer was lost (%s); the key holds %s",
+                 rl->where, key, err, rc == LOCKER_OK ? "this claim: taken" : "another claim: held");
+    } else if (rep[0]->type == REDIS_REPLY_NIL) {
+        rc = -1;
+    }
+    freeReplyObject(rep[0]);
+    return rc;
+}
+
+/* One-shot claim on the side connection: SET key "<claim value>" NX PX ttl,
  * pipelined with TYPE key in the same round trip, so a key of another type is
- * reported as an error (WRONGTYPE) instead of looking held. */
+ * reported as an error (WRONGTYPE) instead of looking held. A lost answer is
+ * resolved by claim_lost_answer (once: a second loss is an error). */
 static int redis_claim(struct locker *l, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
     char ttl[24];
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
-    const char *set_argv[6] = {"SET", key, rl->holder, "NX", "PX", ttl};
+    const char *set_argv[6] = {"SET", key, rl->claim_value, "NX", "PX", ttl};
     const char *type_argv[2] = {"TYPE", key};
     const char **argv[2] = {set_argv, type_argv};
     const int argc[2] = {6, 2};
     redisReply *rep[2];
-    if (!side_call(rl, 2, argc, argv, rep, "claim", err)) return LOCKER_ERR;
+    bool sent = side_call(rl, 2, argc, argv, rep, "claim", err);
+    if (!sent) {
+        int known = claim_lost_answer(rl, key, err);
+        if (known != -1) return known;
+        if (!side_call(rl, 2, argc, argv, rep, "claim", err)) return LOCKER_ERR;
+    }
     redisReply *r = rep[0], *t = rep[1];
     int rc;
     if (r->type == REDIS_REPLY_STATUS) {
@@ -1184,6 +1220,9 @@ struct locker *locker_redis_create(const struct redis_opts *opts, char err[LOCKE
                  rl->opts.host && rl->opts.host[0] ? rl->opts.host : "127.0.0.1",
                  rl->opts.port > 0 ? rl->opts.port : 6379);
     snprintf(rl->holder, sizeof rl->holder, "%.80s pid %d", util_hostname(), (int)getpid());
+    char inst[RANDOM_TOKEN_LEN];
+    if (random_token(inst) != 0) snprintf(inst, sizeof inst, "%llx", (unsigned long long)clock_wall_ms());
+    snprintf(rl->claim_value, sizeof rl->claim_value, "%s %.16s", rl->holder, inst);
     rl->lease.role = "lease";
     rl->side.role = "side";
     if (pipe2(rl->wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {

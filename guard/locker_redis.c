@@ -969,8 +969,10 @@ static void redis_destroy(struct locker *l)
  * SET may have run. Unsure is not "not ours" -- if it ran, every other replica
  * is told the key is held and nobody would act -- so look once, on a fresh
  * side connection, whose value the key holds: ours -> LOCKER_OK, another's ->
- * LOCKER_HELD, none -> -1 (the SET did not run: claim again), anything else
- * -> LOCKER_ERR with err left as the lost claim's. */
+ * LOCKER_HELD; none (the SET did not run: nobody was told "taken" by it) or
+ * no answer -> LOCKER_ERR with err left as the lost claim's, for the
+ * fail-closed/fail-open policy. Not claimed again: a claim that waited for a
+ * hung server should not fire late on top of it. */
 static int claim_lost_answer(struct redis_locker *rl, const char *key, char err[LOCKER_ERR_MAX])
 {
     char err2[LOCKER_ERR_MAX];
@@ -984,8 +986,6 @@ static int claim_lost_answer(struct redis_locker *rl, const char *key, char err[
         rc = strcmp(rep[0]->str, rl->claim_value) == 0 ? LOCKER_OK : LOCKER_HELD;
         log_info("locker", NULL, "redis %s: claim %.60s: its answer was lost (%s); the key holds %s",
                  rl->where, key, err, rc == LOCKER_OK ? "this claim: taken" : "another claim: held");
-    } else if (rep[0]->type == REDIS_REPLY_NIL) {
-        rc = -1;
     }
     freeReplyObject(rep[0]);
     return rc;
@@ -994,7 +994,7 @@ static int claim_lost_answer(struct redis_locker *rl, const char *key, char err[
 /* One-shot claim on the side connection: SET key "<claim value>" NX PX ttl,
  * pipelined with TYPE key in the same round trip, so a key of another type is
  * reported as an error (WRONGTYPE) instead of looking held. A lost answer is
- * resolved by claim_lost_answer (once: a second loss is an error). */
+ * resolved by claim_lost_answer. */
 static int redis_claim(struct locker *l, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
@@ -1005,12 +1005,7 @@ static int redis_claim(struct locker *l, const char *key, int64_t ttl_ms, char e
     const char **argv[2] = {set_argv, type_argv};
     const int argc[2] = {6, 2};
     redisReply *rep[2];
-    bool sent = side_call(rl, 2, argc, argv, rep, "claim", err);
-    if (!sent) {
-        int known = claim_lost_answer(rl, key, err);
-        if (known != -1) return known;
-        if (!side_call(rl, 2, argc, argv, rep, "claim", err)) return LOCKER_ERR;
-    }
+    if (!side_call(rl, 2, argc, argv, rep, "claim", err)) return claim_lost_answer(rl, key, err);
     redisReply *r = rep[0], *t = rep[1];
     int rc;
     if (r->type == REDIS_REPLY_STATUS) {

@@ -477,7 +477,8 @@ def test_redis_unreachable_at_start(t):
 
 def test_leader_balancing(t):
     """3 replicas, 6 endpoints: leases spread out instead of all landing on
-    the first replica to start."""
+    the first replica to start -- 1/2/3 or 2/2/2 after 10 s, as the README
+    says."""
     redis = t.redis()
     eps = {}
     for i in range(6):
@@ -495,7 +496,9 @@ def test_leader_balancing(t):
         counts.append(sum(1 for e in st["endpoints"] if e["role"] == "leader"))
     h.log("leases per replica after 10 s: %s" % counts)
     t.check(sum(counts) == 6, "every endpoint has exactly one leader: %s" % counts)
-    t.check(max(counts) <= 3, "no replica leads more than 3 of 6: %s" % counts)
+    # the README's promise: 1/2/3 or 2/2/2 (every replica leads, none more than half)
+    t.check(sorted(counts) in ([1, 2, 3], [2, 2, 2]),
+            "leases spread 1/2/3 or 2/2/2 as the README says: %s" % counts)
     # baton status names the holder of each lease
     rc, out, err = h.run_baton(["status", "-c", t.batons[0].cfg])
     holders = [l for l in out.splitlines() if l.startswith("ep")]

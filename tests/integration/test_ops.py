@@ -1,6 +1,8 @@
-"""Operations: /metrics (strictly parsed), /healthz, /readyz, /status, the
-`baton status` subcommand, exit statuses, graceful SIGTERM, and every shipped
-configuration passing --check-config (config/, config/demo/, docker/)."""
+"""Operations: /metrics (strictly parsed, and its guard and message values
+under faults), /healthz, /readyz, /status, the `baton status` subcommand,
+exit statuses, graceful SIGTERM, leader balancing, every shipped
+configuration passing --check-config (config/, config/demo/, docker/), and
+the Docker image's package lists."""
 import json
 import os
 import re
@@ -14,6 +16,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import harness as h  # noqa: E402
+import termdelivery as td  # noqa: E402
 
 
 def get(port, path, timeout=2.0):
@@ -505,6 +508,111 @@ def test_leader_balancing(t):
     t.check(len(holders) == 6 and all("pid" in l for l in holders), "status names holders: %r" % out)
     pids = {str(b.pid) for b in t.batons}
     t.check(all(any(("pid " + p) in l for p in pids) for l in holders), "holders are our processes")
+
+
+def test_metrics_under_faults(t):
+    """The guard and message metrics hold the values the faults caused, not
+    only their types: 2 replicas, one redis_psub endpoint, short lease.
+    Start: A leads (promotions 1, leader gauge 1, lease epoch = /status epoch
+    = the records' epoch, forwarded = records written); Redis SIGSTOPped past
+    the ttl: A's renewals fail (renew failures >= 1), A is demoted (demotions
+    1, leader gauge 0); after SIGCONT one replica leads with a higher epoch;
+    SIGKILL of that leader: the other is promoted once more; queue depth 0 at
+    the end."""
+    redis = t.redis()
+    lease = {"ttl_ms": 1500, "renew_ms": 500, "retry_ms": 100}
+    reps = []
+    for name in ("A", "B"):
+        mport = h.free_port()
+        b = t.baton(h.main_cfg(redis.port, lease=lease,
+                               extra='metrics = { listen = "127.0.0.1:%d"; };' % mport),
+                    {"orders.cfg": ENDPOINT % redis.port}, name=name)
+        reps.append((b, mport))
+        if name == "A":
+            t.require(h.wait_until(lambda: h.status_endpoints(mport).get("orders", {})
+                                   .get("role") == "leader", 10), "A leads")
+    (a, pa), (b, pb) = reps
+    t.require(h.wait_until(lambda: h.status_endpoints(pb).get("orders", {}).get("role")
+                           == "standby", 10), "B is a standby")
+
+    def m(port):
+        return td.scrape(port) or {}
+
+    def val(port, name):
+        return td.metric(m(port), name, "orders")
+
+    cl = redis.client()
+    t.require(h.wait_until(lambda: cl.cmd("PUBSUB", "NUMPAT") >= 1, 10), "A subscribed")
+    for i in range(50):
+        cl.cmd("PUBLISH", "orders.x", "m%d" % i)
+    t.require(h.wait_until(lambda: val(pa, "baton_messages_forwarded_total") == 50, 10),
+              "A forwarded 50: %r" % val(pa, "baton_messages_forwarded_total"))
+    a.poll_records()
+    recs = [r for r in a.records if r.get("endpoint") == "orders"]
+    st = h.status_endpoints(pa)["orders"]
+    ma = m(pa)
+    got = {k: td.metric(ma, k, "orders") for k in (
+        "baton_promotions_total", "baton_demotions_total", "baton_endpoint_leader",
+        "baton_lease_epoch", "baton_lease_renew_failures_total", "baton_queue_depth")}
+    h.log("A after 50 messages: %r, /status epoch %r, records %d" % (got, st.get("epoch"), len(recs)))
+    t.check(got["baton_promotions_total"] == 1 and got["baton_demotions_total"] == 0,
+            "A: promotions 1, demotions 0: %r" % got)
+    t.check(got["baton_endpoint_leader"] == 1, "A: leader gauge 1: %r" % got)
+    t.check(got["baton_lease_renew_failures_total"] == 0, "A: no renew failure yet: %r" % got)
+    t.check(len(recs) == 50 and all(r.get("epoch") == got["baton_lease_epoch"] for r in recs),
+            "A's 50 records carry the metric's epoch %r: %r"
+            % (got["baton_lease_epoch"], sorted({r.get("epoch") for r in recs})))
+    t.check(st.get("epoch") == got["baton_lease_epoch"], "/status epoch %r != metric %r"
+            % (st.get("epoch"), got["baton_lease_epoch"]))
+    mb = m(pb)
+    t.check(td.metric(mb, "baton_promotions_total", "orders") == 0
+            and td.metric(mb, "baton_endpoint_leader", "orders") == 0, "B: never promoted, not leader")
+    epoch1 = got["baton_lease_epoch"]
+
+    # Redis paused past the ttl: A cannot renew and is demoted
+    os.kill(redis.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(2.5)
+        ma = m(pa)
+    finally:
+        os.kill(redis.proc.pid, signal.SIGCONT)
+    fails = td.metric(ma, "baton_lease_renew_failures_total", "orders")
+    h.log("A during the pause: renew failures %r, demotions %r, leader %r" % (
+        fails, td.metric(ma, "baton_demotions_total", "orders"),
+        td.metric(ma, "baton_endpoint_leader", "orders")))
+    t.check(fails >= 1, "A: renew failures counted while Redis was paused: %r" % fails)
+    t.check(td.metric(ma, "baton_demotions_total", "orders") == 1
+            and td.metric(ma, "baton_endpoint_leader", "orders") == 0,
+            "A: demoted once, leader gauge 0 past its deadline")
+
+    def leader():
+        ls = [(bb, p) for bb, p in reps if bb.alive()
+              and td.metric(m(p), "baton_endpoint_leader", "orders") == 1]
+        return ls[0] if len(ls) == 1 else None
+    cur = h.wait_until(leader, 10, 0.1)
+    t.require(cur is not None, "one leader after Redis resumed")
+    epoch2 = val(cur[1], "baton_lease_epoch")
+    promos = sum(val(p, "baton_promotions_total") for _, p in reps)
+    h.log("after the pause: %s leads, epoch %r (was %r), promotions in total %d"
+          % (cur[0].name, epoch2, epoch1, promos))
+    t.check(epoch2 > epoch1, "new term's epoch %r not above %r" % (epoch2, epoch1))
+    t.check(promos == 2, "promotions in total %d, expected 2" % promos)
+
+    # SIGKILL of the leader: the other one is promoted once more
+    other = [(bb, p) for bb, p in reps if bb is not cur[0]][0]
+    before = val(other[1], "baton_promotions_total")
+    cur[0].proc.kill()
+    cur[0].proc.wait(5)
+    t.check(h.wait_until(lambda: val(other[1], "baton_endpoint_leader") == 1, 10, 0.1),
+            "%s did not take over" % other[0].name)
+    mo = m(other[1])
+    h.log("%s after the SIGKILL: %r" % (other[0].name, {k: td.metric(mo, k, "orders") for k in (
+        "baton_promotions_total", "baton_lease_epoch", "baton_queue_depth")}))
+    t.check(td.metric(mo, "baton_promotions_total", "orders") == before + 1,
+            "%s promoted exactly once more" % other[0].name)
+    t.check(td.metric(mo, "baton_lease_epoch", "orders") > epoch2, "epoch rose at the takeover")
+    t.check(td.metric(mo, "baton_queue_depth", "orders") == 0, "queue depth 0 when idle")
+    t.check(other[0].term() == 0, "exit 0")
 
 
 def test_pages_never_wait_for_a_stalled_redis(t):

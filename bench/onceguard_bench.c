@@ -3,11 +3,20 @@
  *
  *   bench_onceguard HOST PORT COUNT [TTL_MS]
  *
- * Creates baton's own redis locker (one connection) and a OnceGuard on a
- * scope unique to this run, then calls once_guard_allow COUNT times on
- * distinct keys ("k<i>"), timing the loop with the monotonic clock. Then it
- * checks the answers mean something: a second guard on the same scope must
- * skip a sample of keys already taken (the ones still inside their TTL).
+ * Creates baton's own redis locker and a OnceGuard on a scope unique to this
+ * run, then calls once_guard_allow COUNT times on distinct keys ("k<i>"),
+ * timing the loop with the monotonic clock (after 200 warm-up decisions).
+ * Each decision is one locker_claim, which the redis locker
+ * (guard/locker_redis.c, redis_claim) sends on its side connection as
+ * `SET <prefix>:once:<scope>:<key> <claim value> NX PX <ttl>` pipelined with
+ * `TYPE <same key>`: one round trip, no Lua script. (Were an answer lost it
+ * would add one GET; that does not happen here.) The baseline,
+ * bench_onceguard_baseline (onceguard_baseline.c), is the same pipelined
+ * pair in a bare hiredis loop.
+ *
+ * Then it checks the answers mean something: every fresh key was allowed,
+ * and a second guard on the same scope (another "replica") must skip a
+ * sample of keys already taken (the last ones, still inside their TTL).
  *
  * Prints one line:
  *   decisions=N seconds=S rate=R allowed=A skipped=K errors=E recheck_skipped=X/Y
@@ -56,7 +65,7 @@ int main(int argc, char **argv)
                                       .log_name = "bench"};
     struct once_guard *g = once_guard_create(l, scope, &opts);
 
-    /* warm-up: connect, SCRIPT LOAD, first keys */
+    /* warm-up: the side connection's connect (and its script load), first keys */
     char key[48];
     for (int i = 0; i < 200; i++) {
         snprintf(key, sizeof key, "warm%d", i);

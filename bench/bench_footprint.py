@@ -4,10 +4,11 @@
     bench/bench_footprint.py [BUILD_DIR]    (default: $BATON_BUILD_DIR or ./build)
 
 Starts redis-server (locker and redis_psub source) and mosquitto, and, unless
-HEAVY=0, rabbitmq-server and mariadbd (about 15 s more); with HEAVY=0 (or a
-broker that fails to start) the rabbitmq and mysql_cdc endpoints are left
-out: with no broker they fail to start as leader and give the lease back
-every retry, which is not a steady state.
+HEAVY=0, rabbitmq-server and mariadbd (about 15 s more); with HEAVY=0 the
+rabbitmq and mysql_cdc endpoints are left out (with no broker they fail to
+start as leader and give the lease back every retry, which is not a steady
+state). A broker that fails to start is an error: the script exits 1 naming
+the broker and the endpoint type it serves (nothing is measured).
 Each endpoint type gets one endpoint file; a type whose file does not pass
 `baton --check-config` (an endpoint not built yet, or settings that changed)
 is left out and named in the output.
@@ -15,7 +16,13 @@ is left out and named in the output.
 Replica A starts first and leads every ActiveGuard endpoint; replica B then
 starts and stays standby on all of them (schedule runs on both: its
 OnceGuard decides per slot; cron every 10 s). Traffic: BURST (default
-20,000) Redis messages and 2,000 MQTT messages through the leader.
+20,000) Redis messages and MQTT_N (default 2,000) MQTT QoS 1 messages, each
+payload unique, through the leader. The traffic must arrive: within
+ARRIVE_S (default 30) seconds the leader's stdout sink must hold every
+payload sent (each endpoint's records counted by payload), else the script
+exits 1 naming the endpoint type, with what arrived, the replicas'
+baton_messages_forwarded_total and the tail of their logs. A PUBLISH that
+reached no subscriber or a failed mosquitto_pub is reported the same way.
 
 Figures:
 - peak RSS (VmHWM of /proc/<pid>/status) of the leader and of the standby,
@@ -43,6 +50,8 @@ import harness as h  # noqa: E402
 IDLE_S = float(os.environ.get("IDLE_S", "30"))
 HEAVY = os.environ.get("HEAVY", "1") != "0"
 BURST = int(os.environ.get("BURST", "20000"))
+MQTT_N = int(os.environ.get("MQTT_N", "2000"))
+ARRIVE_S = float(os.environ.get("ARRIVE_S", "30"))
 # /status roles of endpoints without a lease (every replica runs them)
 UNLEASED = ("once-per-slot", "every-replica", "single-process")
 RSS_TARGET_KB = 10 * 1024
@@ -113,6 +122,21 @@ def status(port):
         return None
 
 
+def forwarded_totals(port):
+    """endpoint name -> baton_messages_forwarded_total from GET /metrics."""
+    import re
+    code, text = h.http_get(port, "/metrics")
+    out = {}
+    for m in re.finditer(r'^baton_messages_forwarded_total\{endpoint="([^"]*)"[^}]*\} (\d+)$',
+                         text, re.M):
+        out[m.group(1)] = int(m.group(2))
+    return out
+
+
+class BrokerFailed(Exception):
+    pass
+
+
 def roles(port):
     eps = status(port)
     return {e["name"]: e["role"] for e in eps} if eps else {}
@@ -123,32 +147,45 @@ def main():
         print("missing %s (build baton)" % h.BATON_BIN, file=sys.stderr)
         return 2
     env = {"FP_CDC_PASSWORD": "fp-pw"}
-    redis = h.RedisServer()
-    mqtt_port = start_mosquitto()
+
+    def broker(name, types, start):
+        """start() -> a port; any failure ends the benchmark (exit 1) with
+        the broker and the endpoint types it serves named."""
+        try:
+            return start()
+        except Exception as e:  # noqa: BLE001 - any failure is the same failure
+            raise BrokerFailed("FAIL: %s did not start, so the %s endpoint%s cannot be measured%s"
+                               " -- %s: %s" % (name, " and ".join(types),
+                                               "s" if len(types) > 1 else "",
+                                               "" if name in ("redis-server", "mosquitto") else
+                                               " (HEAVY=0 leaves rabbitmq and mysql_cdc out)",
+                                               type(e).__name__, str(e).strip()[-1500:]))
+
+    def start_mariadb():
+        import mariadb as mdb
+        srv = mdb.MariaServer()
+        srv.create_user("cdc", env["FP_CDC_PASSWORD"])
+        return srv.port
+
+    def start_rabbitmq():
+        import rabbitmq as rmq
+        return rmq.RabbitServer().port
+
+    redis = broker("redis-server", ["locker", "redis_psub"], h.RedisServer)
+    mqtt_port = broker("mosquitto", ["mqtt"], start_mosquitto)
     amqp_port = mysql_port = None
     brokers = ["redis-server", "mosquitto"]
-    if HEAVY:
-        try:
-            import rabbitmq as rmq
-            amqp_port = rmq.RabbitServer().port
-            brokers.append("rabbitmq-server")
-        except Exception as e:  # noqa: BLE001 - any failure: fall back to a closed port
-            print("  rabbitmq-server not started (%s): endpoint points at a closed port" % e)
-        try:
-            import mariadb as mdb
-            srv = mdb.MariaServer()
-            srv.create_user("cdc", env["FP_CDC_PASSWORD"])
-            mysql_port = srv.port
-            brokers.append("mariadbd")
-        except Exception as e:  # noqa: BLE001
-            print("  mariadbd not started (%s): endpoint points at a closed port" % e)
-    # an endpoint whose broker is not running fails to start as leader and
-    # gives its lease back every retry: not a steady state to measure
     no_broker = {}
-    if amqp_port is None:
-        no_broker["rabbitmq"] = "rabbitmq-server not started"
-    if mysql_port is None:
-        no_broker["mysql_cdc"] = "mariadbd not started"
+    if HEAVY:
+        amqp_port = broker("rabbitmq-server", ["rabbitmq"], start_rabbitmq)
+        brokers.append("rabbitmq-server")
+        mysql_port = broker("mariadbd", ["mysql_cdc"], start_mariadb)
+        brokers.append("mariadbd")
+    else:
+        # an endpoint whose broker is not running fails to start as leader
+        # and gives its lease back every retry: not a steady state to measure
+        no_broker["rabbitmq"] = "HEAVY=0: rabbitmq-server not started"
+        no_broker["mysql_cdc"] = "HEAVY=0: mariadbd not started"
     amqp_port = amqp_port or h.free_port()
     mysql_port = mysql_port or h.free_port()
 
@@ -197,17 +234,70 @@ def main():
     h.wait_until(lambda: len(roles(mports[1])) == len(chosen[1]), 15, 0.1)
     time.sleep(1.0)
 
-    # traffic through the leader
-    c = redis.client()
-    for i in range(0, BURST, 1000):
-        c.pipeline([("PUBLISH", "fp.x", "payload-%08d-0123456789abcdef" % j)
-                    for j in range(i, min(BURST, i + 1000))])
+    # traffic through the leader; every payload must reach its sink
+    sent = {}  # endpoint name -> (type, set of payloads sent)
+    problems = []
+    if "redis_psub.cfg" in chosen[0]:
+        c = redis.client()
+        payloads = ["payload-%08d-0123456789abcdef" % j for j in range(BURST)]
+        unheard = 0
+        for i in range(0, BURST, 1000):
+            replies = c.pipeline([("PUBLISH", "fp.x", p) for p in payloads[i:i + 1000]])
+            unheard += sum(1 for r in replies if r != 1)
+        sent["fp-psub"] = ("redis_psub", set(payloads))
+        if unheard:
+            problems.append("redis_psub: %d of %d PUBLISH reached no subscriber (or more than "
+                            "one): the leader is not subscribed to fp.*" % (unheard, BURST))
     if "mqtt.cfg" in chosen[0]:
-        subprocess.run(["mosquitto_pub", "-p", str(mqtt_port), "-t", "fp/x", "-l", "-q", "1"],
-                       input="".join("mqtt-%d\n" % i for i in range(2000)).encode(),
-                       timeout=60, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    h.wait_until(lambda: sum(1 for _ in open(a.out_path, "rb")) >= BURST, 30, 0.2)
-    forwarded = sum(1 for _ in open(a.out_path, "rb"))
+        payloads = ["mqtt-%d" % i for i in range(MQTT_N)]
+        try:
+            p = subprocess.run(["mosquitto_pub", "-p", str(mqtt_port), "-t", "fp/x", "-l",
+                                "-q", "1"], input="".join(x + "\n" for x in payloads).encode(),
+                               timeout=60, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            pub_err = None if p.returncode == 0 else "exit %d: %s" % (
+                p.returncode, p.stderr.decode(errors="replace").strip()[-300:])
+        except (OSError, subprocess.TimeoutExpired) as e:
+            pub_err = str(e)
+        if pub_err:
+            problems.append("mqtt: mosquitto_pub failed (%s): the MQTT traffic was not sent"
+                            % pub_err)
+        sent["fp-mqtt"] = ("mqtt", set(payloads))
+
+    def arrived():
+        """endpoint name -> set of payloads in the leader's stdout sink."""
+        got = {}
+        for r in a.records:
+            got.setdefault(r.get("endpoint"), set()).add(r.get("payload"))
+        return got
+
+    def missing():
+        a.poll_records()
+        got = arrived()
+        return {n: len(want - got.get(n, set())) for n, (_t, want) in sent.items()}
+
+    h.wait_until(lambda: not any(missing().values()), ARRIVE_S, 0.25)
+    miss = missing()
+    fwd_a, fwd_b = forwarded_totals(mports[0]), forwarded_totals(mports[1])
+    for n, (typ, want) in sorted(sent.items()):
+        if miss[n]:
+            problems.append("%s: %d of %d messages sent did not arrive at the leader's stdout "
+                            "sink within %.0f s (%d arrived; baton_messages_forwarded_total: "
+                            "leader %s, standby %s)"
+                            % (typ, miss[n], len(want), ARRIVE_S, len(want) - miss[n],
+                               fwd_a.get(n), fwd_b.get(n)))
+    if problems:
+        for pr in problems:
+            print("FAIL: traffic: " + pr, file=sys.stderr)
+        for rep in (a, b):
+            print("--- %s stderr (tail) ---\n%s" % (rep.name, rep.stderr_text()[-2000:]),
+                  file=sys.stderr)
+        return 1
+    forwarded = len(a.records)
+    print("  traffic arrived: %s"
+          % "; ".join("%s %d sent, %d at the sink (forwarded_total %s)"
+                      % (typ, len(want), len(want), fwd_a.get(n))
+                      for n, (typ, want) in sorted(sent.items())), flush=True)
+    a.records = []  # the payload sets are not needed any more
     time.sleep(1.0)
 
     rb = roles(mports[1])
@@ -275,7 +365,11 @@ def main():
 
 if __name__ == "__main__":
     try:
-        rc = main()
+        try:
+            rc = main()
+        except BrokerFailed as e:
+            print(str(e), file=sys.stderr)
+            rc = 1
     finally:
         h._run_cleanups()
     sys.exit(rc)

@@ -56,7 +56,6 @@ trial, 1.5 s per graceful trial.
 """
 import argparse
 import http.client
-import http.server
 import json
 import os
 import random
@@ -136,89 +135,58 @@ def pct(values, p):
 
 
 class Receiver:
-    """The HTTP sink's peer, shared by the three replicas: records (arrival
-    time.monotonic(), epoch, [seq]) per POST and answers 200 after delay_s."""
+    """The HTTP sink's peer, shared by the three replicas: the tests'
+    recording receiver (harness.HttpReceiver, answering 200 after delay_s),
+    read as (time.monotonic() of the answer, epoch, [seq]) per POST."""
 
     def __init__(self, delay_s):
-        self.delay_s = delay_s
-        self.lock = threading.Lock()
-        self.posts = []
+        self.rx = h.HttpReceiver()
+        self.rx.stall_s = delay_s
+        self.url = self.rx.url
         self.bad = 0
-        recv = self
+        self._parsed = []   # (t, epoch, seqs) of rx.requests[:len(_parsed)]
+        self._lock = threading.Lock()
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
+    def _post(self, req):
+        t, _path, headers, body, _status = req
+        epoch, seqs = None, []
+        for line in body.split(b"\n"):
+            if not line.strip():
+                continue
+            try:
+                env = json.loads(line)
+            except ValueError:
+                self.bad += 1
+                continue
+            epoch = env.get("epoch", epoch)
+            if env.get("channel") == CHANNEL:
+                p = publisher.parse_payload(env.get("payload"))
+                if p:
+                    seqs.append(p[0])
+        if epoch is None:
+            try:
+                epoch = int(headers.get("X-Baton-Epoch", ""))
+            except ValueError:
                 pass
-
-            def do_POST(self):
-                n = int(self.headers.get("Content-Length", "0"))
-                body = self.rfile.read(n)
-                t = time.monotonic()
-                epoch, seqs = None, []
-                for line in body.split(b"\n"):
-                    if not line.strip():
-                        continue
-                    try:
-                        env = json.loads(line)
-                        epoch = env.get("epoch", epoch)
-                        if env.get("channel") == CHANNEL:
-                            p = publisher.parse_payload(env.get("payload"))
-                            if p:
-                                seqs.append(p[0])
-                    except ValueError:
-                        with recv.lock:
-                            recv.bad += 1
-                if epoch is None:
-                    try:
-                        epoch = int(self.headers.get("X-Baton-Epoch", ""))
-                    except ValueError:
-                        pass
-                with recv.lock:
-                    recv.posts.append((t, epoch, seqs))
-                if recv.delay_s:
-                    time.sleep(recv.delay_s)
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        class Server(http.server.ThreadingHTTPServer):
-            daemon_threads = True
-
-            def handle_error(self, request, client_address):
-                # a replica SIGKILLed mid-request is not an error
-                if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-                    super().handle_error(request, client_address)
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d/ingest" % self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        h._cleanups.append(self.close)
-
-    def close(self):
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
+        return (t, epoch, seqs)
 
     def snapshot(self):
-        with self.lock:
-            return list(self.posts)
+        with self.rx.lock:
+            reqs = list(self.rx.requests)
+        with self._lock:
+            self._parsed += [self._post(r) for r in reqs[len(self._parsed):]]
+            return list(self._parsed)
 
     def count(self):
-        with self.lock:
-            return sum(len(p[2]) for p in self.posts)
+        return sum(len(p[2]) for p in self.snapshot())
 
     def seen_epoch_after(self, epoch, t):
-        with self.lock:
-            for p in reversed(self.posts):
-                if p[0] <= t:
-                    return False
-                if p[1] == epoch and p[2]:
-                    return True
-            return False
+        for p in reversed(self.snapshot()):
+            if p[0] <= t:
+                return False
+            if p[1] == epoch and p[2]:
+                return True
+        return False
 
 
 class Replica:

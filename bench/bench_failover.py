@@ -59,7 +59,6 @@ import http.client
 import json
 import os
 import random
-import re
 import signal
 import sys
 import threading
@@ -78,6 +77,7 @@ os.environ.setdefault("BATON_SOURCE_DIR", SRC)
 sys.path.insert(0, os.path.join(SRC, "tests", "integration", "lib"))
 import harness as h  # noqa: E402
 import publisher  # noqa: E402  (tests/integration/lib/publisher.py)
+import termdelivery as td  # noqa: E402  (its /metrics scrape)
 
 LOCKER = ARGS.locker
 if LOCKER == "etcd":
@@ -112,21 +112,9 @@ def status(port):
         return None, None
 
 
-_DEPTH_RX = re.compile(r'^baton_queue_depth\{endpoint="psub"[^}]*\} (\d+)$', re.M)
-
-
 def queue_depth(port):
     """baton_queue_depth of the endpoint from GET /metrics, or None."""
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=0.5)
-        c.request("GET", "/metrics")
-        r = c.getresponse()
-        body = r.read().decode(errors="replace")
-        c.close()
-    except (OSError, http.client.HTTPException):
-        return None
-    m = _DEPTH_RX.search(body)
-    return int(m.group(1)) if m else None
+    return td.metric(td.scrape(port, timeout=0.5), "baton_queue_depth", "psub")
 
 
 def pct(values, p):

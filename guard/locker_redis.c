@@ -464,13 +464,19 @@ static redisReply *run_script(struct redis_locker *rl, int idx, int nkeys, int n
 
 /* Sends n pipelined commands on the side connection and reads their n
  * replies (one round trip). false = connection error, with err; the replies
- * are then all NULL. Never touches the generation. */
-static bool side_call(struct redis_locker *rl, int n, const int *argc, const char **const *argv,
-                      redisReply **replies, const char *what, char err[LOCKER_ERR_MAX])
+ * are then all NULL, and *maybe_ran (if given) says whether the commands may
+ * have run all the same: they went to a connected server and their answer
+ * was lost (not: no connection, or a failover error answer). Never touches
+ * the generation. */
+static bool side_call_ex(struct redis_locker *rl, int n, const int *argc,
+                         const char **const *argv, redisReply **replies, const char *what,
+                         char err[LOCKER_ERR_MAX], bool *maybe_ran)
 {
     for (int i = 0; i < n; i++) replies[i] = NULL;
+    if (maybe_ran) *maybe_ran = false;
     pthread_mutex_lock(&rl->side.mu);
     bool ok = ensure_conn(rl, &rl->side, err);
+    if (ok && maybe_ran) *maybe_ran = true; /* until a failover answer says otherwise */
     for (int i = 0; i < n && ok; i++)
         ok = redisAppendCommandArgv(rl->side.c, argc[i], argv[i], NULL) == REDIS_OK;
     for (int i = 0; i < n && ok; i++)
@@ -488,10 +494,17 @@ static bool side_call(struct redis_locker *rl, int n, const int *argc, const cha
         }
         if (failover) conn_failover(rl, &rl->side, err);
         else if (rl->side.c) conn_broken(rl, &rl->side, what, err);
+        if (failover && maybe_ran) *maybe_ran = false;
         ok = false;
     }
     pthread_mutex_unlock(&rl->side.mu);
     return ok;
+}
+
+static bool side_call(struct redis_locker *rl, int n, const int *argc, const char **const *argv,
+                      redisReply **replies, const char *what, char err[LOCKER_ERR_MAX])
+{
+    return side_call_ex(rl, n, argc, argv, replies, what, err, NULL);
 }
 
 /* ---- orphaned acquisitions (lease.mu held) ---------------------------------- */
@@ -994,7 +1007,8 @@ static int claim_lost_answer(struct redis_locker *rl, const char *key, char err[
 /* One-shot claim on the side connection: SET key "<claim value>" NX PX ttl,
  * pipelined with TYPE key in the same round trip, so a key of another type is
  * reported as an error (WRONGTYPE) instead of looking held. A lost answer is
- * resolved by claim_lost_answer. */
+ * resolved by claim_lost_answer; a claim that never reached a server (no
+ * connection) is an error at once, without a second connect attempt. */
 static int redis_claim(struct locker *l, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
@@ -1005,7 +1019,9 @@ static int redis_claim(struct locker *l, const char *key, int64_t ttl_ms, char e
     const char **argv[2] = {set_argv, type_argv};
     const int argc[2] = {6, 2};
     redisReply *rep[2];
-    if (!side_call(rl, 2, argc, argv, rep, "claim", err)) return claim_lost_answer(rl, key, err);
+    bool maybe_ran = false;
+    if (!side_call_ex(rl, 2, argc, argv, rep, "claim", err, &maybe_ran))
+        return maybe_ran ? claim_lost_answer(rl, key, err) : LOCKER_ERR;
     redisReply *r = rep[0], *t = rep[1];
     int rc;
     if (r->type == REDIS_REPLY_STATUS) {

@@ -44,14 +44,7 @@ def sink(rx, timeout_ms=5000):
 
 
 def counters(mport):
-    m = td.scrape(mport)
-    if not m or td.metric(m, "baton_messages_received_total", "q") is None:
-        return None
-    return {"received": td.metric(m, "baton_messages_received_total", "q"),
-            "forwarded": td.metric(m, "baton_messages_forwarded_total", "q") or 0,
-            "dropped": td.drops(m, "q"),
-            "returned": td.metric(m, "baton_messages_returned_total", "q") or 0,
-            "queued": td.metric(m, "baton_queue_depth", "q") or 0}
+    return td.counters(mport, "q")
 
 
 def settled(mport, received_at_least):
@@ -106,17 +99,26 @@ def max_depth_while(mport, seconds):
     return depth
 
 
-def test_drop_oldest(t):
-    redis, rx, ports, batons, cl = start(t, "drop_oldest")
+def burst_through_stall(t, policy, settle_s):
+    """One baton with the given policy: a burst of N while the receiver
+    stalls, the queue depth watched for 1 s, then the receiver fast again
+    until every counter settles. Returns (batons, ports, counters, delivered
+    seqs, max depth seen)."""
+    redis, rx, ports, batons, cl = start(t, policy)
     publish_burst(cl)
     depth = max_depth_while(ports[0], 1.0)
     rx.stall_s = 0
-    cnt = h.wait_until(lambda: settled(ports[0], N), 20, 0.1)
+    cnt = h.wait_until(lambda: settled(ports[0], N), settle_s, 0.1)
     got = seqs(rx)
-    h.log("drop_oldest: %d published, %d delivered, max queue depth seen %d, counters %r"
-          % (N, len(got), depth, cnt))
+    h.log("%s: %d published, %d delivered, max queue depth seen %d, counters %r"
+          % (policy, N, len(got), depth, cnt))
     t.require(cnt is not None, "counters did not settle with received >= %d: %r"
               % (N, counters(ports[0])))
+    return batons, ports, cnt, got, depth
+
+
+def test_drop_oldest(t):
+    batons, ports, cnt, got, depth = burst_through_stall(t, "drop_oldest", 20)
     full = cnt["dropped"].get("queue_full", 0)
     t.check(full > 0, "the burst overflowed the queue, yet nothing was dropped: %r" % cnt)
     t.check(full == N - len(got), "dropped (queue_full) %d != published %d - delivered %d"
@@ -134,16 +136,7 @@ def test_drop_oldest(t):
 
 
 def test_block(t):
-    redis, rx, ports, batons, cl = start(t, "block")
-    publish_burst(cl)
-    depth = max_depth_while(ports[0], 1.0)
-    rx.stall_s = 0
-    cnt = h.wait_until(lambda: settled(ports[0], N), 30, 0.1)
-    got = seqs(rx)
-    h.log("block: %d published, %d delivered, max queue depth seen %d, counters %r"
-          % (N, len(got), depth, cnt))
-    t.require(cnt is not None, "counters did not settle with received >= %d: %r"
-              % (N, counters(ports[0])))
+    batons, ports, cnt, got, depth = burst_through_stall(t, "block", 30)
     t.check(sum(cnt["dropped"].values()) == 0, "block dropped messages: %r" % cnt)
     t.check(got == list(range(N)), "not every message arrived once, in order: %d of %d, "
             "first differences %r" % (len(got), N, [(i, s) for i, s in enumerate(got) if s != i][:5]))

@@ -251,17 +251,9 @@ def stale_after(rep, t_ms, pick=None):
 
 
 def counters(rep, ep_name):
-    """An endpoint's message counters from a replica's /metrics: received,
-    forwarded, dropped ({reason: n}), returned, queued; None when it does not
-    answer."""
-    m = td.scrape(rep.mport)
-    if not m or td.metric(m, "baton_messages_received_total", ep_name) is None:
-        return None
-    return {"received": td.metric(m, "baton_messages_received_total", ep_name),
-            "forwarded": td.metric(m, "baton_messages_forwarded_total", ep_name) or 0,
-            "dropped": td.drops(m, ep_name),
-            "returned": td.metric(m, "baton_messages_returned_total", ep_name) or 0,
-            "queued": td.metric(m, "baton_queue_depth", ep_name) or 0}
+    """An endpoint's message counters from a replica's /metrics (see
+    termdelivery.counters)."""
+    return td.counters(rep.mport, ep_name)
 
 
 def check_resumed_counted(t, rep, ep_name):

@@ -106,6 +106,20 @@ def metric(m, name, endpoint=None):
 status = h.http_status
 
 
+def counters(port, endpoint):
+    """An endpoint's message counters from a replica's /metrics: received,
+    forwarded, dropped ({reason: n}), returned, queued; None when it does not
+    answer."""
+    m = scrape(port)
+    if not m or metric(m, "baton_messages_received_total", endpoint) is None:
+        return None
+    return {"received": metric(m, "baton_messages_received_total", endpoint),
+            "forwarded": metric(m, "baton_messages_forwarded_total", endpoint) or 0,
+            "dropped": drops(m, endpoint),
+            "returned": metric(m, "baton_messages_returned_total", endpoint) or 0,
+            "queued": metric(m, "baton_queue_depth", endpoint) or 0}
+
+
 def fmt_drops(d):
     return ",".join("%s:%d" % kv for kv in sorted(d.items()) if kv[1]) or "none"
 

@@ -135,13 +135,15 @@ def test_ready_status_stopping(t):
 
     def on_message(fields):
         if fields.get("READY") == "1" and not at_ready:
-            # at once, on the receiving thread: no retry, no wait for the port
-            at_ready["healthz"] = healthz(mport)
+            # at once, on the receiving thread: no retry, no wait for the port;
+            # published whole, so the main thread never sees half of it
+            seen = {"healthz": healthz(mport)}
             try:
                 with open(err_log, errors="replace") as f:
-                    at_ready["log"] = f.read()
+                    seen["log"] = f.read()
             except OSError:
-                at_ready["log"] = ""
+                seen["log"] = ""
+            at_ready.update(seen)
 
     n = NotifyListener(t, os.path.join(t.workdir, "notify.sock"), on_message)
     psub = ('name = "%s"; type = "redis_psub"; sink = "hook"; host = "127.0.0.1"; port = %d; '
@@ -154,7 +156,7 @@ def test_ready_status_stopping(t):
     proxy.resume()
     t.require(ready is not None, "READY=1 within 15 s")
     h.log("READY=1 %.0f ms after the process started" % ((ready[0] - t_start) * 1000))
-    h.wait_until(lambda: at_ready, 2)
+    h.wait_until(lambda: at_ready, 5)
     t.check(at_ready.get("healthz") == 200,
             "/healthz answers when READY=1 arrives (got %r)" % at_ready.get("healthz"))
     t.check(" started (pid" in at_ready.get("log", ""),

@@ -34,9 +34,9 @@
 #include <unistd.h>
 
 #include "endpoints/cdc_decode.h"
-#include "src/common/envelope.h"
-#include "src/common/json.h"
-#include "src/common/util.h"
+#include "common/envelope.h"
+#include "common/json.h"
+#include "common/util.h"
 
 #define HEADER_LEN 19
 #define STAGE_SIZE ((size_t)64 * 1024) /* as src/sink_stdout.c */

@@ -30,8 +30,8 @@
 #include "guard/locker.h"
 #include "guard/once_guard.h"
 #include "guard/redis_conn.h"
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/log.h"
+#include "common/util.h"
 
 int main(int argc, char **argv)
 {

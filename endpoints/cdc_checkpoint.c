@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "endpoints/cdc_decode.h"
-#include "src/common/util.h"
+#include "common/util.h"
 
 /* m->seq = term << SEQ_BITS | sequence within the term */
 #define SEQ_BITS 44

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "src/common/util.h"
+#include "common/util.h"
 
 /* ------------------------------------------------------------------ bytes */
 

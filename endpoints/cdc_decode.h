@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "src/common/json.h"
+#include "common/json.h"
 
 /* Column types as they appear in table maps (enum_field_types numbers). */
 enum {

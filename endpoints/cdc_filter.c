@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/common/util.h"
+#include "common/util.h"
 
 static int copy_patterns(struct strlist *dst, const struct strlist *src, const char *what,
                          char *msg, size_t msglen)

@@ -13,7 +13,7 @@
 #include <stddef.h>
 
 #include "endpoints/cdc_decode.h"
-#include "src/common/settings.h"
+#include "common/settings.h"
 
 struct cdc_filter {
     struct strlist include; /* deep copies */

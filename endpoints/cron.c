@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/common/util.h"
+#include "common/util.h"
 
 #define ZONEINFO_DIR "/usr/share/zoneinfo"
 #define TZ_FILE_MAX (1 << 20)

@@ -19,10 +19,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "src/common/envelope.h"
-#include "src/common/message.h"
-#include "src/common/settings.h"
-#include "src/common/stats.h"
+#include "common/envelope.h"
+#include "common/message.h"
+#include "common/settings.h"
+#include "common/stats.h"
 
 struct locker;
 struct redis_opts;

@@ -57,10 +57,10 @@
 
 #include "endpoints/endpoint.h"
 #include "endpoints/mqtt_util.h"
-#include "src/common/envelope.h"
-#include "src/common/log.h"
-#include "src/common/replay_id.h"
-#include "src/common/util.h"
+#include "common/envelope.h"
+#include "common/log.h"
+#include "common/replay_id.h"
+#include "common/util.h"
 
 #define COMPONENT "mqtt"
 #define DEFAULT_SERVER "tcp://127.0.0.1:1883"

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/common/json.h"
-#include "src/common/util.h"
+#include "common/json.h"
+#include "common/util.h"
 
 #define SHARE_PREFIX "$share/"
 

@@ -10,8 +10,8 @@
 
 #include <MQTTProperties.h>
 
-#include "src/common/envelope.h"
-#include "src/common/message.h"
+#include "common/envelope.h"
+#include "common/message.h"
 
 /* Longest topic filter / client id MQTT can carry (two-byte length). */
 #define MQTT_STRING_MAX 65535

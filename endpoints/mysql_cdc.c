@@ -42,9 +42,9 @@
 #include "guard/locker.h"
 #include "guard/redis_conn.h"
 #include "guard/scope.h"
-#include "src/common/envelope.h"
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/envelope.h"
+#include "common/log.h"
+#include "common/util.h"
 
 #define COMPONENT "mysql_cdc"
 #define HEADER_LEN 19 /* binlog v4 common event header */

@@ -36,9 +36,9 @@
 
 #include "endpoints/endpoint.h"
 #include "endpoints/rabbitmq_util.h"
-#include "src/common/envelope.h"
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/envelope.h"
+#include "common/log.h"
+#include "common/util.h"
 
 #define COMP "rabbitmq"
 #define CHANNEL 1

@@ -9,8 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "src/common/json.h"
-#include "src/common/message.h"
+#include "common/json.h"
+#include "common/message.h"
 
 /* Nesting deeper than this is written as null (rabbitmq-c itself decodes
  * tables recursively, so this only bounds our own recursion). */

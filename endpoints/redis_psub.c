@@ -40,9 +40,9 @@
 
 #include "guard/redis_conn.h"
 #include "guard/redis_sentinel.h"
-#include "src/common/log.h"
-#include "src/common/replay_id.h"
-#include "src/common/util.h"
+#include "common/log.h"
+#include "common/replay_id.h"
+#include "common/util.h"
 
 #define COMPONENT "redis_psub"
 #define TYPE_NAME "redis_psub"

@@ -12,7 +12,7 @@
 
 #include "endpoints/endpoint.h"
 #include "endpoints/redis_settings.h"
-#include "src/common/envelope.h"
+#include "common/envelope.h"
 
 /* The settings table fills this struct. */
 struct redis_psub_settings {

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "src/common/util.h"
+#include "common/util.h"
 
 const struct setting_def redis_tls_defs[] = {
     {"ca_file", SETTING_STRING, offsetof(struct redis_tls_settings, ca_file),

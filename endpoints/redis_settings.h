@@ -14,7 +14,7 @@
 #include <stddef.h>
 
 #include "guard/redis_conn.h"
-#include "src/common/settings.h"
+#include "common/settings.h"
 
 struct redis_tls_settings {
     bool present; /* tls = { ... } given (SETTING_GROUP) */

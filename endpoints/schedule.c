@@ -29,9 +29,9 @@
 #include "endpoints/endpoint.h"
 #include "guard/once_guard.h"
 #include "guard/scope.h"
-#include "src/common/envelope.h"
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/envelope.h"
+#include "common/log.h"
+#include "common/util.h"
 
 #define COMPONENT "schedule"
 #define MISSED_COUNT_CAP 1000000

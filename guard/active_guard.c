@@ -30,8 +30,8 @@
 
 #include "guard/locker.h"
 #include "guard/scope.h"
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/log.h"
+#include "common/util.h"
 
 #define DEFAULT_TTL_MS 3000
 #define DEFAULT_RETRY_MS 250

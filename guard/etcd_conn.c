@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/common/curl_dl.h"
-#include "src/common/json.h"
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/curl_dl.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/util.h"
 
 #define RESPONSE_MAX (4u << 20) /* baton's answers are tiny; a runaway one is an error */
 

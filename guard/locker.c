@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/log.h"
+#include "common/util.h"
 
 const char *locker_status_name(int status)
 {

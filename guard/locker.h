@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "src/common/util.h"
+#include "common/util.h"
 
 enum locker_status {
     LOCKER_OK = 0,         /* acquired / released / renewed */

@@ -44,9 +44,9 @@
 
 #include "guard/etcd_conn.h"
 #include "guard/locker.h"
-#include "src/common/curl_dl.h"
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/curl_dl.h"
+#include "common/log.h"
+#include "common/util.h"
 
 #define WATCH_RECYCLE_MS 30000
 #define WATCH_POLL_MS 200

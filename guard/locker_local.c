@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "guard/locker.h"
-#include "src/common/util.h"
+#include "common/util.h"
 
 #define LOCAL_BUCKETS 256
 #define SWEEP_EVERY_MS 1000

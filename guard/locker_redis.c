@@ -55,8 +55,8 @@
 #include "guard/redis_conn.h"
 #include "guard/redis_conn_private.h"
 #include "guard/redis_sentinel.h"
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/log.h"
+#include "common/util.h"
 
 #define EPOCH_KEY_MIN_TTL_MS (24LL * 3600 * 1000)
 #define RELEASED_SUFFIX ":released"

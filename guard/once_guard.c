@@ -6,8 +6,8 @@
 
 #include "guard/locker.h"
 #include "guard/scope.h"
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/log.h"
+#include "common/util.h"
 
 #define ONCE_DEFAULT_TTL_MS (3600LL * 1000)
 

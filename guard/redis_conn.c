@@ -13,8 +13,8 @@
 #include "guard/redis_conn_private.h"
 #include "guard/redis_sentinel.h"
 #include "guard/redis_tls.h"
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/log.h"
+#include "common/util.h"
 
 static struct timeval ms_to_tv(int64_t ms)
 {

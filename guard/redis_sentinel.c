@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "guard/redis_conn_private.h"
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/log.h"
+#include "common/util.h"
 
 #define DEFAULT_SENTINEL_PORT 26379
 #define SWITCH_CHANNEL "+switch-master"

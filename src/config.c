@@ -1,6 +1,6 @@
 /* Configuration loader: the main file plus one file per endpoint in
  * endpoints_dir (*.cfg, loaded in byte order of the file names). Every value
- * goes through a settings table (src/common/settings.h), so defaults, checks
+ * goes through a settings table (common/settings.h), so defaults, checks
  * and messages come from one place; every error names file and line. */
 #include "src/config.h"
 
@@ -17,7 +17,7 @@
 #include "guard/active_guard.h"
 #include "endpoints/redis_settings.h"
 #include "guard/locker.h"
-#include "src/common/util.h"
+#include "common/util.h"
 #include "src/config_test.h"
 
 /* ---- registries (replaceable by unit tests) ---- */

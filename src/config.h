@@ -11,8 +11,8 @@
 #include "endpoints/endpoint.h"
 #include "guard/etcd_conn.h"
 #include "guard/redis_conn.h"
-#include "src/common/log.h"
-#include "src/common/settings.h"
+#include "common/log.h"
+#include "common/settings.h"
 #include "src/queue.h"
 #include "src/sink.h"
 

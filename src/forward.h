@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "guard/active_guard.h"
-#include "src/common/message.h"
+#include "common/message.h"
 #include "src/sink.h"
 
 struct forward_ctx {

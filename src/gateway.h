@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "src/common/json.h"
+#include "common/json.h"
 #include "src/config.h"
 
 struct gateway;

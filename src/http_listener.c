@@ -24,9 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "src/common/json.h"
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/util.h"
 #include "src/gateway.h"
 
 #define MAX_CONNS 32

@@ -24,8 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/log.h"
+#include "common/util.h"
 #include "src/config.h"
 #include "src/gateway.h"
 #include "src/http_listener.h"

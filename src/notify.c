@@ -7,7 +7,7 @@
 #include <string.h>
 #include <systemd/sd-daemon.h>
 
-#include "src/common/log.h"
+#include "common/log.h"
 
 static int64_t watchdog_period_ms; /* 0: no pings (not armed, or stopped) */
 static struct log_ratelimit ping_fail_rl;

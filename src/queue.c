@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "src/common/util.h"
+#include "common/util.h"
 
 struct queue {
     pthread_mutex_t mu;

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "src/common/message.h"
+#include "common/message.h"
 
 enum queue_policy { QUEUE_BLOCK = 0, QUEUE_DROP_OLDEST = 1 };
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/common/util.h"
+#include "common/util.h"
 
 /* ---- the mark ---- */
 

@@ -22,8 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "src/common/message.h"
-#include "src/common/replay_id.h"
+#include "common/message.h"
+#include "common/replay_id.h"
 
 #define REPLAY_MARK_K 8
 /* Longest formatted mark, NUL included. */

@@ -9,8 +9,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "src/common/message.h"
-#include "src/common/settings.h"
+#include "common/message.h"
+#include "common/settings.h"
 
 /* What one send() runs under. Every message of one call belongs to the same
  * lease term (msgs[0]->epoch; the forwarder splits batches by term). */

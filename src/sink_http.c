@@ -29,10 +29,10 @@
 #include <string.h>
 #include <strings.h>
 
-#include "src/common/curl_dl.h"
-#include "src/common/json.h"
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/curl_dl.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/util.h"
 #include "src/sink_impl.h"
 
 struct http_settings {

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "src/common/message.h"
+#include "common/message.h"
 #include "src/sink.h"
 
 extern const struct sink_ops sink_stdout_ops;

@@ -25,8 +25,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/log.h"
+#include "common/util.h"
 #include "src/sink_impl.h"
 
 struct stdout_settings {

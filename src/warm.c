@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "guard/locker.h"
-#include "src/common/envelope.h"
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/envelope.h"
+#include "common/log.h"
+#include "common/util.h"
 #include "src/replay.h"
 
 #define COMPONENT "replay"

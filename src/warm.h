@@ -25,8 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "src/common/envelope.h"
-#include "src/common/message.h"
+#include "common/envelope.h"
+#include "common/message.h"
 #include "src/config.h"
 
 struct locker;

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "src/common/log.h"
+#include "common/log.h"
 #include "src/config.h"
 
 static char dir[] = "/tmp/baton-fuzz-config-XXXXXX";

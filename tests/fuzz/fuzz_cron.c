@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "endpoints/cron.h"
-#include "src/common/log.h"
+#include "common/log.h"
 
 static const char *const zones[] = {"UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe"};
 

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/common/envelope.h"
-#include "src/common/json.h"
+#include "common/envelope.h"
+#include "common/json.h"
 
 static int b64_value(unsigned char c)
 {

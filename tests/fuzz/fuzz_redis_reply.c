@@ -10,9 +10,9 @@
 
 #include "endpoints/redis_psub.h"
 #include "guard/redis_conn.h"
-#include "src/common/log.h"
-#include "src/common/envelope.h"
-#include "src/common/json.h"
+#include "common/log.h"
+#include "common/envelope.h"
+#include "common/json.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {

@@ -37,8 +37,8 @@
 #include "guard/locker.h"
 #include "guard/once_guard.h"
 #include "guard/redis_conn.h"
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/log.h"
+#include "common/util.h"
 #include "tests/support/etcd_server.h"
 #include "tests/support/redis_server.h"
 

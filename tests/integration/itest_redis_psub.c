@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "endpoints/redis_psub.h"
-#include "src/common/util.h"
+#include "common/util.h"
 #include "tests/support/free_port.h"
 
 extern const struct endpoint_ops ep_redis_psub_ops;

@@ -31,7 +31,7 @@
 #include "guard/redis_conn.h"
 #include "guard/redis_conn_private.h"
 #include "guard/redis_sentinel.h"
-#include "src/common/util.h"
+#include "common/util.h"
 #include "tests/support/free_port.h"
 #include "tests/support/sentinel.h"
 

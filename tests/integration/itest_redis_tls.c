@@ -29,7 +29,7 @@
 #include "guard/redis_conn.h"
 #include "guard/redis_conn_private.h"
 #include "guard/redis_tls.h"
-#include "src/common/util.h"
+#include "common/util.h"
 #include "tests/support/child.h"
 #include "tests/support/free_port.h"
 #include "tests/support/redis_server.h"

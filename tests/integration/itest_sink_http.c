@@ -17,9 +17,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "src/common/envelope.h"
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/envelope.h"
+#include "common/log.h"
+#include "common/util.h"
 #include "src/sink.h"
 #include "tests/support/free_port.h"
 

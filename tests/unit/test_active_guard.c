@@ -14,8 +14,8 @@
 
 #include "guard/active_guard.h"
 #include "guard/locker.h"
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/log.h"
+#include "common/util.h"
 
 /* ---- event journal shared by the flaky locker and the callbacks ---------- */
 

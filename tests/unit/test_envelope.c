@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/common/envelope.h"
-#include "src/common/util.h"
+#include "common/envelope.h"
+#include "common/util.h"
 
 static int done_calls;
 static enum msg_outcome done_outcome;

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "src/common/util.h"
+#include "common/util.h"
 #include "src/forward.h"
 
 /* ---- fake guard: one current term on a fake clock -------------------------- */

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/common/json.h"
+#include "common/json.h"
 
 /* Writes s[0..n) with jbuf_str and returns a malloc'd copy of the output. */
 static char *str_out(const char *s, size_t n)

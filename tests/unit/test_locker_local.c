@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "guard/locker.h"
-#include "src/common/util.h"
+#include "common/util.h"
 
 static void test_exclusive_and_token_format(void **state)
 {

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "src/common/log.h"
+#include "common/log.h"
 
 /* 2026-12-02T14:00:00.123Z */
 #define FIXED_MS 1796220000123LL

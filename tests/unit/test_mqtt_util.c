@@ -13,7 +13,7 @@
 
 #include "endpoints/endpoint.h"
 #include "endpoints/mqtt_util.h"
-#include "src/common/envelope.h"
+#include "common/envelope.h"
 
 extern const struct endpoint_ops ep_mqtt_ops;
 

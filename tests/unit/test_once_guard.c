@@ -13,7 +13,7 @@
 #include "guard/locker.h"
 #include "guard/once_guard.h"
 #include "guard/scope.h"
-#include "src/common/log.h"
+#include "common/log.h"
 
 struct fault_locker {
     struct locker base;

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "src/common/util.h"
+#include "common/util.h"
 #include "src/queue.h"
 
 static atomic_int done_count[5];

@@ -15,7 +15,7 @@
 
 #include "endpoints/endpoint.h"
 #include "endpoints/rabbitmq_util.h"
-#include "src/common/json.h"
+#include "common/json.h"
 
 extern const struct endpoint_ops ep_rabbitmq_ops;
 

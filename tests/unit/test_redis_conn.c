@@ -24,7 +24,7 @@
 
 #include "guard/redis_conn.h"
 #include "guard/redis_conn_private.h"
-#include "src/common/log.h"
+#include "common/log.h"
 
 static redisReader *bounded_reader(void)
 {

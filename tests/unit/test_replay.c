@@ -1,4 +1,4 @@
-/* Unit tests: replay fingerprints and ids (src/common/replay_id.c), the
+/* Unit tests: replay fingerprints and ids (common/replay_id.c), the
  * replay mark and the replay ring (src/replay.c). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/common/replay_id.h"
+#include "common/replay_id.h"
 #include "src/replay.h"
 
 /* ---- fingerprints and ids ------------------------------------------------ */

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "src/common/settings.h"
+#include "common/settings.h"
 
 struct all {
     bool b;

@@ -15,8 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "src/common/envelope.h"
-#include "src/common/util.h"
+#include "common/envelope.h"
+#include "common/util.h"
 #include "src/sink.h"
 
 struct made {

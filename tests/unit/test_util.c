@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/common/log.h"
-#include "src/common/util.h"
+#include "common/log.h"
+#include "common/util.h"
 
 static void test_token_format_and_uniqueness(void **state)
 {

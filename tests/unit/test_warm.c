@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "guard/locker.h"
-#include "src/common/envelope.h"
+#include "common/envelope.h"
 #include "src/replay.h"
 #include "src/warm.h"
 

@@ -1,10 +1,10 @@
 /* Forwarded messages: one allocation, JSON stored inline. */
-#include "src/common/message.h"
+#include "common/message.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/common/util.h"
+#include "common/util.h"
 
 const char *msg_outcome_name(enum msg_outcome o)
 {

@@ -1,6 +1,6 @@
 /* Settings tables: parsing a libconfig group into a struct, driven by a
  * NULL-terminated array of struct setting_def. See settings.h. */
-#include "src/common/settings.h"
+#include "common/settings.h"
 
 #include <errno.h>
 #include <fcntl.h>

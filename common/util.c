@@ -1,5 +1,5 @@
 /* Clocks, randomness, sleeping, allocation helpers. */
-#include "src/common/util.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <pthread.h>

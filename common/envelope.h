@@ -20,8 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "src/common/json.h"
-#include "src/common/message.h"
+#include "common/json.h"
+#include "common/message.h"
 
 struct envelope {
     struct jbuf buf;

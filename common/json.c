@@ -1,12 +1,12 @@
 /* Growable byte buffer with JSON writers. */
-#include "src/common/json.h"
+#include "common/json.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/common/util.h"
+#include "common/util.h"
 
 void jbuf_init(struct jbuf *b, size_t initial_cap)
 {

@@ -1,11 +1,11 @@
-/* Fingerprints and message ids for replay (see src/common/replay_id.h).
+/* Fingerprints and message ids for replay (see common/replay_id.h).
  *
  * The hash is MurmurHash64A's word step with MurmurHash3's 64-bit
  * finaliser: not cryptographic (a hostile source could forge collisions,
  * which only makes a replay align at the wrong place, as a repeated payload
  * would), but fast and well mixed. Every replica of every platform must get
  * the same value, so words are always read as little-endian. */
-#include "src/common/replay_id.h"
+#include "common/replay_id.h"
 
 #include <inttypes.h>
 #include <stdio.h>

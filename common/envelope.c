@@ -1,11 +1,11 @@
 /* The message envelope: one JSON object per message, built in a reusable
  * buffer and copied into one message allocation. */
-#include "src/common/envelope.h"
+#include "common/envelope.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "src/common/util.h"
+#include "common/util.h"
 
 /* Largest buffer kept between envelopes. */
 #define ENVELOPE_KEEP_MAX ((size_t)4 << 20)

@@ -1,5 +1,5 @@
 /* Per-endpoint counters: the sink latency histogram. */
-#include "src/common/stats.h"
+#include "common/stats.h"
 
 #include <stddef.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* Logging to stderr: one line per event (text or JSON), one write(2) per
  * line, built on the stack. */
-#include "src/common/log.h"
+#include "common/log.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -11,8 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "src/common/json.h"
-#include "src/common/util.h"
+#include "common/json.h"
+#include "common/util.h"
 
 static atomic_int log_level_current = LOG_INFO;
 static atomic_int log_format_current = LOG_FORMAT_TEXT;

@@ -11,8 +11,8 @@
  *
  * - acquisitions/s: try_lock (ttl 2000 ms) + unlock cycles on distinct keys
  *   for LOCKER_SECONDS (default 3) or LOCKER_CYCLES (default 100000)
- *   cycles, whichever comes first; every answer must be LOCKER_OK;
- * - renew round trip: RENEW_N (default 1000) locker_renew calls on one held
+ *   cycles, whichever comes first; every answer must be BATON_LOCKER_OK;
+ * - renew round trip: RENEW_N (default 1000) baton_locker_renew calls on one held
  *   lease (ttl 10000 ms), each timed; p50 / p99 / max in ms.
  *
  * Prints each figure, the process's open file descriptors and threads after
@@ -87,20 +87,20 @@ static double pct(const double *sorted, long n, double p)
 }
 
 /* The measurements on one locker; 0, or -1 after a wrong answer. */
-static int measure(struct locker *l, struct figures *f)
+static int measure(struct baton_locker *l, struct figures *f)
 {
     double seconds = (double)env_long("LOCKER_SECONDS", 3);
     long max_cycles = env_long("LOCKER_CYCLES", 100000);
     long renew_n = env_long("RENEW_N", 1000);
-    char err[LOCKER_ERR_MAX], key[96];
-    struct lock_grant g;
+    char err[BATON_LOCKER_ERR_MAX], key[96];
+    struct baton_lock_grant g;
     unsigned run = (unsigned)time(NULL) ^ (unsigned)getpid();
 
     /* warm-up: connections open, scripts loaded, code paths hot */
     for (int i = 0; i < 50; i++) {
         snprintf(key, sizeof key, "bench:warm:%u:%d", run, i);
-        if (locker_try_lock(l, key, 2000, &g, err) != LOCKER_OK ||
-            locker_unlock(l, key, g.token, err) != LOCKER_OK) {
+        if (baton_locker_try_lock(l, key, 2000, &g, err) != BATON_LOCKER_OK ||
+            baton_locker_unlock(l, key, g.token, err) != BATON_LOCKER_OK) {
             fprintf(stderr, "%s: warm-up: %s\n", f->backend, err);
             return -1;
         }
@@ -112,16 +112,16 @@ static int measure(struct locker *l, struct figures *f)
     while (n < max_cycles && (t = now_s()) - t0 < seconds) {
         for (int k = 0; k < 16 && n < max_cycles; k++, n++) {
             snprintf(key, sizeof key, "bench:acq:%u:%ld", run, n);
-            int rc = locker_try_lock(l, key, 2000, &g, err);
-            if (rc != LOCKER_OK) {
+            int rc = baton_locker_try_lock(l, key, 2000, &g, err);
+            if (rc != BATON_LOCKER_OK) {
                 fprintf(stderr, "%s: try_lock %s: %s: %s\n", f->backend, key,
-                        locker_status_name(rc), err);
+                        baton_locker_status_name(rc), err);
                 return -1;
             }
-            rc = locker_unlock(l, key, g.token, err);
-            if (rc != LOCKER_OK) {
+            rc = baton_locker_unlock(l, key, g.token, err);
+            if (rc != BATON_LOCKER_OK) {
                 fprintf(stderr, "%s: unlock %s: %s: %s\n", f->backend, key,
-                        locker_status_name(rc), err);
+                        baton_locker_status_name(rc), err);
                 return -1;
             }
         }
@@ -133,7 +133,7 @@ static int measure(struct locker *l, struct figures *f)
 
     /* renew round trips on one held lease */
     snprintf(key, sizeof key, "bench:renew:%u", run);
-    if (locker_try_lock(l, key, 10000, &g, err) != LOCKER_OK) {
+    if (baton_locker_try_lock(l, key, 10000, &g, err) != BATON_LOCKER_OK) {
         fprintf(stderr, "%s: try_lock %s: %s\n", f->backend, key, err);
         return -1;
     }
@@ -142,11 +142,11 @@ static int measure(struct locker *l, struct figures *f)
     for (long i = 0; i < renew_n; i++) {
         int64_t sent;
         double a = now_s();
-        int rc = locker_renew(l, key, g.token, 10000, &sent, err);
+        int rc = baton_locker_renew(l, key, g.token, 10000, &sent, err);
         ms[i] = (now_s() - a) * 1000.0;
         sum += ms[i];
-        if (rc != LOCKER_OK) {
-            fprintf(stderr, "%s: renew %ld: %s: %s\n", f->backend, i, locker_status_name(rc), err);
+        if (rc != BATON_LOCKER_OK) {
+            fprintf(stderr, "%s: renew %ld: %s: %s\n", f->backend, i, baton_locker_status_name(rc), err);
             free(ms);
             return -1;
         }
@@ -157,7 +157,7 @@ static int measure(struct locker *l, struct figures *f)
     f->renew_max_ms = ms[renew_n - 1];
     f->renew_mean_ms = sum / (double)renew_n;
     free(ms);
-    if (locker_unlock(l, key, g.token, err) != LOCKER_OK) {
+    if (baton_locker_unlock(l, key, g.token, err) != BATON_LOCKER_OK) {
         fprintf(stderr, "%s: unlock %s: %s\n", f->backend, key, err);
         return -1;
     }
@@ -215,12 +215,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_locker: could not start redis-server\n");
         return 1;
     }
-    struct redis_opts ro = {.host = "127.0.0.1", .port = redis_server_port(rs),
+    struct baton_redis_opts ro = {.host = "127.0.0.1", .port = redis_server_port(rs),
                             .connect_timeout_ms = 1000, .command_timeout_ms = 1000};
-    char err[LOCKER_ERR_MAX];
-    struct locker *lr = locker_redis_create(&ro, err);
+    char err[BATON_LOCKER_ERR_MAX];
+    struct baton_locker *lr = baton_locker_redis_create(&ro, err);
     if (lr == NULL) {
-        fprintf(stderr, "bench_locker: locker_redis_create: %s\n", err);
+        fprintf(stderr, "bench_locker: baton_locker_redis_create: %s\n", err);
         redis_server_destroy(rs);
         return 1;
     }
@@ -230,7 +230,7 @@ int main(int argc, char **argv)
         report(&fr);
         have_redis = true;
     }
-    locker_destroy(lr);
+    baton_locker_destroy(lr);
     redis_server_destroy(rs);
 
     const char *dir = getenv("ETCD_DIR");
@@ -241,11 +241,11 @@ int main(int argc, char **argv)
     } else {
         printf("  etcd member %s, data directory %s\n", etcd_server_url(es), etcd_server_dir(es));
         char *eps[1] = {(char *)etcd_server_url(es)};
-        struct etcd_opts eo = {.endpoints = eps, .n_endpoints = 1, .connect_timeout_ms = 1000,
+        struct baton_etcd_opts eo = {.endpoints = eps, .n_endpoints = 1, .connect_timeout_ms = 1000,
                                .command_timeout_ms = 1000};
-        struct locker *le = locker_etcd_create(&eo, err);
+        struct baton_locker *le = baton_locker_etcd_create(&eo, err);
         if (le == NULL) {
-            fprintf(stderr, "bench_locker: locker_etcd_create: %s\n", err);
+            fprintf(stderr, "bench_locker: baton_locker_etcd_create: %s\n", err);
             rc = 1;
         } else {
             if (measure(le, &fe) != 0) {
@@ -254,7 +254,7 @@ int main(int argc, char **argv)
                 report(&fe);
                 have_etcd = true;
             }
-            locker_destroy(le);
+            baton_locker_destroy(le);
         }
         etcd_server_destroy(es);
     }

@@ -4,9 +4,9 @@
  *   bench_onceguard HOST PORT COUNT [TTL_MS]
  *
  * Creates baton's own redis locker and a OnceGuard on a scope unique to this
- * run, then calls once_guard_allow COUNT times on distinct keys ("k<i>"),
+ * run, then calls baton_once_guard_allow COUNT times on distinct keys ("k<i>"),
  * timing the loop with the monotonic clock (after 200 warm-up decisions).
- * Each decision is one locker_claim, which the redis locker
+ * Each decision is one baton_locker_claim, which the redis locker
  * (guard/locker_redis.c, redis_claim) sends on its side connection as
  * `SET <prefix>:once:<scope>:<key> <claim value> NX PX <ttl>` pipelined with
  * `TYPE <same key>`: one round trip, no Lua script. (Were an answer lost it
@@ -47,13 +47,13 @@ int main(int argc, char **argv)
     }
     log_set_level(LOG_WARN);
 
-    struct redis_opts ro = {0};
+    struct baton_redis_opts ro = {0};
     ro.host = argv[1];
     ro.port = atoi(argv[2]);
     ro.connect_timeout_ms = 1000;
     ro.command_timeout_ms = 1000;
-    char err[LOCKER_ERR_MAX];
-    struct locker *l = locker_redis_create(&ro, err);
+    char err[BATON_LOCKER_ERR_MAX];
+    struct baton_locker *l = baton_locker_redis_create(&ro, err);
     if (l == NULL) {
         fprintf(stderr, "onceguard_bench: locker %s:%s: %s\n", argv[1], argv[2], err);
         return 69;
@@ -61,24 +61,24 @@ int main(int argc, char **argv)
     char scope[96];
     snprintf(scope, sizeof scope, "bench:onceguard:%ld:%lld", (long)getpid(),
              (long long)clock_wall_ms());
-    struct once_guard_options opts = {.prefix = "baton", .ttl_ms = ttl_ms, .fail_open = false,
+    struct baton_once_guard_options opts = {.prefix = "baton", .ttl_ms = ttl_ms, .fail_open = false,
                                       .log_name = "bench"};
-    struct once_guard *g = once_guard_create(l, scope, &opts);
+    struct baton_once_guard *g = baton_once_guard_create(l, scope, &opts);
 
     /* warm-up: the side connection's connect (and its script load), first keys */
     char key[48];
     for (int i = 0; i < 200; i++) {
         snprintf(key, sizeof key, "warm%d", i);
-        (void)once_guard_allow(g, key);
+        (void)baton_once_guard_allow(g, key);
     }
-    const struct once_guard_stats *st = once_guard_stats(g);
+    const struct baton_once_guard_stats *st = baton_once_guard_stats(g);
     unsigned long long a0 = atomic_load(&st->allowed), s0 = atomic_load(&st->skipped),
                        e0 = atomic_load(&st->backend_errors);
 
     int64_t t0 = clock_mono_us();
     for (long long i = 0; i < count; i++) {
         snprintf(key, sizeof key, "k%lld", i);
-        (void)once_guard_allow(g, key);
+        (void)baton_once_guard_allow(g, key);
     }
     int64_t t1 = clock_mono_us();
     unsigned long long allowed = atomic_load(&st->allowed) - a0;
@@ -88,19 +88,19 @@ int main(int argc, char **argv)
 
     /* recheck: the last keys are still inside their TTL; another guard on the
      * same scope (another "replica") must skip them */
-    struct once_guard *g2 = once_guard_create(l, scope, &opts);
+    struct baton_once_guard *g2 = baton_once_guard_create(l, scope, &opts);
     long long sample = count < 100 ? count : 100, re_skipped = 0;
     for (long long i = count - sample; i < count; i++) {
         snprintf(key, sizeof key, "k%lld", i);
-        if (!once_guard_allow(g2, key)) re_skipped++;
+        if (!baton_once_guard_allow(g2, key)) re_skipped++;
     }
     printf("decisions=%lld seconds=%.4f rate=%.0f allowed=%llu skipped=%llu errors=%llu "
            "recheck_skipped=%lld/%lld\n",
            count, secs, secs > 0 ? (double)count / secs : 0.0, allowed, skipped, errors,
            re_skipped, sample);
-    once_guard_destroy(g2);
-    once_guard_destroy(g);
-    locker_destroy(l);
+    baton_once_guard_destroy(g2);
+    baton_once_guard_destroy(g);
+    baton_locker_destroy(l);
     if (allowed != (unsigned long long)count) {
         fprintf(stderr, "onceguard_bench: %llu of %lld fresh keys were not allowed "
                         "(skipped %llu, errors %llu)\n",

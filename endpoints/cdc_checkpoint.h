@@ -13,7 +13,7 @@
  *
  * The checkpoint itself is the text "file:pos;server_id=N;gtid=D-S-N,..."
  * (cdc_checkpoint_format / cdc_checkpoint_parse). mysql_cdc.c keeps it in the locker beside the lease
- * ("<lease key>:cdc", locker_fenced_set / locker_shared_get): a write is
+ * ("<lease key>:cdc", baton_locker_fenced_set / baton_locker_shared_get): a write is
  * fenced by the lease epoch, so a stale leader cannot move it. No transport
  * here. */
 #ifndef BATON_CDC_CHECKPOINT_H

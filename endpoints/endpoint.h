@@ -24,8 +24,8 @@
 #include "common/settings.h"
 #include "common/stats.h"
 
-struct locker;
-struct redis_opts;
+struct baton_locker;
+struct baton_redis_opts;
 
 enum guard_kind { GUARD_AUTO = 0, GUARD_ACTIVE, GUARD_ONCE, GUARD_NONE };
 const char *guard_kind_name(enum guard_kind k);
@@ -39,11 +39,11 @@ struct endpoint_host {
     const char *key_prefix;  /* guard key prefix ("baton") */
     const char *scope;       /* guard scope: "<type>:<owner>:<name>" (owner skipped if empty) */
     enum guard_kind guard;   /* resolved guard (never GUARD_AUTO) */
-    struct locker *locker;   /* NULL in single-process mode */
+    struct baton_locker *locker;   /* NULL in single-process mode */
     /* Connection options of the locker's Redis (NULL unless the locker is
      * Redis). Shared state goes through the locker (fenced_set); this is
      * only for mysql_cdc's one-shot read of a pre-locker checkpoint key. */
-    const struct redis_opts *locker_redis;
+    const struct baton_redis_opts *locker_redis;
     /* ActiveGuard lease key (NULL unless guard == GUARD_ACTIVE). The fencing
      * epoch lives at "<lease_key>:epoch". */
     const char *lease_key;
@@ -80,7 +80,7 @@ struct endpoint_host {
     bool once_fail_open;
     /* Set by an endpoint that keeps a OnceGuard (in create), so the metrics
      * show its allowed / skipped / backend-error counters. */
-    const struct once_guard_stats *once_stats;
+    const struct baton_once_guard_stats *once_stats;
     /* Set in create by an endpoint whose source delivers again what this
      * replica did not settle (rabbitmq group: the closing connection
      * requeues it; mysql_cdc with a checkpoint: the next leader replays

@@ -15,7 +15,7 @@
  * transaction boundary (XID, COMMIT, standalone DDL) the consumer records
  * file:pos, and every checkpoint_every_events rows or checkpoint_every_ms it
  * writes the newest boundary whose messages were all delivered to the locker
- * beside the lease ("<lease key>:cdc", locker_fenced_set: fenced by the lease
+ * beside the lease ("<lease key>:cdc", baton_locker_fenced_set: fenced by the lease
  * epoch, whatever the backend). Delivery across failover is at-least-once
  * from that checkpoint. The only direct Redis use left is the one-shot read
  * of a checkpoint an older baton kept at "<prefix>:cdc:<scope>" (upgrade).
@@ -525,14 +525,14 @@ static int resolve_start(struct cdc *c, MYSQL *m, const char *start, char *err, 
  * write retries). */
 static int write_checkpoint(struct cdc *c, const struct cdc_ckpt *ck)
 {
-    char value[CDC_CHECKPOINT_MAX], err[LOCKER_ERR_MAX];
+    char value[CDC_CHECKPOINT_MAX], err[BATON_LOCKER_ERR_MAX];
     const char *name = c->h->name;
     int n = cdc_checkpoint_format(value, sizeof value, ck);
-    int rc = n < 0 ? LOCKER_ERR
-                   : locker_fenced_set(c->h->locker, c->h->lease_key, CDC_CHECKPOINT_NAME,
+    int rc = n < 0 ? BATON_LOCKER_ERR
+                   : baton_locker_fenced_set(c->h->locker, c->h->lease_key, CDC_CHECKPOINT_NAME,
                                        c->epoch, value, (size_t)n, CDC_CHECKPOINT_TTL_MS, err);
     if (n < 0) snprintf(err, sizeof err, "checkpoint %.200s: position too long", c->ckpt_key);
-    if (rc == LOCKER_OK) {
+    if (rc == BATON_LOCKER_OK) {
         log_debug(COMPONENT, name, "checkpoint %s = %s (epoch %" PRIu64 ")", c->ckpt_key, value,
                   c->epoch);
         cache_store(c, ck);
@@ -541,7 +541,7 @@ static int write_checkpoint(struct cdc *c, const struct cdc_ckpt *ck)
         c->written = true;
         return 1;
     }
-    if (rc == LOCKER_LOST) {
+    if (rc == BATON_LOCKER_LOST) {
         log_error(COMPONENT, name, "checkpoint %s = %s rejected: epoch %" PRIu64 " is stale (a "
                   "newer leader took the lease over): this replica is no longer the leader",
                   c->ckpt_key, value, c->epoch);
@@ -558,11 +558,11 @@ static int write_checkpoint(struct cdc *c, const struct cdc_ckpt *ck)
  * locker error or an unparsable value (err filled). */
 static int read_checkpoint(struct cdc *c, struct cdc_ckpt *ck, char *err, size_t errlen)
 {
-    char value[CDC_CHECKPOINT_MAX], lerr[LOCKER_ERR_MAX];
-    int rc = locker_shared_get(c->h->locker, c->h->lease_key, CDC_CHECKPOINT_NAME, value,
+    char value[CDC_CHECKPOINT_MAX], lerr[BATON_LOCKER_ERR_MAX];
+    int rc = baton_locker_shared_get(c->h->locker, c->h->lease_key, CDC_CHECKPOINT_NAME, value,
                                sizeof value, lerr);
-    if (rc == LOCKER_LOST) return 0;
-    if (rc != LOCKER_OK) {
+    if (rc == BATON_LOCKER_LOST) return 0;
+    if (rc != BATON_LOCKER_OK) {
         snprintf(err, errlen, "%s", lerr);
         return -1;
     }

@@ -307,7 +307,7 @@ enum start_state { START_PENDING = 0, START_OK = 1, START_FAILED = -1 };
 struct psub {
     const struct redis_psub_settings *s;
     struct endpoint_host *host;
-    struct redis_opts ro;
+    struct baton_redis_opts ro;
     char where[200]; /* "host:port db N" for log lines (host cut at 150) */
     bool guarded;    /* started on promotion, stopped on demotion */
     bool replay;     /* failover = "replay": runs on every replica until shutdown */
@@ -781,7 +781,7 @@ static void psub_destroy(void *ep)
     free(p->cargv);
     free(p->cargvlen);
     redis_sentinel_watch_release(p->watch);
-    redis_opts_clear(&p->ro);
+    baton_redis_opts_clear(&p->ro);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
     free(p);

@@ -115,7 +115,7 @@ int redis_settings_check(const config_setting_t *group, const struct strlist *se
     return 0;
 }
 
-void redis_settings_apply(struct redis_opts *o, const struct strlist *sentinels,
+void redis_settings_apply(struct baton_redis_opts *o, const struct strlist *sentinels,
                           const char *master_name, const struct redis_tls_settings *tls)
 {
     if (sentinels->n > 0) {

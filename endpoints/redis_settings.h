@@ -1,7 +1,7 @@
 /* The settings every Redis connection baton makes shares beyond host/port:
  * Sentinel discovery (`sentinels`, `master_name`) and TLS (`tls = { ... }`),
  * for the locker group of the main file and for redis_psub endpoint files
- * alike: one table, one check, one way into struct redis_opts.
+ * alike: one table, one check, one way into struct baton_redis_opts.
  *
  *   struct my_settings { ...; struct strlist sentinels; char *master_name;
  *                        struct redis_tls_settings tls; };
@@ -46,8 +46,8 @@ int redis_settings_check(const config_setting_t *group, const struct strlist *se
                          const char *base_dir, const char *what, struct config_error *err);
 
 /* Copies sentinels, master_name and tls into o (which owns its copies; see
- * redis_opts_clear). */
-void redis_settings_apply(struct redis_opts *o, const struct strlist *sentinels,
+ * baton_redis_opts_clear). */
+void redis_settings_apply(struct baton_redis_opts *o, const struct strlist *sentinels,
                           const char *master_name, const struct redis_tls_settings *tls);
 
 #endif

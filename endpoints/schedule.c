@@ -233,7 +233,7 @@ struct schedule {
     const struct schedule_settings *s;
     struct endpoint_host *host;
     struct cron_expr *expr;
-    struct once_guard *once; /* GUARD_ONCE only */
+    struct baton_once_guard *once; /* GUARD_ONCE only */
     bool utc;
 
     pthread_t thread;
@@ -322,14 +322,14 @@ static void *schedule_create(const void *settings, struct endpoint_host *host, c
             }
             sp = scope;
         }
-        struct once_guard_options o = {
+        struct baton_once_guard_options o = {
             .prefix = host->key_prefix,
             .ttl_ms = host->once_ttl_ms,
             .fail_open = host->once_fail_open,
             .log_name = host->name,
         };
-        sc->once = once_guard_create(host->locker, sp, &o);
-        host->once_stats = once_guard_stats(sc->once);
+        sc->once = baton_once_guard_create(host->locker, sp, &o);
+        host->once_stats = baton_once_guard_stats(sc->once);
     }
     pthread_mutex_init(&sc->mu, NULL);
     pthread_condattr_t ca;
@@ -367,9 +367,9 @@ static void fire(struct schedule *sc, int64_t slot)
     char when[40];
     cron_format_time(sc->expr, slot, when, sizeof when);
     if (sc->once) {
-        const struct once_guard_stats *gs = once_guard_stats(sc->once);
+        const struct baton_once_guard_stats *gs = baton_once_guard_stats(sc->once);
         unsigned long long errs = atomic_load(&gs->backend_errors);
-        bool ok = once_guard_allow(sc->once, key);
+        bool ok = baton_once_guard_allow(sc->once, key);
         bool backend_failed = atomic_load(&gs->backend_errors) != errs;
         if (backend_failed) atomic_fetch_add(&h->stats->source_errors, 1);
         if (!ok) {
@@ -475,7 +475,7 @@ static void schedule_destroy(void *ep)
     struct schedule *sc = ep;
     if (!sc) return;
     schedule_stop(sc);
-    if (sc->once) once_guard_destroy(sc->once);
+    if (sc->once) baton_once_guard_destroy(sc->once);
     cron_free(sc->expr);
     envelope_free(&sc->env);
     pthread_cond_destroy(&sc->cv);

@@ -45,14 +45,14 @@
 
 enum wk_cmd { WK_NONE = 0, WK_PROMOTE, WK_DEMOTE };
 
-struct active_guard {
-    struct locker *locker; /* not owned */
+struct baton_active_guard {
+    struct baton_locker *locker; /* not owned */
     char key[GUARD_KEY_MAX];
     char *log_name;
     int64_t ttl_ms, renew_ms, retry_ms, margin_ms;
     int64_t (*standby_delay_ms)(void *arg);
     void *standby_delay_arg;
-    struct active_guard_callbacks cb;
+    struct baton_active_guard_callbacks cb;
 
     pthread_mutex_t life_mu; /* start/stop/destroy */
     bool running;
@@ -78,13 +78,13 @@ struct active_guard {
     _Atomic uint64_t lease_gen;
     char token[RANDOM_TOKEN_LEN]; /* lease thread only */
     struct log_ratelimit rl_err;
-    struct active_guard_stats stats;
+    struct baton_active_guard_stats stats;
 };
 
 enum wake { W_TIMEOUT, W_STOP, W_GIVE_UP, W_GEN, W_DEADLINE, W_WORKER };
 enum lead_end { LEAD_STANDBY, LEAD_REACQUIRE, LEAD_STOPPED };
 
-int active_guard_check_timings(int64_t ttl, int64_t renew, int64_t retry, int64_t margin,
+int baton_active_guard_check_timings(int64_t ttl, int64_t renew, int64_t retry, int64_t margin,
                                int64_t command_timeout_ms, char *msg, size_t msglen)
 {
     if (ttl == 0) ttl = DEFAULT_TTL_MS;
@@ -117,13 +117,13 @@ int active_guard_check_timings(int64_t ttl, int64_t renew, int64_t retry, int64_
     return -1;
 }
 
-static uint64_t locker_gen(const struct active_guard *g)
+static uint64_t locker_gen(const struct baton_active_guard *g)
 {
     if (g->locker == NULL || g->locker->ops->generation == NULL) return 0;
     return g->locker->ops->generation(g->locker);
 }
 
-static bool gen_changed(const struct active_guard *g)
+static bool gen_changed(const struct baton_active_guard *g)
 {
     return locker_gen(g) != atomic_load(&g->lease_gen);
 }
@@ -133,9 +133,9 @@ static bool gen_changed(const struct active_guard *g)
 /* Reads the term consistently: its epoch and its deadline, ending it (swap
  * to 0) when the clock has passed the deadline. Returns the deadline (> 0
  * while live, 0 once ended) and *epoch. *now receives the clock reading. */
-static int64_t term_read(const struct active_guard *cg, uint64_t *epoch, int64_t *now)
+static int64_t term_read(const struct baton_active_guard *cg, uint64_t *epoch, int64_t *now)
 {
-    struct active_guard *g = (struct active_guard *)cg; /* atomics only */
+    struct baton_active_guard *g = (struct baton_active_guard *)cg; /* atomics only */
     for (;;) {
         uint64_t e1 = atomic_load(&g->term_epoch);
         int64_t d = atomic_load(&g->deadline);
@@ -151,7 +151,7 @@ static int64_t term_read(const struct active_guard *cg, uint64_t *epoch, int64_t
     }
 }
 
-static void term_begin(struct active_guard *g, uint64_t epoch, int64_t sent_ms, uint64_t gen)
+static void term_begin(struct baton_active_guard *g, uint64_t epoch, int64_t sent_ms, uint64_t gen)
 {
     int64_t d = sent_ms + g->ttl_ms - g->margin_ms;
     if (d <= 0) d = 1;
@@ -164,7 +164,7 @@ static void term_begin(struct active_guard *g, uint64_t epoch, int64_t sent_ms, 
 /* A renewal sent at sent_ms was answered OK: move the deadline forward, but
  * only if the term is still live now. false = the term had ended (the reply
  * came too late, or a reader saw the deadline pass): it stays ended. */
-static bool term_extend(struct active_guard *g, int64_t sent_ms, uint64_t gen)
+static bool term_extend(struct baton_active_guard *g, int64_t sent_ms, uint64_t gen)
 {
     int64_t d = atomic_load(&g->deadline);
     if (d <= 0) return false;
@@ -179,12 +179,12 @@ static bool term_extend(struct active_guard *g, int64_t sent_ms, uint64_t gen)
     return atomic_compare_exchange_strong(&g->deadline, &d, nd);
 }
 
-static void term_end(struct active_guard *g)
+static void term_end(struct baton_active_guard *g)
 {
     atomic_store(&g->deadline, 0);
 }
 
-static bool term_live(const struct active_guard *g)
+static bool term_live(const struct baton_active_guard *g)
 {
     uint64_t e;
     int64_t now;
@@ -196,7 +196,7 @@ static bool term_live(const struct active_guard *g)
 /* Waits until `until` (boot ms) or an event. watch_flags: stop / give-up
  * wake it; leader: also the term's end and (from gen_after on) the locker
  * generation; the worker's completion always wakes it. */
-static enum wake wait_until(struct active_guard *g, int64_t until, bool watch_flags, bool leader,
+static enum wake wait_until(struct baton_active_guard *g, int64_t until, bool watch_flags, bool leader,
                             int64_t gen_after)
 {
     enum wake w;
@@ -247,7 +247,7 @@ static enum wake wait_until(struct active_guard *g, int64_t until, bool watch_fl
     return w;
 }
 
-static void note_backend_error(struct active_guard *g, const char *what, const char *err)
+static void note_backend_error(struct baton_active_guard *g, const char *what, const char *err)
 {
     atomic_fetch_add(&g->stats.backend_errors, 1);
     long long suppressed = 0;
@@ -260,7 +260,7 @@ static void note_backend_error(struct active_guard *g, const char *what, const c
 
 static void *worker_main(void *arg)
 {
-    struct active_guard *g = arg;
+    struct baton_active_guard *g = arg;
     pthread_mutex_lock(&g->mu);
     for (;;) {
         while (g->wk_cmd == WK_NONE && !g->wk_exit) pthread_cond_wait(&g->wk_cv, &g->mu);
@@ -281,7 +281,7 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-static void worker_post(struct active_guard *g, enum wk_cmd cmd, uint64_t epoch)
+static void worker_post(struct baton_active_guard *g, enum wk_cmd cmd, uint64_t epoch)
 {
     pthread_mutex_lock(&g->mu);
     atomic_store(&g->wk_done, false);
@@ -292,7 +292,7 @@ static void worker_post(struct active_guard *g, enum wk_cmd cmd, uint64_t epoch)
 }
 
 /* Takes the finished command's result (W_WORKER). */
-static int worker_take(struct active_guard *g)
+static int worker_take(struct baton_active_guard *g)
 {
     pthread_mutex_lock(&g->mu);
     atomic_store(&g->wk_done, false);
@@ -304,18 +304,18 @@ static int worker_take(struct active_guard *g)
 /* ---- leading ---------------------------------------------------------------- */
 
 /* Verifies the lease after the locker connection broke. */
-static int verify_lease(struct active_guard *g, char err[LOCKER_ERR_MAX])
+static int verify_lease(struct baton_active_guard *g, char err[BATON_LOCKER_ERR_MAX])
 {
     uint64_t g1 = locker_gen(g); /* before the request: a break during it shows */
     int rc;
     if (g->locker->ops->check) {
         err[0] = '\0';
         rc = g->locker->ops->check(g->locker, g->key, g->token, err);
-        if (rc == LOCKER_OK) atomic_store(&g->lease_gen, g1);
+        if (rc == BATON_LOCKER_OK) atomic_store(&g->lease_gen, g1);
     } else {
         int64_t sent = 0;
-        rc = locker_renew(g->locker, g->key, g->token, g->ttl_ms, &sent, err);
-        if (rc == LOCKER_OK && !term_extend(g, sent, g1)) rc = LOCKER_LOST;
+        rc = baton_locker_renew(g->locker, g->key, g->token, g->ttl_ms, &sent, err);
+        if (rc == BATON_LOCKER_OK && !term_extend(g, sent, g1)) rc = BATON_LOCKER_LOST;
     }
     return rc;
 }
@@ -328,13 +328,13 @@ enum end_mode {
     END_LOST,      /* the key is gone or another's: nothing to release */
 };
 
-static enum lead_end lead(struct active_guard *g, const struct lock_grant *grant, uint64_t gen0)
+static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_grant *grant, uint64_t gen0)
 {
     memcpy(g->token, grant->token, sizeof g->token);
     term_begin(g, grant->epoch, grant->sent_ms, gen0);
     atomic_store(&g->stats.epoch, grant->epoch);
     atomic_store(&g->stats.leader_since_ms, clock_wall_ms());
-    atomic_store(&g->stats.role, ROLE_LEADER);
+    atomic_store(&g->stats.role, BATON_ROLE_LEADER);
     atomic_fetch_add(&g->stats.promotions, 1);
     log_info("guard", g->log_name, "promoted to leader of %s (epoch %llu)", g->key,
              (unsigned long long)grant->epoch);
@@ -343,11 +343,11 @@ static enum lead_end lead(struct active_guard *g, const struct lock_grant *grant
     bool promoting = true, demoting = false, promote_failed = false;
     enum end_mode end = END_NONE;
     enum lead_end ret = LEAD_STANDBY;
-    char reason[sizeof g->give_up_reason + LOCKER_ERR_MAX + 128] = "";
-    bool can_renew = locker_can_renew(g->locker);
+    char reason[sizeof g->give_up_reason + BATON_LOCKER_ERR_MAX + 128] = "";
+    bool can_renew = baton_locker_can_renew(g->locker);
     int64_t next_renew = grant->sent_ms + g->renew_ms;
     int64_t gen_after = 0;
-    char err[LOCKER_ERR_MAX];
+    char err[BATON_LOCKER_ERR_MAX];
 
     for (;;) {
         bool live = end != END_EXPIRED && end != END_LOST && term_live(g);
@@ -403,12 +403,12 @@ static enum lead_end lead(struct active_guard *g, const struct lock_grant *grant
             break; /* handled at the top */
         case W_GEN: {
             int rc = verify_lease(g, err);
-            if (rc == LOCKER_OK) {
+            if (rc == BATON_LOCKER_OK) {
                 log_info("guard", g->log_name,
                          "lease %s (epoch %llu) verified after the connection was re-established",
                          g->key, (unsigned long long)grant->epoch);
                 gen_after = 0;
-            } else if (rc == LOCKER_LOST) {
+            } else if (rc == BATON_LOCKER_LOST) {
                 atomic_fetch_add(&g->stats.renew_failures, 1);
                 snprintf(reason, sizeof reason, "lease lost while the connection was down");
                 end = END_LOST;
@@ -431,8 +431,8 @@ static enum lead_end lead(struct active_guard *g, const struct lock_grant *grant
             }
             uint64_t g1 = locker_gen(g); /* before the request: a break during it shows */
             int64_t sent = 0;
-            int rc = locker_renew(g->locker, g->key, g->token, g->ttl_ms, &sent, err);
-            if (rc == LOCKER_OK) {
+            int rc = baton_locker_renew(g->locker, g->key, g->token, g->ttl_ms, &sent, err);
+            if (rc == BATON_LOCKER_OK) {
                 if (!term_extend(g, sent, g1)) {
                     atomic_fetch_add(&g->stats.renew_failures, 1);
                     int64_t late = clock_boot_ms() - (sent + g->ttl_ms - g->margin_ms);
@@ -447,7 +447,7 @@ static enum lead_end lead(struct active_guard *g, const struct lock_grant *grant
                 }
                 next_renew = sent + g->renew_ms;
                 gen_after = 0;
-            } else if (rc == LOCKER_LOST) {
+            } else if (rc == BATON_LOCKER_LOST) {
                 atomic_fetch_add(&g->stats.renew_failures, 1);
                 snprintf(reason, sizeof reason, "%s", err);
                 end = END_LOST;
@@ -465,16 +465,16 @@ static enum lead_end lead(struct active_guard *g, const struct lock_grant *grant
     }
 done:
     term_end(g);
-    atomic_store(&g->stats.role, ROLE_STANDBY);
+    atomic_store(&g->stats.role, BATON_ROLE_STANDBY);
     atomic_fetch_add(&g->stats.demotions, 1);
     log_info("guard", g->log_name, "demoted from leader of %s (epoch %llu): %s", g->key,
              (unsigned long long)grant->epoch, reason);
     if (end != END_LOST) {
-        int rc = locker_unlock(g->locker, g->key, g->token, err);
-        if (rc != LOCKER_OK) {
+        int rc = baton_locker_unlock(g->locker, g->key, g->token, err);
+        if (rc != BATON_LOCKER_OK) {
             if (end != END_EXPIRED) log_warn("guard", g->log_name, "release of %s: %s", g->key, err);
         } else if (end == END_GRACEFUL && g->locker->ops->announce_release) {
-            if (g->locker->ops->announce_release(g->locker, g->key, err) != LOCKER_OK)
+            if (g->locker->ops->announce_release(g->locker, g->key, err) != BATON_LOCKER_OK)
                 log_warn("guard", g->log_name, "announcing the release of %s: %s", g->key, err);
         }
     }
@@ -488,7 +488,7 @@ done:
 
 /* Standby: wait wait_ms, returning early when a release is announced after
  * `seen` was read (true) or on stop / give-up. */
-static bool standby_wait(struct active_guard *g, int64_t wait_ms, uint64_t seen)
+static bool standby_wait(struct baton_active_guard *g, int64_t wait_ms, uint64_t seen)
 {
     int64_t until = clock_boot_ms() + wait_ms;
     if (g->locker->ops->wait_release == NULL) {
@@ -504,7 +504,7 @@ static bool standby_wait(struct active_guard *g, int64_t wait_ms, uint64_t seen)
     }
 }
 
-static void sit_out(struct active_guard *g)
+static void sit_out(struct baton_active_guard *g)
 {
     char reason[sizeof g->give_up_reason];
     pthread_mutex_lock(&g->mu);
@@ -516,9 +516,9 @@ static void sit_out(struct active_guard *g)
     wait_until(g, clock_boot_ms() + g->ttl_ms, true, false, 0);
 }
 
-static void run_single(struct active_guard *g)
+static void run_single(struct baton_active_guard *g)
 {
-    atomic_store(&g->stats.role, ROLE_SINGLE);
+    atomic_store(&g->stats.role, BATON_ROLE_SINGLE);
     bool promoted = false;
     while (!atomic_load(&g->stop)) {
         if (!promoted) {
@@ -547,7 +547,7 @@ static void run_single(struct active_guard *g)
 
 static void *guard_main(void *arg)
 {
-    struct active_guard *g = arg;
+    struct baton_active_guard *g = arg;
     if (g->locker == NULL) {
         run_single(g);
         return NULL;
@@ -565,22 +565,22 @@ static void *guard_main(void *arg)
         /* Read before try_lock: an announcement made after this point is
          * seen by standby_wait, whenever it comes. */
         uint64_t seen = have_seq ? g->locker->ops->release_seq(g->locker, g->key) : 0;
-        struct lock_grant grant;
+        struct baton_lock_grant grant;
         memset(&grant, 0, sizeof grant);
-        char err[LOCKER_ERR_MAX];
+        char err[BATON_LOCKER_ERR_MAX];
         /* The generation of the connection that carries the grant, read
          * before the request: a break at any point after it shows as a
          * change and makes the guard verify (a reconnect inside try_lock
          * costs one extra check, never a missed break). The backend's own
          * reading (grant.gen) is preferred when it gives one. */
         uint64_t gen_before = locker_gen(g);
-        int rc = locker_try_lock(g->locker, g->key, g->ttl_ms, &grant, err);
+        int rc = baton_locker_try_lock(g->locker, g->key, g->ttl_ms, &grant, err);
         atomic_fetch_add(&g->stats.attempts, 1);
-        if (rc == LOCKER_OK) {
+        if (rc == BATON_LOCKER_OK) {
             lead(g, &grant, grant.gen ? grant.gen : gen_before); /* LEAD_REACQUIRE: at once */
             continue;
         }
-        if (rc == LOCKER_HELD) {
+        if (rc == BATON_LOCKER_HELD) {
             /* The holder's lease cannot expire before its remaining ttl, and
              * a release is announced: look again when it would expire (at
              * least retry_ms, at most ttl), instead of every retry_ms. A
@@ -594,19 +594,19 @@ static void *guard_main(void *arg)
         note_backend_error(g, "acquiring", err);
         wait_until(g, clock_boot_ms() + g->retry_ms, true, false, 0);
     }
-    atomic_store(&g->stats.role, ROLE_STANDBY);
+    atomic_store(&g->stats.role, BATON_ROLE_STANDBY);
     return NULL;
 }
 
-struct active_guard *active_guard_create(struct locker *locker, const char *scope,
-                                         const struct active_guard_options *opts,
-                                         const struct active_guard_callbacks *cb, char *err,
+struct baton_active_guard *baton_active_guard_create(struct baton_locker *locker, const char *scope,
+                                         const struct baton_active_guard_options *opts,
+                                         const struct baton_active_guard_callbacks *cb, char *err,
                                          size_t errlen)
 {
-    struct active_guard_options o = {0};
+    struct baton_active_guard_options o = {0};
     if (opts) o = *opts;
     char msg[400];
-    if (active_guard_check_timings(o.ttl_ms, o.renew_ms, o.retry_ms, o.safety_margin_ms,
+    if (baton_active_guard_check_timings(o.ttl_ms, o.renew_ms, o.retry_ms, o.safety_margin_ms,
                                    locker ? o.command_timeout_ms : 0, msg, sizeof msg) != 0) {
         snprintf(err, errlen, "active guard %s: %s", scope ? scope : "", msg);
         return NULL;
@@ -615,7 +615,7 @@ struct active_guard *active_guard_create(struct locker *locker, const char *scop
     int64_t renew = o.renew_ms ? o.renew_ms : ttl / 3;
     int64_t retry = o.retry_ms ? o.retry_ms : DEFAULT_RETRY_MS;
     int64_t margin = o.safety_margin_ms ? o.safety_margin_ms : (ttl / 20 > 10 ? ttl / 20 : 10);
-    struct active_guard *g = xcalloc(1, sizeof *g);
+    struct baton_active_guard *g = xcalloc(1, sizeof *g);
     if (guard_lease_key(g->key, sizeof g->key, o.prefix, scope, o.hash_tag) < 0) {
         snprintf(err, errlen, "active guard %s: key too long", scope ? scope : "");
         free(g);
@@ -638,11 +638,11 @@ struct active_guard *active_guard_create(struct locker *locker, const char *scop
     pthread_cond_init(&g->cv, &ca);
     pthread_cond_init(&g->wk_cv, &ca);
     pthread_condattr_destroy(&ca);
-    atomic_store(&g->stats.role, locker ? ROLE_STANDBY : ROLE_SINGLE);
+    atomic_store(&g->stats.role, locker ? BATON_ROLE_STANDBY : BATON_ROLE_SINGLE);
     return g;
 }
 
-int active_guard_start(struct active_guard *g)
+int baton_active_guard_start(struct baton_active_guard *g)
 {
     if (g == NULL) return -1;
     pthread_mutex_lock(&g->life_mu);
@@ -673,7 +673,7 @@ int active_guard_start(struct active_guard *g)
     return rc;
 }
 
-void active_guard_request_stop(struct active_guard *g)
+void baton_active_guard_request_stop(struct baton_active_guard *g)
 {
     if (g == NULL) return;
     pthread_mutex_lock(&g->mu);
@@ -682,12 +682,12 @@ void active_guard_request_stop(struct active_guard *g)
     pthread_mutex_unlock(&g->mu);
 }
 
-void active_guard_stop(struct active_guard *g)
+void baton_active_guard_stop(struct baton_active_guard *g)
 {
     if (g == NULL) return;
     pthread_mutex_lock(&g->life_mu);
     if (g->running || g->worker_running) {
-        active_guard_request_stop(g);
+        baton_active_guard_request_stop(g);
         if ((g->running && pthread_equal(pthread_self(), g->thread)) ||
             (g->worker_running && pthread_equal(pthread_self(), g->worker))) {
             /* called from a callback: the loop ends after it returns; the
@@ -709,10 +709,10 @@ void active_guard_stop(struct active_guard *g)
     pthread_mutex_unlock(&g->life_mu);
 }
 
-void active_guard_destroy(struct active_guard *g)
+void baton_active_guard_destroy(struct baton_active_guard *g)
 {
     if (g == NULL) return;
-    active_guard_stop(g);
+    baton_active_guard_stop(g);
     pthread_cond_destroy(&g->cv);
     pthread_cond_destroy(&g->wk_cv);
     pthread_mutex_destroy(&g->mu);
@@ -721,40 +721,40 @@ void active_guard_destroy(struct active_guard *g)
     free(g);
 }
 
-enum leader_state active_guard_term_state(const struct active_guard *g, uint64_t epoch,
+enum baton_leader_state baton_active_guard_term_state(const struct baton_active_guard *g, uint64_t epoch,
                                           int64_t *left_ms)
 {
     if (left_ms) *left_ms = 0;
-    if (g == NULL) return LEADER_NO;
+    if (g == NULL) return BATON_LEADER_NO;
     if (g->locker == NULL) {
         if (left_ms) *left_ms = INT64_MAX;
-        return LEADER_YES;
+        return BATON_LEADER_YES;
     }
     uint64_t e;
     int64_t now;
     int64_t d = term_read(g, &e, &now);
-    if (d <= 0 || e != epoch) return LEADER_NO;
+    if (d <= 0 || e != epoch) return BATON_LEADER_NO;
     if (left_ms) *left_ms = d - now;
-    return gen_changed(g) ? LEADER_UNSURE : LEADER_YES;
+    return gen_changed(g) ? BATON_LEADER_UNSURE : BATON_LEADER_YES;
 }
 
-bool active_guard_is_leader_now(const struct active_guard *g)
+bool baton_active_guard_is_leader_now(const struct baton_active_guard *g)
 {
-    return active_guard_leader_state(g) == LEADER_YES;
+    return baton_active_guard_leader_state(g) == BATON_LEADER_YES;
 }
 
-enum leader_state active_guard_leader_state(const struct active_guard *g)
+enum baton_leader_state baton_active_guard_leader_state(const struct baton_active_guard *g)
 {
-    if (g == NULL) return LEADER_NO;
-    return active_guard_term_state(g, atomic_load(&g->term_epoch), NULL);
+    if (g == NULL) return BATON_LEADER_NO;
+    return baton_active_guard_term_state(g, atomic_load(&g->term_epoch), NULL);
 }
 
-uint64_t active_guard_epoch(const struct active_guard *g)
+uint64_t baton_active_guard_epoch(const struct baton_active_guard *g)
 {
     return g ? atomic_load(&g->stats.epoch) : 0;
 }
 
-void active_guard_give_up(struct active_guard *g, const char *reason)
+void baton_active_guard_give_up(struct baton_active_guard *g, const char *reason)
 {
     if (g == NULL) return;
     pthread_mutex_lock(&g->mu);
@@ -764,12 +764,12 @@ void active_guard_give_up(struct active_guard *g, const char *reason)
     pthread_mutex_unlock(&g->mu);
 }
 
-const char *active_guard_key(const struct active_guard *g)
+const char *baton_active_guard_key(const struct baton_active_guard *g)
 {
     return g->key;
 }
 
-const struct active_guard_stats *active_guard_stats(const struct active_guard *g)
+const struct baton_active_guard_stats *baton_active_guard_stats(const struct baton_active_guard *g)
 {
     return &g->stats;
 }

@@ -1,11 +1,11 @@
 /* ActiveGuard: single-active consumption. Replicas race for a lease
  * (<prefix>:active:<scope>); only the leader runs the subscription.
  *
- *   g = active_guard_create(locker, scope, &opts, &callbacks);
- *   active_guard_start(g);            // lease thread + callback thread
- *   ... active_guard_term_state(g, m->epoch, &left) before every sink write
- *   active_guard_stop(g);             // demote, release, announce; joins
- *   active_guard_destroy(g);
+ *   g = baton_active_guard_create(locker, scope, &opts, &callbacks);
+ *   baton_active_guard_start(g);            // lease thread + callback thread
+ *   ... baton_active_guard_term_state(g, m->epoch, &left) before every sink write
+ *   baton_active_guard_stop(g);             // demote, release, announce; joins
+ *   baton_active_guard_destroy(g);
  *
  * Standby: read the release counter, try_lock; held -> wait until the
  * holder's lease would expire or a release is announced. Won -> a new term
@@ -26,9 +26,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct locker;
+struct baton_locker;
 
-struct active_guard_options {
+struct baton_active_guard_options {
     const char *prefix;       /* NULL = "baton" */
     int64_t ttl_ms;           /* 0 = 3000 */
     int64_t renew_ms;         /* 0 = ttl / 3 */
@@ -43,7 +43,7 @@ struct active_guard_options {
     bool hash_tag;            /* lease key "<prefix>:active:{<scope>}" (guard_lease_key) */
 };
 
-struct active_guard_callbacks {
+struct baton_active_guard_callbacks {
     /* Start consuming. Return 0 once the subscription is confirmed, <0 if it
      * failed (the guard then calls on_demoted and releases). epoch is the
      * fencing epoch of the new lease. */
@@ -54,20 +54,20 @@ struct active_guard_callbacks {
     void *arg;
 };
 
-enum active_role { ROLE_STANDBY = 0, ROLE_LEADER = 1, ROLE_SINGLE = 2 };
+enum baton_role { BATON_ROLE_STANDBY = 0, BATON_ROLE_LEADER = 1, BATON_ROLE_SINGLE = 2 };
 
-struct active_guard_stats {
+struct baton_active_guard_stats {
     atomic_ullong promotions;
     atomic_ullong demotions;
     atomic_ullong renew_failures;
     atomic_ullong backend_errors;
     atomic_ullong epoch;          /* current (or last) lease epoch */
     atomic_llong leader_since_ms; /* wall clock ms of the last promotion, 0 if none */
-    atomic_int role;              /* enum active_role */
+    atomic_int role;              /* enum baton_role */
     atomic_ullong attempts;       /* acquisition attempts made (any outcome) */
 };
 
-/* The one validation of lease timings, used by active_guard_create, by the
+/* The one validation of lease timings, used by baton_active_guard_create, by the
  * config loader and by --check-config alike. Zero fields take their
  * defaults (ttl 3000, renew ttl/3, retry 250, margin max(ttl/20, 10)).
  * Requires ttl > renew > 0, retry > 0, and
@@ -75,57 +75,57 @@ struct active_guard_stats {
  * so that a renewal that times out still leaves time to demote before the
  * key can expire (command_timeout_ms 0 = no locker: not checked). Returns 0,
  * or -1 with msg ("lease ttl 100 ms, renew 95 ms: ..."). */
-int active_guard_check_timings(int64_t ttl_ms, int64_t renew_ms, int64_t retry_ms,
+int baton_active_guard_check_timings(int64_t ttl_ms, int64_t renew_ms, int64_t retry_ms,
                                int64_t safety_margin_ms, int64_t command_timeout_ms, char *msg,
                                size_t msglen);
 
-/* Validates the timings with active_guard_check_timings (command timeout
+/* Validates the timings with baton_active_guard_check_timings (command timeout
  * taken from opts->command_timeout_ms). Returns NULL and
  * fills err on invalid options. Copies scope and prefix. */
-struct active_guard *active_guard_create(struct locker *locker, const char *scope,
-                                         const struct active_guard_options *opts,
-                                         const struct active_guard_callbacks *cb,
+struct baton_active_guard *baton_active_guard_create(struct baton_locker *locker, const char *scope,
+                                         const struct baton_active_guard_options *opts,
+                                         const struct baton_active_guard_callbacks *cb,
                                          char *err, size_t errlen);
-int active_guard_start(struct active_guard *g);
+int baton_active_guard_start(struct baton_active_guard *g);
 /* Graceful: on_demoted (if leader), unlock, announce release; joins the thread.
  * Idempotent. */
-void active_guard_stop(struct active_guard *g);
+void baton_active_guard_stop(struct baton_active_guard *g);
 /* Asks the guard to stop without waiting (the graceful handover starts at
- * once); active_guard_stop then joins. Lets a process stop many guards in
+ * once); baton_active_guard_stop then joins. Lets a process stop many guards in
  * parallel. */
-void active_guard_request_stop(struct active_guard *g);
-void active_guard_destroy(struct active_guard *g);
+void baton_active_guard_request_stop(struct baton_active_guard *g);
+void baton_active_guard_destroy(struct baton_active_guard *g);
 
 /* A few atomic loads and one clock read: true only while this replica holds
  * a lease in its current term whose deadline has not passed and whose
  * backend connection has not broken since it was last verified. Always true
- * without a locker. (Forwarders use active_guard_term_state with the
+ * without a locker. (Forwarders use baton_active_guard_term_state with the
  * message's own epoch instead.) */
-bool active_guard_is_leader_now(const struct active_guard *g);
-/* Like active_guard_is_leader_now, but tells apart a lease whose backend
- * connection broke and is being verified (LEADER_UNSURE: forward nothing yet,
+bool baton_active_guard_is_leader_now(const struct baton_active_guard *g);
+/* Like baton_active_guard_is_leader_now, but tells apart a lease whose backend
+ * connection broke and is being verified (BATON_LEADER_UNSURE: forward nothing yet,
  * but do not discard either; it resolves within one round trip after the
  * reconnect, or when the deadline passes) from no lease at all. */
-enum leader_state { LEADER_NO = 0, LEADER_YES = 1, LEADER_UNSURE = 2 };
-enum leader_state active_guard_leader_state(const struct active_guard *g);
-uint64_t active_guard_epoch(const struct active_guard *g);
+enum baton_leader_state { BATON_LEADER_NO = 0, BATON_LEADER_YES = 1, BATON_LEADER_UNSURE = 2 };
+enum baton_leader_state baton_active_guard_leader_state(const struct baton_active_guard *g);
+uint64_t baton_active_guard_epoch(const struct baton_active_guard *g);
 /* Term-scoped delivery. A term is one acquisition: one epoch, from the grant
  * until its deadline passes or the lease is released or lost; a passed
  * deadline is final (a renewal answered after it never revives the term).
- * Returns the leader state *in term `epoch`*: LEADER_YES only while this
- * replica leads now and the current term is that epoch; LEADER_UNSURE while
- * that term's connection is being verified; LEADER_NO otherwise (the term
+ * Returns the leader state *in term `epoch`*: BATON_LEADER_YES only while this
+ * replica leads now and the current term is that epoch; BATON_LEADER_UNSURE while
+ * that term's connection is being verified; BATON_LEADER_NO otherwise (the term
  * ended, or another one runs). *left_ms (may be NULL) receives the time left
  * until the term's current deadline (0 unless YES or UNSURE; INT64_MAX
  * without a locker). Lock-free: a few atomic loads and one clock read. */
-enum leader_state active_guard_term_state(const struct active_guard *g, uint64_t epoch,
+enum baton_leader_state baton_active_guard_term_state(const struct baton_active_guard *g, uint64_t epoch,
                                           int64_t *left_ms);
 /* The endpoint lost its source for longer than the lease ttl: demote and
  * release so that another replica can try; this replica waits at least one
  * ttl before competing again. Safe from any thread, including a callback. */
-void active_guard_give_up(struct active_guard *g, const char *reason);
+void baton_active_guard_give_up(struct baton_active_guard *g, const char *reason);
 /* The full lease key, "<prefix>:active:<scope>" (epoch key: + ":epoch"). */
-const char *active_guard_key(const struct active_guard *g);
-const struct active_guard_stats *active_guard_stats(const struct active_guard *g);
+const char *baton_active_guard_key(const struct baton_active_guard *g);
+const struct baton_active_guard_stats *baton_active_guard_stats(const struct baton_active_guard *g);
 
 #endif

@@ -24,7 +24,7 @@ enum {
 
 struct etcd_conn {
     pthread_mutex_t mu;
-    struct etcd_opts o;
+    struct baton_etcd_opts o;
     char role[16];
     CURL *easy;
     size_t cur; /* endpoint in use */
@@ -37,7 +37,7 @@ struct etcd_conn {
     bool overflow;
 };
 
-void etcd_opts_copy(struct etcd_opts *dst, const struct etcd_opts *src)
+void baton_etcd_opts_copy(struct baton_etcd_opts *dst, const struct baton_etcd_opts *src)
 {
     memset(dst, 0, sizeof *dst);
     dst->n_endpoints = src->n_endpoints;
@@ -52,7 +52,7 @@ void etcd_opts_copy(struct etcd_opts *dst, const struct etcd_opts *src)
     dst->command_timeout_ms = src->command_timeout_ms > 0 ? src->command_timeout_ms : 1000;
 }
 
-void etcd_opts_clear(struct etcd_opts *o)
+void baton_etcd_opts_clear(struct baton_etcd_opts *o)
 {
     for (size_t i = 0; i < o->n_endpoints; i++) free(o->endpoints[i]);
     free(o->endpoints);
@@ -151,7 +151,7 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
-struct etcd_conn *etcd_conn_create(const struct etcd_opts *o, const char *role, char *err,
+struct etcd_conn *etcd_conn_create(const struct baton_etcd_opts *o, const char *role, char *err,
                                    size_t errlen)
 {
     if (o == NULL || o->n_endpoints == 0) {
@@ -165,7 +165,7 @@ struct etcd_conn *etcd_conn_create(const struct etcd_opts *o, const char *role, 
     }
     struct etcd_conn *c = xcalloc(1, sizeof *c);
     pthread_mutex_init(&c->mu, NULL);
-    etcd_opts_copy(&c->o, o);
+    baton_etcd_opts_copy(&c->o, o);
     snprintf(c->role, sizeof c->role, "%s", role ? role : "etcd");
     return c;
 }
@@ -179,7 +179,7 @@ void etcd_conn_destroy(struct etcd_conn *c)
         explicit_bzero(c->token, strlen(c->token));
         free(c->token);
     }
-    etcd_opts_clear(&c->o);
+    baton_etcd_opts_clear(&c->o);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct etcd_opts {
+struct baton_etcd_opts {
     char **endpoints;   /* "http://127.0.0.1:2379", "https://host:2379", ... */
     size_t n_endpoints; /* >= 1 */
     char *ca_file;      /* verify the server against this CA (https) or NULL */
@@ -28,8 +28,8 @@ struct etcd_opts {
     int64_t command_timeout_ms; /* default 1000 */
 };
 
-void etcd_opts_copy(struct etcd_opts *dst, const struct etcd_opts *src);
-void etcd_opts_clear(struct etcd_opts *o);
+void baton_etcd_opts_copy(struct baton_etcd_opts *dst, const struct baton_etcd_opts *src);
+void baton_etcd_opts_clear(struct baton_etcd_opts *o);
 
 #define ETCD_ERR_MAX 256
 
@@ -37,7 +37,7 @@ struct etcd_conn;
 
 /* Never fails for an unreachable cluster (calls report it); NULL with err
  * when libcurl cannot be loaded. role names the connection in logs. */
-struct etcd_conn *etcd_conn_create(const struct etcd_opts *o, const char *role, char *err,
+struct etcd_conn *etcd_conn_create(const struct baton_etcd_opts *o, const char *role, char *err,
                                    size_t errlen);
 void etcd_conn_destroy(struct etcd_conn *c);
 

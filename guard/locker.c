@@ -8,98 +8,98 @@
 #include "common/log.h"
 #include "common/util.h"
 
-const char *locker_status_name(int status)
+const char *baton_locker_status_name(int status)
 {
     switch (status) {
-    case LOCKER_OK: return "ok";
-    case LOCKER_HELD: return "held";
-    case LOCKER_LOST: return "lost";
-    case LOCKER_ERR: return "error";
-    case LOCKER_MISMATCH: return "token mismatch";
-    case LOCKER_CANCELLED: return "cancelled";
-    case LOCKER_EXHAUSTED: return "retries exhausted";
-    case LOCKER_UNSUPPORTED: return "unsupported";
+    case BATON_LOCKER_OK: return "ok";
+    case BATON_LOCKER_HELD: return "held";
+    case BATON_LOCKER_LOST: return "lost";
+    case BATON_LOCKER_ERR: return "error";
+    case BATON_LOCKER_MISMATCH: return "token mismatch";
+    case BATON_LOCKER_CANCELLED: return "cancelled";
+    case BATON_LOCKER_EXHAUSTED: return "retries exhausted";
+    case BATON_LOCKER_UNSUPPORTED: return "unsupported";
     default: return "unknown";
     }
 }
 
-static bool args_ok(struct locker *l, const char *key, char err[LOCKER_ERR_MAX])
+static bool args_ok(struct baton_locker *l, const char *key, char err[BATON_LOCKER_ERR_MAX])
 {
     if (l == NULL || l->ops == NULL) {
-        snprintf(err, LOCKER_ERR_MAX, "no locker");
+        snprintf(err, BATON_LOCKER_ERR_MAX, "no locker");
         return false;
     }
     if (key == NULL || key[0] == '\0') {
-        snprintf(err, LOCKER_ERR_MAX, "%s locker: empty key", l->ops->name);
+        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: empty key", l->ops->name);
         return false;
     }
     return true;
 }
 
 /* args_ok, and a positive ttl (suffix names a shared value: "<key>:<suffix>"). */
-static bool ttl_args_ok(struct locker *l, const char *key, const char *suffix, int64_t ttl_ms,
-                        char err[LOCKER_ERR_MAX])
+static bool ttl_args_ok(struct baton_locker *l, const char *key, const char *suffix, int64_t ttl_ms,
+                        char err[BATON_LOCKER_ERR_MAX])
 {
     if (!args_ok(l, key, err)) return false;
     if (ttl_ms > 0) return true;
-    snprintf(err, LOCKER_ERR_MAX, "%s locker: ttl must be > 0 (got %lld ms) for %s%s%s",
+    snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: ttl must be > 0 (got %lld ms) for %s%s%s",
              l->ops->name, (long long)ttl_ms, key, suffix ? ":" : "", suffix ? suffix : "");
     return false;
 }
 
-int locker_try_lock(struct locker *l, const char *key, int64_t ttl_ms, struct lock_grant *out,
-                    char err[LOCKER_ERR_MAX])
+int baton_locker_try_lock(struct baton_locker *l, const char *key, int64_t ttl_ms, struct baton_lock_grant *out,
+                    char err[BATON_LOCKER_ERR_MAX])
 {
     err[0] = '\0';
-    if (!ttl_args_ok(l, key, NULL, ttl_ms, err)) return LOCKER_ERR;
+    if (!ttl_args_ok(l, key, NULL, ttl_ms, err)) return BATON_LOCKER_ERR;
     return l->ops->try_lock(l, key, ttl_ms, out, err);
 }
 
-int locker_unlock(struct locker *l, const char *key, const char *token, char err[LOCKER_ERR_MAX])
+int baton_locker_unlock(struct baton_locker *l, const char *key, const char *token, char err[BATON_LOCKER_ERR_MAX])
 {
     err[0] = '\0';
-    if (!args_ok(l, key, err)) return LOCKER_ERR;
+    if (!args_ok(l, key, err)) return BATON_LOCKER_ERR;
     if (token == NULL) token = "";
     return l->ops->unlock(l, key, token, err);
 }
 
-int locker_renew(struct locker *l, const char *key, const char *token, int64_t ttl_ms,
-                 int64_t *sent_ms, char err[LOCKER_ERR_MAX])
+int baton_locker_renew(struct baton_locker *l, const char *key, const char *token, int64_t ttl_ms,
+                 int64_t *sent_ms, char err[BATON_LOCKER_ERR_MAX])
 {
     err[0] = '\0';
-    if (!args_ok(l, key, err)) return LOCKER_ERR;
+    if (!args_ok(l, key, err)) return BATON_LOCKER_ERR;
     if (l->ops->renew == NULL) {
-        snprintf(err, LOCKER_ERR_MAX, "%s locker cannot renew", l->ops->name);
-        return LOCKER_UNSUPPORTED;
+        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker cannot renew", l->ops->name);
+        return BATON_LOCKER_UNSUPPORTED;
     }
     if (ttl_ms <= 0) {
-        snprintf(err, LOCKER_ERR_MAX, "%s locker: ttl must be > 0 (got %lld ms) for %s",
+        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: ttl must be > 0 (got %lld ms) for %s",
                  l->ops->name, (long long)ttl_ms, key);
-        return LOCKER_ERR;
+        return BATON_LOCKER_ERR;
     }
     int64_t sent_dummy;
     return l->ops->renew(l, key, token ? token : "", ttl_ms,
                          sent_ms ? sent_ms : &sent_dummy, err);
 }
 
-bool locker_can_renew(const struct locker *l)
+bool baton_locker_can_renew(const struct baton_locker *l)
 {
     return l != NULL && l->ops != NULL && l->ops->renew != NULL;
 }
 
-int locker_lock(struct locker *l, const char *key, int64_t ttl_ms, int64_t retry_ms,
-                const atomic_bool *cancel, struct lock_grant *out, char err[LOCKER_ERR_MAX])
+int baton_locker_lock(struct baton_locker *l, const char *key, int64_t ttl_ms, int64_t retry_ms,
+                const atomic_bool *cancel, struct baton_lock_grant *out, char err[BATON_LOCKER_ERR_MAX])
 {
     struct log_ratelimit rl = {0, 0};
     if (retry_ms <= 0) retry_ms = 1;
     for (;;) {
         if (cancel != NULL && atomic_load(cancel)) {
-            snprintf(err, LOCKER_ERR_MAX, "lock on %s cancelled", key ? key : "(null)");
-            return LOCKER_CANCELLED;
+            snprintf(err, BATON_LOCKER_ERR_MAX, "lock on %s cancelled", key ? key : "(null)");
+            return BATON_LOCKER_CANCELLED;
         }
-        int rc = locker_try_lock(l, key, ttl_ms, out, err);
-        if (rc == LOCKER_OK) return rc;
-        if (rc != LOCKER_HELD) {
+        int rc = baton_locker_try_lock(l, key, ttl_ms, out, err);
+        if (rc == BATON_LOCKER_OK) return rc;
+        if (rc != BATON_LOCKER_HELD) {
             if (l == NULL || l->ops == NULL || key == NULL || key[0] == '\0' || ttl_ms <= 0)
                 return rc; /* bad arguments never get better */
             long long suppressed = 0;
@@ -108,39 +108,39 @@ int locker_lock(struct locker *l, const char *key, int64_t ttl_ms, int64_t retry
                          key, err, (long long)retry_ms, suppressed);
         }
         if (sleep_ms_cancellable(retry_ms, cancel)) {
-            snprintf(err, LOCKER_ERR_MAX, "lock on %s cancelled", key);
-            return LOCKER_CANCELLED;
+            snprintf(err, BATON_LOCKER_ERR_MAX, "lock on %s cancelled", key);
+            return BATON_LOCKER_CANCELLED;
         }
     }
 }
 
-int locker_lock_with_retry(struct locker *l, const char *key, int64_t ttl_ms,
+int baton_locker_lock_with_retry(struct baton_locker *l, const char *key, int64_t ttl_ms,
                            int64_t interval_ms, int max_retries, const atomic_bool *cancel,
-                           struct lock_grant *out, int *attempts, char err[LOCKER_ERR_MAX])
+                           struct baton_lock_grant *out, int *attempts, char err[BATON_LOCKER_ERR_MAX])
 {
-    int n = 0, rc = LOCKER_ERR;
+    int n = 0, rc = BATON_LOCKER_ERR;
     if (max_retries < 0) max_retries = 0;
     if (interval_ms < 0) interval_ms = 0;
     err[0] = '\0';
     for (;;) {
         if (cancel != NULL && atomic_load(cancel)) {
-            rc = LOCKER_CANCELLED;
-            snprintf(err, LOCKER_ERR_MAX, "lock on %s cancelled", key ? key : "(null)");
+            rc = BATON_LOCKER_CANCELLED;
+            snprintf(err, BATON_LOCKER_ERR_MAX, "lock on %s cancelled", key ? key : "(null)");
             break;
         }
         n++;
-        rc = locker_try_lock(l, key, ttl_ms, out, err);
-        if (rc == LOCKER_OK) break;
+        rc = baton_locker_try_lock(l, key, ttl_ms, out, err);
+        if (rc == BATON_LOCKER_OK) break;
         if (n > max_retries) {
-            if (rc == LOCKER_HELD) {
-                rc = LOCKER_EXHAUSTED;
-                snprintf(err, LOCKER_ERR_MAX, "%s still held after %d attempts", key, n);
+            if (rc == BATON_LOCKER_HELD) {
+                rc = BATON_LOCKER_EXHAUSTED;
+                snprintf(err, BATON_LOCKER_ERR_MAX, "%s still held after %d attempts", key, n);
             }
             break;
         }
         if (interval_ms > 0 && sleep_ms_cancellable(interval_ms, cancel)) {
-            rc = LOCKER_CANCELLED;
-            snprintf(err, LOCKER_ERR_MAX, "lock on %s cancelled", key ? key : "(null)");
+            rc = BATON_LOCKER_CANCELLED;
+            snprintf(err, BATON_LOCKER_ERR_MAX, "lock on %s cancelled", key ? key : "(null)");
             break;
         }
     }
@@ -148,18 +148,18 @@ int locker_lock_with_retry(struct locker *l, const char *key, int64_t ttl_ms,
     return rc;
 }
 
-void locker_destroy(struct locker *l)
+void baton_locker_destroy(struct baton_locker *l)
 {
     if (l != NULL && l->ops != NULL && l->ops->destroy != NULL) l->ops->destroy(l);
 }
 
-int locker_claim(struct locker *l, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
+int baton_locker_claim(struct baton_locker *l, const char *key, int64_t ttl_ms, char err[BATON_LOCKER_ERR_MAX])
 {
     err[0] = '\0';
-    if (!ttl_args_ok(l, key, NULL, ttl_ms, err)) return LOCKER_ERR;
+    if (!ttl_args_ok(l, key, NULL, ttl_ms, err)) return BATON_LOCKER_ERR;
     if (l->ops->claim) return l->ops->claim(l, key, ttl_ms, err);
-    struct lock_grant g;
-    return locker_try_lock(l, key, ttl_ms, &g, err);
+    struct baton_lock_grant g;
+    return baton_locker_try_lock(l, key, ttl_ms, &g, err);
 }
 
 /* Names the backend itself writes beside a lease: fenced_set must not
@@ -169,68 +169,68 @@ static bool reserved_name(const char *name)
     return strcmp(name, "epoch") == 0 || strcmp(name, "holder") == 0;
 }
 
-static bool shared_args_ok(struct locker *l, const char *key, const char *name, const char *what,
-                           char err[LOCKER_ERR_MAX])
+static bool shared_args_ok(struct baton_locker *l, const char *key, const char *name, const char *what,
+                           char err[BATON_LOCKER_ERR_MAX])
 {
     if (!args_ok(l, key, err)) return false;
     if (name == NULL || name[0] == '\0') {
-        snprintf(err, LOCKER_ERR_MAX, "%s locker: %s %s: empty name", l->ops->name, what, key);
+        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: %s %s: empty name", l->ops->name, what, key);
         return false;
     }
     return true;
 }
 
-static int no_shared_state(struct locker *l, char err[LOCKER_ERR_MAX])
+static int no_shared_state(struct baton_locker *l, char err[BATON_LOCKER_ERR_MAX])
 {
-    snprintf(err, LOCKER_ERR_MAX, "backend %s keeps no shared state", l->ops->name);
-    return LOCKER_UNSUPPORTED;
+    snprintf(err, BATON_LOCKER_ERR_MAX, "backend %s keeps no shared state", l->ops->name);
+    return BATON_LOCKER_UNSUPPORTED;
 }
 
-int locker_fenced_set(struct locker *l, const char *key, const char *name, uint64_t epoch,
-                      const char *value, size_t len, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
+int baton_locker_fenced_set(struct baton_locker *l, const char *key, const char *name, uint64_t epoch,
+                      const char *value, size_t len, int64_t ttl_ms, char err[BATON_LOCKER_ERR_MAX])
 {
     err[0] = '\0';
     if (l != NULL && l->ops != NULL && l->ops->fenced_set == NULL) return no_shared_state(l, err);
-    if (!shared_args_ok(l, key, name, "fenced write", err)) return LOCKER_ERR;
+    if (!shared_args_ok(l, key, name, "fenced write", err)) return BATON_LOCKER_ERR;
     if (reserved_name(name)) {
-        snprintf(err, LOCKER_ERR_MAX, "%s locker: fenced write %s: name \"%s\" is reserved",
+        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: fenced write %s: name \"%s\" is reserved",
                  l->ops->name, key, name);
-        return LOCKER_ERR;
+        return BATON_LOCKER_ERR;
     }
     if (value == NULL && len > 0) {
-        snprintf(err, LOCKER_ERR_MAX, "%s locker: fenced write %s:%s: no value", l->ops->name,
+        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: fenced write %s:%s: no value", l->ops->name,
                  key, name);
-        return LOCKER_ERR;
+        return BATON_LOCKER_ERR;
     }
-    if (!ttl_args_ok(l, key, name, ttl_ms, err)) return LOCKER_ERR;
+    if (!ttl_args_ok(l, key, name, ttl_ms, err)) return BATON_LOCKER_ERR;
     return l->ops->fenced_set(l, key, name, epoch, value ? value : "", len, ttl_ms, err);
 }
 
-int locker_shared_get(struct locker *l, const char *key, const char *name, char *buf, size_t len,
-                      char err[LOCKER_ERR_MAX])
+int baton_locker_shared_get(struct baton_locker *l, const char *key, const char *name, char *buf, size_t len,
+                      char err[BATON_LOCKER_ERR_MAX])
 {
     err[0] = '\0';
     if (buf != NULL && len > 0) buf[0] = '\0';
     if (l != NULL && l->ops != NULL && l->ops->shared_get == NULL) return no_shared_state(l, err);
-    if (!shared_args_ok(l, key, name, "shared read", err)) return LOCKER_ERR;
+    if (!shared_args_ok(l, key, name, "shared read", err)) return BATON_LOCKER_ERR;
     if (buf == NULL || len == 0) {
-        snprintf(err, LOCKER_ERR_MAX, "%s locker: shared read %s:%s: no buffer", l->ops->name,
+        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: shared read %s:%s: no buffer", l->ops->name,
                  key, name);
-        return LOCKER_ERR;
+        return BATON_LOCKER_ERR;
     }
     return l->ops->shared_get(l, key, name, buf, len, err);
 }
 
-int locker_inspect(struct locker *l, const char *key, struct lock_info *info,
-                   char err[LOCKER_ERR_MAX])
+int baton_locker_inspect(struct baton_locker *l, const char *key, struct baton_lock_info *info,
+                   char err[BATON_LOCKER_ERR_MAX])
 {
     err[0] = '\0';
     memset(info, 0, sizeof *info);
     info->ttl_ms = -1;
-    if (!args_ok(l, key, err)) return LOCKER_ERR;
+    if (!args_ok(l, key, err)) return BATON_LOCKER_ERR;
     if (l->ops->inspect == NULL) {
-        snprintf(err, LOCKER_ERR_MAX, "%s locker cannot inspect a lease", l->ops->name);
-        return LOCKER_UNSUPPORTED;
+        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker cannot inspect a lease", l->ops->name);
+        return BATON_LOCKER_UNSUPPORTED;
     }
     return l->ops->inspect(l, key, info, err);
 }

@@ -85,7 +85,7 @@ struct shared_lease {
 };
 
 struct etcd_locker {
-    struct locker base;
+    struct baton_locker base;
     char holder[128];
     struct etcd_conn *lease; /* try_lock, renew, unlock, check */
     struct etcd_conn *side;  /* claim, holder, ping, shared state, inspect */
@@ -106,12 +106,12 @@ struct etcd_locker {
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static void errf(char err[LOCKER_ERR_MAX], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void errf(char err[LOCKER_ERR_MAX], const char *fmt, ...)
+static void errf(char err[BATON_LOCKER_ERR_MAX], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void errf(char err[BATON_LOCKER_ERR_MAX], const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, LOCKER_ERR_MAX, fmt, ap);
+    vsnprintf(err, BATON_LOCKER_ERR_MAX, fmt, ap);
     va_end(ap);
 }
 
@@ -247,22 +247,22 @@ static _Thread_local const char *op_what, *op_key;
 #define OP(what, key) (op_what = (what), op_key = (key))
 
 /* "etcd <ep>: /v3/...: <reason>" -> "etcd <ep>: <op_what> <op_key>: <reason>" */
-static void label_err(char err[LOCKER_ERR_MAX])
+static void label_err(char err[BATON_LOCKER_ERR_MAX])
 {
     char *p = strstr(err, ": /v3/");
     char *rest = p ? strstr(p + 2, ": ") : NULL;
     if (rest == NULL || op_what == NULL) return;
-    char tmp[LOCKER_ERR_MAX];
+    char tmp[BATON_LOCKER_ERR_MAX];
     snprintf(tmp, sizeof tmp, "%.*s: %s %.120s%s", (int)(p - err), err, op_what,
              op_key ? op_key : "", rest);
-    memcpy(err, tmp, LOCKER_ERR_MAX);
+    memcpy(err, tmp, BATON_LOCKER_ERR_MAX);
 }
 
 /* One call on conn; req is consumed. */
 static int call(struct etcd_conn *conn, int64_t deadline, const char *path, json_object *req,
-                json_object **resp, int64_t *sent, char err[LOCKER_ERR_MAX])
+                json_object **resp, int64_t *sent, char err[BATON_LOCKER_ERR_MAX])
 {
-    int rc = etcd_call_until(conn, deadline, path, req, resp, sent, NULL, err, LOCKER_ERR_MAX);
+    int rc = etcd_call_until(conn, deadline, path, req, resp, sent, NULL, err, BATON_LOCKER_ERR_MAX);
     json_object_put(req);
     if (rc != 0) label_err(err);
     return rc;
@@ -275,7 +275,7 @@ static int64_t deadline_of(struct etcd_locker *el)
 
 /* Grants a lease of ttl_s seconds: 0 with id, or -1. */
 static int grant(struct etcd_conn *conn, int64_t deadline, int64_t ttl_s,
-                 char id[24], int64_t *sent, char err[LOCKER_ERR_MAX])
+                 char id[24], int64_t *sent, char err[BATON_LOCKER_ERR_MAX])
 {
     json_object *req = json_object_new_object();
     json_object_object_add(req, "TTL", json_object_new_int64(ttl_s));
@@ -300,7 +300,7 @@ static bool lease_revoke(struct etcd_conn *conn, int64_t deadline, const char *i
     json_object *req = json_object_new_object();
     json_object_object_add(req, "ID", json_object_new_string(id));
     json_object *resp;
-    char err[LOCKER_ERR_MAX];
+    char err[BATON_LOCKER_ERR_MAX];
     if (call(conn, deadline, "/v3/lease/revoke", req, &resp, NULL, err) == 0) {
         json_object_put(resp);
         return true;
@@ -316,7 +316,7 @@ static int64_t time_to_live(struct etcd_conn *conn, int64_t deadline, const char
     json_object *req = json_object_new_object();
     json_object_object_add(req, "ID", json_object_new_string(id));
     json_object *resp;
-    char err[LOCKER_ERR_MAX];
+    char err[BATON_LOCKER_ERR_MAX];
     if (call(conn, deadline, "/v3/lease/timetolive", req, &resp, NULL, err) != 0) return -1;
     int64_t t = etcd_int(resp, "TTL", -1);
     json_object_put(resp);
@@ -326,7 +326,7 @@ static int64_t time_to_live(struct etcd_conn *conn, int64_t deadline, const char
 /* A linearizable range of key: 1 present (*kv_out a new reference when
  * non-NULL), 0 absent, -1 error. */
 static int range_key(struct etcd_conn *conn, int64_t deadline, const char *key,
-                     json_object **kv_out, int64_t *rev, char err[LOCKER_ERR_MAX])
+                     json_object **kv_out, int64_t *rev, char err[BATON_LOCKER_ERR_MAX])
 {
     json_object *resp;
     if (call(conn, deadline, "/v3/kv/range", obj_key(key), &resp, NULL, err) != 0) return -1;
@@ -337,7 +337,7 @@ static int range_key(struct etcd_conn *conn, int64_t deadline, const char *key,
     return kv ? 1 : 0;
 }
 
-static bool ttl_ok(const char *what, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
+static bool ttl_ok(const char *what, const char *key, int64_t ttl_ms, char err[BATON_LOCKER_ERR_MAX])
 {
     if (ttl_ms % 1000 == 0 && ttl_ms >= MIN_TTL_MS) return true;
     errf(err,
@@ -438,39 +438,39 @@ static void revoke_stale(struct etcd_locker *el, const char *key)
 
 /* Advances whenever a lease-connection call failed on transport or moved to
  * another endpoint: the guard then verifies its lease (never 0). */
-static uint64_t etcd_generation(struct locker *l)
+static uint64_t etcd_generation(struct baton_locker *l)
 {
     return etcd_conn_breaks(((struct etcd_locker *)l)->lease) + 1;
 }
 
-static int etcd_try_lock(struct locker *l, const char *key, int64_t ttl_ms, struct lock_grant *out,
-                         char err[LOCKER_ERR_MAX])
+static int etcd_try_lock(struct baton_locker *l, const char *key, int64_t ttl_ms, struct baton_lock_grant *out,
+                         char err[BATON_LOCKER_ERR_MAX])
 {
     OP("lock", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
     memset(out, 0, sizeof *out);
-    if (!ttl_ok("lock", key, ttl_ms, err)) return LOCKER_ERR;
+    if (!ttl_ok("lock", key, ttl_ms, err)) return BATON_LOCKER_ERR;
     revoke_stale(el, key);
     int64_t deadline = deadline_of(el);
     json_object *kv = NULL;
     int present = range_key(el->lease, deadline, key, &kv, NULL, err);
-    if (present < 0) return LOCKER_ERR;
+    if (present < 0) return BATON_LOCKER_ERR;
     if (present == 1) {
         json_object *lease = get(kv, "lease");
         int64_t left = -1;
         if (lease) left = time_to_live(el->lease, deadline_of(el), json_object_get_string(lease));
         json_object_put(kv);
         out->held_pttl_ms = left > 0 ? left * 1000 : 0;
-        return LOCKER_HELD;
+        return BATON_LOCKER_HELD;
     }
     char token[RANDOM_TOKEN_LEN], id[24];
     if (random_token(token) != 0) {
         errf(err, "etcd locker: lock %s: no random token", key);
-        return LOCKER_ERR;
+        return BATON_LOCKER_ERR;
     }
     uint64_t gen = etcd_generation(&el->base);
     int64_t sent = 0;
-    if (grant(el->lease, deadline_of(el), ttl_ms / 1000, id, &sent, err) != 0) return LOCKER_ERR;
+    if (grant(el->lease, deadline_of(el), ttl_ms / 1000, id, &sent, err) != 0) return BATON_LOCKER_ERR;
     char *hkey = locker_subkey(key, "holder"), *ekey = locker_subkey(key, "epoch");
     json_object *ops = json_object_new_array();
     json_object_array_add(ops, op_put(key, token, strlen(token), id));
@@ -485,46 +485,46 @@ static int etcd_try_lock(struct locker *l, const char *key, int64_t ttl_ms, stru
         /* it may have run: revoking the lease deletes what it put */
         if (!lease_revoke(el->lease, deadline_of(el), id))
             held_add(el, key, token, id, ttl_ms / 1000, true);
-        return LOCKER_ERR;
+        return BATON_LOCKER_ERR;
     }
     bool ok = json_true(resp, "succeeded");
     int64_t rev = revision(resp);
     json_object_put(resp);
     if (!ok) {
         lease_revoke(el->lease, deadline_of(el), id);
-        return LOCKER_HELD;
+        return BATON_LOCKER_HELD;
     }
     if (rev <= 0) {
         errf(err, "etcd locker: lock %s: no revision in the answer", key);
         lease_revoke(el->lease, deadline_of(el), id);
-        return LOCKER_ERR;
+        return BATON_LOCKER_ERR;
     }
     held_add(el, key, token, id, ttl_ms / 1000, false);
     memcpy(out->token, token, sizeof out->token);
     out->epoch = (uint64_t)rev;
     out->sent_ms = sent;
     out->gen = gen;
-    return LOCKER_OK;
+    return BATON_LOCKER_OK;
 }
 
-/* Is key held with token? LOCKER_OK, LOCKER_LOST (err says why), LOCKER_ERR. */
+/* Is key held with token? BATON_LOCKER_OK, BATON_LOCKER_LOST (err says why), BATON_LOCKER_ERR. */
 static int confirm_token(struct etcd_conn *conn, int64_t deadline,
                          const char *what, const char *key, const char *token,
-                         char err[LOCKER_ERR_MAX])
+                         char err[BATON_LOCKER_ERR_MAX])
 {
     json_object *kv = NULL;
     int present = range_key(conn, deadline, key, &kv, NULL, err);
-    if (present < 0) return LOCKER_ERR;
+    if (present < 0) return BATON_LOCKER_ERR;
     if (present == 0) {
         errf(err, "etcd locker: %s %s: not held (expired or released)", what, key);
-        return LOCKER_LOST;
+        return BATON_LOCKER_LOST;
     }
     char v[RANDOM_TOKEN_LEN + 8];
     bool same = kv_value(kv, v, sizeof v, NULL) && strcmp(v, token) == 0;
     json_object_put(kv);
-    if (same) return LOCKER_OK;
+    if (same) return BATON_LOCKER_OK;
     errf(err, "etcd locker: %s %s: held with another token", what, key);
-    return LOCKER_LOST;
+    return BATON_LOCKER_LOST;
 }
 
 /* {"compare": [value(key) == token]} */
@@ -542,11 +542,11 @@ static json_object *cmp_token(const char *key, const char *token)
  * from the new grant's send time. */
 static int renew_moving(struct etcd_locker *el, const char *key, const char *token,
                         const char *old_id, int64_t ttl_s, int64_t deadline, int64_t *sent_ms,
-                        char err[LOCKER_ERR_MAX])
+                        char err[BATON_LOCKER_ERR_MAX])
 {
     char id[24];
     int64_t sent = 0;
-    if (grant(el->lease, deadline, ttl_s, id, &sent, err) != 0) return LOCKER_ERR;
+    if (grant(el->lease, deadline, ttl_s, id, &sent, err) != 0) return BATON_LOCKER_ERR;
     char *hkey = locker_subkey(key, "holder");
     json_object *ops = json_object_new_array();
     json_object_array_add(ops, op_put(key, token, strlen(token), id));
@@ -556,7 +556,7 @@ static int renew_moving(struct etcd_locker *el, const char *key, const char *tok
     if (call(el->lease, deadline, "/v3/kv/txn", txn(cmp_token(key, token), ops, NULL), &resp, NULL,
              err) != 0) {
         lease_revoke(el->lease, deadline_of(el), id); /* else it expires unused */
-        return LOCKER_ERR;
+        return BATON_LOCKER_ERR;
     }
     bool ok = json_true(resp, "succeeded");
     json_object_put(resp);
@@ -564,25 +564,25 @@ static int renew_moving(struct etcd_locker *el, const char *key, const char *tok
         lease_revoke(el->lease, deadline_of(el), id);
         held_do(el, key, token, HELD_STALE, NULL, NULL);
         errf(err, "etcd locker: renew %s: not held with this token (expired or released)", key);
-        return LOCKER_LOST;
+        return BATON_LOCKER_LOST;
     }
     held_move(el, key, token, id, ttl_s);
     lease_revoke(el->lease, deadline_of(el), old_id); /* nothing is attached to it any more */
     *sent_ms = sent;
-    return LOCKER_OK;
+    return BATON_LOCKER_OK;
 }
 
-static int etcd_renew(struct locker *l, const char *key, const char *token, int64_t ttl_ms,
-                      int64_t *sent_ms, char err[LOCKER_ERR_MAX])
+static int etcd_renew(struct baton_locker *l, const char *key, const char *token, int64_t ttl_ms,
+                      int64_t *sent_ms, char err[BATON_LOCKER_ERR_MAX])
 {
     OP("renew", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
-    if (!ttl_ok("renew", key, ttl_ms, err)) return LOCKER_ERR;
+    if (!ttl_ok("renew", key, ttl_ms, err)) return BATON_LOCKER_ERR;
     char id[24];
     int64_t ttl_s = 0;
     if (!held_do(el, key, token, HELD_GET, id, &ttl_s)) {
         errf(err, "etcd locker: renew %s: not acquired by this process", key);
-        return LOCKER_LOST;
+        return BATON_LOCKER_LOST;
     }
     int64_t deadline = deadline_of(el);
     if (ttl_s != ttl_ms / 1000)
@@ -591,29 +591,29 @@ static int etcd_renew(struct locker *l, const char *key, const char *token, int6
     json_object_object_add(req, "ID", json_object_new_string(id));
     json_object *resp;
     if (call(el->lease, deadline, "/v3/lease/keepalive", req, &resp, sent_ms, err) != 0)
-        return LOCKER_ERR;
+        return BATON_LOCKER_ERR;
     json_object *res = get(resp, "result");
     json_object *e = get(resp, "error");
     int64_t left = etcd_int(res, "TTL", 0);
     if (e != NULL) {
         errf(err, "etcd locker: renew %s: %.150s", key, json_object_get_string(e));
         json_object_put(resp);
-        return LOCKER_ERR;
+        return BATON_LOCKER_ERR;
     }
     json_object_put(resp);
     if (left <= 0) {
         errf(err, "etcd locker: renew %s: lease %s expired", key, id);
         held_do(el, key, token, HELD_STALE, NULL, NULL);
-        return LOCKER_LOST;
+        return BATON_LOCKER_LOST;
     }
     /* the lease runs again from *sent_ms; the key must still be ours */
     int rc = confirm_token(el->lease, deadline, "renew", key, token, err);
-    if (rc == LOCKER_LOST) held_do(el, key, token, HELD_STALE, NULL, NULL);
+    if (rc == BATON_LOCKER_LOST) held_do(el, key, token, HELD_STALE, NULL, NULL);
     return rc;
 }
 
-static int etcd_unlock(struct locker *l, const char *key, const char *token,
-                       char err[LOCKER_ERR_MAX])
+static int etcd_unlock(struct baton_locker *l, const char *key, const char *token,
+                       char err[BATON_LOCKER_ERR_MAX])
 {
     OP("unlock", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
@@ -626,15 +626,15 @@ static int etcd_unlock(struct locker *l, const char *key, const char *token,
     free(hkey);
     json_object *t = txn(cmp_token(key, token), ops, arr1(op_range(key)));
     json_object *resp;
-    int rc = LOCKER_ERR;
+    int rc = BATON_LOCKER_ERR;
     if (call(el->lease, deadline_of(el), "/v3/kv/txn", t, &resp, NULL, err) == 0) {
         if (json_true(resp, "succeeded")) {
-            rc = LOCKER_OK;
+            rc = BATON_LOCKER_OK;
         } else {
             bool other = first_kv(txn_range(resp, 0)) != NULL;
             errf(err, "etcd locker: unlock %s: %s", key,
                  other ? "held with another token" : "not held (expired or released)");
-            rc = LOCKER_MISMATCH;
+            rc = BATON_LOCKER_MISMATCH;
         }
         json_object_put(resp);
     }
@@ -649,13 +649,13 @@ static int etcd_unlock(struct locker *l, const char *key, const char *token,
     return rc;
 }
 
-static int etcd_check(struct locker *l, const char *key, const char *token,
-                      char err[LOCKER_ERR_MAX])
+static int etcd_check(struct baton_locker *l, const char *key, const char *token,
+                      char err[BATON_LOCKER_ERR_MAX])
 {
     OP("check", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
     int rc = confirm_token(el->lease, deadline_of(el), "check", key, token, err);
-    if (rc == LOCKER_LOST) held_do(el, key, token, HELD_STALE, NULL, NULL);
+    if (rc == BATON_LOCKER_LOST) held_do(el, key, token, HELD_STALE, NULL, NULL);
     return rc;
 }
 
@@ -748,7 +748,7 @@ static void stream_start(struct etcd_locker *el, CURLM *m, struct watch_key *w)
     json_object *req = json_object_new_object();
     json_object *cr = obj_key(w->key);
     json_object_object_add(req, "create_request", cr);
-    char err[LOCKER_ERR_MAX];
+    char err[BATON_LOCKER_ERR_MAX];
     struct curl_slist *h = NULL;
     if (etcd_conn_prepare_stream(el->watch, e,  "/v3/watch",
                                  json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN), &h,
@@ -828,7 +828,7 @@ static void watch_ensure(struct etcd_locker *el, const char *key)
     pthread_mutex_unlock(&el->w_mu);
 }
 
-static uint64_t etcd_release_seq(struct locker *l, const char *key)
+static uint64_t etcd_release_seq(struct baton_locker *l, const char *key)
 {
     struct etcd_locker *el = (struct etcd_locker *)l;
     watch_ensure(el, key);
@@ -843,7 +843,7 @@ static uint64_t etcd_release_seq(struct locker *l, const char *key)
     return seq;
 }
 
-static bool etcd_wait_release(struct locker *l, const char *key, uint64_t seen, int64_t timeout_ms)
+static bool etcd_wait_release(struct baton_locker *l, const char *key, uint64_t seen, int64_t timeout_ms)
 {
     struct etcd_locker *el = (struct etcd_locker *)l;
     watch_ensure(el, key);
@@ -859,32 +859,32 @@ static bool etcd_wait_release(struct locker *l, const char *key, uint64_t seen, 
 
 /* ---- side connection: claim, holder, ping, shared state, inspect ----------------- */
 
-static int etcd_claim(struct locker *l, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
+static int etcd_claim(struct baton_locker *l, const char *key, int64_t ttl_ms, char err[BATON_LOCKER_ERR_MAX])
 {
     OP("claim", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
     int present = range_key(el->side, deadline_of(el), key, NULL, NULL, err);
-    if (present < 0) return LOCKER_ERR;
-    if (present == 1) return LOCKER_HELD;
+    if (present < 0) return BATON_LOCKER_ERR;
+    if (present == 1) return BATON_LOCKER_HELD;
     char id[24];
     if (grant(el->side, deadline_of(el), (ttl_ms + 999) / 1000, id, NULL, err) != 0)
-        return LOCKER_ERR;
+        return BATON_LOCKER_ERR;
     json_object *t = txn(arr1(cmp(key, "CREATE", "create_revision", json_object_new_string("0"))),
                          arr1(op_put(key, el->holder, strlen(el->holder), id)), NULL);
     json_object *resp;
     if (call(el->side, deadline_of(el), "/v3/kv/txn", t, &resp, NULL, err) != 0) {
         /* it may have run: the claim then holds for its ttl, as it should */
-        return LOCKER_ERR;
+        return BATON_LOCKER_ERR;
     }
     bool ok = json_true(resp, "succeeded");
     json_object_put(resp);
-    if (ok) return LOCKER_OK;
+    if (ok) return BATON_LOCKER_OK;
     lease_revoke(el->side, deadline_of(el), id);
-    return LOCKER_HELD;
+    return BATON_LOCKER_HELD;
 }
 
-static int etcd_holder(struct locker *l, const char *key, char *buf, size_t len,
-                       char err[LOCKER_ERR_MAX])
+static int etcd_holder(struct baton_locker *l, const char *key, char *buf, size_t len,
+                       char err[BATON_LOCKER_ERR_MAX])
 {
     OP("holder of", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
@@ -892,36 +892,36 @@ static int etcd_holder(struct locker *l, const char *key, char *buf, size_t len,
     json_object *kv = NULL;
     int present = range_key(el->side, deadline_of(el), hkey, &kv, NULL, err);
     free(hkey);
-    if (present < 0) return LOCKER_ERR;
-    if (present == 0) return LOCKER_LOST;
+    if (present < 0) return BATON_LOCKER_ERR;
+    if (present == 0) return BATON_LOCKER_LOST;
     if (!kv_value(kv, buf, len, NULL)) snprintf(buf, len, "?");
     json_object_put(kv);
-    return LOCKER_OK;
+    return BATON_LOCKER_OK;
 }
 
 /* Readiness: the member answers and knows a leader (a member cut off from
  * its quorum has none). */
-static int etcd_ping(struct locker *l, char err[LOCKER_ERR_MAX])
+static int etcd_ping(struct baton_locker *l, char err[BATON_LOCKER_ERR_MAX])
 {
     OP("ping", NULL);
     struct etcd_locker *el = (struct etcd_locker *)l;
     json_object *resp;
     if (call(el->side, deadline_of(el), "/v3/maintenance/status", json_object_new_object(), &resp,
              NULL, err) != 0)
-        return LOCKER_ERR;
+        return BATON_LOCKER_ERR;
     int64_t leader = etcd_int(resp, "leader", 0);
     json_object_put(resp);
-    if (leader != 0) return LOCKER_OK;
+    if (leader != 0) return BATON_LOCKER_OK;
     char ep[256];
     etcd_conn_endpoint(el->side, ep, sizeof ep);
     errf(err, "etcd %s: the member has no leader (quorum lost?)", ep);
-    return LOCKER_ERR;
+    return BATON_LOCKER_ERR;
 }
 
 /* A lease for shared values of ttl_s seconds, reused for writes within a
  * quarter of its life (side connection, held_mu taken here). */
 static int shared_lease(struct etcd_locker *el, int64_t ttl_s, char id[24], bool fresh,
-                        char err[LOCKER_ERR_MAX])
+                        char err[BATON_LOCKER_ERR_MAX])
 {
     int64_t now = clock_boot_ms();
     pthread_mutex_lock(&el->held_mu);
@@ -947,15 +947,15 @@ static int shared_lease(struct etcd_locker *el, int64_t ttl_s, char id[24], bool
     return 0;
 }
 
-static int etcd_fenced_set(struct locker *l, const char *key, const char *name, uint64_t epoch,
-                           const char *value, size_t len, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
+static int etcd_fenced_set(struct baton_locker *l, const char *key, const char *name, uint64_t epoch,
+                           const char *value, size_t len, int64_t ttl_ms, char err[BATON_LOCKER_ERR_MAX])
 {
     struct etcd_locker *el = (struct etcd_locker *)l;
     char *ekey = locker_subkey(key, "epoch"), *vkey = locker_subkey(key, name);
     OP("fenced write", vkey);
     char ep[24];
     snprintf(ep, sizeof ep, "%llu", (unsigned long long)epoch);
-    int rc = LOCKER_ERR;
+    int rc = BATON_LOCKER_ERR;
     for (int attempt = 0; attempt < 2; attempt++) {
         char id[24];
         if (shared_lease(el, (ttl_ms + 999) / 1000, id, attempt > 0, err) != 0) break;
@@ -969,10 +969,10 @@ static int etcd_fenced_set(struct locker *l, const char *key, const char *name, 
         bool ok = json_true(resp, "succeeded");
         json_object_put(resp);
         if (ok) {
-            rc = LOCKER_OK;
+            rc = BATON_LOCKER_OK;
         } else {
             errf(err, "etcd locker: fenced write %s: epoch %s superseded", vkey, ep);
-            rc = LOCKER_LOST;
+            rc = BATON_LOCKER_LOST;
         }
         break;
     }
@@ -981,22 +981,22 @@ static int etcd_fenced_set(struct locker *l, const char *key, const char *name, 
     return rc;
 }
 
-static int etcd_shared_get(struct locker *l, const char *key, const char *name, char *buf,
-                           size_t len, char err[LOCKER_ERR_MAX])
+static int etcd_shared_get(struct baton_locker *l, const char *key, const char *name, char *buf,
+                           size_t len, char err[BATON_LOCKER_ERR_MAX])
 {
     struct etcd_locker *el = (struct etcd_locker *)l;
     char *vkey = locker_subkey(key, name);
     OP("shared read", vkey);
     json_object *kv = NULL;
     int present = range_key(el->side, deadline_of(el), vkey, &kv, NULL, err);
-    int rc = LOCKER_ERR;
+    int rc = BATON_LOCKER_ERR;
     if (present == 0) {
         errf(err, "etcd locker: shared read %s: not set (or expired)", vkey);
-        rc = LOCKER_LOST;
+        rc = BATON_LOCKER_LOST;
     } else if (present == 1) {
         size_t n = 0;
         if (kv_value(kv, buf, len, &n)) {
-            rc = LOCKER_OK;
+            rc = BATON_LOCKER_OK;
         } else {
             errf(err, "etcd locker: shared read %s: value does not fit the buffer of %zu bytes",
                  vkey, len);
@@ -1007,8 +1007,8 @@ static int etcd_shared_get(struct locker *l, const char *key, const char *name, 
     return rc;
 }
 
-static int etcd_inspect(struct locker *l, const char *key, struct lock_info *info,
-                        char err[LOCKER_ERR_MAX])
+static int etcd_inspect(struct baton_locker *l, const char *key, struct baton_lock_info *info,
+                        char err[BATON_LOCKER_ERR_MAX])
 {
     OP("inspect", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
@@ -1021,7 +1021,7 @@ static int etcd_inspect(struct locker *l, const char *key, struct lock_info *inf
     free(ekey);
     json_object *resp;
     if (call(el->side, deadline_of(el), "/v3/kv/txn", txn(NULL, ops, NULL), &resp, NULL, err) != 0)
-        return LOCKER_ERR;
+        return BATON_LOCKER_ERR;
     json_object *kv = first_kv(txn_range(resp, 0)), *hkv = first_kv(txn_range(resp, 1)),
                 *ekv = first_kv(txn_range(resp, 2));
     info->held = kv != NULL;
@@ -1035,15 +1035,15 @@ static int etcd_inspect(struct locker *l, const char *key, struct lock_info *inf
         int64_t t = time_to_live(el->side, deadline_of(el), lease);
         info->ttl_ms = t >= 0 ? t * 1000 : -1;
     }
-    return LOCKER_OK;
+    return BATON_LOCKER_OK;
 }
 
-static void etcd_where(struct locker *l, char *buf, size_t len)
+static void etcd_where(struct baton_locker *l, char *buf, size_t len)
 {
     etcd_conn_endpoint(((struct etcd_locker *)l)->lease, buf, len);
 }
 
-static void etcd_destroy(struct locker *l)
+static void etcd_destroy(struct baton_locker *l)
 {
     struct etcd_locker *el = (struct etcd_locker *)l;
     atomic_store(&el->w_stop, true);
@@ -1092,7 +1092,7 @@ static const struct locker_ops etcd_ops = {
     .where = etcd_where,
 };
 
-struct locker *locker_etcd_create(const struct etcd_opts *opts, char err[LOCKER_ERR_MAX])
+struct baton_locker *baton_locker_etcd_create(const struct baton_etcd_opts *opts, char err[BATON_LOCKER_ERR_MAX])
 {
     err[0] = '\0';
     struct etcd_locker *el = xcalloc(1, sizeof *el);
@@ -1106,9 +1106,9 @@ struct locker *locker_etcd_create(const struct etcd_opts *opts, char err[LOCKER_
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&el->w_cv, &ca);
     pthread_condattr_destroy(&ca);
-    el->lease = etcd_conn_create(opts, "lease", err, LOCKER_ERR_MAX);
-    el->side = el->lease ? etcd_conn_create(opts, "side", err, LOCKER_ERR_MAX) : NULL;
-    el->watch = el->side ? etcd_conn_create(opts, "watch", err, LOCKER_ERR_MAX) : NULL;
+    el->lease = etcd_conn_create(opts, "lease", err, BATON_LOCKER_ERR_MAX);
+    el->side = el->lease ? etcd_conn_create(opts, "side", err, BATON_LOCKER_ERR_MAX) : NULL;
+    el->watch = el->side ? etcd_conn_create(opts, "watch", err, BATON_LOCKER_ERR_MAX) : NULL;
     if (el->watch == NULL) {
         etcd_destroy(&el->base);
         return NULL;
@@ -1118,7 +1118,7 @@ struct locker *locker_etcd_create(const struct etcd_opts *opts, char err[LOCKER_
      * password may be mended while baton runs (a member coming up, auth
      * being rolled out), so every call reports it and is retried. */
     json_object *resp;
-    char cerr[LOCKER_ERR_MAX];
+    char cerr[BATON_LOCKER_ERR_MAX];
     json_object *req = json_object_new_object();
     int rc = etcd_call(el->side, "/v3/maintenance/status", req, &resp, NULL, NULL, cerr, sizeof cerr);
     json_object_put(req);

@@ -51,7 +51,7 @@ struct local_chan {
 };
 
 struct local_locker {
-    struct locker base;
+    struct baton_locker base;
     pthread_mutex_t mu;
     pthread_cond_t cv; /* CLOCK_MONOTONIC */
     struct local_entry *buckets[LOCAL_BUCKETS];
@@ -179,7 +179,7 @@ static int64_t epoch_ttl_ms(int64_t ttl_ms)
     return ttl_ms > EPOCH_KEY_MIN_TTL_MS / 2 ? ttl_ms * 2 : EPOCH_KEY_MIN_TTL_MS;
 }
 
-/* Takes key for ttl_ms with token unless a live entry holds it (LOCKER_HELD,
+/* Takes key for ttl_ms with token unless a live entry holds it (BATON_LOCKER_HELD,
  * *held_pttl_ms set). With epoch != NULL, also advances the epoch and records
  * it as "<key>:epoch". */
 static int acquire(struct local_locker *ll, const char *key, int64_t ttl_ms, const char *token,
@@ -195,7 +195,7 @@ static int acquire(struct local_locker *ll, const char *key, int64_t ttl_ms, con
         *held_pttl_ms = held->expires_ms - now;
         pthread_mutex_unlock(&ll->mu);
         free(ekey);
-        return LOCKER_HELD;
+        return BATON_LOCKER_HELD;
     }
     struct local_entry *e = xcalloc(1, sizeof *e);
     e->key = xstrdup(key);
@@ -216,23 +216,23 @@ static int acquire(struct local_locker *ll, const char *key, int64_t ttl_ms, con
         value_put(ll, ekey, dec, (size_t)n, now + epoch_ttl_ms(ttl_ms), now); /* takes ekey */
     }
     pthread_mutex_unlock(&ll->mu);
-    return LOCKER_OK;
+    return BATON_LOCKER_OK;
 }
 
-static int local_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
-                          struct lock_grant *out, char err[LOCKER_ERR_MAX])
+static int local_try_lock(struct baton_locker *l, const char *key, int64_t ttl_ms,
+                          struct baton_lock_grant *out, char err[BATON_LOCKER_ERR_MAX])
 {
     struct local_locker *ll = (struct local_locker *)l;
     char token[RANDOM_TOKEN_LEN];
     if (random_token(token) != 0) {
-        snprintf(err, LOCKER_ERR_MAX, "local locker: no randomness for a token (%s)", key);
-        return LOCKER_ERR;
+        snprintf(err, BATON_LOCKER_ERR_MAX, "local locker: no randomness for a token (%s)", key);
+        return BATON_LOCKER_ERR;
     }
     uint64_t epoch = 0;
     int64_t now = 0, pttl = 0;
-    if (acquire(ll, key, ttl_ms, token, &epoch, &now, &pttl) == LOCKER_HELD) {
+    if (acquire(ll, key, ttl_ms, token, &epoch, &now, &pttl) == BATON_LOCKER_HELD) {
         if (out) out->held_pttl_ms = pttl;
-        return LOCKER_HELD;
+        return BATON_LOCKER_HELD;
     }
     if (out != NULL) {
         memcpy(out->token, token, sizeof token);
@@ -241,45 +241,45 @@ static int local_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
         out->gen = 0; /* no connection: nothing can break between calls */
         out->held_pttl_ms = 0;
     }
-    return LOCKER_OK;
+    return BATON_LOCKER_OK;
 }
 
 /* One-shot claim (OnceGuard): a plain entry, no epoch record. */
-static int local_claim(struct locker *l, const char *key, int64_t ttl_ms,
-                       char err[LOCKER_ERR_MAX])
+static int local_claim(struct baton_locker *l, const char *key, int64_t ttl_ms,
+                       char err[BATON_LOCKER_ERR_MAX])
 {
     struct local_locker *ll = (struct local_locker *)l;
     char token[RANDOM_TOKEN_LEN];
     if (random_token(token) != 0) {
-        snprintf(err, LOCKER_ERR_MAX, "local locker: no randomness for a token (%s)", key);
-        return LOCKER_ERR;
+        snprintf(err, BATON_LOCKER_ERR_MAX, "local locker: no randomness for a token (%s)", key);
+        return BATON_LOCKER_ERR;
     }
-    int64_t now = 0, pttl = 0; /* key and ttl checked by locker_claim */
+    int64_t now = 0, pttl = 0; /* key and ttl checked by baton_locker_claim */
     return acquire(ll, key, ttl_ms, token, NULL, &now, &pttl);
 }
 
-static int local_unlock(struct locker *l, const char *key, const char *token,
-                        char err[LOCKER_ERR_MAX])
+static int local_unlock(struct baton_locker *l, const char *key, const char *token,
+                        char err[BATON_LOCKER_ERR_MAX])
 {
     struct local_locker *ll = (struct local_locker *)l;
     pthread_mutex_lock(&ll->mu);
     int64_t now = clock_boot_ms();
     struct local_entry *e = find_live(ll, key, now);
-    int rc = LOCKER_MISMATCH;
+    int rc = BATON_LOCKER_MISMATCH;
     if (e != NULL && strcmp(e->token, token) == 0) {
         remove_entry(ll, e);
-        rc = LOCKER_OK;
+        rc = BATON_LOCKER_OK;
     }
     sweep(ll, now);
     pthread_mutex_unlock(&ll->mu);
-    if (rc == LOCKER_MISMATCH)
-        snprintf(err, LOCKER_ERR_MAX, "local locker: %s is %s", key,
+    if (rc == BATON_LOCKER_MISMATCH)
+        snprintf(err, BATON_LOCKER_ERR_MAX, "local locker: %s is %s", key,
                  e ? "held with another token" : "not held");
     return rc;
 }
 
-static int local_renew(struct locker *l, const char *key, const char *token, int64_t ttl_ms,
-                       int64_t *sent_ms, char err[LOCKER_ERR_MAX])
+static int local_renew(struct baton_locker *l, const char *key, const char *token, int64_t ttl_ms,
+                       int64_t *sent_ms, char err[BATON_LOCKER_ERR_MAX])
 {
     struct local_locker *ll = (struct local_locker *)l;
     char *ekey = locker_subkey(key, "epoch");
@@ -287,31 +287,31 @@ static int local_renew(struct locker *l, const char *key, const char *token, int
     int64_t now = clock_boot_ms();
     *sent_ms = now;
     struct local_entry *e = find_live(ll, key, now);
-    int rc = LOCKER_LOST;
+    int rc = BATON_LOCKER_LOST;
     if (e != NULL && strcmp(e->token, token) == 0) {
         e->expires_ms = now + ttl_ms;
         /* the epoch record never expires while the lease is renewed */
         struct local_value *ev = value_find(ll, ekey, now);
         if (ev != NULL) ev->expires_ms = now + epoch_ttl_ms(ttl_ms);
-        rc = LOCKER_OK;
+        rc = BATON_LOCKER_OK;
     }
     pthread_mutex_unlock(&ll->mu);
     free(ekey);
-    if (rc == LOCKER_LOST)
-        snprintf(err, LOCKER_ERR_MAX, "local locker: %s is %s", key,
+    if (rc == BATON_LOCKER_LOST)
+        snprintf(err, BATON_LOCKER_ERR_MAX, "local locker: %s is %s", key,
                  e ? "held with another token" : "gone");
     return rc;
 }
 
-static int local_check(struct locker *l, const char *key, const char *token,
-                       char err[LOCKER_ERR_MAX])
+static int local_check(struct baton_locker *l, const char *key, const char *token,
+                       char err[BATON_LOCKER_ERR_MAX])
 {
     struct local_locker *ll = (struct local_locker *)l;
     pthread_mutex_lock(&ll->mu);
     struct local_entry *e = find_live(ll, key, clock_boot_ms());
-    int rc = (e != NULL && strcmp(e->token, token) == 0) ? LOCKER_OK : LOCKER_LOST;
+    int rc = (e != NULL && strcmp(e->token, token) == 0) ? BATON_LOCKER_OK : BATON_LOCKER_LOST;
     pthread_mutex_unlock(&ll->mu);
-    if (rc == LOCKER_LOST) snprintf(err, LOCKER_ERR_MAX, "local locker: %s not held by us", key);
+    if (rc == BATON_LOCKER_LOST) snprintf(err, BATON_LOCKER_ERR_MAX, "local locker: %s not held by us", key);
     return rc;
 }
 
@@ -329,7 +329,7 @@ static struct local_chan *chan_find(struct local_locker *ll, const char *key, bo
     return c;
 }
 
-static int local_announce(struct locker *l, const char *key, char err[LOCKER_ERR_MAX])
+static int local_announce(struct baton_locker *l, const char *key, char err[BATON_LOCKER_ERR_MAX])
 {
     struct local_locker *ll = (struct local_locker *)l;
     pthread_mutex_lock(&ll->mu);
@@ -339,10 +339,10 @@ static int local_announce(struct locker *l, const char *key, char err[LOCKER_ERR
         pthread_cond_broadcast(&ll->cv);
     }
     pthread_mutex_unlock(&ll->mu);
-    return LOCKER_OK;
+    return BATON_LOCKER_OK;
 }
 
-static uint64_t local_release_seq(struct locker *l, const char *key)
+static uint64_t local_release_seq(struct baton_locker *l, const char *key)
 {
     struct local_locker *ll = (struct local_locker *)l;
     pthread_mutex_lock(&ll->mu);
@@ -351,7 +351,7 @@ static uint64_t local_release_seq(struct locker *l, const char *key)
     return seq;
 }
 
-static bool local_wait_release(struct locker *l, const char *key, uint64_t seen,
+static bool local_wait_release(struct baton_locker *l, const char *key, uint64_t seen,
                                int64_t timeout_ms)
 {
     struct local_locker *ll = (struct local_locker *)l;
@@ -365,14 +365,14 @@ static bool local_wait_release(struct locker *l, const char *key, uint64_t seen,
     return changed;
 }
 
-static int local_ping(struct locker *l, char err[LOCKER_ERR_MAX])
+static int local_ping(struct baton_locker *l, char err[BATON_LOCKER_ERR_MAX])
 {
-    return LOCKER_OK; /* in process: always reachable */
+    return BATON_LOCKER_OK; /* in process: always reachable */
 }
 
-static int local_fenced_set(struct locker *l, const char *key, const char *name, uint64_t epoch,
+static int local_fenced_set(struct baton_locker *l, const char *key, const char *name, uint64_t epoch,
                             const char *value, size_t len, int64_t ttl_ms,
-                            char err[LOCKER_ERR_MAX])
+                            char err[BATON_LOCKER_ERR_MAX])
 {
     struct local_locker *ll = (struct local_locker *)l;
     char *ekey = locker_subkey(key, "epoch");
@@ -392,25 +392,25 @@ static int local_fenced_set(struct locker *l, const char *key, const char *name,
         snprintf(current, sizeof current, "%.*s", (int)(ev->len < 23 ? ev->len : 23), ev->data);
     }
     pthread_mutex_unlock(&ll->mu);
-    int rc = LOCKER_OK;
+    int rc = BATON_LOCKER_OK;
     if (!fenced_ok) {
         if (current[0])
-            snprintf(err, LOCKER_ERR_MAX,
+            snprintf(err, BATON_LOCKER_ERR_MAX,
                      "local locker: fenced write %s:%s: epoch %s is not current (%s is)", key,
                      name, dec, current);
         else
-            snprintf(err, LOCKER_ERR_MAX,
+            snprintf(err, BATON_LOCKER_ERR_MAX,
                      "local locker: fenced write %s:%s: epoch %s is gone (no epoch recorded)",
                      key, name, dec);
-        rc = LOCKER_LOST;
+        rc = BATON_LOCKER_LOST;
     }
     free(vkey);
     free(ekey);
     return rc;
 }
 
-static int local_shared_get(struct locker *l, const char *key, const char *name, char *buf,
-                            size_t len, char err[LOCKER_ERR_MAX])
+static int local_shared_get(struct baton_locker *l, const char *key, const char *name, char *buf,
+                            size_t len, char err[BATON_LOCKER_ERR_MAX])
 {
     struct local_locker *ll = (struct local_locker *)l;
     char *vkey = locker_subkey(key, name);
@@ -419,27 +419,27 @@ static int local_shared_get(struct locker *l, const char *key, const char *name,
     pthread_mutex_lock(&ll->mu);
     struct local_value *v = value_find(ll, vkey, clock_boot_ms());
     if (v == NULL) {
-        rc = LOCKER_LOST;
+        rc = BATON_LOCKER_LOST;
     } else if (v->len >= len) {
         have = v->len;
-        rc = LOCKER_ERR;
+        rc = BATON_LOCKER_ERR;
     } else {
         memcpy(buf, v->data, v->len);
         buf[v->len] = '\0';
-        rc = LOCKER_OK;
+        rc = BATON_LOCKER_OK;
     }
     pthread_mutex_unlock(&ll->mu);
-    if (rc == LOCKER_LOST)
-        snprintf(err, LOCKER_ERR_MAX, "local locker: %s is not set (or expired)", vkey);
-    else if (rc == LOCKER_ERR)
-        snprintf(err, LOCKER_ERR_MAX,
+    if (rc == BATON_LOCKER_LOST)
+        snprintf(err, BATON_LOCKER_ERR_MAX, "local locker: %s is not set (or expired)", vkey);
+    else if (rc == BATON_LOCKER_ERR)
+        snprintf(err, BATON_LOCKER_ERR_MAX,
                  "local locker: %s: value of %zu bytes exceeds the buffer of %zu (NUL included)",
                  vkey, have, len);
     free(vkey);
     return rc;
 }
 
-static void local_destroy(struct locker *l)
+static void local_destroy(struct baton_locker *l)
 {
     struct local_locker *ll = (struct local_locker *)l;
     for (int i = 0; i < LOCAL_BUCKETS; i++) {
@@ -486,7 +486,7 @@ static const struct locker_ops local_ops = {
     .shared_get = local_shared_get,
 };
 
-struct locker *locker_local_create(void)
+struct baton_locker *baton_locker_local_create(void)
 {
     struct local_locker *ll = xcalloc(1, sizeof *ll);
     ll->base.ops = &local_ops;

@@ -5,7 +5,7 @@
  * - Lease connection (one redisContext under lease.mu): try_lock, renew,
  *   unlock, check and announce_release only, so nothing else can delay lease
  *   traffic. A command that finds it broken (no reply, I/O error, timeout)
- *   frees it, bumps the generation and returns LOCKER_ERR with the reason;
+ *   frees it, bumps the generation and returns BATON_LOCKER_ERR with the reason;
  *   the next call reconnects (and bumps the generation again). Acquire,
  *   unlock, renew and check are Lua scripts, loaded on each connect in one
  *   pipelined round trip and called by EVALSHA, falling back to EVAL (and
@@ -177,8 +177,8 @@ struct rconn {
 };
 
 struct redis_locker {
-    struct locker base;
-    struct redis_opts opts;
+    struct baton_locker base;
+    struct baton_redis_opts opts;
     char where[128];
     char holder[128]; /* "host pid N": who holds a lock, for `baton status` */
     /* the value of this locker's claims: the holder and a token of this
@@ -208,9 +208,9 @@ struct redis_locker {
 /* ---- blocking connections -------------------------------------------------- */
 
 static void conn_broken(struct redis_locker *rl, struct rconn *cn, const char *what,
-                        char err[LOCKER_ERR_MAX])
+                        char err[BATON_LOCKER_ERR_MAX])
 {
-    snprintf(err, LOCKER_ERR_MAX, "redis %s: %s: %.100s", rl->where, what,
+    snprintf(err, BATON_LOCKER_ERR_MAX, "redis %s: %s: %.100s", rl->where, what,
              cn->c && cn->c->errstr[0] ? cn->c->errstr : "connection lost");
     long long suppressed = 0;
     if (log_ratelimit_ok(&cn->rl_break, 2000, &suppressed))
@@ -282,13 +282,13 @@ static void load_scripts(struct redis_locker *rl, struct rconn *cn)
         freeReplyObject(r);
     }
     if (!ok) {
-        char err[LOCKER_ERR_MAX];
+        char err[BATON_LOCKER_ERR_MAX];
         conn_broken(rl, cn, "SCRIPT LOAD", err);
     }
 }
 
 /* cn->mu held. Each connection names itself and loads its scripts. */
-static bool ensure_conn(struct redis_locker *rl, struct rconn *cn, char err[LOCKER_ERR_MAX])
+static bool ensure_conn(struct redis_locker *rl, struct rconn *cn, char err[BATON_LOCKER_ERR_MAX])
 {
     uint64_t sw = redis_sentinel_watch_count(rl->watch);
     if (cn->c && sw != cn->switch_seen) {
@@ -299,7 +299,7 @@ static bool ensure_conn(struct redis_locker *rl, struct rconn *cn, char err[LOCK
         if (cn == &rl->lease) atomic_fetch_add(&rl->generation, 1);
     }
     if (cn->c) return true;
-    cn->c = redis_conn_open(&rl->opts, err, LOCKER_ERR_MAX);
+    cn->c = redis_conn_open(&rl->opts, err, BATON_LOCKER_ERR_MAX);
     if (cn->c == NULL) return false;
     cn->switch_seen = sw;
     if (cn == &rl->lease) atomic_fetch_add(&rl->generation, 1);
@@ -308,7 +308,7 @@ static bool ensure_conn(struct redis_locker *rl, struct rconn *cn, char err[LOCK
     cn->ever_connected = true;
     load_scripts(rl, cn);
     if (cn->c == NULL) {
-        snprintf(err, LOCKER_ERR_MAX, "redis %s: %s connection lost while setting it up",
+        snprintf(err, BATON_LOCKER_ERR_MAX, "redis %s: %s connection lost while setting it up",
                  rl->where, cn->role);
         return false;
     }
@@ -317,26 +317,26 @@ static bool ensure_conn(struct redis_locker *rl, struct rconn *cn, char err[LOCK
 
 /* snprintf into err, truncating quietly: error messages may be cut short
  * (long keys), never overflow. */
-static void errf(char err[LOCKER_ERR_MAX], const char *fmt, ...)
+static void errf(char err[BATON_LOCKER_ERR_MAX], const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-static void errf(char err[LOCKER_ERR_MAX], const char *fmt, ...)
+static void errf(char err[BATON_LOCKER_ERR_MAX], const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, LOCKER_ERR_MAX, fmt, ap);
+    vsnprintf(err, BATON_LOCKER_ERR_MAX, fmt, ap);
     va_end(ap);
 }
 
 /* err = "redis <where>: <label>: <rest>" for an err "redis <where>: <rest>"
  * (a failed connect) that does not name label yet. */
-static void err_label(struct redis_locker *rl, const char *label, char err[LOCKER_ERR_MAX])
+static void err_label(struct redis_locker *rl, const char *label, char err[BATON_LOCKER_ERR_MAX])
 {
     char prefix[160];
     int pl = snprintf(prefix, sizeof prefix, "redis %s: ", rl->where);
     if (pl < 0 || (size_t)pl >= sizeof prefix) return;
     const char *rest = strncmp(err, prefix, (size_t)pl) == 0 ? err + pl : err;
     if (strncmp(rest, label, strlen(label)) == 0) return;
-    char tmp[LOCKER_ERR_MAX];
+    char tmp[BATON_LOCKER_ERR_MAX];
     snprintf(tmp, sizeof tmp, "%s", rest);
     errf(err, "%s%s: %s", prefix, label, tmp);
 }
@@ -366,7 +366,7 @@ static void script_line(int idx, const char *reply, char *out, size_t len)
 /* Runs script idx on cn (cn->mu held: the lease connection, or the side
  * connection for its own scripts) with the given keys and args (kalen: their
  * lengths, binary safe; NULL = C strings). Returns the reply (never an error
- * reply: those become LOCKER_ERR with the reason in err) or NULL. Errors read
+ * reply: those become BATON_LOCKER_ERR with the reason in err) or NULL. Errors read
  * "redis <where>: <what> <subject>: <reason>"; subject NULL = what names the
  * key itself, and then a failed connect names it too. Just before the request
  * that produced the reply is sent, *sent (may be NULL) receives
@@ -376,14 +376,14 @@ static void script_line(int idx, const char *reply, char *out, size_t len)
 static redisReply *run_script_on(struct redis_locker *rl, struct rconn *cn, int idx, int nkeys,
                                  int nargs, const char **ka, const size_t *kalen,
                                  const char *what, const char *subject, int64_t *sent,
-                                 uint64_t *gen, bool *lost, char err[LOCKER_ERR_MAX])
+                                 uint64_t *gen, bool *lost, char err[BATON_LOCKER_ERR_MAX])
 {
     if (lost) *lost = false;
     if (!ensure_conn(rl, cn, err)) {
         if (subject == NULL) err_label(rl, what, err);
         return NULL;
     }
-    char label[LOCKER_ERR_MAX];
+    char label[BATON_LOCKER_ERR_MAX];
     snprintf(label, sizeof label, "%.100s%s%.150s", what, subject ? " " : "",
              subject ? subject : "");
     const char *argv[12];
@@ -438,7 +438,7 @@ static redisReply *run_script_on(struct redis_locker *rl, struct rconn *cn, int 
         /* reload after NOSCRIPT (Redis restarted or SCRIPT FLUSH) */
         redisReply *lr = redisCommand(cn->c, "SCRIPT LOAD %s", SCRIPTS[idx]);
         if (lr == NULL) {
-            char ignored[LOCKER_ERR_MAX];
+            char ignored[BATON_LOCKER_ERR_MAX];
             conn_broken(rl, cn, "SCRIPT LOAD", ignored);
         } else {
             if (lr->type == REDIS_REPLY_STRING && lr->len == 40) memcpy(cn->sha[idx], lr->str, 41);
@@ -456,7 +456,7 @@ static redisReply *run_script_on(struct redis_locker *rl, struct rconn *cn, int 
 /* run_script_on the lease connection (lease.mu held); errors name ka[0]. */
 static redisReply *run_script(struct redis_locker *rl, int idx, int nkeys, int nargs,
                               const char **ka, const char *what, int64_t *sent, uint64_t *gen,
-                              bool *lost, char err[LOCKER_ERR_MAX])
+                              bool *lost, char err[BATON_LOCKER_ERR_MAX])
 {
     return run_script_on(rl, &rl->lease, idx, nkeys, nargs, ka, NULL, what, ka[0], sent, gen,
                          lost, err);
@@ -470,7 +470,7 @@ static redisReply *run_script(struct redis_locker *rl, int idx, int nkeys, int n
  * the generation. */
 static bool side_call_ex(struct redis_locker *rl, int n, const int *argc,
                          const char **const *argv, redisReply **replies, const char *what,
-                         char err[LOCKER_ERR_MAX], bool *maybe_ran)
+                         char err[BATON_LOCKER_ERR_MAX], bool *maybe_ran)
 {
     for (int i = 0; i < n; i++) replies[i] = NULL;
     if (maybe_ran) *maybe_ran = false;
@@ -502,7 +502,7 @@ static bool side_call_ex(struct redis_locker *rl, int n, const int *argc,
 }
 
 static bool side_call(struct redis_locker *rl, int n, const int *argc, const char **const *argv,
-                      redisReply **replies, const char *what, char err[LOCKER_ERR_MAX])
+                      redisReply **replies, const char *what, char err[BATON_LOCKER_ERR_MAX])
 {
     return side_call_ex(rl, n, argc, argv, replies, what, err, NULL);
 }
@@ -533,7 +533,7 @@ static void orphan_add(struct redis_locker *rl, const char *key, const char *tok
 
 /* Releases every orphaned acquisition of key. false (with err) when the lease
  * connection failed meanwhile: the orphans left are retried next time. */
-static bool orphans_release(struct redis_locker *rl, const char *key, char err[LOCKER_ERR_MAX])
+static bool orphans_release(struct redis_locker *rl, const char *key, char err[BATON_LOCKER_ERR_MAX])
 {
     for (int i = 0; i < rl->n_orphans;) {
         if (strcmp(rl->orphans[i].key, key) != 0) {
@@ -671,7 +671,7 @@ static void *sub_main(void *arg)
             sub_drop(rl, &sc);
         }
         if (sc == NULL) {
-            char err[LOCKER_ERR_MAX];
+            char err[BATON_LOCKER_ERR_MAX];
             sub_switch_seen = redis_sentinel_watch_count(rl->watch);
             sc = redis_conn_open(&rl->opts, err, sizeof err);
             if (sc == NULL) {
@@ -760,14 +760,14 @@ static struct sub_channel *channel_watch(struct redis_locker *rl, const char *ke
 
 /* ---- ops ------------------------------------------------------------------- */
 
-static int redis_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
-                          struct lock_grant *out, char err[LOCKER_ERR_MAX])
+static int redis_try_lock(struct baton_locker *l, const char *key, int64_t ttl_ms,
+                          struct baton_lock_grant *out, char err[BATON_LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
     char token[RANDOM_TOKEN_LEN];
     if (random_token(token) != 0) {
-        snprintf(err, LOCKER_ERR_MAX, "redis locker: no randomness for a token (%s)", key);
-        return LOCKER_ERR;
+        snprintf(err, BATON_LOCKER_ERR_MAX, "redis locker: no randomness for a token (%s)", key);
+        return BATON_LOCKER_ERR;
     }
     char *ekey = locker_subkey(key, "epoch");
     char ttl[24], ettl[24];
@@ -787,18 +787,18 @@ static int redis_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
     }
     pthread_mutex_unlock(&rl->lease.mu);
     free(ekey);
-    if (r == NULL) return LOCKER_ERR;
+    if (r == NULL) return BATON_LOCKER_ERR;
     long long v = r->integer;
     freeReplyObject(r);
     if (v == 0 || v <= -2) {
         if (out) out->held_pttl_ms = v <= -2 ? (int64_t)(-2 - v) : 0;
-        return LOCKER_HELD;
+        return BATON_LOCKER_HELD;
     }
     /* a new holder wants to notice a Redis restart between renewals */
     sub_ensure_started(rl);
     if (v < 0) {
-        snprintf(err, LOCKER_ERR_MAX, "redis %s: acquire %s: bad epoch %lld", rl->where, key, v);
-        return LOCKER_ERR;
+        snprintf(err, BATON_LOCKER_ERR_MAX, "redis %s: acquire %s: bad epoch %lld", rl->where, key, v);
+        return BATON_LOCKER_ERR;
     }
     if (out) {
         memcpy(out->token, token, sizeof token);
@@ -807,7 +807,7 @@ static int redis_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
         out->gen = gen;
         out->held_pttl_ms = 0;
     }
-    return LOCKER_OK;
+    return BATON_LOCKER_OK;
 }
 
 /* Runs a token-comparing script on KEYS = {key[, key2]}, ARGV = {token[, arg
@@ -815,7 +815,7 @@ static int redis_try_lock(struct locker *l, const char *key, int64_t ttl_ms,
  * (absent_rc too, with its own message). */
 static int token_script(struct redis_locker *rl, int idx, const char *what, const char *key,
                         const char *key2, const char *token, const char *arg, const char *arg2,
-                        int64_t *sent, int ok_rc, int absent_rc, char err[LOCKER_ERR_MAX])
+                        int64_t *sent, int ok_rc, int absent_rc, char err[BATON_LOCKER_ERR_MAX])
 {
     const char *ka[5];
     int nkeys = 0, n = 0;
@@ -831,24 +831,24 @@ static int token_script(struct redis_locker *rl, int idx, const char *what, cons
     pthread_mutex_lock(&rl->lease.mu);
     redisReply *r = run_script(rl, idx, nkeys, n, ka, what, sent, NULL, NULL, err);
     pthread_mutex_unlock(&rl->lease.mu);
-    if (r == NULL) return LOCKER_ERR;
+    if (r == NULL) return BATON_LOCKER_ERR;
     long long v = r->integer;
     freeReplyObject(r);
     if (v == 1) return ok_rc;
-    snprintf(err, LOCKER_ERR_MAX, "redis %s: %s %s: %s", rl->where, what, key,
+    snprintf(err, BATON_LOCKER_ERR_MAX, "redis %s: %s %s: %s", rl->where, what, key,
              v == 2 ? "held with another token" : "not held (expired or released)");
     return absent_rc;
 }
 
-static int redis_unlock(struct locker *l, const char *key, const char *token,
-                        char err[LOCKER_ERR_MAX])
+static int redis_unlock(struct baton_locker *l, const char *key, const char *token,
+                        char err[BATON_LOCKER_ERR_MAX])
 {
     return token_script((struct redis_locker *)l, S_UNLOCK, "unlock", key, NULL, token, NULL,
-                        NULL, NULL, LOCKER_OK, LOCKER_MISMATCH, err);
+                        NULL, NULL, BATON_LOCKER_OK, BATON_LOCKER_MISMATCH, err);
 }
 
-static int redis_renew(struct locker *l, const char *key, const char *token, int64_t ttl_ms,
-                       int64_t *sent_ms, char err[LOCKER_ERR_MAX])
+static int redis_renew(struct baton_locker *l, const char *key, const char *token, int64_t ttl_ms,
+                       int64_t *sent_ms, char err[BATON_LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
     /* a renewing leader wants to notice a Redis restart between renewals */
@@ -858,37 +858,37 @@ static int redis_renew(struct locker *l, const char *key, const char *token, int
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
     snprintf(ettl, sizeof ettl, "%lld", (long long)et);
     char *ekey = locker_subkey(key, "epoch");
-    int rc = token_script(rl, S_RENEW, "renew", key, ekey, token, ttl, ettl, sent_ms, LOCKER_OK,
-                          LOCKER_LOST, err);
+    int rc = token_script(rl, S_RENEW, "renew", key, ekey, token, ttl, ettl, sent_ms, BATON_LOCKER_OK,
+                          BATON_LOCKER_LOST, err);
     free(ekey);
     return rc;
 }
 
-static int redis_check(struct locker *l, const char *key, const char *token,
-                       char err[LOCKER_ERR_MAX])
+static int redis_check(struct baton_locker *l, const char *key, const char *token,
+                       char err[BATON_LOCKER_ERR_MAX])
 {
     return token_script((struct redis_locker *)l, S_CHECK, "check", key, NULL, token, NULL, NULL,
-                        NULL, LOCKER_OK, LOCKER_LOST, err);
+                        NULL, BATON_LOCKER_OK, BATON_LOCKER_LOST, err);
 }
 
-static int redis_announce(struct locker *l, const char *key, char err[LOCKER_ERR_MAX])
+static int redis_announce(struct baton_locker *l, const char *key, char err[BATON_LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
-    int rc = LOCKER_OK;
+    int rc = BATON_LOCKER_OK;
     pthread_mutex_lock(&rl->lease.mu);
     if (!ensure_conn(rl, &rl->lease, err)) {
-        rc = LOCKER_ERR;
+        rc = BATON_LOCKER_ERR;
     } else {
         redisReply *r = redisCommand(rl->lease.c, "PUBLISH %s" RELEASED_SUFFIX " released", key);
         if (r == NULL) {
             conn_broken(rl, &rl->lease, "publish", err);
-            rc = LOCKER_ERR;
+            rc = BATON_LOCKER_ERR;
         } else {
             bool failover = false;
             if (r->type == REDIS_REPLY_ERROR) {
-                snprintf(err, LOCKER_ERR_MAX, "redis %s: publish %s: %s", rl->where, key, r->str);
+                snprintf(err, BATON_LOCKER_ERR_MAX, "redis %s: publish %s: %s", rl->where, key, r->str);
                 failover = redis_failover_error(r->str);
-                rc = LOCKER_ERR;
+                rc = BATON_LOCKER_ERR;
             }
             freeReplyObject(r);
             if (failover) conn_failover(rl, &rl->lease, err);
@@ -898,7 +898,7 @@ static int redis_announce(struct locker *l, const char *key, char err[LOCKER_ERR
     return rc;
 }
 
-static uint64_t redis_release_seq(struct locker *l, const char *key)
+static uint64_t redis_release_seq(struct baton_locker *l, const char *key)
 {
     struct redis_locker *rl = (struct redis_locker *)l;
     pthread_mutex_lock(&rl->sub_mu);
@@ -921,7 +921,7 @@ static uint64_t redis_release_seq(struct locker *l, const char *key)
     return seq;
 }
 
-static bool redis_wait_release(struct locker *l, const char *key, uint64_t seen,
+static bool redis_wait_release(struct baton_locker *l, const char *key, uint64_t seen,
                                int64_t timeout_ms)
 {
     struct redis_locker *rl = (struct redis_locker *)l;
@@ -941,12 +941,12 @@ static bool redis_wait_release(struct locker *l, const char *key, uint64_t seen,
     return changed;
 }
 
-static uint64_t redis_generation(struct locker *l)
+static uint64_t redis_generation(struct baton_locker *l)
 {
     return gen_now((struct redis_locker *)l);
 }
 
-static void redis_destroy(struct locker *l)
+static void redis_destroy(struct baton_locker *l)
 {
     struct redis_locker *rl = (struct redis_locker *)l;
     atomic_store(&rl->sub_stop, true);
@@ -970,7 +970,7 @@ static void redis_destroy(struct locker *l)
     if (rl->lease.c) redisFree(rl->lease.c);
     if (rl->side.c) redisFree(rl->side.c);
     redis_sentinel_watch_release(rl->watch);
-    redis_opts_clear(&rl->opts);
+    baton_redis_opts_clear(&rl->opts);
     pthread_cond_destroy(&rl->sub_cv);
     pthread_mutex_destroy(&rl->sub_mu);
     pthread_mutex_destroy(&rl->side.mu);
@@ -981,24 +981,24 @@ static void redis_destroy(struct locker *l)
 /* After a claim whose answer was lost (a timeout, a broken connection): the
  * SET may have run. Unsure is not "not ours" -- if it ran, every other replica
  * is told the key is held and nobody would act -- so look once, on a fresh
- * side connection, whose value the key holds: ours -> LOCKER_OK, another's ->
- * LOCKER_HELD; none (the SET did not run: nobody was told "taken" by it) or
- * no answer -> LOCKER_ERR with err left as the lost claim's, for the
+ * side connection, whose value the key holds: ours -> BATON_LOCKER_OK, another's ->
+ * BATON_LOCKER_HELD; none (the SET did not run: nobody was told "taken" by it) or
+ * no answer -> BATON_LOCKER_ERR with err left as the lost claim's, for the
  * fail-closed/fail-open policy. Not claimed again: a claim that waited for a
  * hung server should not fire late on top of it. */
-static int claim_lost_answer(struct redis_locker *rl, const char *key, char err[LOCKER_ERR_MAX])
+static int claim_lost_answer(struct redis_locker *rl, const char *key, char err[BATON_LOCKER_ERR_MAX])
 {
-    char err2[LOCKER_ERR_MAX];
+    char err2[BATON_LOCKER_ERR_MAX];
     const char *get_argv[2] = {"GET", key};
     const char **argv[1] = {get_argv};
     const int argc[1] = {2};
     redisReply *rep[1];
-    if (!side_call(rl, 1, argc, argv, rep, "claim check", err2)) return LOCKER_ERR;
-    int rc = LOCKER_ERR;
+    if (!side_call(rl, 1, argc, argv, rep, "claim check", err2)) return BATON_LOCKER_ERR;
+    int rc = BATON_LOCKER_ERR;
     if (rep[0]->type == REDIS_REPLY_STRING) {
-        rc = strcmp(rep[0]->str, rl->claim_value) == 0 ? LOCKER_OK : LOCKER_HELD;
+        rc = strcmp(rep[0]->str, rl->claim_value) == 0 ? BATON_LOCKER_OK : BATON_LOCKER_HELD;
         log_info("locker", NULL, "redis %s: claim %.60s: its answer was lost (%s); the key holds %s",
-                 rl->where, key, err, rc == LOCKER_OK ? "this claim: taken" : "another claim: held");
+                 rl->where, key, err, rc == BATON_LOCKER_OK ? "this claim: taken" : "another claim: held");
     }
     freeReplyObject(rep[0]);
     return rc;
@@ -1009,7 +1009,7 @@ static int claim_lost_answer(struct redis_locker *rl, const char *key, char err[
  * reported as an error (WRONGTYPE) instead of looking held. A lost answer is
  * resolved by claim_lost_answer; a claim that never reached a server (no
  * connection) is an error at once, without a second connect attempt. */
-static int redis_claim(struct locker *l, const char *key, int64_t ttl_ms, char err[LOCKER_ERR_MAX])
+static int redis_claim(struct baton_locker *l, const char *key, int64_t ttl_ms, char err[BATON_LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
     char ttl[24];
@@ -1021,30 +1021,30 @@ static int redis_claim(struct locker *l, const char *key, int64_t ttl_ms, char e
     redisReply *rep[2];
     bool maybe_ran = false;
     if (!side_call_ex(rl, 2, argc, argv, rep, "claim", err, &maybe_ran))
-        return maybe_ran ? claim_lost_answer(rl, key, err) : LOCKER_ERR;
+        return maybe_ran ? claim_lost_answer(rl, key, err) : BATON_LOCKER_ERR;
     redisReply *r = rep[0], *t = rep[1];
     int rc;
     if (r->type == REDIS_REPLY_STATUS) {
-        rc = LOCKER_OK;
+        rc = BATON_LOCKER_OK;
     } else if (r->type == REDIS_REPLY_NIL) {
-        rc = LOCKER_HELD;
+        rc = BATON_LOCKER_HELD;
         if (t->type == REDIS_REPLY_STATUS && strcmp(t->str, "string") != 0) {
-            snprintf(err, LOCKER_ERR_MAX, "redis %s: WRONGTYPE claim key %.60s holds a %.20s", rl->where,
+            snprintf(err, BATON_LOCKER_ERR_MAX, "redis %s: WRONGTYPE claim key %.60s holds a %.20s", rl->where,
                      key, t->str);
-            rc = LOCKER_ERR;
+            rc = BATON_LOCKER_ERR;
         }
     } else {
-        snprintf(err, LOCKER_ERR_MAX, "redis %s: claim %.60s: %.50s", rl->where, key,
+        snprintf(err, BATON_LOCKER_ERR_MAX, "redis %s: claim %.60s: %.50s", rl->where, key,
                  r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-        rc = LOCKER_ERR;
+        rc = BATON_LOCKER_ERR;
     }
     freeReplyObject(r);
     freeReplyObject(t);
     return rc;
 }
 
-static int redis_holder(struct locker *l, const char *key, char *buf, size_t len,
-                        char err[LOCKER_ERR_MAX])
+static int redis_holder(struct baton_locker *l, const char *key, char *buf, size_t len,
+                        char err[BATON_LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
     char *hkey = locker_subkey(key, "holder");
@@ -1054,44 +1054,44 @@ static int redis_holder(struct locker *l, const char *key, char *buf, size_t len
     redisReply *r;
     bool ok = side_call(rl, 1, argc, argv, &r, "holder", err);
     free(hkey);
-    if (!ok) return LOCKER_ERR;
-    int rc = LOCKER_LOST;
+    if (!ok) return BATON_LOCKER_ERR;
+    int rc = BATON_LOCKER_LOST;
     if (r->type == REDIS_REPLY_STRING) {
         snprintf(buf, len, "%.*s", (int)r->len, r->str);
-        rc = LOCKER_OK;
+        rc = BATON_LOCKER_OK;
     } else if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(err, LOCKER_ERR_MAX, "redis %s: holder: %.100s", rl->where, r->str);
-        rc = LOCKER_ERR;
+        snprintf(err, BATON_LOCKER_ERR_MAX, "redis %s: holder: %.100s", rl->where, r->str);
+        rc = BATON_LOCKER_ERR;
     }
     freeReplyObject(r);
     return rc;
 }
 
-static int redis_ping(struct locker *l, char err[LOCKER_ERR_MAX])
+static int redis_ping(struct baton_locker *l, char err[BATON_LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
     const char *ping_argv[1] = {"PING"};
     const char **argv[1] = {ping_argv};
     const int argc[1] = {1};
     redisReply *r;
-    if (!side_call(rl, 1, argc, argv, &r, "ping", err)) return LOCKER_ERR;
-    int rc = LOCKER_OK;
+    if (!side_call(rl, 1, argc, argv, &r, "ping", err)) return BATON_LOCKER_ERR;
+    int rc = BATON_LOCKER_OK;
     if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(err, LOCKER_ERR_MAX, "redis %s: ping: %.100s", rl->where, r->str);
-        rc = LOCKER_ERR;
+        snprintf(err, BATON_LOCKER_ERR_MAX, "redis %s: ping: %.100s", rl->where, r->str);
+        rc = BATON_LOCKER_ERR;
     }
     freeReplyObject(r);
     return rc;
 }
 
 /* One EVALSHA of SCRIPT_FENCED_SET on the side connection. */
-static int redis_fenced_set(struct locker *l, const char *key, const char *name, uint64_t epoch,
+static int redis_fenced_set(struct baton_locker *l, const char *key, const char *name, uint64_t epoch,
                             const char *value, size_t len, int64_t ttl_ms,
-                            char err[LOCKER_ERR_MAX])
+                            char err[BATON_LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
     char *ekey = locker_subkey(key, "epoch"), *vkey = locker_subkey(key, name);
-    char ep[24], ttl[24], what[LOCKER_ERR_MAX];
+    char ep[24], ttl[24], what[BATON_LOCKER_ERR_MAX];
     snprintf(ep, sizeof ep, "%llu", (unsigned long long)epoch);
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
     snprintf(what, sizeof what, "fenced write %.150s", vkey);
@@ -1104,25 +1104,25 @@ static int redis_fenced_set(struct locker *l, const char *key, const char *name,
     pthread_mutex_unlock(&rl->side.mu);
     free(ekey);
     free(vkey);
-    if (r == NULL) return LOCKER_ERR;
+    if (r == NULL) return BATON_LOCKER_ERR;
     long long v = r->integer;
     freeReplyObject(r);
-    if (v == 1) return LOCKER_OK;
+    if (v == 1) return BATON_LOCKER_OK;
     if (v != 0) {
         errf(err, "redis %s: %s: unexpected answer %lld", rl->where, what, v);
-        return LOCKER_ERR;
+        return BATON_LOCKER_ERR;
     }
     errf(err, "redis %s: %s: epoch %s superseded (or expired)", rl->where, what, ep);
-    return LOCKER_LOST;
+    return BATON_LOCKER_LOST;
 }
 
 /* GET "<key>:<name>" on the side connection. */
-static int redis_shared_get(struct locker *l, const char *key, const char *name, char *buf,
-                            size_t len, char err[LOCKER_ERR_MAX])
+static int redis_shared_get(struct baton_locker *l, const char *key, const char *name, char *buf,
+                            size_t len, char err[BATON_LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
     char *vkey = locker_subkey(key, name);
-    char what[LOCKER_ERR_MAX];
+    char what[BATON_LOCKER_ERR_MAX];
     snprintf(what, sizeof what, "shared read %.150s", vkey);
     const char *get_argv[2] = {"GET", vkey};
     const char **argv[1] = {get_argv};
@@ -1132,12 +1132,12 @@ static int redis_shared_get(struct locker *l, const char *key, const char *name,
     free(vkey);
     if (!ok) {
         err_label(rl, what, err);
-        return LOCKER_ERR;
+        return BATON_LOCKER_ERR;
     }
-    int rc = LOCKER_ERR;
+    int rc = BATON_LOCKER_ERR;
     if (r->type == REDIS_REPLY_NIL) {
         errf(err, "redis %s: %s: not set (or expired)", rl->where, what);
-        rc = LOCKER_LOST;
+        rc = BATON_LOCKER_LOST;
     } else if (r->type == REDIS_REPLY_STRING) {
         if (r->len >= len) {
             errf(err, "redis %s: %s: value of %zu bytes exceeds the buffer of %zu (NUL included)",
@@ -1145,7 +1145,7 @@ static int redis_shared_get(struct locker *l, const char *key, const char *name,
         } else {
             memcpy(buf, r->str, r->len);
             buf[r->len] = '\0';
-            rc = LOCKER_OK;
+            rc = BATON_LOCKER_OK;
         }
     } else {
         errf(err, "redis %s: %s: %.100s", rl->where, what,
@@ -1157,8 +1157,8 @@ static int redis_shared_get(struct locker *l, const char *key, const char *name,
 
 /* GET key, PTTL key, GET <key>:epoch, GET <key>:holder in one round trip on
  * the side connection. */
-static int redis_inspect(struct locker *l, const char *key, struct lock_info *info,
-                         char err[LOCKER_ERR_MAX])
+static int redis_inspect(struct baton_locker *l, const char *key, struct baton_lock_info *info,
+                         char err[BATON_LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
     char *ekey = locker_subkey(key, "epoch"), *hkey = locker_subkey(key, "holder");
@@ -1170,14 +1170,14 @@ static int redis_inspect(struct locker *l, const char *key, struct lock_info *in
     bool ok = side_call(rl, 4, argc, argv, r, "inspect", err);
     free(ekey);
     free(hkey);
-    if (!ok) return LOCKER_ERR;
-    int rc = LOCKER_OK;
+    if (!ok) return BATON_LOCKER_ERR;
+    int rc = BATON_LOCKER_OK;
     for (int i = 0; i < 4; i++)
         if (r[i]->type == REDIS_REPLY_ERROR) {
             errf(err, "redis %s: inspect %.100s: %.100s", rl->where, key, r[i]->str);
-            rc = LOCKER_ERR;
+            rc = BATON_LOCKER_ERR;
         }
-    if (rc == LOCKER_OK) {
+    if (rc == BATON_LOCKER_OK) {
         info->held = r[0]->type == REDIS_REPLY_STRING;
         info->ttl_ms = r[1]->type == REDIS_REPLY_INTEGER && r[1]->integer >= 0 ? r[1]->integer : -1;
         if (r[2]->type == REDIS_REPLY_STRING) info->epoch = strtoull(r[2]->str, NULL, 10);
@@ -1188,7 +1188,7 @@ static int redis_inspect(struct locker *l, const char *key, struct lock_info *in
     return rc;
 }
 
-static void redis_where(struct locker *l, char *buf, size_t len)
+static void redis_where(struct baton_locker *l, char *buf, size_t len)
 {
     struct redis_locker *rl = (struct redis_locker *)l;
     char addr[300];
@@ -1217,12 +1217,12 @@ static const struct locker_ops redis_ops = {
     .where = redis_where,
 };
 
-struct locker *locker_redis_create(const struct redis_opts *opts, char err[LOCKER_ERR_MAX])
+struct baton_locker *baton_locker_redis_create(const struct baton_redis_opts *opts, char err[BATON_LOCKER_ERR_MAX])
 {
     err[0] = '\0';
     struct redis_locker *rl = xcalloc(1, sizeof *rl);
     rl->base.ops = &redis_ops;
-    redis_opts_copy(&rl->opts, opts);
+    baton_redis_opts_copy(&rl->opts, opts);
     if (rl->opts.n_sentinels > 0)
         snprintf(rl->where, sizeof rl->where, "sentinel master %.100s",
                  rl->opts.master_name ? rl->opts.master_name : "");
@@ -1237,8 +1237,8 @@ struct locker *locker_redis_create(const struct redis_opts *opts, char err[LOCKE
     rl->lease.role = "lease";
     rl->side.role = "side";
     if (pipe2(rl->wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
-        snprintf(err, LOCKER_ERR_MAX, "redis locker: pipe: %s", strerror(errno));
-        redis_opts_clear(&rl->opts);
+        snprintf(err, BATON_LOCKER_ERR_MAX, "redis locker: pipe: %s", strerror(errno));
+        baton_redis_opts_clear(&rl->opts);
         free(rl);
         return NULL;
     }
@@ -1253,16 +1253,16 @@ struct locker *locker_redis_create(const struct redis_opts *opts, char err[LOCKE
 
     /* Connect the lease connection now: a refused AUTH or SELECT is a
      * configuration error and fails creation; an unreachable server is
-     * transient (every call then reports LOCKER_ERR with the reason until it
+     * transient (every call then reports BATON_LOCKER_ERR with the reason until it
      * is back). The side connection connects on first use. */
     bool refused = false;
-    char cerr[LOCKER_ERR_MAX];
+    char cerr[BATON_LOCKER_ERR_MAX];
     rl->watch = redis_sentinel_watch_acquire(&rl->opts); /* NULL without sentinels */
     rl->lease.switch_seen = redis_sentinel_watch_count(rl->watch);
     rl->lease.c = redis_conn_open_ex(&rl->opts, cerr, sizeof cerr, &refused);
     if (rl->lease.c == NULL) {
         if (refused) {
-            snprintf(err, LOCKER_ERR_MAX, "%s", cerr);
+            snprintf(err, BATON_LOCKER_ERR_MAX, "%s", cerr);
             redis_destroy(&rl->base);
             return NULL;
         }

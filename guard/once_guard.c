@@ -11,21 +11,21 @@
 
 #define ONCE_DEFAULT_TTL_MS (3600LL * 1000)
 
-struct once_guard {
-    struct locker *locker; /* not owned */
+struct baton_once_guard {
+    struct baton_locker *locker; /* not owned */
     char *scope;
     char *prefix;
     char *log_name;
     int64_t ttl_ms;
     bool fail_open;
     struct log_ratelimit rl;
-    struct once_guard_stats stats;
+    struct baton_once_guard_stats stats;
 };
 
-struct once_guard *once_guard_create(struct locker *locker, const char *scope,
-                                     const struct once_guard_options *opts)
+struct baton_once_guard *baton_once_guard_create(struct baton_locker *locker, const char *scope,
+                                     const struct baton_once_guard_options *opts)
 {
-    struct once_guard *g = xcalloc(1, sizeof *g);
+    struct baton_once_guard *g = xcalloc(1, sizeof *g);
     g->locker = locker;
     g->scope = xstrdup(scope ? scope : "");
     g->prefix = xstrdup(opts && opts->prefix && opts->prefix[0] ? opts->prefix
@@ -37,7 +37,7 @@ struct once_guard *once_guard_create(struct locker *locker, const char *scope,
 }
 
 /* Backend failure (or a key that cannot be built): decided by the policy. */
-static bool on_failure(struct once_guard *g, const char *key, const char *why)
+static bool on_failure(struct baton_once_guard *g, const char *key, const char *why)
 {
     atomic_fetch_add(&g->stats.backend_errors, 1);
     if (g->fail_open)
@@ -46,13 +46,13 @@ static bool on_failure(struct once_guard *g, const char *key, const char *why)
         atomic_fetch_add(&g->stats.skipped, 1);
     long long suppressed = 0;
     if (log_ratelimit_ok(&g->rl, 1000, &suppressed))
-        log_warn("once_guard", g->log_name, "%s %s: %s (%s; %lld similar suppressed)", g->scope,
+        log_warn("baton_once_guard", g->log_name, "%s %s: %s (%s; %lld similar suppressed)", g->scope,
                  key ? key : "(null)", why,
                  g->fail_open ? "fail-open: allowed" : "fail-closed: skipped", suppressed);
     return g->fail_open;
 }
 
-bool once_guard_allow(struct once_guard *g, const char *key)
+bool baton_once_guard_allow(struct baton_once_guard *g, const char *key)
 {
     if (g == NULL) return false;
     if (g->locker == NULL) {
@@ -63,28 +63,28 @@ bool once_guard_allow(struct once_guard *g, const char *key)
     char full[GUARD_KEY_MAX];
     if (guard_key(full, sizeof full, g->prefix, "once", g->scope, key) < 0)
         return on_failure(g, key, "key too long");
-    char err[LOCKER_ERR_MAX];
+    char err[BATON_LOCKER_ERR_MAX];
     err[0] = '\0';
-    int rc = locker_claim(g->locker, full, g->ttl_ms, err);
-    if (rc == LOCKER_OK) {
+    int rc = baton_locker_claim(g->locker, full, g->ttl_ms, err);
+    if (rc == BATON_LOCKER_OK) {
         atomic_fetch_add(&g->stats.allowed, 1);
-        log_debug("once_guard", g->log_name, "%s: allowed", full);
+        log_debug("baton_once_guard", g->log_name, "%s: allowed", full);
         return true;
     }
-    if (rc == LOCKER_HELD) {
+    if (rc == BATON_LOCKER_HELD) {
         atomic_fetch_add(&g->stats.skipped, 1);
-        log_debug("once_guard", g->log_name, "%s: already taken elsewhere, skipped", full);
+        log_debug("baton_once_guard", g->log_name, "%s: already taken elsewhere, skipped", full);
         return false;
     }
-    return on_failure(g, key, err[0] ? err : locker_status_name(rc));
+    return on_failure(g, key, err[0] ? err : baton_locker_status_name(rc));
 }
 
-const struct once_guard_stats *once_guard_stats(const struct once_guard *g)
+const struct baton_once_guard_stats *baton_once_guard_stats(const struct baton_once_guard *g)
 {
     return &g->stats;
 }
 
-void once_guard_destroy(struct once_guard *g)
+void baton_once_guard_destroy(struct baton_once_guard *g)
 {
     if (g == NULL) return;
     free(g->scope);

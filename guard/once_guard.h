@@ -10,16 +10,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-struct locker;
+struct baton_locker;
 
-struct once_guard_options {
+struct baton_once_guard_options {
     const char *prefix; /* NULL = "baton" */
     int64_t ttl_ms;     /* 0 = 1 hour; must exceed the guarded action */
     bool fail_open;     /* backend failure: false = skip (default), true = allow */
     const char *log_name; /* endpoint name for log lines, may be NULL */
 };
 
-struct once_guard_stats {
+struct baton_once_guard_stats {
     atomic_ullong allowed;
     atomic_ullong skipped;        /* held elsewhere */
     atomic_ullong backend_errors; /* each also counted in allowed or skipped per policy */
@@ -27,10 +27,10 @@ struct once_guard_stats {
 
 /* locker NULL = single-process mode: always allow. The guard keeps its own
  * copies of scope and prefix; it does not own the locker. */
-struct once_guard *once_guard_create(struct locker *locker, const char *scope,
-                                     const struct once_guard_options *opts);
-bool once_guard_allow(struct once_guard *g, const char *key);
-const struct once_guard_stats *once_guard_stats(const struct once_guard *g);
-void once_guard_destroy(struct once_guard *g);
+struct baton_once_guard *baton_once_guard_create(struct baton_locker *locker, const char *scope,
+                                     const struct baton_once_guard_options *opts);
+bool baton_once_guard_allow(struct baton_once_guard *g, const char *key);
+const struct baton_once_guard_stats *baton_once_guard_stats(const struct baton_once_guard *g);
+void baton_once_guard_destroy(struct baton_once_guard *g);
 
 #endif

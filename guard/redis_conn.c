@@ -60,7 +60,7 @@ void redis_reader_bound(redisReader *reader)
     if (reader && hiredis_fn && reader->fn == hiredis_fn) reader->fn = &bounded_fn;
 }
 
-redisContext *redis_conn_connect(const struct redis_opts *o, const char *host, int port, char *err,
+redisContext *redis_conn_connect(const struct baton_redis_opts *o, const char *host, int port, char *err,
                                  size_t errlen)
 {
     int64_t cto = (o && o->connect_timeout_ms > 0) ? o->connect_timeout_ms : 1000;
@@ -97,7 +97,7 @@ redisContext *redis_conn_connect(const struct redis_opts *o, const char *host, i
 
 /* Connects to at_host:at_port (a master found through the sentinels; errors
  * then read "redis <label>: ...") or, with at_host NULL, to o's host:port. */
-static redisContext *open_at(const struct redis_opts *o, const char *at_host, int at_port,
+static redisContext *open_at(const struct baton_redis_opts *o, const char *at_host, int at_port,
                              const char *label, char *err, size_t errlen, bool *refused)
 {
     const char *host = at_host ? at_host : (o && o->host && o->host[0]) ? o->host : "127.0.0.1";
@@ -228,7 +228,7 @@ static int role_of(redisContext *c, const char *label, const char **what, char *
 /* Asks the sentinels for the master, connects, AUTH/SELECT as usual, and
  * checks with ROLE that it is the master: a stale answer or a demoted old
  * master is closed and the sentinels are asked once more. */
-static redisContext *open_via_sentinels(const struct redis_opts *o, char *err, size_t errlen,
+static redisContext *open_via_sentinels(const struct baton_redis_opts *o, char *err, size_t errlen,
                                         bool *refused)
 {
     const char *name = o->master_name ? o->master_name : "";
@@ -264,14 +264,14 @@ static redisContext *open_via_sentinels(const struct redis_opts *o, char *err, s
     return NULL;
 }
 
-redisContext *redis_conn_open_ex(const struct redis_opts *o, char *err, size_t errlen,
+redisContext *redis_conn_open_ex(const struct baton_redis_opts *o, char *err, size_t errlen,
                                  bool *refused)
 {
     if (o && o->n_sentinels > 0) return open_via_sentinels(o, err, errlen, refused);
     return open_at(o, NULL, 0, NULL, err, errlen, refused);
 }
 
-redisContext *redis_conn_open(const struct redis_opts *o, char *err, size_t errlen)
+redisContext *redis_conn_open(const struct baton_redis_opts *o, char *err, size_t errlen)
 {
     return redis_conn_open_ex(o, err, errlen, NULL);
 }
@@ -281,7 +281,7 @@ static char *dup_or_null(const char *s)
     return s ? xstrdup(s) : NULL;
 }
 
-void redis_opts_copy(struct redis_opts *dst, const struct redis_opts *src)
+void baton_redis_opts_copy(struct baton_redis_opts *dst, const struct baton_redis_opts *src)
 {
     if (dst == NULL) return;
     if (src == NULL) {
@@ -304,7 +304,7 @@ void redis_opts_copy(struct redis_opts *dst, const struct redis_opts *src)
     }
 }
 
-void redis_opts_clear(struct redis_opts *o)
+void baton_redis_opts_clear(struct baton_redis_opts *o)
 {
     if (o == NULL) return;
     free(o->host);

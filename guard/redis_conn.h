@@ -11,7 +11,7 @@
 
 /* TLS for a Redis connection (hiredis 0.14 has none: see guard/redis_tls.h).
  * enabled = false: plain TCP. Never falls back to plain text. */
-struct redis_tls_opts {
+struct baton_redis_tls_opts {
     bool enabled;
     char *ca_file;     /* CA bundle verifying the server; NULL = the system's */
     char *cert_file;   /* client certificate (optional, with key_file) */
@@ -20,7 +20,7 @@ struct redis_tls_opts {
                         * SNI; NULL = the host connected to */
 };
 
-struct redis_opts {
+struct baton_redis_opts {
     char *host;               /* default "127.0.0.1" */
     int port;                 /* default 6379 */
     int db;                   /* default 0 */
@@ -28,7 +28,7 @@ struct redis_opts {
     char *password;           /* resolved secret or NULL */
     int64_t connect_timeout_ms; /* default 1000 */
     int64_t command_timeout_ms; /* default 1000 */
-    struct redis_tls_opts tls;  /* also used for the sentinels */
+    struct baton_redis_tls_opts tls;  /* also used for the sentinels */
     /* Sentinel: with n_sentinels > 0 the master of master_name is asked of
      * the sentinels ("host:port", tried in order) on every connect, and
      * host/port are not used. */
@@ -39,7 +39,7 @@ struct redis_opts {
 
 /* Returns a connected, authenticated context with db selected, or NULL with
  * err naming host:port and the reason ("connection refused", "WRONGPASS ..."). */
-redisContext *redis_conn_open(const struct redis_opts *o, char *err, size_t errlen);
+redisContext *redis_conn_open(const struct baton_redis_opts *o, char *err, size_t errlen);
 /* Largest array reply baton accepts from any Redis. hiredis 0.14 allocates
  * an array's element table as soon as it reads the "*N" header, so a
  * misbehaving server or a corrupt stream declaring "*366666666" would make it
@@ -52,7 +52,7 @@ redisContext *redis_conn_open(const struct redis_opts *o, char *err, size_t errl
  * context it returns. */
 void redis_reader_bound(redisReader *reader);
 /* Deep copy / free of the strings in opts. */
-void redis_opts_copy(struct redis_opts *dst, const struct redis_opts *src);
-void redis_opts_clear(struct redis_opts *o);
+void baton_redis_opts_copy(struct baton_redis_opts *dst, const struct baton_redis_opts *src);
+void baton_redis_opts_clear(struct baton_redis_opts *o);
 
 #endif

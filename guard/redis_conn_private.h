@@ -10,7 +10,7 @@
 
 /* As redis_conn_open; *refused (may be NULL) is set true when the server
  * answered but rejected AUTH or SELECT. */
-redisContext *redis_conn_open_ex(const struct redis_opts *o, char *err, size_t errlen,
+redisContext *redis_conn_open_ex(const struct baton_redis_opts *o, char *err, size_t errlen,
                                  bool *refused);
 
 /* The connect step of redis_conn_open_ex (also for reaching sentinels):
@@ -18,7 +18,7 @@ redisContext *redis_conn_open_ex(const struct redis_opts *o, char *err, size_t e
  * text then), else plain TCP; within o->connect_timeout_ms. A connected
  * blocking context (no AUTH, SELECT or command timeout yet), or NULL with
  * err naming host:port ("redis h:p: connect: ...", "redis h:p: TLS: ..."). */
-redisContext *redis_conn_connect(const struct redis_opts *o, const char *host, int port, char *err,
+redisContext *redis_conn_connect(const struct baton_redis_opts *o, const char *host, int port, char *err,
                                  size_t errlen);
 
 #endif

@@ -19,7 +19,7 @@
 #define DEFAULT_SENTINEL_PORT 26379
 #define SWITCH_CHANNEL "+switch-master"
 
-static int64_t mto_of(const struct redis_opts *o)
+static int64_t mto_of(const struct baton_redis_opts *o)
 {
     return o->command_timeout_ms > 0 ? o->command_timeout_ms : 1000;
 }
@@ -79,7 +79,7 @@ bool redis_failover_error(const char *e)
 /* A connection to one sentinel (TLS like the data connections when
  * configured: redis_conn_connect), with o's timeouts. NULL with err = the
  * reason (without the address). */
-static redisContext *sentinel_connect(const struct redis_opts *o, const char *host, int port,
+static redisContext *sentinel_connect(const struct baton_redis_opts *o, const char *host, int port,
                                       char *err, size_t errlen)
 {
     char e[512];
@@ -132,7 +132,7 @@ static int master_answer(const redisReply *r, const char *name, char *host, size
     return 1;
 }
 
-int redis_sentinel_resolve(const struct redis_opts *o, char *host, size_t hostlen, int *port,
+int redis_sentinel_resolve(const struct baton_redis_opts *o, char *host, size_t hostlen, int *port,
                            char *err, size_t errlen)
 {
     const char *name = o->master_name ? o->master_name : "";
@@ -178,7 +178,7 @@ struct redis_sentinel_watch {
     struct redis_sentinel_watch *next; /* registry, under reg_mu */
     char *key;                         /* master name and sentinels */
     int refs;                          /* under reg_mu */
-    struct redis_opts o;               /* copy: sentinels, master name, timeouts, tls */
+    struct baton_redis_opts o;               /* copy: sentinels, master name, timeouts, tls */
     bool started;
     pthread_t thread;
     atomic_bool stop;
@@ -192,7 +192,7 @@ struct redis_sentinel_watch {
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct redis_sentinel_watch *reg;
 
-static char *key_of(const struct redis_opts *o)
+static char *key_of(const struct baton_redis_opts *o)
 {
     size_t n = strlen(o->master_name) + 2;
     for (size_t i = 0; i < o->n_sentinels; i++) n += strlen(o->sentinels[i]) + 1;
@@ -368,7 +368,7 @@ static void *watch_main(void *arg)
     return NULL;
 }
 
-struct redis_sentinel_watch *redis_sentinel_watch_acquire(const struct redis_opts *o)
+struct redis_sentinel_watch *redis_sentinel_watch_acquire(const struct baton_redis_opts *o)
 {
     if (o == NULL || o->n_sentinels == 0 || o->master_name == NULL) return NULL;
     char *key = key_of(o);
@@ -383,7 +383,7 @@ struct redis_sentinel_watch *redis_sentinel_watch_acquire(const struct redis_opt
     w = xcalloc(1, sizeof *w);
     w->key = key;
     w->refs = 1;
-    redis_opts_copy(&w->o, o);
+    baton_redis_opts_copy(&w->o, o);
     free(w->o.password); /* not used towards sentinels */
     w->o.password = NULL;
     atomic_init(&w->stop, false);
@@ -428,7 +428,7 @@ void redis_sentinel_watch_release(struct redis_sentinel_watch *w)
     if (w->wake[0] >= 0) close(w->wake[0]);
     if (w->wake[1] >= 0) close(w->wake[1]);
     pthread_mutex_destroy(&w->mu);
-    redis_opts_clear(&w->o);
+    baton_redis_opts_clear(&w->o);
     free(w->key);
     free(w);
 }
@@ -448,7 +448,7 @@ void redis_sentinel_watch_addr(struct redis_sentinel_watch *w, char *buf, size_t
     pthread_mutex_unlock(&w->mu);
 }
 
-void redis_sentinel_note_master(const struct redis_opts *o, const char *host, int port)
+void redis_sentinel_note_master(const struct baton_redis_opts *o, const char *host, int port)
 {
     if (o == NULL || o->n_sentinels == 0 || o->master_name == NULL) return;
     char *key = key_of(o);

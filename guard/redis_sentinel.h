@@ -1,6 +1,6 @@
 /* Redis Sentinel: finding the master of a name, and following failovers.
  *
- * Discovery: the sentinels of a struct redis_opts ("host:port", tried in
+ * Discovery: the sentinels of a struct baton_redis_opts ("host:port", tried in
  * order) are asked SENTINEL get-master-addr-by-name <master_name>; the first
  * answer wins. redis_conn_open_ex does this on every connect when
  * n_sentinels > 0, then checks with ROLE that the address is a master.
@@ -22,7 +22,7 @@
 /* Asks the sentinels of o in order for the master of o->master_name. 0 with
  * host (NUL-terminated, cut to hostlen) and *port; -1 with err naming the
  * master name, each sentinel asked and why it did not answer. */
-int redis_sentinel_resolve(const struct redis_opts *o, char *host, size_t hostlen, int *port,
+int redis_sentinel_resolve(const struct baton_redis_opts *o, char *host, size_t hostlen, int *port,
                            char *err, size_t errlen);
 
 /* Splits "host:port" / "[v6]:port" / "host" (port 26379). false if
@@ -33,7 +33,7 @@ struct redis_sentinel_watch;
 
 /* The watcher of o's sentinel set and master name, started on first use;
  * NULL when o has no sentinels. Each acquire needs one release. */
-struct redis_sentinel_watch *redis_sentinel_watch_acquire(const struct redis_opts *o);
+struct redis_sentinel_watch *redis_sentinel_watch_acquire(const struct baton_redis_opts *o);
 /* Stops and frees the watcher with its last user. NULL-safe. */
 void redis_sentinel_watch_release(struct redis_sentinel_watch *w);
 /* Switches seen so far (+switch-master of this master, or a different
@@ -45,7 +45,7 @@ uint64_t redis_sentinel_watch_count(const struct redis_sentinel_watch *w);
 void redis_sentinel_watch_addr(struct redis_sentinel_watch *w, char *buf, size_t len);
 /* Records that a connection through o's sentinels reached host:port (shown
  * by redis_sentinel_watch_addr). No-op without a watcher. */
-void redis_sentinel_note_master(const struct redis_opts *o, const char *host, int port);
+void redis_sentinel_note_master(const struct baton_redis_opts *o, const char *host, int port);
 
 /* true for the error replies that mean "this server is no longer (or not
  * yet) the master to talk to": READONLY, MASTERDOWN, LOADING, also when a

@@ -484,7 +484,7 @@ static bool is_ip_literal(const char *s)
 
 /* The context for t: verification on, TLS 1.2 at least, the CA store and
  * the client certificate loaded. NULL with err set. */
-static SSL_CTX *make_ctx(const struct redis_tls_opts *t, const char *where, char *err, size_t errlen)
+static SSL_CTX *make_ctx(const struct baton_redis_tls_opts *t, const char *where, char *err, size_t errlen)
 {
     ERR_clear_error();
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -537,10 +537,10 @@ static SSL_CTX *make_ctx(const struct redis_tls_opts *t, const char *where, char
     return ctx;
 }
 
-int redis_tls_connect(const struct redis_tls_opts *t, const char *host, int port, int64_t timeout_ms,
+int redis_tls_connect(const struct baton_redis_tls_opts *t, const char *host, int port, int64_t timeout_ms,
                       char *err, size_t errlen)
 {
-    static const struct redis_tls_opts none = {.enabled = true};
+    static const struct baton_redis_tls_opts none = {.enabled = true};
     if (t == NULL) t = &none;
     if (timeout_ms <= 0) timeout_ms = 1000;
     char where[300];

@@ -24,7 +24,7 @@
  * plain text. When the server or the network ends the session later, the
  * descriptor reads EOF (hiredis: "Server closed the connection"), and a TLS
  * error (an alert, a corrupt record) is logged naming host:port. */
-int redis_tls_connect(const struct redis_tls_opts *t, const char *host, int port, int64_t timeout_ms,
+int redis_tls_connect(const struct baton_redis_tls_opts *t, const char *host, int port, int64_t timeout_ms,
                       char *err, size_t errlen);
 
 /* Sessions the bridge thread currently pumps (tests). */

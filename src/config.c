@@ -608,7 +608,7 @@ static int parse_locker(struct baton_config *c, const config_setting_t *g, struc
         c->locker_hash_tag = ls.hash_tag;
         c->locker_command_timeout_set = g && config_setting_get_member(g, "command_timeout_ms") != NULL;
         if (backend == LOCKER_BACKEND_ETCD) {
-            struct etcd_opts *e = &c->locker_etcd;
+            struct baton_etcd_opts *e = &c->locker_etcd;
             e->endpoints = ls.endpoints.v;
             e->n_endpoints = ls.endpoints.n;
             ls.endpoints.v = NULL;
@@ -657,7 +657,7 @@ static int parse_lease(struct lease_config *l, const config_setting_t *g, struct
 /* ---- lease timings ----
  *
  * One validation for --check-config and start-up alike: the guard's own
- * active_guard_check_timings (the one active_guard_create applies), with the
+ * baton_active_guard_check_timings (the one baton_active_guard_create applies), with the
  * same inputs the gateway passes it: the effective lease, the default safety
  * margin and the locker's command timeout (0 without a locker). A lease that
  * passes here is never refused when the guard is created. */
@@ -684,7 +684,7 @@ static bool fit_default_command_timeout(struct baton_config *c, const struct lea
 {
     if (!c->has_locker || c->locker_command_timeout_set) return false;
     char scratch[400];
-    if (active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0, 0, scratch, sizeof scratch) != 0)
+    if (baton_active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0, 0, scratch, sizeof scratch) != 0)
         return false;
     int64_t ttl = l->ttl_ms ? l->ttl_ms : 3000;
     int64_t renew = l->renew_ms ? l->renew_ms : ttl / 3;
@@ -695,7 +695,7 @@ static bool fit_default_command_timeout(struct baton_config *c, const struct lea
     return true;
 }
 
-/* The one check, active_guard_check_timings, against the locker's command
+/* The one check, baton_active_guard_check_timings, against the locker's command
  * timeout (fitted when nobody set it). false: msg says why, and
  * *cmd_involved whether the command timeout is what failed it. */
 static bool lease_timings_ok(struct baton_config *c, const struct lease_config *l, char *msg,
@@ -710,11 +710,11 @@ static bool lease_timings_ok(struct baton_config *c, const struct lease_config *
         *cmd_involved = false;
         return false;
     }
-    if (active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0, cmd, msg, msglen) == 0)
+    if (baton_active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0, cmd, msg, msglen) == 0)
         return true;
     if (fit_default_command_timeout(c, l)) return true;
     char scratch[400];
-    *cmd_involved = cmd > 0 && active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0, 0,
+    *cmd_involved = cmd > 0 && baton_active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0, 0,
                                                           scratch, sizeof scratch) == 0;
     return false;
 }
@@ -1249,8 +1249,8 @@ void config_free(struct baton_config *c)
     if (!c) return;
     free(c->path);
     free(c->owner);
-    redis_opts_clear(&c->locker_redis);
-    etcd_opts_clear(&c->locker_etcd);
+    baton_redis_opts_clear(&c->locker_redis);
+    baton_etcd_opts_clear(&c->locker_etcd);
     free(c->key_prefix);
     for (size_t i = 0; i < c->n_sinks; i++) {
         struct sink_config *s = &c->sinks[i];
@@ -1308,11 +1308,11 @@ int64_t config_locker_command_timeout(const struct baton_config *c)
                                                     : c->locker_redis.command_timeout_ms;
 }
 
-struct locker *config_locker_create(const struct baton_config *c, char *err, size_t errlen)
+struct baton_locker *config_locker_create(const struct baton_config *c, char *err, size_t errlen)
 {
-    char lerr[LOCKER_ERR_MAX] = "";
-    struct locker *l = c->locker_backend == LOCKER_BACKEND_ETCD ? locker_etcd_create(&c->locker_etcd, lerr)
-                                                                : locker_redis_create(&c->locker_redis, lerr);
+    char lerr[BATON_LOCKER_ERR_MAX] = "";
+    struct baton_locker *l = c->locker_backend == LOCKER_BACKEND_ETCD ? baton_locker_etcd_create(&c->locker_etcd, lerr)
+                                                                : baton_locker_redis_create(&c->locker_redis, lerr);
     if (l == NULL) {
         char where[300];
         config_locker_describe(c, where, sizeof where);

@@ -68,8 +68,8 @@ struct baton_config {
     char *owner;          /* NULL when absent */
     bool has_locker;      /* false: single-process mode */
     enum locker_backend { LOCKER_BACKEND_REDIS = 0, LOCKER_BACKEND_ETCD } locker_backend;
-    struct redis_opts locker_redis; /* backend redis */
-    struct etcd_opts locker_etcd;   /* backend etcd */
+    struct baton_redis_opts locker_redis; /* backend redis */
+    struct baton_etcd_opts locker_etcd;   /* backend etcd */
     /* command_timeout_ms was given; otherwise its default (1000) is lowered
      * to fit the shortest lease (ttl - margin - renew, at least 50 ms). */
     bool locker_command_timeout_set;
@@ -114,7 +114,7 @@ void config_locker_describe(const struct baton_config *c, char *buf, size_t len)
 /* The backend's command timeout (0 without a locker). */
 int64_t config_locker_command_timeout(const struct baton_config *c);
 /* The configured backend's locker (has_locker only); NULL with err naming it. */
-struct locker;
-struct locker *config_locker_create(const struct baton_config *c, char *err, size_t errlen);
+struct baton_locker;
+struct baton_locker *config_locker_create(const struct baton_config *c, char *err, size_t errlen);
 
 #endif

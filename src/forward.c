@@ -8,8 +8,8 @@ int64_t forward_time_left(void *arg, uint64_t epoch)
     const struct forward_ctx *ctx = arg;
     int64_t left = 0;
     switch (ctx->term_state(ctx->arg, epoch, &left)) {
-    case LEADER_YES: return left > 0 ? left : -1;
-    case LEADER_UNSURE: return 0;
+    case BATON_LEADER_YES: return left > 0 ? left : -1;
+    case BATON_LEADER_UNSURE: return 0;
     default: return -1;
     }
 }
@@ -31,14 +31,14 @@ static unsigned long long forward_run(const struct forward_ctx *ctx, struct mess
         /* A lease being verified after a locker reconnect is waited for
          * (nothing is forwarded meanwhile): it resolves within a round trip,
          * or the deadline passes and the term ends. */
-        enum leader_state st;
-        while ((st = ctx->term_state(ctx->arg, epoch, NULL)) == LEADER_UNSURE && !cancelled(ctx)) {
+        enum baton_leader_state st;
+        while ((st = ctx->term_state(ctx->arg, epoch, NULL)) == BATON_LEADER_UNSURE && !cancelled(ctx)) {
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
         }
         if (cancelled(ctx))
             without_sink = MSG_DROPPED_SHUTDOWN;
-        else if (st != LEADER_YES)
+        else if (st != BATON_LEADER_YES)
             without_sink = MSG_DROPPED_TERM_ENDED;
     }
     if (without_sink != MSG_DELIVERED) {

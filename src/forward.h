@@ -24,7 +24,7 @@ struct forward_ctx {
     const struct sink_ops *sink_ops;
     void *sink;
     /* NULL = unguarded (always leader, no deadline). */
-    enum leader_state (*term_state)(void *arg, uint64_t epoch, int64_t *left_ms);
+    enum baton_leader_state (*term_state)(void *arg, uint64_t epoch, int64_t *left_ms);
     void *arg;
     const atomic_bool *cancel;
 };

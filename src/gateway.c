@@ -50,7 +50,7 @@ struct gw_endpoint {
     void *ep;               /* endpoint instance */
     void *sink;             /* sink instance (one per endpoint) */
     struct queue *q;
-    struct active_guard *guard; /* GUARD_ACTIVE only */
+    struct baton_active_guard *guard; /* GUARD_ACTIVE only */
     struct warm *warm;          /* failover = "replay" only */
 
     pthread_t fwd_thread;
@@ -89,7 +89,7 @@ struct observed {
 
 struct gateway {
     const struct baton_config *cfg;
-    struct locker *locker;
+    struct baton_locker *locker;
     struct gw_endpoint *eps;
     size_t n_eps;
     atomic_bool stopping;
@@ -112,13 +112,13 @@ static void *observer_main(void *arg);
 static bool host_leader_now(const struct endpoint_host *h)
 {
     const struct gw_endpoint *e = h->gw;
-    return e->guard ? active_guard_is_leader_now(e->guard) : true;
+    return e->guard ? baton_active_guard_is_leader_now(e->guard) : true;
 }
 
 static uint64_t host_epoch(const struct endpoint_host *h)
 {
     const struct gw_endpoint *e = h->gw;
-    return e->guard ? active_guard_epoch(e->guard) : 0;
+    return e->guard ? baton_active_guard_epoch(e->guard) : 0;
 }
 
 static void drop_message(struct gw_endpoint *e, struct message *m, enum msg_outcome o)
@@ -169,7 +169,7 @@ static bool producer_should_give_up(void *arg)
     struct gw_endpoint *e = arg;
     if (!atomic_load(&e->ep_stopping)) return false;
     if (atomic_load(&e->fwd_cancel) || clock_mono_ms() >= atomic_load(&e->drain_deadline_ms)) return true;
-    return e->guard && active_guard_leader_state(e->guard) == LEADER_NO;
+    return e->guard && baton_active_guard_leader_state(e->guard) == BATON_LEADER_NO;
 }
 
 /* Queues m for the forwarder (received already counted). */
@@ -209,7 +209,7 @@ static int host_emit(struct endpoint_host *h, struct message *m)
     atomic_fetch_add_explicit(&e->stats.received, 1, memory_order_relaxed);
     /* Early drop only when there is no lease at all; an unsure lease (being
      * verified) is decided by the forwarder right before the sink. */
-    if (e->guard && active_guard_leader_state(e->guard) == LEADER_NO) {
+    if (e->guard && baton_active_guard_leader_state(e->guard) == BATON_LEADER_NO) {
         drop_message(e, m, MSG_DROPPED_NOT_LEADER);
         return -1;
     }
@@ -235,7 +235,7 @@ static void host_source_lost(struct endpoint_host *h, const char *reason)
     if (e->guard) {
         log_warn("gateway", e->cfg->name, "source lost for longer than the lease ttl (%s): giving up the lease",
                  reason);
-        active_guard_give_up(e->guard, reason);
+        baton_active_guard_give_up(e->guard, reason);
     } else {
         log_warn("gateway", e->cfg->name, "source lost: %s", reason);
     }
@@ -246,7 +246,7 @@ static void host_end_term(struct endpoint_host *h, const char *reason)
     struct gw_endpoint *e = h->gw;
     if (e->guard) {
         log_warn("gateway", e->cfg->name, "ending the lease term (%s): giving up the lease", reason);
-        active_guard_give_up(e->guard, reason);
+        baton_active_guard_give_up(e->guard, reason);
     } else {
         log_warn("gateway", e->cfg->name, "cannot end the term (no lease): %s", reason);
     }
@@ -268,10 +268,10 @@ static bool host_stopping(const struct endpoint_host *h)
 
 /* ---- forwarder -------------------------------------------------------- */
 
-static enum leader_state fwd_term_state(void *arg, uint64_t epoch, int64_t *left_ms)
+static enum baton_leader_state fwd_term_state(void *arg, uint64_t epoch, int64_t *left_ms)
 {
     struct gw_endpoint *e = arg;
-    return active_guard_term_state(e->guard, epoch, left_ms);
+    return baton_active_guard_term_state(e->guard, epoch, left_ms);
 }
 
 /* Settles msgs[0..n) with their outcomes: counters, latency, done callbacks. */
@@ -476,7 +476,7 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
     }
 
     if (c->guard == GUARD_ACTIVE) {
-        struct active_guard_options o = {
+        struct baton_active_guard_options o = {
             .prefix = gw->cfg->key_prefix,
             .ttl_ms = c->lease.ttl_ms,
             .renew_ms = c->lease.renew_ms,
@@ -487,14 +487,14 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
             .command_timeout_ms = config_locker_command_timeout(gw->cfg),
             .hash_tag = gw->cfg->locker_hash_tag,
         };
-        struct active_guard_callbacks cb = {.on_promoted = on_promoted, .on_demoted = on_demoted, .arg = e};
+        struct baton_active_guard_callbacks cb = {.on_promoted = on_promoted, .on_demoted = on_demoted, .arg = e};
         char gerr[256] = "";
-        e->guard = active_guard_create(gw->locker, e->scope, &o, &cb, gerr, sizeof gerr);
+        e->guard = baton_active_guard_create(gw->locker, e->scope, &o, &cb, gerr, sizeof gerr);
         if (!e->guard) {
             snprintf(err, errlen, "endpoint '%s': %s", c->name, gerr);
             return -1;
         }
-        e->lease_key = xstrdup(active_guard_key(e->guard));
+        e->lease_key = xstrdup(baton_active_guard_key(e->guard));
         if (c->failover == FAILOVER_REPLAY && gw->locker)
             e->warm = warm_create(c->name, &c->replay, gw->locker, e->lease_key, warm_enqueue, e);
     }
@@ -544,7 +544,7 @@ static void endpoint_teardown(struct gw_endpoint *e)
     /* the guard first (its callbacks use the endpoint), then the queue (a
      * leftover message's done callback reaches into the endpoint), then the
      * endpoint */
-    if (e->guard) active_guard_destroy(e->guard);
+    if (e->guard) baton_active_guard_destroy(e->guard);
     if (e->q) queue_destroy(e->q);
     if (e->ep) e->cfg->ops->destroy(e->ep);
     warm_destroy(e->warm); /* after the endpoint: it emits into the ring */
@@ -634,12 +634,12 @@ int gateway_start(struct gateway *gw)
             e->starter_started = true;
         }
         if (e->guard) {
-            if (active_guard_start(e->guard) != 0) return -1;
+            if (baton_active_guard_start(e->guard) != 0) return -1;
             /* Leader balancing at start: let this guard make its first
              * attempt (delayed by leases-held x step) before the next guard
              * starts, so replicas that start together share the leases
              * instead of the first one taking every lease at once. */
-            const struct active_guard_stats *gs = active_guard_stats(e->guard);
+            const struct baton_active_guard_stats *gs = baton_active_guard_stats(e->guard);
             int64_t bound = clock_mono_ms() + e->cfg->lease.retry_ms +
                             (int64_t)atomic_load(&gw->leaders) * e->cfg->lease.balance_step_ms + 1000;
             while (gw->locker && atomic_load(&gs->attempts) == 0 && clock_mono_ms() < bound &&
@@ -682,7 +682,7 @@ void gateway_stop(struct gateway *gw)
     for (size_t i = 0; i < gw->n_eps; i++) {
         struct gw_endpoint *e = &gw->eps[i];
         atomic_store(&e->drain_deadline_ms, t0 + gw->cfg->drain_timeout_ms);
-        if (e->guard) active_guard_request_stop(e->guard);
+        if (e->guard) baton_active_guard_request_stop(e->guard);
     }
     for (size_t i = 0; i < gw->n_eps; i++) {
         struct gw_endpoint *e = &gw->eps[i];
@@ -708,7 +708,7 @@ void gateway_stop(struct gateway *gw)
     for (size_t i = 0; i < gw->n_eps; i++) atomic_store(&gw->eps[i].fwd_cancel, true);
     /* 3. Join the guards (releases and announcements), then the forwarders. */
     for (size_t i = 0; i < gw->n_eps; i++)
-        if (gw->eps[i].guard) active_guard_stop(gw->eps[i].guard);
+        if (gw->eps[i].guard) baton_active_guard_stop(gw->eps[i].guard);
     atomic_store(&gw->mark_stop, true); /* final marks were written at demotion */
     if (gw->mark_started) {
         pthread_join(gw->mark_thread, NULL);
@@ -750,7 +750,7 @@ void gateway_destroy(struct gateway *gw)
     free(gw->obs.holder);
     free(gw->obs.holder_known);
     pthread_mutex_destroy(&gw->obs.mu);
-    if (gw->locker) locker_destroy(gw->locker);
+    if (gw->locker) baton_locker_destroy(gw->locker);
     free(gw);
 }
 
@@ -761,7 +761,7 @@ void gateway_destroy(struct gateway *gw)
 static int gateway_locker_probe(struct gateway *gw, char *reason, size_t len)
 {
     if (!gw->locker) return 0;
-    char err[LOCKER_ERR_MAX] = "";
+    char err[BATON_LOCKER_ERR_MAX] = "";
     int rc;
     if (gw->locker->ops->ping) {
         rc = gw->locker->ops->ping(gw->locker, err);
@@ -769,9 +769,9 @@ static int gateway_locker_probe(struct gateway *gw, char *reason, size_t len)
         char key[GUARD_KEY_MAX];
         guard_key(key, sizeof key, gw->cfg->key_prefix, "probe", util_hostname(), NULL);
         rc = gw->locker->ops->check ? gw->locker->ops->check(gw->locker, key, "probe", err)
-                                    : locker_unlock(gw->locker, key, "probe", err);
+                                    : baton_locker_unlock(gw->locker, key, "probe", err);
     }
-    if (rc == LOCKER_ERR) {
+    if (rc == BATON_LOCKER_ERR) {
         if (reason) snprintf(reason, len, "locker unreachable: %s", err);
         return -1;
     }
@@ -795,12 +795,12 @@ static void observe_once(struct gateway *gw)
     for (size_t i = 0; i < gw->n_eps; i++) {
         const struct gw_endpoint *e = &gw->eps[i];
         if (!e->guard || !gw->locker || !gw->locker->ops->holder) continue;
-        char who[160] = "", err[LOCKER_ERR_MAX];
+        char who[160] = "", err[BATON_LOCKER_ERR_MAX];
         int rc = up ? gw->locker->ops->holder(gw->locker, e->lease_key, who, sizeof who, err)
-                    : LOCKER_ERR;
+                    : BATON_LOCKER_ERR;
         pthread_mutex_lock(&gw->obs.mu);
-        gw->obs.holder_known[i] = rc == LOCKER_OK;
-        snprintf(gw->obs.holder[i], sizeof gw->obs.holder[i], "%s", rc == LOCKER_OK ? who : "");
+        gw->obs.holder_known[i] = rc == BATON_LOCKER_OK;
+        snprintf(gw->obs.holder[i], sizeof gw->obs.holder[i], "%s", rc == BATON_LOCKER_OK ? who : "");
         pthread_mutex_unlock(&gw->obs.mu);
     }
     pthread_mutex_lock(&gw->obs.mu);
@@ -843,10 +843,10 @@ static const char *role_name(const struct gw_endpoint *e)
 {
     if (!e->gw->locker) return "single-process";
     if (!e->guard) return e->cfg->guard == GUARD_ONCE ? "once-per-slot" : "every-replica";
-    const struct active_guard_stats *s = active_guard_stats(e->guard);
+    const struct baton_active_guard_stats *s = baton_active_guard_stats(e->guard);
     switch (atomic_load(&s->role)) {
-    case ROLE_LEADER: return active_guard_is_leader_now(e->guard) ? "leader" : "standby";
-    case ROLE_SINGLE: return "single-process";
+    case BATON_ROLE_LEADER: return baton_active_guard_is_leader_now(e->guard) ? "leader" : "standby";
+    case BATON_ROLE_SINGLE: return "single-process";
     default: return "standby";
     }
 }
@@ -982,26 +982,26 @@ void gateway_render_metrics(struct gateway *gw, struct jbuf *b)
     metric_head(b, "baton_endpoint_leader", "gauge", "1 while this replica may forward for the endpoint.");
     for (size_t i = 0; i < gw->n_eps; i++)
         metric_ep(b, "baton_endpoint_leader", &gw->eps[i], NULL,
-                  gw->eps[i].guard ? active_guard_is_leader_now(gw->eps[i].guard) : 1);
+                  gw->eps[i].guard ? baton_active_guard_is_leader_now(gw->eps[i].guard) : 1);
     metric_head(b, "baton_lease_epoch", "gauge", "Fencing epoch of the current or last lease.");
     for (size_t i = 0; i < gw->n_eps; i++)
         metric_ep(b, "baton_lease_epoch", &gw->eps[i], NULL,
-                  gw->eps[i].guard ? LOAD(active_guard_stats(gw->eps[i].guard)->epoch) : 0);
+                  gw->eps[i].guard ? LOAD(baton_active_guard_stats(gw->eps[i].guard)->epoch) : 0);
     struct {
         const char *name, *help;
         size_t off;
     } guard_counters[] = {
-        {"baton_promotions_total", "Promotions to leader.", offsetof(struct active_guard_stats, promotions)},
-        {"baton_demotions_total", "Demotions from leader.", offsetof(struct active_guard_stats, demotions)},
+        {"baton_promotions_total", "Promotions to leader.", offsetof(struct baton_active_guard_stats, promotions)},
+        {"baton_demotions_total", "Demotions from leader.", offsetof(struct baton_active_guard_stats, demotions)},
         {"baton_lease_renew_failures_total", "Failed lease renewals.",
-         offsetof(struct active_guard_stats, renew_failures)},
+         offsetof(struct baton_active_guard_stats, renew_failures)},
     };
     for (size_t c = 0; c < sizeof guard_counters / sizeof guard_counters[0]; c++) {
         metric_head(b, guard_counters[c].name, "counter", guard_counters[c].help);
         for (size_t i = 0; i < gw->n_eps; i++) {
             unsigned long long v = 0;
             if (gw->eps[i].guard) {
-                const char *base = (const char *)active_guard_stats(gw->eps[i].guard);
+                const char *base = (const char *)baton_active_guard_stats(gw->eps[i].guard);
                 v = atomic_load((const atomic_ullong *)(base + guard_counters[c].off));
             }
             metric_ep(b, guard_counters[c].name, &gw->eps[i], NULL, v);
@@ -1045,11 +1045,11 @@ void gateway_render_metrics(struct gateway *gw, struct jbuf *b)
         size_t off;
     } once_counters[] = {
         {"baton_once_allowed_total", "OnceGuard decisions that allowed the delivery.",
-         offsetof(struct once_guard_stats, allowed)},
+         offsetof(struct baton_once_guard_stats, allowed)},
         {"baton_once_skipped_total", "OnceGuard decisions that skipped it (taken elsewhere, or fail-closed).",
-         offsetof(struct once_guard_stats, skipped)},
+         offsetof(struct baton_once_guard_stats, skipped)},
         {"baton_once_backend_errors_total", "OnceGuard decisions the locker could not answer.",
-         offsetof(struct once_guard_stats, backend_errors)},
+         offsetof(struct baton_once_guard_stats, backend_errors)},
     };
     for (size_t c = 0; c < sizeof once_counters / sizeof once_counters[0]; c++) {
         metric_head(b, once_counters[c].name, "counter", once_counters[c].help);
@@ -1114,7 +1114,7 @@ void gateway_render_status(struct gateway *gw, struct jbuf *b)
         jbuf_key(b, &f, "role");
         jbuf_strz(b, role_name(e));
         if (e->guard) {
-            const struct active_guard_stats *s = active_guard_stats(e->guard);
+            const struct baton_active_guard_stats *s = baton_active_guard_stats(e->guard);
             jbuf_key(b, &f, "epoch");
             jbuf_u64(b, LOAD(s->epoch));
             jbuf_key(b, &f, "lease_key");
@@ -1124,7 +1124,7 @@ void gateway_render_status(struct gateway *gw, struct jbuf *b)
                  * most OBSERVE_MS old): no Redis call here */
                 char who[160] = "";
                 bool known = true;
-                if (active_guard_is_leader_now(e->guard)) {
+                if (baton_active_guard_is_leader_now(e->guard)) {
                     snprintf(who, sizeof who, "%.80s pid %d", util_hostname(), (int)getpid());
                 } else {
                     pthread_mutex_lock(&gw->obs.mu);

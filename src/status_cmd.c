@@ -40,7 +40,7 @@ int status_cmd_run(const struct baton_config *cfg, FILE *out)
     }
     char err[512] = "";
     /* the locker's inspect op: the same view for every backend */
-    struct locker *l = config_locker_create(cfg, err, sizeof err);
+    struct baton_locker *l = config_locker_create(cfg, err, sizeof err);
     if (!l) {
         fprintf(stderr, "baton status: %s\n", err);
         return BATON_EXIT_START;
@@ -57,9 +57,9 @@ int status_cmd_run(const struct baton_config *cfg, FILE *out)
             continue;
         }
         guard_lease_key(key, sizeof key, cfg->key_prefix, scope, cfg->locker_hash_tag);
-        struct lock_info info;
-        char lerr[LOCKER_ERR_MAX];
-        if (locker_inspect(l, key, &info, lerr) != LOCKER_OK) {
+        struct baton_lock_info info;
+        char lerr[BATON_LOCKER_ERR_MAX];
+        if (baton_locker_inspect(l, key, &info, lerr) != BATON_LOCKER_OK) {
             /* the first failure says it all (the backend is down): stop there */
             fprintf(stderr, "baton status: %s\n", lerr);
             rc = BATON_EXIT_START;
@@ -75,6 +75,6 @@ int status_cmd_run(const struct baton_config *cfg, FILE *out)
         fprintf(out, ROW, e->name, e->type, "active", state, epoch, ttl,
                 info.held ? (info.holder[0] ? info.holder : "?") : "-");
     }
-    locker_destroy(l);
+    baton_locker_destroy(l);
     return rc;
 }

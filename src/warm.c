@@ -20,7 +20,7 @@ const char *const warm_unaligned_names[4] = {"no_mark", "ring_short", "not_found
 struct warm {
     char *name;
     char *lease_key;
-    struct locker *locker;
+    struct baton_locker *locker;
     struct replay_config rc;
     int64_t mark_ttl_ms;
     warm_enqueue_fn enqueue;
@@ -48,7 +48,7 @@ struct warm {
     unsigned long long overflow_seen; /* evicted_overflow at the last trim */
 };
 
-struct warm *warm_create(const char *name, const struct replay_config *rc, struct locker *l,
+struct warm *warm_create(const char *name, const struct replay_config *rc, struct baton_locker *l,
                          const char *lease_key, warm_enqueue_fn enqueue, void *arg)
 {
     struct warm *w = xcalloc(1, sizeof *w);
@@ -218,10 +218,10 @@ void warm_trim(struct warm *w)
  * logged), -1 backend error. */
 static int read_mark(struct warm *w, struct replay_mark *mk)
 {
-    char buf[REPLAY_MARK_MAX], err[LOCKER_ERR_MAX] = "";
-    int rc = locker_shared_get(w->locker, w->lease_key, "mark", buf, sizeof buf, err);
-    if (rc == LOCKER_LOST) return 0;
-    if (rc != LOCKER_OK) {
+    char buf[REPLAY_MARK_MAX], err[BATON_LOCKER_ERR_MAX] = "";
+    int rc = baton_locker_shared_get(w->locker, w->lease_key, "mark", buf, sizeof buf, err);
+    if (rc == BATON_LOCKER_LOST) return 0;
+    if (rc != BATON_LOCKER_OK) {
         atomic_fetch_add(&w->stats.mark_errors, 1);
         log_error(COMPONENT, w->name, "cannot read the replay mark %s:mark: %s", w->lease_key, err);
         return -1;
@@ -387,18 +387,18 @@ static void write_mark_locked(struct warm *w, int64_t now, bool force)
     w->last_write_ms = now;
     pthread_mutex_unlock(&w->mk_mu);
 
-    char text[REPLAY_MARK_MAX], err[LOCKER_ERR_MAX] = "";
+    char text[REPLAY_MARK_MAX], err[BATON_LOCKER_ERR_MAX] = "";
     int len = replay_mark_format(&mk, text, sizeof text);
-    int rc = len < 0 ? LOCKER_ERR
-                     : locker_fenced_set(w->locker, w->lease_key, "mark", mk.epoch, text,
+    int rc = len < 0 ? BATON_LOCKER_ERR
+                     : baton_locker_fenced_set(w->locker, w->lease_key, "mark", mk.epoch, text,
                                          (size_t)len, w->mark_ttl_ms, err);
     pthread_mutex_lock(&w->mk_mu);
-    if (rc == LOCKER_OK) {
+    if (rc == BATON_LOCKER_OK) {
         atomic_fetch_add(&w->stats.marks_written, 1);
         w->last_ok_ms = now;
         if (!w->dirty) atomic_store(&w->lag_since_ms, 0);
         else atomic_store(&w->lag_since_ms, w->dirty_since_ms);
-    } else if (rc == LOCKER_LOST) {
+    } else if (rc == BATON_LOCKER_LOST) {
         /* a newer leader exists: our marks no longer matter */
         atomic_fetch_add(&w->stats.marks_fenced, 1);
         atomic_store(&w->lag_since_ms, 0);

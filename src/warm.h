@@ -29,7 +29,7 @@
 #include "common/message.h"
 #include "src/config.h"
 
-struct locker;
+struct baton_locker;
 struct warm;
 
 /* How the gateway queues a message for the sink (counts it received; on a
@@ -54,7 +54,7 @@ struct warm_stats {
 enum warm_unaligned { WARM_NO_MARK = 0, WARM_RING_SHORT, WARM_NOT_FOUND, WARM_GAP };
 extern const char *const warm_unaligned_names[4]; /* "no_mark", "ring_short", "not_found", "gap" */
 
-struct warm *warm_create(const char *name, const struct replay_config *rc, struct locker *l,
+struct warm *warm_create(const char *name, const struct replay_config *rc, struct baton_locker *l,
                          const char *lease_key, warm_enqueue_fn enqueue, void *arg);
 /* Renders a raw record (message.raw) into its envelope: the endpoint's
  * replay_render op. Called under the ring lock with the warm's own scratch

@@ -115,44 +115,44 @@ static int64_t T(int64_t ms)
     return r < 2000 ? 2000 : r;
 }
 
-static struct redis_opts opts_for(int port, const char *password)
+static struct baton_redis_opts opts_for(int port, const char *password)
 {
-    struct redis_opts o = {.host = "127.0.0.1", .port = port, .password = (char *)password,
+    struct baton_redis_opts o = {.host = "127.0.0.1", .port = port, .password = (char *)password,
                            .connect_timeout_ms = 500, .command_timeout_ms = 500};
     return o;
 }
 
-static struct locker *redis_locker(int port)
+static struct baton_locker *redis_locker(int port)
 {
-    struct redis_opts o = opts_for(port, NULL);
-    char err[LOCKER_ERR_MAX];
-    struct locker *l = locker_redis_create(&o, err);
-    if (l == NULL) fprintf(stderr, "locker_redis_create: %s\n", err);
+    struct baton_redis_opts o = opts_for(port, NULL);
+    char err[BATON_LOCKER_ERR_MAX];
+    struct baton_locker *l = baton_locker_redis_create(&o, err);
+    if (l == NULL) fprintf(stderr, "baton_locker_redis_create: %s\n", err);
     assert_non_null(l);
     return l;
 }
 
 /* An etcd locker on url (NULL user: no auth); NULL with err on failure. */
-static struct locker *etcd_locker_try(const char *url, const char *user, const char *password,
-                                      char err[LOCKER_ERR_MAX])
+static struct baton_locker *etcd_locker_try(const char *url, const char *user, const char *password,
+                                      char err[BATON_LOCKER_ERR_MAX])
 {
     char *eps[1] = {(char *)url};
-    struct etcd_opts o = {.endpoints = eps, .n_endpoints = 1, .user = (char *)user,
+    struct baton_etcd_opts o = {.endpoints = eps, .n_endpoints = 1, .user = (char *)user,
                           .password = (char *)password, .connect_timeout_ms = 500,
                           .command_timeout_ms = 500};
-    return locker_etcd_create(&o, err);
+    return baton_locker_etcd_create(&o, err);
 }
 
-static struct locker *etcd_locker(const char *url)
+static struct baton_locker *etcd_locker(const char *url)
 {
-    char err[LOCKER_ERR_MAX];
-    struct locker *l = etcd_locker_try(url, NULL, NULL, err);
-    if (l == NULL) fprintf(stderr, "locker_etcd_create: %s\n", err);
+    char err[BATON_LOCKER_ERR_MAX];
+    struct baton_locker *l = etcd_locker_try(url, NULL, NULL, err);
+    if (l == NULL) fprintf(stderr, "baton_locker_etcd_create: %s\n", err);
     assert_non_null(l);
     return l;
 }
 
-static struct locker *locker_for(const struct srv *s)
+static struct baton_locker *locker_for(const struct srv *s)
 {
     return s->e ? etcd_locker(etcd_server_url(s->e)) : redis_locker(redis_server_port(s->r));
 }
@@ -330,57 +330,57 @@ static int group_teardown(void **state)
 
 static void test_token_cas_unlock_renew(void **state)
 {
-    struct locker *a = LOCKER(), *b = LOCKER();
-    struct lock_grant ga, gb;
-    char err[LOCKER_ERR_MAX], v[128];
+    struct baton_locker *a = LOCKER(), *b = LOCKER();
+    struct baton_lock_grant ga, gb;
+    char err[BATON_LOCKER_ERR_MAX], v[128];
     int64_t sent = 0, t0 = clock_boot_ms();
-    assert_int_equal(locker_try_lock(a, "cas", 2000, &ga, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(a, "cas", 2000, &ga, err), BATON_LOCKER_OK);
     assert_true(ga.sent_ms >= t0 && ga.sent_ms <= clock_boot_ms());
     assert_int_equal(strlen(ga.token), 32);
-    assert_int_equal(locker_try_lock(b, "cas", 2000, &gb, err), LOCKER_HELD);
+    assert_int_equal(baton_locker_try_lock(b, "cas", 2000, &gb, err), BATON_LOCKER_HELD);
     /* the stored value is our token */
     raw_value("cas", v, sizeof v);
     assert_string_equal(v, ga.token);
     /* a wrong token neither releases nor renews */
-    assert_int_equal(locker_unlock(b, "cas", "ffffffffffffffffffffffffffffffff", err),
-                     LOCKER_MISMATCH);
+    assert_int_equal(baton_locker_unlock(b, "cas", "ffffffffffffffffffffffffffffffff", err),
+                     BATON_LOCKER_MISMATCH);
     assert_non_null(strstr(err, "another token"));
-    assert_int_equal(locker_renew(b, "cas", "ffffffffffffffffffffffffffffffff", 5000, &sent, err),
-                     LOCKER_LOST);
+    assert_int_equal(baton_locker_renew(b, "cas", "ffffffffffffffffffffffffffffffff", 5000, &sent, err),
+                     BATON_LOCKER_LOST);
     assert_int_equal(b->ops->check(b, "cas", "ffffffffffffffffffffffffffffffff", err),
-                     LOCKER_LOST);
-    assert_int_equal(a->ops->check(a, "cas", ga.token, err), LOCKER_OK);
+                     BATON_LOCKER_LOST);
+    assert_int_equal(a->ops->check(a, "cas", ga.token, err), BATON_LOCKER_OK);
     /* renew with the right token extends the expiry */
     t0 = clock_boot_ms();
-    assert_int_equal(locker_renew(a, "cas", ga.token, 60000, &sent, err), LOCKER_OK);
+    assert_int_equal(baton_locker_renew(a, "cas", ga.token, 60000, &sent, err), BATON_LOCKER_OK);
     assert_true(sent >= t0 && sent <= clock_boot_ms());
     long long pttl = raw_ttl_ms("cas");
     printf("token_cas: ttl after renew(60000): %lld ms\n", pttl);
     if (pttl <= 50000) fail_msg("renew with ttl 60000 ms left the key a ttl of %lld ms", pttl);
-    assert_int_equal(locker_unlock(a, "cas", ga.token, err), LOCKER_OK);
-    assert_int_equal(locker_unlock(a, "cas", ga.token, err), LOCKER_MISMATCH);
+    assert_int_equal(baton_locker_unlock(a, "cas", ga.token, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(a, "cas", ga.token, err), BATON_LOCKER_MISMATCH);
     assert_non_null(strstr(err, "not held"));
-    assert_int_equal(locker_renew(a, "cas", ga.token, T(1000), &sent, err), LOCKER_LOST);
-    assert_int_equal(locker_try_lock(b, "cas", 2000, &gb, err), LOCKER_OK);
+    assert_int_equal(baton_locker_renew(a, "cas", ga.token, T(1000), &sent, err), BATON_LOCKER_LOST);
+    assert_int_equal(baton_locker_try_lock(b, "cas", 2000, &gb, err), BATON_LOCKER_OK);
     assert_true(gb.epoch > ga.epoch);
-    locker_unlock(b, "cas", gb.token, err);
-    locker_destroy(a);
-    locker_destroy(b);
+    baton_locker_unlock(b, "cas", gb.token, err);
+    baton_locker_destroy(a);
+    baton_locker_destroy(b);
 }
 
 static void test_expiry(void **state)
 {
-    struct locker *a = LOCKER(), *b = LOCKER();
-    struct lock_grant ga, gb;
-    char err[LOCKER_ERR_MAX];
+    struct baton_locker *a = LOCKER(), *b = LOCKER();
+    struct baton_lock_grant ga, gb;
+    char err[BATON_LOCKER_ERR_MAX];
     int64_t ttl = T(150);
-    assert_int_equal(locker_try_lock(a, "exp", ttl, &ga, err), LOCKER_OK);
-    assert_int_equal(locker_try_lock(b, "exp", ttl, &gb, err), LOCKER_HELD);
+    assert_int_equal(baton_locker_try_lock(a, "exp", ttl, &ga, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(b, "exp", ttl, &gb, err), BATON_LOCKER_HELD);
     if (IS_ETCD) { /* the member knows how long the holder's lease still runs */
         printf("expiry: held, holder's lease runs %lld ms more\n", (long long)gb.held_pttl_ms);
         assert_true(gb.held_pttl_ms > 0 && gb.held_pttl_ms <= ttl);
     }
-    int64_t took = WAIT_FOR(locker_try_lock(b, "exp", ttl, &gb, err) == LOCKER_OK,
+    int64_t took = WAIT_FOR(baton_locker_try_lock(b, "exp", ttl, &gb, err) == BATON_LOCKER_OK,
                             IS_ETCD ? 6000 : 2000);
     int64_t since_sent = clock_boot_ms() - ga.sent_ms;
     printf("lock with ttl %lld ms taken over after %lld ms (%lld ms after the acquisition "
@@ -393,45 +393,45 @@ static void test_expiry(void **state)
         assert_true(since_sent >= ttl && since_sent < ttl + 2000);
     }
     int64_t sent;
-    assert_int_equal(locker_renew(a, "exp", ga.token, T(1000), &sent, err), LOCKER_LOST);
-    locker_destroy(a);
-    locker_destroy(b);
+    assert_int_equal(baton_locker_renew(a, "exp", ga.token, T(1000), &sent, err), BATON_LOCKER_LOST);
+    baton_locker_destroy(a);
+    baton_locker_destroy(b);
 }
 
 #define EPOCH_THREADS 4
 #define EPOCH_TOTAL 1000
 struct epoch_run {
-    struct locker *lockers[2];
+    struct baton_locker *lockers[2];
     pthread_mutex_t mu;
     uint64_t epochs[EPOCH_TOTAL];
     atomic_int n;
     atomic_int errors;
     atomic_int unlock_failures; /* asserted on the test's thread (cmocka) */
-    char first_unlock_err[LOCKER_ERR_MAX + 64];
+    char first_unlock_err[BATON_LOCKER_ERR_MAX + 64];
 };
 
 static void *epoch_worker(void *arg)
 {
     struct epoch_run *er = arg;
     static atomic_int idx;
-    struct locker *l = er->lockers[atomic_fetch_add(&idx, 1) % 2];
-    char err[LOCKER_ERR_MAX];
+    struct baton_locker *l = er->lockers[atomic_fetch_add(&idx, 1) % 2];
+    char err[BATON_LOCKER_ERR_MAX];
     while (atomic_load(&er->n) < EPOCH_TOTAL) {
-        struct lock_grant g;
-        int rc = locker_try_lock(l, "epochs", 5000, &g, err);
-        if (rc == LOCKER_ERR) atomic_fetch_add(&er->errors, 1);
-        if (rc != LOCKER_OK) continue;
+        struct baton_lock_grant g;
+        int rc = baton_locker_try_lock(l, "epochs", 5000, &g, err);
+        if (rc == BATON_LOCKER_ERR) atomic_fetch_add(&er->errors, 1);
+        if (rc != BATON_LOCKER_OK) continue;
         /* appended while holding the lock: the array order is the acquisition order */
         pthread_mutex_lock(&er->mu);
         int i = atomic_load(&er->n);
         if (i < EPOCH_TOTAL) er->epochs[i] = g.epoch;
         atomic_store(&er->n, i + 1);
         pthread_mutex_unlock(&er->mu);
-        int urc = locker_unlock(l, "epochs", g.token, err);
-        if (urc != LOCKER_OK && atomic_fetch_add(&er->unlock_failures, 1) == 0)
+        int urc = baton_locker_unlock(l, "epochs", g.token, err);
+        if (urc != BATON_LOCKER_OK && atomic_fetch_add(&er->unlock_failures, 1) == 0)
             snprintf(er->first_unlock_err, sizeof er->first_unlock_err,
                      "unlock of the grant with epoch %llu: %s: %s", (unsigned long long)g.epoch,
-                     locker_status_name(urc), err);
+                     baton_locker_status_name(urc), err);
     }
     return NULL;
 }
@@ -463,12 +463,12 @@ static void test_epochs_strictly_increasing(void **state)
            "increasing (%llu .. %llu)\n",
            EPOCH_TOTAL, EPOCH_THREADS, (long long)took, (unsigned long long)er->epochs[0],
            (unsigned long long)er->epochs[EPOCH_TOTAL - 1]);
-    struct lock_grant g;
-    char err[LOCKER_ERR_MAX];
+    struct baton_lock_grant g;
+    char err[BATON_LOCKER_ERR_MAX];
     if (!IS_ETCD) {
         /* Redis loses its data: the epoch still increases */
         freeReplyObject(raw(PORT, "FLUSHALL"));
-        assert_int_equal(locker_try_lock(er->lockers[0], "epochs", 1000, &g, err), LOCKER_OK);
+        assert_int_equal(baton_locker_try_lock(er->lockers[0], "epochs", 1000, &g, err), BATON_LOCKER_OK);
         assert_true(g.epoch > er->epochs[EPOCH_TOTAL - 1]);
         redisReply *r = raw(PORT, "GET epochs:epoch");
         assert_int_equal(strtoull(r->str, NULL, 10), g.epoch);
@@ -477,22 +477,22 @@ static void test_epochs_strictly_increasing(void **state)
         /* the member crashes and comes back (its data survives): still increasing */
         assert_int_equal(srv_kill(&shared), 0);
         assert_int_equal(srv_restart(&shared), 0);
-        int rc = LOCKER_ERR;
+        int rc = BATON_LOCKER_ERR;
         int64_t t1 = clock_mono_ms();
-        while (rc == LOCKER_ERR && clock_mono_ms() - t1 < 5000) {
-            rc = locker_try_lock(er->lockers[0], "epochs", 2000, &g, err);
-            if (rc == LOCKER_ERR) usleep(50 * 1000);
+        while (rc == BATON_LOCKER_ERR && clock_mono_ms() - t1 < 5000) {
+            rc = baton_locker_try_lock(er->lockers[0], "epochs", 2000, &g, err);
+            if (rc == BATON_LOCKER_ERR) usleep(50 * 1000);
         }
-        assert_int_equal(rc, LOCKER_OK);
+        assert_int_equal(rc, BATON_LOCKER_OK);
         printf("after a member restart: epoch %llu\n", (unsigned long long)g.epoch);
         assert_true(g.epoch > er->epochs[EPOCH_TOTAL - 1]);
         long long mod = 0;
         assert_int_equal(eraw_range(shared.e, "epochs:epoch", NULL, 0, NULL, NULL, &mod), 1);
         assert_int_equal((uint64_t)mod, g.epoch); /* the epoch key's revision */
-        assert_int_equal(locker_unlock(er->lockers[0], "epochs", g.token, err), LOCKER_OK);
+        assert_int_equal(baton_locker_unlock(er->lockers[0], "epochs", g.token, err), BATON_LOCKER_OK);
     }
-    locker_destroy(er->lockers[0]);
-    locker_destroy(er->lockers[1]);
+    baton_locker_destroy(er->lockers[0]);
+    baton_locker_destroy(er->lockers[1]);
     pthread_mutex_destroy(&er->mu);
     free(er);
 }
@@ -500,20 +500,20 @@ static void test_epochs_strictly_increasing(void **state)
 static void test_script_cache_flushed(void **state)
 {
     REDIS_ONLY();
-    struct locker *a = redis_locker(PORT);
-    struct lock_grant g;
-    char err[LOCKER_ERR_MAX];
+    struct baton_locker *a = redis_locker(PORT);
+    struct baton_lock_grant g;
+    char err[BATON_LOCKER_ERR_MAX];
     int64_t sent;
     freeReplyObject(raw(PORT, "SCRIPT FLUSH"));
-    assert_int_equal(locker_try_lock(a, "noscript", 1000, &g, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(a, "noscript", 1000, &g, err), BATON_LOCKER_OK);
     freeReplyObject(raw(PORT, "SCRIPT FLUSH"));
-    assert_int_equal(locker_renew(a, "noscript", g.token, 1000, &sent, err), LOCKER_OK);
+    assert_int_equal(baton_locker_renew(a, "noscript", g.token, 1000, &sent, err), BATON_LOCKER_OK);
     freeReplyObject(raw(PORT, "SCRIPT FLUSH"));
-    assert_int_equal(locker_unlock(a, "noscript", g.token, err), LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(a, "noscript", g.token, err), BATON_LOCKER_OK);
     /* reloaded: the next call goes by SHA again and works */
-    assert_int_equal(locker_try_lock(a, "noscript", 1000, &g, err), LOCKER_OK);
-    assert_int_equal(locker_unlock(a, "noscript", g.token, err), LOCKER_OK);
-    locker_destroy(a);
+    assert_int_equal(baton_locker_try_lock(a, "noscript", 1000, &g, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(a, "noscript", g.token, err), BATON_LOCKER_OK);
+    baton_locker_destroy(a);
 }
 
 /* ---- bad input -------------------------------------------------------------- */
@@ -521,93 +521,93 @@ static void test_script_cache_flushed(void **state)
 static void test_non_string_key(void **state)
 {
     REDIS_ONLY();
-    struct locker *a = redis_locker(PORT);
-    struct lock_grant g;
-    char err[LOCKER_ERR_MAX];
+    struct baton_locker *a = redis_locker(PORT);
+    struct baton_lock_grant g;
+    char err[BATON_LOCKER_ERR_MAX];
     int64_t sent;
     freeReplyObject(raw(PORT, "DEL listkey listkey:epoch"));
     freeReplyObject(raw(PORT, "LPUSH listkey x"));
-    assert_int_equal(locker_try_lock(a, "listkey", 1000, &g, err), LOCKER_ERR);
+    assert_int_equal(baton_locker_try_lock(a, "listkey", 1000, &g, err), BATON_LOCKER_ERR);
     printf("non-string key: %s\n", err);
     assert_non_null(strstr(err, "WRONGTYPE"));
-    assert_int_equal(locker_unlock(a, "listkey", "abc", err), LOCKER_ERR);
+    assert_int_equal(baton_locker_unlock(a, "listkey", "abc", err), BATON_LOCKER_ERR);
     assert_non_null(strstr(err, "WRONGTYPE"));
-    assert_int_equal(locker_renew(a, "listkey", "abc", 1000, &sent, err), LOCKER_ERR);
-    assert_int_equal(a->ops->check(a, "listkey", "abc", err), LOCKER_ERR);
+    assert_int_equal(baton_locker_renew(a, "listkey", "abc", 1000, &sent, err), BATON_LOCKER_ERR);
+    assert_int_equal(a->ops->check(a, "listkey", "abc", err), BATON_LOCKER_ERR);
     /* a wrong-typed epoch key: error, and the lock is not left behind */
     freeReplyObject(raw(PORT, "DEL hk hk:epoch"));
     freeReplyObject(raw(PORT, "HSET hk:epoch f v"));
-    assert_int_equal(locker_try_lock(a, "hk", 1000, &g, err), LOCKER_ERR);
+    assert_int_equal(baton_locker_try_lock(a, "hk", 1000, &g, err), BATON_LOCKER_ERR);
     assert_non_null(strstr(err, "WRONGTYPE"));
     redisReply *r = raw(PORT, "EXISTS hk");
     assert_int_equal(r->integer, 0);
     freeReplyObject(r);
     /* the connection stays usable after error replies */
-    assert_int_equal(locker_try_lock(a, "fine", 1000, &g, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(a, "fine", 1000, &g, err), BATON_LOCKER_OK);
     /* OnceGuard on such a key: fail-closed skip, counted as a backend error */
     freeReplyObject(raw(PORT, "SADD baton:once:s:k x"));
-    struct once_guard *og = once_guard_create(a, "s", NULL);
-    assert_false(once_guard_allow(og, "k"));
-    assert_int_equal(atomic_load(&once_guard_stats(og)->backend_errors), 1);
-    assert_true(once_guard_allow(og, "k2"));
-    assert_false(once_guard_allow(og, "k2"));
-    once_guard_destroy(og);
-    locker_destroy(a);
+    struct baton_once_guard *og = baton_once_guard_create(a, "s", NULL);
+    assert_false(baton_once_guard_allow(og, "k"));
+    assert_int_equal(atomic_load(&baton_once_guard_stats(og)->backend_errors), 1);
+    assert_true(baton_once_guard_allow(og, "k2"));
+    assert_false(baton_once_guard_allow(og, "k2"));
+    baton_once_guard_destroy(og);
+    baton_locker_destroy(a);
 }
 
 /* etcd: a member that was reachable goes away (SIGKILL): every call is
- * LOCKER_ERR naming the endpoint and the reason, never "held" or "lost";
- * it comes back: the next call works. Paused (SIGSTOP): LOCKER_ERR within
+ * BATON_LOCKER_ERR naming the endpoint and the reason, never "held" or "lost";
+ * it comes back: the next call works. Paused (SIGSTOP): BATON_LOCKER_ERR within
  * the command timeout. */
 static void unreachable_etcd(void)
 {
     struct etcd_server *s = etcd_server_start(NULL);
     assert_non_null(s);
-    char where[64], err[LOCKER_ERR_MAX];
+    char where[64], err[BATON_LOCKER_ERR_MAX];
     snprintf(where, sizeof where, "127.0.0.1:%d", etcd_server_port(s));
-    struct locker *l = etcd_locker(etcd_server_url(s));
-    struct lock_grant g0, g;
+    struct baton_locker *l = etcd_locker(etcd_server_url(s));
+    struct baton_lock_grant g0, g;
     int64_t sent;
-    assert_int_equal(locker_try_lock(l, "held", 10000, &g0, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, "held", 10000, &g0, err), BATON_LOCKER_OK);
     assert_int_equal(etcd_server_kill(s), 0);
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(locker_try_lock(l, "k", 2000, &g, err), LOCKER_ERR);
+        assert_int_equal(baton_locker_try_lock(l, "k", 2000, &g, err), BATON_LOCKER_ERR);
         assert_non_null(strstr(err, where));
         assert_true(strcasestr(err, "refused") || strcasestr(err, "connect"));
     }
     printf("unreachable: %s\n", err);
-    assert_int_equal(locker_renew(l, "held", g0.token, 10000, &sent, err), LOCKER_ERR);
+    assert_int_equal(baton_locker_renew(l, "held", g0.token, 10000, &sent, err), BATON_LOCKER_ERR);
     printf("unreachable, renew: %s\n", err);
-    assert_int_equal(l->ops->check(l, "held", g0.token, err), LOCKER_ERR);
-    assert_int_equal(locker_claim(l, "c", 2000, err), LOCKER_ERR);
-    if (l->ops->ping) assert_int_equal(l->ops->ping(l, err), LOCKER_ERR);
+    assert_int_equal(l->ops->check(l, "held", g0.token, err), BATON_LOCKER_ERR);
+    assert_int_equal(baton_locker_claim(l, "c", 2000, err), BATON_LOCKER_ERR);
+    if (l->ops->ping) assert_int_equal(l->ops->ping(l, err), BATON_LOCKER_ERR);
     /* it comes up (data kept): the next call connects, the lease is still ours */
     assert_int_equal(etcd_server_restart(s), 0);
-    assert_int_equal(locker_try_lock(l, "k", 2000, &g, err), LOCKER_OK);
-    assert_int_equal(l->ops->check(l, "held", g0.token, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, "k", 2000, &g, err), BATON_LOCKER_OK);
+    assert_int_equal(l->ops->check(l, "held", g0.token, err), BATON_LOCKER_OK);
     /* held by this very locker: held, like anyone else's (never taken over) */
-    int self = locker_try_lock(l, "held", 2000, &g, err);
-    if (self != LOCKER_HELD)
+    int self = baton_locker_try_lock(l, "held", 2000, &g, err);
+    if (self != BATON_LOCKER_HELD)
         fail_msg("try_lock of a key this locker holds (lease alive, check OK): %s, want held (%s)",
-                 locker_status_name(self), err);
+                 baton_locker_status_name(self), err);
     /* paused: an error within the command timeout (500 ms), never a hang */
     assert_int_equal(etcd_server_pause(s), 0);
     int64_t t0 = clock_mono_ms();
-    int rc = locker_try_lock(l, "k2", 2000, &g, err);
+    int rc = baton_locker_try_lock(l, "k2", 2000, &g, err);
     int64_t took = clock_mono_ms() - t0;
     assert_int_equal(etcd_server_resume(s), 0);
-    printf("paused member: try_lock %s after %lld ms: %s\n", locker_status_name(rc),
+    printf("paused member: try_lock %s after %lld ms: %s\n", baton_locker_status_name(rc),
            (long long)took, err);
-    assert_int_equal(rc, LOCKER_ERR);
+    assert_int_equal(rc, BATON_LOCKER_ERR);
     assert_non_null(strstr(err, where));
     assert_true(took < 1000);
     t0 = clock_mono_ms();
-    rc = locker_renew(l, "held", g0.token, 10000, &sent, err);
-    printf("resumed: renew %s after %lld ms\n", locker_status_name(rc),
+    rc = baton_locker_renew(l, "held", g0.token, 10000, &sent, err);
+    printf("resumed: renew %s after %lld ms\n", baton_locker_status_name(rc),
            (long long)(clock_mono_ms() - t0));
-    assert_int_equal(rc, LOCKER_OK);
-    assert_int_equal(locker_unlock(l, "held", g0.token, err), LOCKER_OK);
-    locker_destroy(l);
+    assert_int_equal(rc, BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(l, "held", g0.token, err), BATON_LOCKER_OK);
+    baton_locker_destroy(l);
     etcd_server_destroy(s);
 }
 
@@ -622,24 +622,24 @@ static void test_unreachable_backend(void **state)
     assert_non_null(s);
     int port = redis_server_port(s);
     redis_server_stop(s);
-    struct redis_opts o = opts_for(port, NULL);
-    char err[LOCKER_ERR_MAX];
-    struct locker *l = locker_redis_create(&o, err);
+    struct baton_redis_opts o = opts_for(port, NULL);
+    char err[BATON_LOCKER_ERR_MAX];
+    struct baton_locker *l = baton_locker_redis_create(&o, err);
     assert_non_null(l); /* transient: created, every call reports the error */
-    struct lock_grant g;
+    struct baton_lock_grant g;
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(locker_try_lock(l, "k", 1000, &g, err), LOCKER_ERR);
+        assert_int_equal(baton_locker_try_lock(l, "k", 1000, &g, err), BATON_LOCKER_ERR);
         assert_non_null(strstr(err, "127.0.0.1"));
         assert_non_null(strstr(err, "refused"));
     }
     printf("unreachable: %s\n", err);
     int64_t sent;
-    assert_int_equal(locker_renew(l, "k", "abc", 1000, &sent, err), LOCKER_ERR);
-    assert_int_equal(locker_unlock(l, "k", "abc", err), LOCKER_ERR);
+    assert_int_equal(baton_locker_renew(l, "k", "abc", 1000, &sent, err), BATON_LOCKER_ERR);
+    assert_int_equal(baton_locker_unlock(l, "k", "abc", err), BATON_LOCKER_ERR);
     /* it comes up: the next call connects */
     assert_int_equal(redis_server_restart(s), 0);
-    assert_int_equal(locker_try_lock(l, "k", 1000, &g, err), LOCKER_OK);
-    locker_destroy(l);
+    assert_int_equal(baton_locker_try_lock(l, "k", 1000, &g, err), BATON_LOCKER_OK);
+    baton_locker_destroy(l);
     /* redis_conn_open directly */
     redis_server_stop(s);
     assert_null(redis_conn_open(&o, err, sizeof err));
@@ -656,7 +656,7 @@ static void etcdctl_ok(struct etcd_server *s, const char *const *args)
 
 /* etcd with auth enabled (etcdctl): a wrong password is refused with the
  * reason, no user at all fails every call, the right one works; a user
- * without permission on a key gets LOCKER_ERR, never LOCKER_HELD. */
+ * without permission on a key gets BATON_LOCKER_ERR, never BATON_LOCKER_HELD. */
 static void wrong_password_etcd(void)
 {
     struct etcd_server *s = etcd_server_start(NULL);
@@ -671,40 +671,40 @@ static void wrong_password_etcd(void)
     const char *const *cmds[] = {c1, c2, c3, c4, c5, c6, c7};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) etcdctl_ok(s, cmds[i]);
     const char *url = etcd_server_url(s);
-    char err[LOCKER_ERR_MAX];
-    struct lock_grant g;
+    char err[BATON_LOCKER_ERR_MAX];
+    struct baton_lock_grant g;
     /* wrong password: refused at create, or at every call, with the reason */
-    struct locker *l = etcd_locker_try(url, "root", "wrong", err);
+    struct baton_locker *l = etcd_locker_try(url, "root", "wrong", err);
     if (l != NULL) {
-        assert_int_equal(locker_try_lock(l, "k", 2000, &g, err), LOCKER_ERR);
-        locker_destroy(l);
+        assert_int_equal(baton_locker_try_lock(l, "k", 2000, &g, err), BATON_LOCKER_ERR);
+        baton_locker_destroy(l);
     }
     printf("wrong password (%s): %s\n", l ? "at the first call" : "at create", err);
     assert_non_null(strstr(err, "authentication failed"));
     /* no user at all: created, but every call fails with the reason */
     l = etcd_locker_try(url, NULL, NULL, err);
     assert_non_null(l);
-    assert_int_equal(locker_try_lock(l, "k", 2000, &g, err), LOCKER_ERR);
+    assert_int_equal(baton_locker_try_lock(l, "k", 2000, &g, err), BATON_LOCKER_ERR);
     printf("no user: %s\n", err);
     assert_non_null(strstr(err, "user name is empty"));
-    locker_destroy(l);
+    baton_locker_destroy(l);
     /* the right password */
     l = etcd_locker_try(url, "root", "rootpw", err);
-    if (l == NULL) fail_msg("locker_etcd_create(root): %s", err);
-    assert_int_equal(locker_try_lock(l, "k", 2000, &g, err), LOCKER_OK);
-    assert_int_equal(locker_unlock(l, "k", g.token, err), LOCKER_OK);
-    locker_destroy(l);
+    if (l == NULL) fail_msg("baton_locker_etcd_create(root): %s", err);
+    assert_int_equal(baton_locker_try_lock(l, "k", 2000, &g, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(l, "k", g.token, err), BATON_LOCKER_OK);
+    baton_locker_destroy(l);
     /* no permission on the key: an error, never "held" */
     l = etcd_locker_try(url, "lim", "limpw", err);
-    if (l == NULL) fail_msg("locker_etcd_create(lim): %s", err);
-    assert_int_equal(locker_try_lock(l, "nope", 2000, &g, err), LOCKER_ERR);
+    if (l == NULL) fail_msg("baton_locker_etcd_create(lim): %s", err);
+    assert_int_equal(baton_locker_try_lock(l, "nope", 2000, &g, err), BATON_LOCKER_ERR);
     printf("no permission: %s\n", err);
     assert_non_null(strstr(err, "permission denied"));
-    assert_int_equal(locker_try_lock(l, "ok:k", 2000, &g, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, "ok:k", 2000, &g, err), BATON_LOCKER_OK);
     int64_t sent;
-    assert_int_equal(locker_renew(l, "ok:k", g.token, 2000, &sent, err), LOCKER_OK);
-    assert_int_equal(locker_unlock(l, "ok:k", g.token, err), LOCKER_OK);
-    locker_destroy(l);
+    assert_int_equal(baton_locker_renew(l, "ok:k", g.token, 2000, &sent, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(l, "ok:k", g.token, err), BATON_LOCKER_OK);
+    baton_locker_destroy(l);
     etcd_server_destroy(s);
 }
 
@@ -718,28 +718,28 @@ static void test_wrong_password(void **state)
     struct redis_server *s = redis_server_start(args);
     assert_non_null(s);
     int port = redis_server_port(s);
-    char err[LOCKER_ERR_MAX];
-    struct redis_opts o = opts_for(port, "wrong");
-    assert_null(locker_redis_create(&o, err));
+    char err[BATON_LOCKER_ERR_MAX];
+    struct baton_redis_opts o = opts_for(port, "wrong");
+    assert_null(baton_locker_redis_create(&o, err));
     printf("wrong password: %s\n", err);
     assert_true(strstr(err, "WRONGPASS") || strstr(err, "invalid"));
     /* no password at all: created, but every call fails with the reason */
     o = opts_for(port, NULL);
-    struct locker *l = locker_redis_create(&o, err);
+    struct baton_locker *l = baton_locker_redis_create(&o, err);
     assert_non_null(l);
-    struct lock_grant g;
-    assert_int_equal(locker_try_lock(l, "k", 1000, &g, err), LOCKER_ERR);
+    struct baton_lock_grant g;
+    assert_int_equal(baton_locker_try_lock(l, "k", 1000, &g, err), BATON_LOCKER_ERR);
     assert_non_null(strstr(err, "NOAUTH"));
-    locker_destroy(l);
+    baton_locker_destroy(l);
     /* right password, with a db */
     o = opts_for(port, "s3cret");
     o.db = 3;
-    l = locker_redis_create(&o, err);
+    l = baton_locker_redis_create(&o, err);
     assert_non_null(l);
-    assert_int_equal(locker_try_lock(l, "k", 1000, &g, err), LOCKER_OK);
-    locker_destroy(l);
+    assert_int_equal(baton_locker_try_lock(l, "k", 1000, &g, err), BATON_LOCKER_OK);
+    baton_locker_destroy(l);
     o.db = 99999;
-    assert_null(locker_redis_create(&o, err));
+    assert_null(baton_locker_redis_create(&o, err));
     assert_non_null(strstr(err, "SELECT"));
     redis_server_destroy(s);
 }
@@ -791,31 +791,31 @@ static long long client_id(int port, const char *name)
  * epoch, so the term's fenced writes keep working. */
 static void epoch_key_etcd(void)
 {
-    struct locker *a = LOCKER();
-    struct lock_grant g;
-    char err[LOCKER_ERR_MAX];
+    struct baton_locker *a = LOCKER();
+    struct baton_lock_grant g;
+    char err[BATON_LOCKER_ERR_MAX];
     int64_t sent;
-    assert_int_equal(locker_try_lock(a, "ep", 2000, &g, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(a, "ep", 2000, &g, err), BATON_LOCKER_OK);
     long long lease = -1, mod = 0;
     assert_int_equal(eraw_range(shared.e, "ep:epoch", NULL, 0, NULL, &lease, &mod), 1);
     assert_int_equal(lease, 0);
     assert_int_equal((uint64_t)mod, g.epoch);
     for (int i = 0; i < 3; i++) {
         usleep(400 * 1000);
-        assert_int_equal(locker_renew(a, "ep", g.token, 2000, &sent, err), LOCKER_OK);
+        assert_int_equal(baton_locker_renew(a, "ep", g.token, 2000, &sent, err), BATON_LOCKER_OK);
     }
     usleep(1000 * 1000); /* past the first grant's 2 s: only the renewals kept it */
-    assert_int_equal(a->ops->check(a, "ep", g.token, err), LOCKER_OK);
+    assert_int_equal(a->ops->check(a, "ep", g.token, err), BATON_LOCKER_OK);
     assert_int_equal(eraw_range(shared.e, "ep:epoch", NULL, 0, NULL, &lease, &mod), 1);
     assert_int_equal((uint64_t)mod, g.epoch);
-    assert_int_equal(locker_fenced_set(a, "ep", "mark", g.epoch, "v", 1, 10000, err), LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(a, "ep", "mark", g.epoch, "v", 1, 10000, err), BATON_LOCKER_OK);
     /* renewing someone else's lease touches nothing */
-    assert_int_equal(locker_renew(a, "ep", "ffffffffffffffffffffffffffffffff", 2000, &sent, err),
-                     LOCKER_LOST);
+    assert_int_equal(baton_locker_renew(a, "ep", "ffffffffffffffffffffffffffffffff", 2000, &sent, err),
+                     BATON_LOCKER_LOST);
     assert_int_equal(eraw_range(shared.e, "ep:epoch", NULL, 0, NULL, NULL, &mod), 1);
     assert_int_equal((uint64_t)mod, g.epoch);
-    assert_int_equal(locker_unlock(a, "ep", g.token, err), LOCKER_OK);
-    locker_destroy(a);
+    assert_int_equal(baton_locker_unlock(a, "ep", g.token, err), BATON_LOCKER_OK);
+    baton_locker_destroy(a);
 }
 
 static void test_epoch_expiry_renew_keeps_epoch_key(void **state)
@@ -824,36 +824,36 @@ static void test_epoch_expiry_renew_keeps_epoch_key(void **state)
         epoch_key_etcd();
         return;
     }
-    struct locker *a = redis_locker(PORT);
-    struct lock_grant g;
-    char err[LOCKER_ERR_MAX];
+    struct baton_locker *a = redis_locker(PORT);
+    struct baton_lock_grant g;
+    char err[BATON_LOCKER_ERR_MAX];
     int64_t sent;
     freeReplyObject(raw(PORT, "DEL ep ep:epoch"));
-    assert_int_equal(locker_try_lock(a, "ep", 2000, &g, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(a, "ep", 2000, &g, err), BATON_LOCKER_OK);
     long long pttl = raw_int(PORT, "PTTL %s", "ep:epoch");
     assert_true(pttl > 23LL * 3600 * 1000);
     freeReplyObject(raw(PORT, "PEXPIRE ep:epoch 300"));
-    assert_int_equal(locker_renew(a, "ep", g.token, 2000, &sent, err), LOCKER_OK);
+    assert_int_equal(baton_locker_renew(a, "ep", g.token, 2000, &sent, err), BATON_LOCKER_OK);
     pttl = raw_int(PORT, "PTTL %s", "ep:epoch");
     printf("epoch_expiry: epoch key PTTL after renew: %lld ms (cut to 300 ms before)\n", pttl);
     assert_true(pttl >= 2000);
     assert_true(pttl > 23LL * 3600 * 1000); /* max(2 x ttl, 24 h) */
     usleep(400 * 1000);
-    assert_int_equal(locker_renew(a, "ep", g.token, 2000, &sent, err), LOCKER_OK);
+    assert_int_equal(baton_locker_renew(a, "ep", g.token, 2000, &sent, err), BATON_LOCKER_OK);
     assert_int_equal(raw_int(PORT, "EXISTS %s", "ep:epoch"), 1);
     redisReply *r = raw(PORT, "GET ep:epoch");
     assert_int_equal(strtoull(r->str, NULL, 10), g.epoch);
     freeReplyObject(r);
     /* a long ttl: the epoch key lives at least 2 x ttl */
-    assert_int_equal(locker_renew(a, "ep", g.token, 13LL * 3600 * 1000, &sent, err), LOCKER_OK);
+    assert_int_equal(baton_locker_renew(a, "ep", g.token, 13LL * 3600 * 1000, &sent, err), BATON_LOCKER_OK);
     assert_true(raw_int(PORT, "PTTL %s", "ep:epoch") > 25LL * 3600 * 1000);
     /* renewing someone else's lease touches nothing */
     freeReplyObject(raw(PORT, "PEXPIRE ep:epoch 5000"));
-    assert_int_equal(locker_renew(a, "ep", "ffffffffffffffffffffffffffffffff", 2000, &sent, err),
-                     LOCKER_LOST);
+    assert_int_equal(baton_locker_renew(a, "ep", "ffffffffffffffffffffffffffffffff", 2000, &sent, err),
+                     BATON_LOCKER_LOST);
     assert_true(raw_int(PORT, "PTTL %s", "ep:epoch") <= 5000);
-    assert_int_equal(locker_unlock(a, "ep", g.token, err), LOCKER_OK);
-    locker_destroy(a);
+    assert_int_equal(baton_locker_unlock(a, "ep", g.token, err), BATON_LOCKER_OK);
+    baton_locker_destroy(a);
 }
 
 /* (5) A standby reads the release counter, is then busy (try_lock, balancing
@@ -867,13 +867,13 @@ static void test_epoch_expiry_renew_keeps_epoch_key(void **state)
  * it revokes it); a member restart re-creates the watch stream and advances
  * the counter (releases may have been missed meanwhile); after it, releases
  * are counted again. */
-static void missed_release_etcd(struct srv *sv, struct locker *leader, struct locker *standby,
-                                struct lock_grant *h)
+static void missed_release_etcd(struct srv *sv, struct baton_locker *leader, struct baton_locker *standby,
+                                struct baton_lock_grant *h)
 {
-    char err[LOCKER_ERR_MAX];
-    struct lock_grant g;
-    assert_int_equal(locker_unlock(standby, "mr", h->token, err), LOCKER_OK);
-    assert_int_equal(locker_try_lock(leader, "mr", 2000, &g, err), LOCKER_OK); /* never renewed */
+    char err[BATON_LOCKER_ERR_MAX];
+    struct baton_lock_grant g;
+    assert_int_equal(baton_locker_unlock(standby, "mr", h->token, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(leader, "mr", 2000, &g, err), BATON_LOCKER_OK); /* never renewed */
     uint64_t s1 = standby->ops->release_seq(standby, "mr");
     assert_true(standby->ops->wait_release(standby, "mr", s1, 6000));
     int64_t since = clock_boot_ms() - g.sent_ms;
@@ -881,7 +881,7 @@ static void missed_release_etcd(struct srv *sv, struct locker *leader, struct lo
            "acquisition was sent\n",
            (long long)since);
     assert_true(since >= 2000 && since < 4500);
-    assert_int_equal(locker_try_lock(standby, "mr", 10000, h, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(standby, "mr", 10000, h, err), BATON_LOCKER_OK);
     /* the member restarts: the counter advances */
     uint64_t s2 = standby->ops->release_seq(standby, "mr");
     int64_t t0 = clock_mono_ms();
@@ -892,17 +892,17 @@ static void missed_release_etcd(struct srv *sv, struct locker *leader, struct lo
            "included)\n",
            (long long)(clock_mono_ms() - t0));
     /* counted again: a release wakes it */
-    assert_true(WAIT_FOR(standby->ops->check(standby, "mr", h->token, err) == LOCKER_OK, 3000) >=
+    assert_true(WAIT_FOR(standby->ops->check(standby, "mr", h->token, err) == BATON_LOCKER_OK, 3000) >=
                 0);
     usleep(300 * 1000); /* the watch stream is re-created (an advance of its own) */
     uint64_t s3 = standby->ops->release_seq(standby, "mr");
-    assert_int_equal(locker_unlock(standby, "mr", h->token, err), LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(standby, "mr", h->token, err), BATON_LOCKER_OK);
     t0 = clock_mono_ms();
     assert_true(standby->ops->wait_release(standby, "mr", s3, 2000));
     printf("missed_release: release after the restart seen in %lld ms\n",
            (long long)(clock_mono_ms() - t0));
-    locker_destroy(leader);
-    locker_destroy(standby);
+    baton_locker_destroy(leader);
+    baton_locker_destroy(standby);
     srv_destroy(sv);
 }
 
@@ -910,21 +910,21 @@ static void test_missed_release_counted_and_resubscribed(void **state)
 {
     struct srv *sv = srv_start(); /* CLIENT KILL / a restart hits only ours */
     int port = srv_port(sv);
-    struct locker *leader = locker_for(sv), *standby = locker_for(sv);
-    struct lock_grant g, h;
-    char err[LOCKER_ERR_MAX];
-    assert_int_equal(locker_try_lock(leader, "mr", 10000, &g, err), LOCKER_OK);
+    struct baton_locker *leader = locker_for(sv), *standby = locker_for(sv);
+    struct baton_lock_grant g, h;
+    char err[BATON_LOCKER_ERR_MAX];
+    assert_int_equal(baton_locker_try_lock(leader, "mr", 10000, &g, err), BATON_LOCKER_OK);
     int64_t t0 = clock_mono_ms();
     uint64_t seen = standby->ops->release_seq(standby, "mr");
     printf("missed_release: first release_seq (subscribe confirmed) took %lld ms\n",
            (long long)(clock_mono_ms() - t0));
     if (!IS_ETCD) assert_int_equal(numsub(port, "mr:released"), 1); /* confirmed before it returned */
-    assert_int_equal(locker_try_lock(standby, "mr", 10000, &h, err), LOCKER_HELD);
+    assert_int_equal(baton_locker_try_lock(standby, "mr", 10000, &h, err), BATON_LOCKER_HELD);
     /* the standby is busy: the leader releases and announces now (etcd: the
      * release's DELETE is the announcement) */
-    assert_int_equal(locker_unlock(leader, "mr", g.token, err), LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(leader, "mr", g.token, err), BATON_LOCKER_OK);
     if (!IS_ETCD || leader->ops->announce_release)
-        assert_int_equal(leader->ops->announce_release(leader, "mr", err), LOCKER_OK);
+        assert_int_equal(leader->ops->announce_release(leader, "mr", err), BATON_LOCKER_OK);
     usleep(50 * 1000); /* still busy; the subscriber thread counts it meanwhile */
     t0 = clock_mono_ms();
     assert_true(standby->ops->wait_release(standby, "mr", seen, 2000));
@@ -940,7 +940,7 @@ static void test_missed_release_counted_and_resubscribed(void **state)
                (unsigned long long)now);
         assert_true(now > seen);
     }
-    assert_int_equal(locker_try_lock(standby, "mr", 10000, &h, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(standby, "mr", 10000, &h, err), BATON_LOCKER_OK);
     if (IS_ETCD) {
         missed_release_etcd(sv, leader, standby, &h);
         return;
@@ -949,7 +949,7 @@ static void test_missed_release_counted_and_resubscribed(void **state)
     /* every announcement counts, waited for or not */
     uint64_t s1 = standby->ops->release_seq(standby, "mr");
     for (int i = 0; i < 3; i++)
-        assert_int_equal(leader->ops->announce_release(leader, "mr", err), LOCKER_OK);
+        assert_int_equal(leader->ops->announce_release(leader, "mr", err), BATON_LOCKER_OK);
     assert_true(WAIT_FOR(standby->ops->release_seq(standby, "mr") == s1 + 3, 2000) >= 0);
     /* nothing new: times out */
     assert_false(standby->ops->wait_release(standby, "mr", s1 + 3, 100));
@@ -969,11 +969,11 @@ static void test_missed_release_counted_and_resubscribed(void **state)
     /* subscribed again: announcements are counted again */
     assert_true(WAIT_FOR(numsub(port, "mr:released") == 1, 2000) >= 0);
     uint64_t s3 = standby->ops->release_seq(standby, "mr");
-    assert_int_equal(leader->ops->announce_release(leader, "mr", err), LOCKER_OK);
+    assert_int_equal(leader->ops->announce_release(leader, "mr", err), BATON_LOCKER_OK);
     assert_true(standby->ops->wait_release(standby, "mr", s3, 2000));
-    assert_int_equal(locker_unlock(standby, "mr", h.token, err), LOCKER_OK);
-    locker_destroy(leader);
-    locker_destroy(standby);
+    assert_int_equal(baton_locker_unlock(standby, "mr", h.token, err), BATON_LOCKER_OK);
+    baton_locker_destroy(leader);
+    baton_locker_destroy(standby);
     srv_destroy(sv);
 }
 
@@ -989,29 +989,29 @@ static void test_missed_release_counted_and_resubscribed(void **state)
 static void gen_before_grant_etcd(void)
 {
     struct srv *sv = srv_start();
-    struct locker *l = locker_for(sv);
-    struct lock_grant g, g2;
-    char err[LOCKER_ERR_MAX];
-    assert_int_equal(locker_try_lock(l, "gb", 10000, &g, err), LOCKER_OK);
+    struct baton_locker *l = locker_for(sv);
+    struct baton_lock_grant g, g2;
+    char err[BATON_LOCKER_ERR_MAX];
+    assert_int_equal(baton_locker_try_lock(l, "gb", 10000, &g, err), BATON_LOCKER_OK);
     assert_true(g.gen != 0);
     assert_int_equal(g.gen, l->ops->generation(l)); /* nothing broke yet */
     assert_int_equal(srv_kill(sv), 0);
-    assert_int_equal(l->ops->check(l, "gb", g.token, err), LOCKER_ERR);
+    assert_int_equal(l->ops->check(l, "gb", g.token, err), BATON_LOCKER_ERR);
     printf("gen_before_grant: check with the member down: %s\n", err);
     assert_true(l->ops->generation(l) != g.gen);
     assert_int_equal(srv_restart(sv), 0);
     int rc = l->ops->check(l, "gb", g.token, err);
-    if (rc == LOCKER_ERR) rc = l->ops->check(l, "gb", g.token, err); /* found broken */
-    assert_int_equal(rc, LOCKER_OK); /* the lease survived the restart */
+    if (rc == BATON_LOCKER_ERR) rc = l->ops->check(l, "gb", g.token, err); /* found broken */
+    assert_int_equal(rc, BATON_LOCKER_OK); /* the lease survived the restart */
     uint64_t before = l->ops->generation(l);
-    assert_int_equal(locker_try_lock(l, "gb2", 10000, &g2, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, "gb2", 10000, &g2, err), BATON_LOCKER_OK);
     printf("gen_before_grant: after one break: generation %llu, grant.gen %llu\n",
            (unsigned long long)l->ops->generation(l), (unsigned long long)g2.gen);
     assert_int_equal(l->ops->generation(l), before);
     assert_int_equal(g2.gen, l->ops->generation(l));
-    assert_int_equal(locker_unlock(l, "gb", g.token, err), LOCKER_OK);
-    assert_int_equal(locker_unlock(l, "gb2", g2.token, err), LOCKER_OK);
-    locker_destroy(l);
+    assert_int_equal(baton_locker_unlock(l, "gb", g.token, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(l, "gb2", g2.token, err), BATON_LOCKER_OK);
+    baton_locker_destroy(l);
     srv_destroy(sv);
 }
 
@@ -1024,11 +1024,11 @@ static void test_gen_before_grant(void **state)
     struct redis_server *srv = redis_server_start(NULL);
     assert_non_null(srv);
     int port = redis_server_port(srv);
-    struct locker *l = redis_locker(port);
-    struct lock_grant g, g2;
-    char err[LOCKER_ERR_MAX];
+    struct baton_locker *l = redis_locker(port);
+    struct baton_lock_grant g, g2;
+    char err[BATON_LOCKER_ERR_MAX];
     l->ops->release_seq(l, "gb"); /* the subscriber is connected and subscribed */
-    assert_int_equal(locker_try_lock(l, "gb", 10000, &g, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, "gb", 10000, &g, err), BATON_LOCKER_OK);
     assert_true(g.gen != 0);
     assert_int_equal(g.gen, l->ops->generation(l)); /* nothing broke yet */
     /* a break right after the grant: the lease and subscriber connections die */
@@ -1040,18 +1040,18 @@ static void test_gen_before_grant(void **state)
     assert_true(noticed >= 0);
     /* the lease connection's break shows at its next use and moves it again */
     uint64_t g1 = l->ops->generation(l);
-    assert_int_equal(l->ops->check(l, "gb", g.token, err), LOCKER_ERR);
+    assert_int_equal(l->ops->check(l, "gb", g.token, err), BATON_LOCKER_ERR);
     printf("gen_before_grant: check on the killed lease connection: %s\n", err);
     assert_true(l->ops->generation(l) != g1);
-    assert_int_equal(l->ops->check(l, "gb", g.token, err), LOCKER_OK); /* reconnected */
+    assert_int_equal(l->ops->check(l, "gb", g.token, err), BATON_LOCKER_OK); /* reconnected */
     /* the grant's generation is the one after the reconnect, before sending */
     assert_true(raw_int(port, "CLIENT KILL TYPE %s", "normal") >= 1);
-    assert_int_equal(locker_try_lock(l, "gb2", 10000, &g2, err), LOCKER_ERR); /* found broken */
+    assert_int_equal(baton_locker_try_lock(l, "gb2", 10000, &g2, err), BATON_LOCKER_ERR); /* found broken */
     uint64_t before = l->ops->generation(l);
-    assert_int_equal(locker_try_lock(l, "gb2", 10000, &g2, err), LOCKER_OK); /* reconnects */
+    assert_int_equal(baton_locker_try_lock(l, "gb2", 10000, &g2, err), BATON_LOCKER_OK); /* reconnects */
     assert_true(g2.gen > before);
     assert_int_equal(g2.gen, l->ops->generation(l));
-    locker_destroy(l);
+    baton_locker_destroy(l);
     redis_server_destroy(srv);
 }
 
@@ -1078,19 +1078,19 @@ static void test_orphan_per_key(void **state)
     assert_non_null(srv);
     int port = redis_server_port(srv);
     pid_t pid = (pid_t)server_pid(port);
-    struct locker *l = redis_locker(port); /* command timeout 500 ms */
-    struct lock_grant g;
-    char err[LOCKER_ERR_MAX];
+    struct baton_locker *l = redis_locker(port); /* command timeout 500 ms */
+    struct baton_lock_grant g;
+    char err[BATON_LOCKER_ERR_MAX];
     const char *keys[2] = {"orph:a", "orph:b"};
     for (int i = 0; i < 2; i++) {
         /* the lease connection is up (reconnected after the previous timeout) */
-        assert_int_equal(l->ops->check(l, "orph:warm", "x", err), LOCKER_LOST);
+        assert_int_equal(l->ops->check(l, "orph:warm", "x", err), BATON_LOCKER_LOST);
         assert_int_equal(kill(pid, SIGSTOP), 0);
-        int rc = locker_try_lock(l, keys[i], 30000, &g, err);
+        int rc = baton_locker_try_lock(l, keys[i], 30000, &g, err);
         assert_int_equal(kill(pid, SIGCONT), 0);
         printf("orphan_per_key: try_lock %s with Redis stopped: %s (%s)\n", keys[i],
-               locker_status_name(rc), err);
-        assert_int_equal(rc, LOCKER_ERR);
+               baton_locker_status_name(rc), err);
+        assert_int_equal(rc, BATON_LOCKER_ERR);
         /* the acquisition ran once Redis continued: the key is taken by a token
          * only the locker knows */
         assert_true(WAIT_FOR(raw_int(port, "EXISTS %s", keys[i]) == 1, 2000) >= 0);
@@ -1099,12 +1099,12 @@ static void test_orphan_per_key(void **state)
     assert_true(raw_int(port, "PTTL %s", "orph:b") > 20000);
     /* both orphans are released before the next try_lock of each key */
     for (int i = 0; i < 2; i++) {
-        int rc = locker_try_lock(l, keys[i], 30000, &g, err);
-        printf("orphan_per_key: next try_lock %s: %s\n", keys[i], locker_status_name(rc));
-        assert_int_equal(rc, LOCKER_OK);
-        assert_int_equal(locker_unlock(l, keys[i], g.token, err), LOCKER_OK);
+        int rc = baton_locker_try_lock(l, keys[i], 30000, &g, err);
+        printf("orphan_per_key: next try_lock %s: %s\n", keys[i], baton_locker_status_name(rc));
+        assert_int_equal(rc, BATON_LOCKER_OK);
+        assert_int_equal(baton_locker_unlock(l, keys[i], g.token, err), BATON_LOCKER_OK);
     }
-    locker_destroy(l);
+    baton_locker_destroy(l);
     redis_server_destroy(srv);
 }
 
@@ -1118,18 +1118,18 @@ static void test_side_connection_keeps_generation(void **state)
     struct redis_server *srv = redis_server_start(NULL);
     assert_non_null(srv);
     int port = redis_server_port(srv);
-    struct locker *l = redis_locker(port);
-    struct lock_grant g;
-    char err[LOCKER_ERR_MAX], who[128];
+    struct baton_locker *l = redis_locker(port);
+    struct baton_lock_grant g;
+    char err[BATON_LOCKER_ERR_MAX], who[128];
     int64_t sent;
-    assert_int_equal(locker_try_lock(l, "side", 10000, &g, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, "side", 10000, &g, err), BATON_LOCKER_OK);
     uint64_t gen = l->ops->generation(l);
-    assert_int_equal(l->ops->ping(l, err), LOCKER_OK);
-    assert_int_equal(l->ops->holder(l, "side", who, sizeof who, err), LOCKER_OK);
+    assert_int_equal(l->ops->ping(l, err), BATON_LOCKER_OK);
+    assert_int_equal(l->ops->holder(l, "side", who, sizeof who, err), BATON_LOCKER_OK);
     assert_non_null(strstr(who, " pid "));
-    assert_int_equal(l->ops->holder(l, "nobody", who, sizeof who, err), LOCKER_LOST);
-    assert_int_equal(locker_claim(l, "side:once", 10000, err), LOCKER_OK);
-    assert_int_equal(locker_claim(l, "side:once", 10000, err), LOCKER_HELD);
+    assert_int_equal(l->ops->holder(l, "nobody", who, sizeof who, err), BATON_LOCKER_LOST);
+    assert_int_equal(baton_locker_claim(l, "side:once", 10000, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_claim(l, "side:once", 10000, err), BATON_LOCKER_HELD);
     /* two connections, each named after its role */
     long long lease_id = client_id(port, "baton-lease"), side_id = client_id(port, "baton-side");
     assert_true(lease_id > 0 && side_id > 0 && lease_id != side_id);
@@ -1137,22 +1137,22 @@ static void test_side_connection_keeps_generation(void **state)
     /* the side connection breaks: side calls recover, the generation stays */
     freeReplyObject(raw(port, "CLIENT KILL ID %lld", side_id));
     int rc = l->ops->ping(l, err);
-    if (rc != LOCKER_OK) rc = l->ops->ping(l, err); /* the first call may find it broken */
-    assert_int_equal(rc, LOCKER_OK);
-    assert_int_equal(l->ops->holder(l, "side", who, sizeof who, err), LOCKER_OK);
+    if (rc != BATON_LOCKER_OK) rc = l->ops->ping(l, err); /* the first call may find it broken */
+    assert_int_equal(rc, BATON_LOCKER_OK);
+    assert_int_equal(l->ops->holder(l, "side", who, sizeof who, err), BATON_LOCKER_OK);
     assert_true(client_id(port, "baton-side") != side_id); /* a new one */
     assert_int_equal(l->ops->generation(l), gen);
     /* lease traffic never noticed: same connection, no error */
-    assert_int_equal(locker_renew(l, "side", g.token, 10000, &sent, err), LOCKER_OK);
-    assert_int_equal(l->ops->check(l, "side", g.token, err), LOCKER_OK);
+    assert_int_equal(baton_locker_renew(l, "side", g.token, 10000, &sent, err), BATON_LOCKER_OK);
+    assert_int_equal(l->ops->check(l, "side", g.token, err), BATON_LOCKER_OK);
     assert_int_equal(client_id(port, "baton-lease"), lease_id);
     assert_int_equal(l->ops->generation(l), gen);
     /* a side call failing on an unreachable Redis does not move it either */
     assert_int_equal(redis_server_stop(srv), 0);
-    assert_int_equal(l->ops->ping(l, err), LOCKER_ERR);
+    assert_int_equal(l->ops->ping(l, err), BATON_LOCKER_ERR);
     printf("side connection, Redis down: %s\n", err);
-    assert_int_equal(l->ops->ping(l, err), LOCKER_ERR);
-    locker_destroy(l);
+    assert_int_equal(l->ops->ping(l, err), BATON_LOCKER_ERR);
+    baton_locker_destroy(l);
     redis_server_destroy(srv);
 }
 
@@ -1160,55 +1160,55 @@ static void test_side_connection_keeps_generation(void **state)
  * ttl), inspect when the backend has it; none of it moves the generation. */
 static void test_claim_holder_ping_inspect(void **state)
 {
-    struct locker *l = LOCKER(), *m = LOCKER();
-    struct lock_grant g;
-    char err[LOCKER_ERR_MAX], who[128];
-    assert_int_equal(locker_try_lock(l, "side2", 10000, &g, err), LOCKER_OK);
+    struct baton_locker *l = LOCKER(), *m = LOCKER();
+    struct baton_lock_grant g;
+    char err[BATON_LOCKER_ERR_MAX], who[128];
+    assert_int_equal(baton_locker_try_lock(l, "side2", 10000, &g, err), BATON_LOCKER_OK);
     uint64_t gen = l->ops->generation ? l->ops->generation(l) : 0;
     assert_non_null(l->ops->ping);
-    assert_int_equal(l->ops->ping(l, err), LOCKER_OK);
+    assert_int_equal(l->ops->ping(l, err), BATON_LOCKER_OK);
     assert_non_null(l->ops->holder);
-    assert_int_equal(l->ops->holder(m, "side2", who, sizeof who, err), LOCKER_OK);
+    assert_int_equal(l->ops->holder(m, "side2", who, sizeof who, err), BATON_LOCKER_OK);
     printf("holder: %s\n", who);
     assert_non_null(strstr(who, " pid "));
-    assert_int_equal(l->ops->holder(l, "nobody2", who, sizeof who, err), LOCKER_LOST);
+    assert_int_equal(l->ops->holder(l, "nobody2", who, sizeof who, err), BATON_LOCKER_LOST);
     /* claim: once */
-    assert_int_equal(locker_claim(l, "side2:once", 10000, err), LOCKER_OK);
-    assert_int_equal(locker_claim(l, "side2:once", 10000, err), LOCKER_HELD);
-    assert_int_equal(locker_claim(m, "side2:once", 10000, err), LOCKER_HELD);
+    assert_int_equal(baton_locker_claim(l, "side2:once", 10000, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_claim(l, "side2:once", 10000, err), BATON_LOCKER_HELD);
+    assert_int_equal(baton_locker_claim(m, "side2:once", 10000, err), BATON_LOCKER_HELD);
     /* a claim taken by try_lock's key is held too */
-    assert_int_equal(locker_claim(m, "side2", 10000, err), LOCKER_HELD);
+    assert_int_equal(baton_locker_claim(m, "side2", 10000, err), BATON_LOCKER_HELD);
     /* again only once its ttl ran out (etcd rounds it up to whole seconds) */
     int64_t t0 = clock_mono_ms();
-    assert_int_equal(locker_claim(l, "side2:short", 1000, err), LOCKER_OK);
-    assert_int_equal(locker_claim(m, "side2:short", 1000, err), LOCKER_HELD);
-    int64_t again = WAIT_FOR(locker_claim(m, "side2:short", 1000, err) == LOCKER_OK,
+    assert_int_equal(baton_locker_claim(l, "side2:short", 1000, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_claim(m, "side2:short", 1000, err), BATON_LOCKER_HELD);
+    int64_t again = WAIT_FOR(baton_locker_claim(m, "side2:short", 1000, err) == BATON_LOCKER_OK,
                              IS_ETCD ? 6000 : 3000);
     int64_t since = clock_mono_ms() - t0;
     printf("claim with ttl 1000 ms: claimed again %lld ms later\n", (long long)since);
     assert_true(again >= 0);
     assert_true(since >= 950);
     /* inspect, when the backend has it */
-    struct lock_info info;
-    int rc = locker_inspect(m, "side2", &info, err);
-    if (rc == LOCKER_UNSUPPORTED) {
+    struct baton_lock_info info;
+    int rc = baton_locker_inspect(m, "side2", &info, err);
+    if (rc == BATON_LOCKER_UNSUPPORTED) {
         printf("inspect: %s\n", err);
     } else {
-        assert_int_equal(rc, LOCKER_OK);
+        assert_int_equal(rc, BATON_LOCKER_OK);
         printf("inspect: held %d epoch %llu ttl %lld ms holder \"%s\"\n", info.held,
                (unsigned long long)info.epoch, (long long)info.ttl_ms, info.holder);
         assert_true(info.held);
         assert_int_equal(info.epoch, g.epoch);
         assert_true(info.ttl_ms > 0 && info.ttl_ms <= 10000);
         assert_non_null(strstr(info.holder, " pid "));
-        assert_int_equal(locker_inspect(m, "nobody2", &info, err), LOCKER_OK);
+        assert_int_equal(baton_locker_inspect(m, "nobody2", &info, err), BATON_LOCKER_OK);
         assert_false(info.held);
     }
     if (l->ops->generation) assert_int_equal(l->ops->generation(l), gen);
-    assert_int_equal(locker_unlock(l, "side2", g.token, err), LOCKER_OK);
-    assert_int_equal(l->ops->holder(m, "side2", who, sizeof who, err), LOCKER_LOST);
-    locker_destroy(l);
-    locker_destroy(m);
+    assert_int_equal(baton_locker_unlock(l, "side2", g.token, err), BATON_LOCKER_OK);
+    assert_int_equal(l->ops->holder(m, "side2", who, sizeof who, err), BATON_LOCKER_LOST);
+    baton_locker_destroy(l);
+    baton_locker_destroy(m);
 }
 
 /* ---- shared state beside a lease (fenced_set / shared_get) ----------------- */
@@ -1218,17 +1218,17 @@ static void test_claim_holder_ping_inspect(void **state)
  * overwrites what a newer one wrote. Values are binary safe and expire. */
 static void test_fenced_set_shared_get(void **state)
 {
-    struct locker *a = LOCKER(), *b = LOCKER();
-    struct lock_grant ga, gb, gc;
-    char err[LOCKER_ERR_MAX], buf[128];
+    struct baton_locker *a = LOCKER(), *b = LOCKER();
+    struct baton_lock_grant ga, gb, gc;
+    char err[BATON_LOCKER_ERR_MAX], buf[128];
     if (!IS_ETCD) freeReplyObject(raw(PORT, "DEL fx fx:epoch fx:mark fx:none"));
-    assert_int_equal(locker_try_lock(a, "fx", 10000, &ga, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(a, "fx", 10000, &ga, err), BATON_LOCKER_OK);
     uint64_t gen = a->ops->generation(a);
     /* spaces, newlines, CR, quotes: one binary-safe argument */
     static const char v1[] = "hello world\nline 2\r\n\"quoted\" 'x' %s";
-    assert_int_equal(locker_fenced_set(a, "fx", "mark", ga.epoch, v1, strlen(v1), 10000, err),
-                     LOCKER_OK);
-    assert_int_equal(locker_shared_get(b, "fx", "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(a, "fx", "mark", ga.epoch, v1, strlen(v1), 10000, err),
+                     BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(b, "fx", "mark", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_string_equal(buf, v1);
     if (!IS_ETCD) {
         redisReply *r = raw(PORT, "GET fx:mark");
@@ -1248,34 +1248,34 @@ static void test_fenced_set_shared_get(void **state)
     assert_true(pttl > 0 && pttl <= 10000);
     /* an embedded NUL goes through too */
     static const char v0[] = "a\0b";
-    assert_int_equal(locker_fenced_set(a, "fx", "mark", ga.epoch, v0, 3, 10000, err), LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(a, "fx", "mark", ga.epoch, v0, 3, 10000, err), BATON_LOCKER_OK);
     if (!IS_ETCD) assert_int_equal(raw_int(PORT, "STRLEN %s", "fx:mark"), 3);
     memset(buf, 'z', sizeof buf);
-    assert_int_equal(locker_shared_get(b, "fx", "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(b, "fx", "mark", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_memory_equal(buf, v0, 4);
     if (!IS_ETCD) {
         /* the epoch compared is the one the acquire script stored */
         char dec[24];
         snprintf(dec, sizeof dec, "%llu", (unsigned long long)ga.epoch);
-        assert_int_equal(locker_shared_get(b, "fx", "epoch", buf, sizeof buf, err), LOCKER_OK);
+        assert_int_equal(baton_locker_shared_get(b, "fx", "epoch", buf, sizeof buf, err), BATON_LOCKER_OK);
         assert_string_equal(buf, dec);
     }
 
     /* a new leader (released, taken by b): a's writes are fenced off */
-    assert_int_equal(locker_unlock(a, "fx", ga.token, err), LOCKER_OK);
-    assert_int_equal(locker_try_lock(b, "fx", 10000, &gb, err), LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(a, "fx", ga.token, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(b, "fx", 10000, &gb, err), BATON_LOCKER_OK);
     assert_true(gb.epoch > ga.epoch);
-    assert_int_equal(locker_fenced_set(b, "fx", "mark", gb.epoch, "new", 3, 10000, err),
-                     LOCKER_OK);
-    assert_int_equal(locker_fenced_set(a, "fx", "mark", ga.epoch, "stale", 5, 10000, err),
-                     LOCKER_LOST);
+    assert_int_equal(baton_locker_fenced_set(b, "fx", "mark", gb.epoch, "new", 3, 10000, err),
+                     BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(a, "fx", "mark", ga.epoch, "stale", 5, 10000, err),
+                     BATON_LOCKER_LOST);
     printf("fenced_set, superseded: %s\n", err);
     assert_non_null(strstr(err, "fx:mark"));
-    assert_int_equal(locker_shared_get(a, "fx", "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(a, "fx", "mark", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_string_equal(buf, "new");
     /* the lease expired, nobody took it since: the fence is the epoch only */
-    assert_int_equal(locker_unlock(b, "fx", gb.token, err), LOCKER_OK);
-    assert_int_equal(locker_try_lock(b, "fx", T(100), &gb, err), LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(b, "fx", gb.token, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(b, "fx", T(100), &gb, err), BATON_LOCKER_OK);
     if (!IS_ETCD) {
         usleep(150 * 1000);
         assert_int_equal(raw_int(PORT, "EXISTS %s", "fx"), 0);
@@ -1284,122 +1284,122 @@ static void test_fenced_set_shared_get(void **state)
         printf("fenced_set: lease of 2000 ms expired after %lld ms\n", (long long)gone);
         assert_true(gone >= 0);
     }
-    assert_int_equal(locker_fenced_set(b, "fx", "mark", gb.epoch, "late", 4, 10000, err),
-                     LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(b, "fx", "mark", gb.epoch, "late", 4, 10000, err),
+                     BATON_LOCKER_OK);
     /* expiry and the second try_lock: the old term is fenced off */
-    assert_int_equal(locker_try_lock(a, "fx", 10000, &gc, err), LOCKER_OK);
-    assert_int_equal(locker_fenced_set(b, "fx", "mark", gb.epoch, "stale", 5, 10000, err),
-                     LOCKER_LOST);
-    assert_int_equal(locker_shared_get(b, "fx", "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(a, "fx", 10000, &gc, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(b, "fx", "mark", gb.epoch, "stale", 5, 10000, err),
+                     BATON_LOCKER_LOST);
+    assert_int_equal(baton_locker_shared_get(b, "fx", "mark", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_string_equal(buf, "late");
 
     /* absent: no value, or no epoch at all (nothing written then) */
-    assert_int_equal(locker_shared_get(a, "fx", "none", buf, sizeof buf, err), LOCKER_LOST);
+    assert_int_equal(baton_locker_shared_get(a, "fx", "none", buf, sizeof buf, err), BATON_LOCKER_LOST);
     assert_string_equal(buf, "");
     if (!IS_ETCD) freeReplyObject(raw(PORT, "DEL nofx:epoch nofx:mark"));
-    assert_int_equal(locker_fenced_set(a, "nofx", "mark", gc.epoch, "v", 1, 10000, err),
-                     LOCKER_LOST);
+    assert_int_equal(baton_locker_fenced_set(a, "nofx", "mark", gc.epoch, "v", 1, 10000, err),
+                     BATON_LOCKER_LOST);
     assert_false(raw_exists("nofx:mark"));
 
     /* the value expires after its ttl */
-    assert_int_equal(locker_fenced_set(a, "fx", "short", gc.epoch, "s", 1, 100, err), LOCKER_OK);
-    assert_int_equal(locker_shared_get(a, "fx", "short", buf, sizeof buf, err), LOCKER_OK);
-    int64_t gone = WAIT_FOR(locker_shared_get(a, "fx", "short", buf, sizeof buf, err) ==
-                                LOCKER_LOST,
+    assert_int_equal(baton_locker_fenced_set(a, "fx", "short", gc.epoch, "s", 1, 100, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(a, "fx", "short", buf, sizeof buf, err), BATON_LOCKER_OK);
+    int64_t gone = WAIT_FOR(baton_locker_shared_get(a, "fx", "short", buf, sizeof buf, err) ==
+                                BATON_LOCKER_LOST,
                             IS_ETCD ? 6000 : 2000);
     printf("fenced_set: value with ttl 100 ms gone after %lld ms\n", (long long)gone);
     assert_true(gone >= 0);
 
     /* the buffer needs room for the NUL */
-    assert_int_equal(locker_fenced_set(a, "fx", "big", gc.epoch, "12345678", 8, 10000, err),
-                     LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(a, "fx", "big", gc.epoch, "12345678", 8, 10000, err),
+                     BATON_LOCKER_OK);
     char small[8], exact[9];
-    assert_int_equal(locker_shared_get(a, "fx", "big", small, sizeof small, err), LOCKER_ERR);
+    assert_int_equal(baton_locker_shared_get(a, "fx", "big", small, sizeof small, err), BATON_LOCKER_ERR);
     printf("shared_get, small buffer: %s\n", err);
     if (!IS_ETCD) assert_non_null(strstr(err, "value of 8 bytes exceeds the buffer of 8"));
     assert_non_null(strstr(err, "fx:big"));
-    assert_int_equal(locker_shared_get(a, "fx", "big", exact, sizeof exact, err), LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(a, "fx", "big", exact, sizeof exact, err), BATON_LOCKER_OK);
     assert_string_equal(exact, "12345678");
     if (IS_ETCD) {
         /* all of it on the side connection: the lease generation never moved */
         assert_int_equal(a->ops->generation(a), gen);
-        assert_int_equal(locker_unlock(a, "fx", gc.token, err), LOCKER_OK);
-        locker_destroy(a);
-        locker_destroy(b);
+        assert_int_equal(baton_locker_unlock(a, "fx", gc.token, err), BATON_LOCKER_OK);
+        baton_locker_destroy(a);
+        baton_locker_destroy(b);
         return; /* the rest is about Redis types and scripts */
     }
 
     /* wrong types: errors, never "lost" */
     freeReplyObject(raw(PORT, "DEL wt:epoch wt:mark"));
     freeReplyObject(raw(PORT, "HSET wt:epoch f v"));
-    assert_int_equal(locker_fenced_set(a, "wt", "mark", 1, "v", 1, 10000, err), LOCKER_ERR);
+    assert_int_equal(baton_locker_fenced_set(a, "wt", "mark", 1, "v", 1, 10000, err), BATON_LOCKER_ERR);
     printf("fenced_set, hash epoch key: %s\n", err);
     assert_non_null(strstr(err, "WRONGTYPE"));
     assert_non_null(strstr(err, "wt:mark"));
     freeReplyObject(raw(PORT, "SADD wt:mark x"));
-    assert_int_equal(locker_shared_get(a, "wt", "mark", buf, sizeof buf, err), LOCKER_ERR);
+    assert_int_equal(baton_locker_shared_get(a, "wt", "mark", buf, sizeof buf, err), BATON_LOCKER_ERR);
     assert_non_null(strstr(err, "WRONGTYPE"));
 
     /* script cache lost: NOSCRIPT, EVAL, reloaded; then by SHA again */
     freeReplyObject(raw(PORT, "SCRIPT FLUSH"));
-    assert_int_equal(locker_fenced_set(a, "fx", "mark", gc.epoch, "after flush", 11, 10000, err),
-                     LOCKER_OK);
-    assert_int_equal(locker_fenced_set(a, "fx", "mark", gc.epoch, "by sha", 6, 10000, err),
-                     LOCKER_OK);
-    assert_int_equal(locker_shared_get(a, "fx", "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(a, "fx", "mark", gc.epoch, "after flush", 11, 10000, err),
+                     BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(a, "fx", "mark", gc.epoch, "by sha", 6, 10000, err),
+                     BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(a, "fx", "mark", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_string_equal(buf, "by sha");
     /* all of it on the side connection: the lease generation never moved */
     assert_int_equal(a->ops->generation(a), gen);
-    assert_int_equal(locker_unlock(a, "fx", gc.token, err), LOCKER_OK);
-    locker_destroy(a);
-    locker_destroy(b);
+    assert_int_equal(baton_locker_unlock(a, "fx", gc.token, err), BATON_LOCKER_OK);
+    baton_locker_destroy(a);
+    baton_locker_destroy(b);
 }
 
-/* Redis down: LOCKER_ERR naming the address and the key; back up with its
- * data lost: the epoch is gone, so the old term's write is LOCKER_LOST, and
+/* Redis down: BATON_LOCKER_ERR naming the address and the key; back up with its
+ * data lost: the epoch is gone, so the old term's write is BATON_LOCKER_LOST, and
  * a new acquisition writes again. */
-/* etcd: the member down: LOCKER_ERR naming the endpoint and the key; back
+/* etcd: the member down: BATON_LOCKER_ERR naming the endpoint and the key; back
  * up, its data kept: the term's epoch still fences (its writes go through),
  * a newer term's epoch fences it off. */
 static void fenced_set_etcd_down(void)
 {
     struct srv *sv = srv_start();
-    struct locker *l = locker_for(sv);
-    struct lock_grant g, g2;
-    char err[LOCKER_ERR_MAX], buf[64], where[64];
+    struct baton_locker *l = locker_for(sv);
+    struct baton_lock_grant g, g2;
+    char err[BATON_LOCKER_ERR_MAX], buf[64], where[64];
     snprintf(where, sizeof where, "127.0.0.1:%d", srv_port(sv));
     const char *key = "baton:active:x";
-    assert_int_equal(locker_try_lock(l, key, 10000, &g, err), LOCKER_OK);
-    assert_int_equal(locker_fenced_set(l, key, "mark", g.epoch, "up", 2, 10000, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, key, 10000, &g, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, key, "mark", g.epoch, "up", 2, 10000, err), BATON_LOCKER_OK);
     assert_int_equal(srv_kill(sv), 0);
     for (int i = 0; i < 2; i++) {
-        assert_int_equal(locker_fenced_set(l, key, "mark", g.epoch, "down", 4, 10000, err),
-                         LOCKER_ERR);
+        assert_int_equal(baton_locker_fenced_set(l, key, "mark", g.epoch, "down", 4, 10000, err),
+                         BATON_LOCKER_ERR);
         printf("fenced_set, etcd down (%d): %s\n", i, err);
         assert_non_null(strstr(err, where));
         assert_non_null(strstr(err, "baton:active:x:mark"));
-        assert_int_equal(locker_shared_get(l, key, "mark", buf, sizeof buf, err), LOCKER_ERR);
+        assert_int_equal(baton_locker_shared_get(l, key, "mark", buf, sizeof buf, err), BATON_LOCKER_ERR);
         printf("shared_get, etcd down (%d): %s\n", i, err);
         assert_non_null(strstr(err, where));
         assert_non_null(strstr(err, "baton:active:x:mark"));
     }
     assert_int_equal(srv_restart(sv), 0);
-    int rc = locker_shared_get(l, key, "mark", buf, sizeof buf, err);
-    if (rc == LOCKER_ERR) rc = locker_shared_get(l, key, "mark", buf, sizeof buf, err);
-    assert_int_equal(rc, LOCKER_OK);
+    int rc = baton_locker_shared_get(l, key, "mark", buf, sizeof buf, err);
+    if (rc == BATON_LOCKER_ERR) rc = baton_locker_shared_get(l, key, "mark", buf, sizeof buf, err);
+    assert_int_equal(rc, BATON_LOCKER_OK);
     assert_string_equal(buf, "up"); /* the data survived */
-    assert_int_equal(locker_fenced_set(l, key, "mark", g.epoch, "old", 3, 10000, err), LOCKER_OK);
-    assert_int_equal(locker_unlock(l, key, g.token, err), LOCKER_OK);
-    assert_int_equal(locker_try_lock(l, key, 10000, &g2, err), LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, key, "mark", g.epoch, "old", 3, 10000, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(l, key, g.token, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, key, 10000, &g2, err), BATON_LOCKER_OK);
     assert_true(g2.epoch > g.epoch);
-    assert_int_equal(locker_fenced_set(l, key, "mark", g.epoch, "stale", 5, 10000, err),
-                     LOCKER_LOST);
-    assert_int_equal(locker_fenced_set(l, key, "mark", g2.epoch, "again", 5, 10000, err),
-                     LOCKER_OK);
-    assert_int_equal(locker_shared_get(l, key, "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, key, "mark", g.epoch, "stale", 5, 10000, err),
+                     BATON_LOCKER_LOST);
+    assert_int_equal(baton_locker_fenced_set(l, key, "mark", g2.epoch, "again", 5, 10000, err),
+                     BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(l, key, "mark", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_string_equal(buf, "again");
-    assert_int_equal(locker_unlock(l, key, g2.token, err), LOCKER_OK);
-    locker_destroy(l);
+    assert_int_equal(baton_locker_unlock(l, key, g2.token, err), BATON_LOCKER_OK);
+    baton_locker_destroy(l);
     srv_destroy(sv);
 }
 
@@ -1412,40 +1412,40 @@ static void test_fenced_set_backend_down(void **state)
     struct redis_server *srv = redis_server_start(NULL);
     assert_non_null(srv);
     int port = redis_server_port(srv);
-    struct locker *l = redis_locker(port);
-    struct lock_grant g;
-    char err[LOCKER_ERR_MAX], buf[64], where[64];
+    struct baton_locker *l = redis_locker(port);
+    struct baton_lock_grant g;
+    char err[BATON_LOCKER_ERR_MAX], buf[64], where[64];
     snprintf(where, sizeof where, "redis 127.0.0.1:%d: ", port);
     const char *key = "baton:active:x";
-    assert_int_equal(locker_try_lock(l, key, 10000, &g, err), LOCKER_OK);
-    assert_int_equal(locker_fenced_set(l, key, "mark", g.epoch, "up", 2, 10000, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, key, 10000, &g, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, key, "mark", g.epoch, "up", 2, 10000, err), BATON_LOCKER_OK);
     assert_int_equal(redis_server_stop(srv), 0);
     for (int i = 0; i < 2; i++) { /* the broken connection, then a refused connect */
-        assert_int_equal(locker_fenced_set(l, key, "mark", g.epoch, "down", 4, 10000, err),
-                         LOCKER_ERR);
+        assert_int_equal(baton_locker_fenced_set(l, key, "mark", g.epoch, "down", 4, 10000, err),
+                         BATON_LOCKER_ERR);
         printf("fenced_set, Redis down (%d): %s\n", i, err);
         assert_non_null(strstr(err, where));
         assert_non_null(strstr(err, "fenced write baton:active:x:mark: "));
-        assert_int_equal(locker_shared_get(l, key, "mark", buf, sizeof buf, err), LOCKER_ERR);
+        assert_int_equal(baton_locker_shared_get(l, key, "mark", buf, sizeof buf, err), BATON_LOCKER_ERR);
         printf("shared_get, Redis down (%d): %s\n", i, err);
         assert_non_null(strstr(err, where));
         assert_non_null(strstr(err, "shared read baton:active:x:mark: "));
     }
     assert_non_null(strstr(err, "refused"));
     assert_int_equal(redis_server_restart(srv), 0);
-    assert_int_equal(locker_fenced_set(l, key, "mark", g.epoch, "old", 3, 10000, err),
-                     LOCKER_LOST);
-    assert_int_equal(locker_shared_get(l, key, "mark", buf, sizeof buf, err), LOCKER_LOST);
-    struct lock_grant g2;
-    int rc = locker_try_lock(l, key, 10000, &g2, err);
-    if (rc == LOCKER_ERR) rc = locker_try_lock(l, key, 10000, &g2, err); /* found broken */
-    assert_int_equal(rc, LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, key, "mark", g.epoch, "old", 3, 10000, err),
+                     BATON_LOCKER_LOST);
+    assert_int_equal(baton_locker_shared_get(l, key, "mark", buf, sizeof buf, err), BATON_LOCKER_LOST);
+    struct baton_lock_grant g2;
+    int rc = baton_locker_try_lock(l, key, 10000, &g2, err);
+    if (rc == BATON_LOCKER_ERR) rc = baton_locker_try_lock(l, key, 10000, &g2, err); /* found broken */
+    assert_int_equal(rc, BATON_LOCKER_OK);
     assert_true(g2.epoch > g.epoch);
-    assert_int_equal(locker_fenced_set(l, key, "mark", g2.epoch, "again", 5, 10000, err),
-                     LOCKER_OK);
-    assert_int_equal(locker_shared_get(l, key, "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, key, "mark", g2.epoch, "again", 5, 10000, err),
+                     BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(l, key, "mark", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_string_equal(buf, "again");
-    locker_destroy(l);
+    baton_locker_destroy(l);
     redis_server_destroy(srv);
 }
 
@@ -1454,7 +1454,7 @@ static void test_fenced_set_backend_down(void **state)
 #define MAXG 3
 struct sampler {
     pthread_mutex_t mu;
-    struct active_guard *g[MAXG];
+    struct baton_active_guard *g[MAXG];
     int n;
     atomic_bool stop;
     long samples, violations, leaderless;
@@ -1467,9 +1467,9 @@ static void *sample_loop(void *arg)
     while (!atomic_load(&s->stop)) {
         bool p1[MAXG] = {0}, p2[MAXG] = {0};
         pthread_mutex_lock(&s->mu);
-        for (int i = 0; i < s->n; i++) p1[i] = s->g[i] && active_guard_is_leader_now(s->g[i]);
+        for (int i = 0; i < s->n; i++) p1[i] = s->g[i] && baton_active_guard_is_leader_now(s->g[i]);
         for (int i = s->n - 1; i >= 0; i--)
-            p2[i] = s->g[i] && active_guard_is_leader_now(s->g[i]);
+            p2[i] = s->g[i] && baton_active_guard_is_leader_now(s->g[i]);
         pthread_mutex_unlock(&s->mu);
         int both = 0, any = 0;
         for (int i = 0; i < s->n; i++) {
@@ -1489,7 +1489,7 @@ static int leader_index(struct sampler *s)
     int idx = -1, count = 0;
     pthread_mutex_lock(&s->mu);
     for (int i = 0; i < s->n; i++)
-        if (s->g[i] && active_guard_is_leader_now(s->g[i])) {
+        if (s->g[i] && baton_active_guard_is_leader_now(s->g[i])) {
             idx = i;
             count++;
         }
@@ -1497,20 +1497,20 @@ static int leader_index(struct sampler *s)
     return count == 1 ? idx : (count > 1 ? -2 : -1);
 }
 
-static struct active_guard *new_guard(struct locker *l, int64_t ttl, int64_t renew, int64_t retry)
+static struct baton_active_guard *new_guard(struct baton_locker *l, int64_t ttl, int64_t renew, int64_t retry)
 {
-    struct active_guard_options o = {.ttl_ms = ttl, .renew_ms = renew, .retry_ms = retry};
+    struct baton_active_guard_options o = {.ttl_ms = ttl, .renew_ms = renew, .retry_ms = retry};
     char err[256];
-    struct active_guard *g = active_guard_create(l, "itest:lease", &o, NULL, err, sizeof err);
+    struct baton_active_guard *g = baton_active_guard_create(l, "itest:lease", &o, NULL, err, sizeof err);
     assert_non_null(g);
-    assert_int_equal(active_guard_start(g), 0);
+    assert_int_equal(baton_active_guard_start(g), 0);
     return g;
 }
 
 static void test_backend_restart_never_two_leaders(void **state)
 {
     struct srv *srv = srv_start();
-    struct locker *l[2] = {locker_for(srv), locker_for(srv)};
+    struct baton_locker *l[2] = {locker_for(srv), locker_for(srv)};
     struct sampler s = {.n = 2};
     pthread_mutex_init(&s.mu, NULL);
     /* lease deadline ~2850 ms after each renewal: noticing the kill well before
@@ -1521,7 +1521,7 @@ static void test_backend_restart_never_two_leaders(void **state)
     assert_true(WAIT_FOR(leader_index(&s) >= 0, 3000) >= 0);
     int first = leader_index(&s);
     assert_true(first >= 0);
-    uint64_t epoch_before = active_guard_epoch(s.g[first]);
+    uint64_t epoch_before = baton_active_guard_epoch(s.g[first]);
 
     for (int round = 0; round < 2; round++) {
         int64_t t0 = clock_mono_ms();
@@ -1537,11 +1537,11 @@ static void test_backend_restart_never_two_leaders(void **state)
         assert_int_equal(leader_index(&s), -1);
         unsigned long long errs = 0;
         for (int i = 0; i < 2; i++)
-            errs += atomic_load(&active_guard_stats(s.g[i])->backend_errors);
+            errs += atomic_load(&baton_active_guard_stats(s.g[i])->backend_errors);
         assert_true(errs > 0);
-        struct lock_grant g;
-        char err[LOCKER_ERR_MAX];
-        assert_int_equal(locker_try_lock(l[0], "probe", T(1000), &g, err), LOCKER_ERR);
+        struct baton_lock_grant g;
+        char err[BATON_LOCKER_ERR_MAX];
+        assert_int_equal(baton_locker_try_lock(l[0], "probe", T(1000), &g, err), BATON_LOCKER_ERR);
         assert_true(strlen(err) > 0);
         assert_int_equal(srv_restart(srv), 0);
         /* etcd keeps the old term's lease (its release failed while the member
@@ -1553,8 +1553,8 @@ static void test_backend_restart_never_two_leaders(void **state)
                (long long)(clock_mono_ms() - t0 - back));
         int now_leader = leader_index(&s);
         assert_true(now_leader >= 0);
-        assert_true(active_guard_epoch(s.g[now_leader]) > epoch_before);
-        epoch_before = active_guard_epoch(s.g[now_leader]);
+        assert_true(baton_active_guard_epoch(s.g[now_leader]) > epoch_before);
+        epoch_before = baton_active_guard_epoch(s.g[now_leader]);
         usleep(500 * 1000);
         assert_true(leader_index(&s) >= 0);
     }
@@ -1563,8 +1563,8 @@ static void test_backend_restart_never_two_leaders(void **state)
     printf("restart test: %ld samples, %ld with two leaders\n", s.samples, s.violations);
     assert_int_equal(s.violations, 0);
     for (int i = 0; i < 2; i++) {
-        active_guard_destroy(s.g[i]);
-        locker_destroy(l[i]);
+        baton_active_guard_destroy(s.g[i]);
+        baton_locker_destroy(l[i]);
     }
     pthread_mutex_destroy(&s.mu);
     srv_destroy(srv);
@@ -1578,7 +1578,7 @@ static int cmp_ll(const void *a, const void *b)
 
 static void test_three_guards_leader_repeatedly_stopped(void **state)
 {
-    struct locker *l[MAXG];
+    struct baton_locker *l[MAXG];
     struct sampler s = {.n = MAXG};
     pthread_mutex_init(&s.mu, NULL);
     for (int i = 0; i < MAXG; i++) {
@@ -1594,9 +1594,9 @@ static void test_three_guards_leader_repeatedly_stopped(void **state)
         usleep(400 * 1000);
         int li = leader_index(&s);
         assert_true(li >= 0);
-        struct active_guard *old = s.g[li];
+        struct baton_active_guard *old = s.g[li];
         int64_t t0 = clock_mono_ms();
-        active_guard_stop(old); /* graceful: demote, release, announce */
+        baton_active_guard_stop(old); /* graceful: demote, release, announce */
         int64_t took = WAIT_FOR(leader_index(&s) >= 0, 3000);
         assert_true(took >= 0);
         handover[nh++] = clock_mono_ms() - t0;
@@ -1604,8 +1604,8 @@ static void test_three_guards_leader_repeatedly_stopped(void **state)
         pthread_mutex_lock(&s.mu);
         s.g[li] = NULL;
         pthread_mutex_unlock(&s.mu);
-        active_guard_destroy(old);
-        struct active_guard *fresh = new_guard(l[li], T(1500), 500, 2000);
+        baton_active_guard_destroy(old);
+        struct baton_active_guard *fresh = new_guard(l[li], T(1500), 500, 2000);
         pthread_mutex_lock(&s.mu);
         s.g[li] = fresh;
         pthread_mutex_unlock(&s.mu);
@@ -1622,8 +1622,8 @@ static void test_three_guards_leader_repeatedly_stopped(void **state)
     assert_int_equal(s.violations, 0);
     assert_true(handover[nh - 1] < 1000);
     for (int i = 0; i < MAXG; i++) {
-        active_guard_destroy(s.g[i]);
-        locker_destroy(l[i]);
+        baton_active_guard_destroy(s.g[i]);
+        baton_locker_destroy(l[i]);
     }
     pthread_mutex_destroy(&s.mu);
 }
@@ -1636,7 +1636,7 @@ static void test_backend_paused_never_two_leaders(void **state)
 {
     struct srv *srv = srv_start();
     pid_t pid = IS_ETCD ? etcd_server_pid(srv->e) : (pid_t)server_pid(srv_port(srv));
-    struct locker *l[MAXG];
+    struct baton_locker *l[MAXG];
     struct sampler s = {.n = MAXG};
     pthread_mutex_init(&s.mu, NULL);
     int64_t ttl = T(1500);
@@ -1649,7 +1649,7 @@ static void test_backend_paused_never_two_leaders(void **state)
     for (int round = 0; round < 2; round++) {
         int li = leader_index(&s);
         assert_true(li >= 0);
-        uint64_t before = active_guard_epoch(s.g[li]);
+        uint64_t before = baton_active_guard_epoch(s.g[li]);
         int64_t t0 = clock_mono_ms();
         assert_int_equal(kill(pid, SIGSTOP), 0);
         int64_t noticed = WAIT_FOR(leader_index(&s) == -1, ttl + 1000);
@@ -1667,7 +1667,7 @@ static void test_backend_paused_never_two_leaders(void **state)
         assert_true(back >= 0);
         int now = leader_index(&s);
         assert_true(now >= 0);
-        assert_true(active_guard_epoch(s.g[now]) > before);
+        assert_true(baton_active_guard_epoch(s.g[now]) > before);
         usleep(500 * 1000);
     }
     atomic_store(&s.stop, true);
@@ -1675,8 +1675,8 @@ static void test_backend_paused_never_two_leaders(void **state)
     printf("pause test: %ld samples, %ld with two leaders\n", s.samples, s.violations);
     assert_int_equal(s.violations, 0);
     for (int i = 0; i < MAXG; i++) {
-        active_guard_destroy(s.g[i]);
-        locker_destroy(l[i]);
+        baton_active_guard_destroy(s.g[i]);
+        baton_locker_destroy(l[i]);
     }
     pthread_mutex_destroy(&s.mu);
     srv_destroy(srv);

@@ -42,7 +42,7 @@
 static struct sentinel_cluster *cl;
 static char *sent_addrs[4];
 
-static void opts_init(struct redis_opts *o, char **sentinels, size_t n, const char *name)
+static void opts_init(struct baton_redis_opts *o, char **sentinels, size_t n, const char *name)
 {
     memset(o, 0, sizeof *o);
     o->sentinels = sentinels;
@@ -157,7 +157,7 @@ static void test_parse_and_failover_errors(void **state)
 static void test_discovery(void **state)
 {
     (void)state;
-    struct redis_opts o;
+    struct baton_redis_opts o;
     char host[64], err[1024];
     int port = 0;
     opts_init(&o, sent_addrs, 3, NAME);
@@ -200,7 +200,7 @@ static void test_discovery(void **state)
 static void test_open_checks_role(void **state)
 {
     (void)state;
-    struct redis_opts o;
+    struct baton_redis_opts o;
     char err[1024];
     opts_init(&o, sent_addrs, 3, NAME);
     redisContext *c = redis_conn_open_ex(&o, err, sizeof err, NULL);
@@ -227,11 +227,11 @@ static void test_open_checks_role(void **state)
 static void test_failover_and_readonly(void **state)
 {
     (void)state;
-    struct redis_opts o;
-    char err[LOCKER_ERR_MAX];
+    struct baton_redis_opts o;
+    char err[BATON_LOCKER_ERR_MAX];
     opts_init(&o, sent_addrs, 3, NAME);
-    struct locker *a = locker_redis_create(&o, err);
-    struct locker *b = locker_redis_create(&o, err);
+    struct baton_locker *a = baton_locker_redis_create(&o, err);
+    struct baton_locker *b = baton_locker_redis_create(&o, err);
     assert_non_null(a);
     assert_non_null(b);
     struct redis_sentinel_watch *w = redis_sentinel_watch_acquire(&o); /* shares a's watcher */
@@ -241,8 +241,8 @@ static void test_failover_and_readonly(void **state)
     printf("    where: %s\n", where);
     assert_non_null(strstr(where, "sentinel master " NAME));
 
-    struct lock_grant g1;
-    assert_int_equal(locker_try_lock(a, "sk", 30000, &g1, err), LOCKER_OK);
+    struct baton_lock_grant g1;
+    assert_int_equal(baton_locker_try_lock(a, "sk", 30000, &g1, err), BATON_LOCKER_OK);
     uint64_t gen1 = a->ops->generation(a);
     uint64_t sw0 = redis_sentinel_watch_count(w);
     int old_master = sentinel_cluster_redis_port(cl, 0);
@@ -256,18 +256,18 @@ static void test_failover_and_readonly(void **state)
     assert_int_equal(nm, sentinel_cluster_redis_port(cl, 1));
 
     /* the lease holder follows: check answers from the new master */
-    int rc = LOCKER_ERR;
+    int rc = BATON_LOCKER_ERR;
     int64_t deadline = clock_mono_ms() + 10000;
     while (clock_mono_ms() < deadline) {
         rc = a->ops->check(a, "sk", g1.token, err);
-        if (rc != LOCKER_ERR) break;
+        if (rc != BATON_LOCKER_ERR) break;
         usleep(100 * 1000);
     }
     int64_t t_follow = clock_mono_ms() - t0;
     printf("    master SIGKILLed: sentinels agree on %d after %lld ms, locker answers after %lld "
            "ms (down-after %d ms)\n",
            nm, (long long)t_switch, (long long)t_follow, DOWN_AFTER_MS);
-    assert_int_equal(rc, LOCKER_OK); /* the lease had been replicated */
+    assert_int_equal(rc, BATON_LOCKER_OK); /* the lease had been replicated */
     assert_true(a->ops->generation(a) > gen1);
     a->ops->where(a, where, sizeof where);
     printf("    where: %s\n", where);
@@ -280,15 +280,15 @@ static void test_failover_and_readonly(void **state)
     assert_true(redis_sentinel_watch_count(w) > sw0);
 
     /* another locker through the sentinels sees the lease; epochs increase */
-    struct lock_grant gb;
-    rc = LOCKER_ERR;
+    struct baton_lock_grant gb;
+    rc = BATON_LOCKER_ERR;
     deadline = clock_mono_ms() + 5000;
     while (clock_mono_ms() < deadline &&
-           (rc = locker_try_lock(b, "sk", 30000, &gb, err)) == LOCKER_ERR)
+           (rc = baton_locker_try_lock(b, "sk", 30000, &gb, err)) == BATON_LOCKER_ERR)
         usleep(100 * 1000);
-    assert_int_equal(rc, LOCKER_HELD);
-    struct lock_grant g2;
-    assert_int_equal(locker_try_lock(a, "sk2", 30000, &g2, err), LOCKER_OK);
+    assert_int_equal(rc, BATON_LOCKER_HELD);
+    struct baton_lock_grant g2;
+    assert_int_equal(baton_locker_try_lock(a, "sk2", 30000, &g2, err), BATON_LOCKER_OK);
     assert_true(g2.epoch > g1.epoch);
 
     /* the old master comes back (empty): the sentinels make it a replica.
@@ -304,12 +304,12 @@ static void test_failover_and_readonly(void **state)
     }
     assert_true(settled > 0);
     nm = settled;
-    rc = LOCKER_ERR;
+    rc = BATON_LOCKER_ERR;
     deadline = clock_mono_ms() + 10000;
     while (clock_mono_ms() < deadline &&
-           (rc = locker_try_lock(a, "sk3", 30000, &g1, err)) == LOCKER_ERR)
+           (rc = baton_locker_try_lock(a, "sk3", 30000, &g1, err)) == BATON_LOCKER_ERR)
         usleep(100 * 1000);
-    assert_int_equal(rc, LOCKER_OK);
+    assert_int_equal(rc, BATON_LOCKER_OK);
     a->ops->where(a, where, sizeof where);
     snprintf(nmaddr, sizeof nmaddr, "127.0.0.1:%d", nm);
     assert_non_null(strstr(where, nmaddr));
@@ -321,33 +321,33 @@ static void test_failover_and_readonly(void **state)
     uint64_t gen2 = a->ops->generation(a);
     run_on(nm, cmd);
     int64_t renew_sent = 0;
-    rc = locker_renew(a, "sk3", g1.token, 30000, &renew_sent, err);
+    rc = baton_locker_renew(a, "sk3", g1.token, 30000, &renew_sent, err);
     printf("    renew on a demoted master: rc %d: %s\n", rc, err);
-    assert_int_equal(rc, LOCKER_ERR);
+    assert_int_equal(rc, BATON_LOCKER_ERR);
     assert_non_null(strstr(err, "READONLY"));
     assert_true(a->ops->generation(a) > gen2);
     rc = a->ops->check(a, "sk3", g1.token, err);
     printf("    reconnect: rc %d: %s\n", rc, err);
     run_on(nm, "REPLICAOF NO ONE");
-    assert_int_equal(rc, LOCKER_ERR);
+    assert_int_equal(rc, BATON_LOCKER_ERR);
     assert_non_null(strstr(err, "is a replica"));
     /* the side connection (claim) drops on READONLY too */
-    rc = LOCKER_ERR;
+    rc = BATON_LOCKER_ERR;
     deadline = clock_mono_ms() + 5000;
-    while (clock_mono_ms() < deadline && (rc = a->ops->check(a, "sk3", g1.token, err)) == LOCKER_ERR)
+    while (clock_mono_ms() < deadline && (rc = a->ops->check(a, "sk3", g1.token, err)) == BATON_LOCKER_ERR)
         usleep(100 * 1000);
-    assert_int_equal(rc, LOCKER_OK);
-    assert_int_equal(locker_claim(a, "claim1", 30000, err), LOCKER_OK);
+    assert_int_equal(rc, BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_claim(a, "claim1", 30000, err), BATON_LOCKER_OK);
     run_on(nm, cmd);
-    rc = locker_claim(a, "claim2", 30000, err);
+    rc = baton_locker_claim(a, "claim2", 30000, err);
     run_on(nm, "REPLICAOF NO ONE");
     printf("    claim on a demoted master: rc %d: %s\n", rc, err);
-    assert_int_equal(rc, LOCKER_ERR);
+    assert_int_equal(rc, BATON_LOCKER_ERR);
     assert_non_null(strstr(err, "READONLY"));
 
     redis_sentinel_watch_release(w);
-    locker_destroy(b);
-    locker_destroy(a);
+    baton_locker_destroy(b);
+    baton_locker_destroy(a);
 }
 
 static int group_setup(void **state)

@@ -125,9 +125,9 @@ static int tls_server_start(struct tls_server *s, bool auth_clients)
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static struct redis_opts opts_for(int port)
+static struct baton_redis_opts opts_for(int port)
 {
-    struct redis_opts o = {0};
+    struct baton_redis_opts o = {0};
     o.host = (char *)"127.0.0.1";
     o.port = port;
     o.connect_timeout_ms = 2000;
@@ -172,7 +172,7 @@ static void expect_err(const char *err, int port, const char *what)
 static void test_commands_over_tls(void **state)
 {
     (void)state;
-    struct redis_opts o = opts_for(tls_srv.port);
+    struct baton_redis_opts o = opts_for(tls_srv.port);
     char err[512];
     redisContext *c = redis_conn_open(&o, err, sizeof err);
     if (c == NULL) fprintf(stderr, "%s\n", err);
@@ -218,7 +218,7 @@ static void test_dns_name_and_server_name(void **state)
 {
     (void)state;
     char err[512];
-    struct redis_opts o = opts_for(tls_srv.port);
+    struct baton_redis_opts o = opts_for(tls_srv.port);
     o.host = (char *)"localhost"; /* checked as a DNS name, sent as SNI */
     redisContext *c = redis_conn_open(&o, err, sizeof err);
     if (c == NULL) fprintf(stderr, "%s\n", err);
@@ -238,7 +238,7 @@ static void test_pubsub_over_tls(void **state)
 {
     (void)state;
     char err[512];
-    struct redis_opts o = opts_for(tls_srv.port);
+    struct baton_redis_opts o = opts_for(tls_srv.port);
     redisContext *sub = redis_conn_open(&o, err, sizeof err);
     redisContext *pub = redis_conn_open(&o, err, sizeof err);
     assert_non_null(sub);
@@ -273,7 +273,7 @@ static void test_pubsub_over_tls(void **state)
 static void *many_worker(void *arg)
 {
     int id = (int)(intptr_t)arg;
-    struct redis_opts o = opts_for(tls_srv.port);
+    struct baton_redis_opts o = opts_for(tls_srv.port);
     char err[512];
     for (int round = 0; round < 5; round++) {
         redisContext *c = redis_conn_open(&o, err, sizeof err);
@@ -301,7 +301,7 @@ static void test_many_connections_threads(void **state)
     enum { T = 8 };
     pthread_t t[T];
     char err[512];
-    struct redis_opts o = opts_for(tls_srv.port);
+    struct baton_redis_opts o = opts_for(tls_srv.port);
     /* 12 idle connections stay open meanwhile */
     redisContext *idle[12];
     for (int i = 0; i < 12; i++) {
@@ -329,7 +329,7 @@ static void test_client_certificate(void **state)
 {
     (void)state;
     char err[512];
-    struct redis_opts o = opts_for(tls_srv_auth.port);
+    struct baton_redis_opts o = opts_for(tls_srv_auth.port);
     o.tls.cert_file = cli_crt;
     o.tls.key_file = cli_key;
     redisContext *c = redis_conn_open(&o, err, sizeof err);
@@ -369,7 +369,7 @@ static void test_unrelated_ca(void **state)
 {
     (void)state;
     char err[512];
-    struct redis_opts o = opts_for(tls_srv.port);
+    struct baton_redis_opts o = opts_for(tls_srv.port);
     o.tls.ca_file = other_ca;
     redisContext *c = redis_conn_open(&o, err, sizeof err);
     assert_null(c);
@@ -386,7 +386,7 @@ static void test_wrong_server_name(void **state)
 {
     (void)state;
     char err[512];
-    struct redis_opts o = opts_for(tls_srv.port);
+    struct baton_redis_opts o = opts_for(tls_srv.port);
     o.tls.server_name = (char *)"redis.example.com";
     redisContext *c = redis_conn_open(&o, err, sizeof err);
     assert_null(c);
@@ -402,7 +402,7 @@ static void test_plain_text_against_tls_port(void **state)
 {
     (void)state;
     char err[512];
-    struct redis_opts o = opts_for(tls_srv.port);
+    struct baton_redis_opts o = opts_for(tls_srv.port);
     o.tls.enabled = false;
     int64_t t0 = clock_mono_ms();
     redisContext *c = redis_conn_open(&o, err, sizeof err);
@@ -420,7 +420,7 @@ static void test_tls_against_plain_port(void **state)
     (void)state;
     char err[512];
     int port = redis_server_port(plain_srv);
-    struct redis_opts o = opts_for(port);
+    struct baton_redis_opts o = opts_for(port);
     o.connect_timeout_ms = 1500;
     int64_t t0 = clock_mono_ms();
     redisContext *c = redis_conn_open(&o, err, sizeof err);
@@ -446,7 +446,7 @@ static void test_silent_server_times_out(void **state)
     getsockname(l, (struct sockaddr *)&a, &al);
     int port = ntohs(a.sin_port);
     char err[512];
-    struct redis_opts o = opts_for(port);
+    struct baton_redis_opts o = opts_for(port);
     o.connect_timeout_ms = 700;
     int64_t t0 = clock_mono_ms();
     redisContext *c = redis_conn_open(&o, err, sizeof err);
@@ -466,7 +466,7 @@ static void test_server_stopped_and_killed(void **state)
 {
     (void)state;
     char err[512];
-    struct redis_opts o = opts_for(tls_srv.port);
+    struct baton_redis_opts o = opts_for(tls_srv.port);
     o.command_timeout_ms = 500;
     redisContext *c = redis_conn_open(&o, err, sizeof err);
     assert_non_null(c);

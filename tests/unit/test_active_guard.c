@@ -61,8 +61,8 @@ enum { PASS = 0, FAIL_ERR = 1, FAIL_LOST = 2, HANG = 3, LATE_OK = 4 };
 enum { TRY_PASS = 0, TRY_BREAK_AFTER_GRANT = 1 };
 
 struct flaky {
-    struct locker base;
-    struct locker *inner; /* local */
+    struct baton_locker base;
+    struct baton_locker *inner; /* local */
     atomic_int renew_mode, check_mode;
     atomic_int hang_ms;
     atomic_int try_mode;
@@ -70,21 +70,21 @@ struct flaky {
     atomic_int renews, checks, unlocks, announces;
 };
 
-static int fl_try(struct locker *l, const char *key, int64_t ttl, struct lock_grant *out,
-                  char err[LOCKER_ERR_MAX])
+static int fl_try(struct baton_locker *l, const char *key, int64_t ttl, struct baton_lock_grant *out,
+                  char err[BATON_LOCKER_ERR_MAX])
 {
     struct flaky *f = (struct flaky *)l;
     int rc = f->inner->ops->try_lock(f->inner, key, ttl, out, err);
-    if (rc == LOCKER_OK) note('L');
+    if (rc == BATON_LOCKER_OK) note('L');
     /* the connection breaks right after the grant, before the guard could
      * read any generation: it must not be absorbed */
-    if (rc == LOCKER_OK && atomic_load(&f->try_mode) == TRY_BREAK_AFTER_GRANT)
+    if (rc == BATON_LOCKER_OK && atomic_load(&f->try_mode) == TRY_BREAK_AFTER_GRANT)
         atomic_fetch_add(&f->gen, 1);
     return rc;
 }
 
-static int fl_unlock(struct locker *l, const char *key, const char *token,
-                     char err[LOCKER_ERR_MAX])
+static int fl_unlock(struct baton_locker *l, const char *key, const char *token,
+                     char err[BATON_LOCKER_ERR_MAX])
 {
     struct flaky *f = (struct flaky *)l;
     atomic_fetch_add(&f->unlocks, 1);
@@ -92,25 +92,25 @@ static int fl_unlock(struct locker *l, const char *key, const char *token,
     return f->inner->ops->unlock(f->inner, key, token, err);
 }
 
-static int fl_renew(struct locker *l, const char *key, const char *token, int64_t ttl,
-                    int64_t *sent, char err[LOCKER_ERR_MAX])
+static int fl_renew(struct baton_locker *l, const char *key, const char *token, int64_t ttl,
+                    int64_t *sent, char err[BATON_LOCKER_ERR_MAX])
 {
     struct flaky *f = (struct flaky *)l;
     atomic_fetch_add(&f->renews, 1);
     switch (atomic_load(&f->renew_mode)) {
     case FAIL_ERR:
         *sent = clock_boot_ms();
-        snprintf(err, LOCKER_ERR_MAX, "injected: connection reset");
-        return LOCKER_ERR;
+        snprintf(err, BATON_LOCKER_ERR_MAX, "injected: connection reset");
+        return BATON_LOCKER_ERR;
     case FAIL_LOST:
         *sent = clock_boot_ms();
-        snprintf(err, LOCKER_ERR_MAX, "injected: key gone");
-        return LOCKER_LOST;
+        snprintf(err, BATON_LOCKER_ERR_MAX, "injected: key gone");
+        return BATON_LOCKER_LOST;
     case HANG:
         *sent = clock_boot_ms();
         usleep((useconds_t)atomic_load(&f->hang_ms) * 1000);
-        snprintf(err, LOCKER_ERR_MAX, "injected: timeout");
-        return LOCKER_ERR;
+        snprintf(err, BATON_LOCKER_ERR_MAX, "injected: timeout");
+        return BATON_LOCKER_ERR;
     case LATE_OK: {
         /* applied at once, answered hang_ms later: a slow reply */
         int rc = f->inner->ops->renew(f->inner, key, token, ttl, sent, err);
@@ -122,24 +122,24 @@ static int fl_renew(struct locker *l, const char *key, const char *token, int64_
     }
 }
 
-static int fl_check(struct locker *l, const char *key, const char *token,
-                    char err[LOCKER_ERR_MAX])
+static int fl_check(struct baton_locker *l, const char *key, const char *token,
+                    char err[BATON_LOCKER_ERR_MAX])
 {
     struct flaky *f = (struct flaky *)l;
     atomic_fetch_add(&f->checks, 1);
     int m = atomic_load(&f->check_mode);
     if (m == FAIL_ERR) {
-        snprintf(err, LOCKER_ERR_MAX, "injected: still down");
-        return LOCKER_ERR;
+        snprintf(err, BATON_LOCKER_ERR_MAX, "injected: still down");
+        return BATON_LOCKER_ERR;
     }
     if (m == FAIL_LOST) {
-        snprintf(err, LOCKER_ERR_MAX, "injected: key gone");
-        return LOCKER_LOST;
+        snprintf(err, BATON_LOCKER_ERR_MAX, "injected: key gone");
+        return BATON_LOCKER_LOST;
     }
     return f->inner->ops->check(f->inner, key, token, err);
 }
 
-static int fl_announce(struct locker *l, const char *key, char err[LOCKER_ERR_MAX])
+static int fl_announce(struct baton_locker *l, const char *key, char err[BATON_LOCKER_ERR_MAX])
 {
     struct flaky *f = (struct flaky *)l;
     atomic_fetch_add(&f->announces, 1);
@@ -147,27 +147,27 @@ static int fl_announce(struct locker *l, const char *key, char err[LOCKER_ERR_MA
     return f->inner->ops->announce_release(f->inner, key, err);
 }
 
-static bool fl_wait(struct locker *l, const char *key, uint64_t seen, int64_t timeout)
+static bool fl_wait(struct baton_locker *l, const char *key, uint64_t seen, int64_t timeout)
 {
     struct flaky *f = (struct flaky *)l;
     return f->inner->ops->wait_release(f->inner, key, seen, timeout);
 }
 
-static uint64_t fl_seq(struct locker *l, const char *key)
+static uint64_t fl_seq(struct baton_locker *l, const char *key)
 {
     struct flaky *f = (struct flaky *)l;
     return f->inner->ops->release_seq(f->inner, key);
 }
 
-static uint64_t fl_gen(struct locker *l)
+static uint64_t fl_gen(struct baton_locker *l)
 {
     return atomic_load(&((struct flaky *)l)->gen);
 }
 
-static void fl_destroy(struct locker *l)
+static void fl_destroy(struct baton_locker *l)
 {
     struct flaky *f = (struct flaky *)l;
-    locker_destroy(f->inner);
+    baton_locker_destroy(f->inner);
     free(f);
 }
 
@@ -199,7 +199,7 @@ static struct flaky *flaky_create(const struct locker_ops *ops)
 {
     struct flaky *f = calloc(1, sizeof *f);
     f->base.ops = ops;
-    f->inner = locker_local_create();
+    f->inner = baton_locker_local_create();
     return f;
 }
 
@@ -233,14 +233,14 @@ static void on_demoted(void *arg)
     note('D');
 }
 
-static struct active_guard *make_guard(struct locker *l, struct consumer *c, int64_t ttl,
+static struct baton_active_guard *make_guard(struct baton_locker *l, struct consumer *c, int64_t ttl,
                                        int64_t renew, int64_t retry)
 {
-    struct active_guard_options o = {.ttl_ms = ttl, .renew_ms = renew, .retry_ms = retry,
+    struct baton_active_guard_options o = {.ttl_ms = ttl, .renew_ms = renew, .retry_ms = retry,
                                      .log_name = "test"};
-    struct active_guard_callbacks cb = {on_promoted, on_demoted, c};
+    struct baton_active_guard_callbacks cb = {on_promoted, on_demoted, c};
     char err[256];
-    struct active_guard *g = active_guard_create(l, "test:scope", &o, &cb, err, sizeof err);
+    struct baton_active_guard *g = baton_active_guard_create(l, "test:scope", &o, &cb, err, sizeof err);
     assert_non_null(g);
     return g;
 }
@@ -259,17 +259,17 @@ static struct active_guard *make_guard(struct locker *l, struct consumer *c, int
         r_;                                                             \
     })
 
-#define STAT(g, f) atomic_load(&active_guard_stats(g)->f)
+#define STAT(g, f) atomic_load(&baton_active_guard_stats(g)->f)
 
 /* ---- tests ----------------------------------------------------------------- */
 
 static void test_interval_validation(void **state)
 {
     char err[256];
-    struct active_guard_options o = {0};
-    struct active_guard *g = active_guard_create(NULL, "s", &o, NULL, err, sizeof err);
+    struct baton_active_guard_options o = {0};
+    struct baton_active_guard *g = baton_active_guard_create(NULL, "s", &o, NULL, err, sizeof err);
     assert_non_null(g); /* defaults: 3000 / 1000 / 250 */
-    active_guard_destroy(g);
+    baton_active_guard_destroy(g);
     struct {
         int64_t ttl, renew, retry, margin;
         bool ok;
@@ -285,20 +285,20 @@ static void test_interval_validation(void **state)
         {1000, 900, 100, 50, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct active_guard_options oc = {.ttl_ms = cases[i].ttl, .renew_ms = cases[i].renew,
+        struct baton_active_guard_options oc = {.ttl_ms = cases[i].ttl, .renew_ms = cases[i].renew,
                                           .retry_ms = cases[i].retry,
                                           .safety_margin_ms = cases[i].margin};
         err[0] = '\0';
-        g = active_guard_create(NULL, "s", &oc, NULL, err, sizeof err);
+        g = baton_active_guard_create(NULL, "s", &oc, NULL, err, sizeof err);
         if (cases[i].ok) {
             assert_non_null(g);
         } else {
             assert_null(g);
             assert_true(strlen(err) > 0);
         }
-        active_guard_destroy(g);
+        baton_active_guard_destroy(g);
     }
-    assert_null(active_guard_create(NULL, "s", &(struct active_guard_options){.ttl_ms = 100,
+    assert_null(baton_active_guard_create(NULL, "s", &(struct baton_active_guard_options){.ttl_ms = 100,
                                                                             .renew_ms = 200},
                                     NULL, err, sizeof err));
     assert_non_null(strstr(err, "renew"));
@@ -307,63 +307,63 @@ static void test_interval_validation(void **state)
 static void test_no_locker_single(void **state)
 {
     struct consumer c = {0};
-    struct active_guard *g = make_guard(NULL, &c, 0, 0, 0);
-    assert_true(active_guard_is_leader_now(g));
-    assert_int_equal(active_guard_start(g), 0);
+    struct baton_active_guard *g = make_guard(NULL, &c, 0, 0, 0);
+    assert_true(baton_active_guard_is_leader_now(g));
+    assert_int_equal(baton_active_guard_start(g), 0);
     assert_true(WAIT_FOR(atomic_load(&c.promoted) == 1, 2000) >= 0);
     usleep(50 * 1000);
     assert_int_equal(atomic_load(&c.promoted), 1);
     assert_int_equal(atomic_load(&c.last_epoch), 0);
-    assert_int_equal(STAT(g, role), ROLE_SINGLE);
-    assert_true(active_guard_is_leader_now(g));
-    active_guard_stop(g);
+    assert_int_equal(STAT(g, role), BATON_ROLE_SINGLE);
+    assert_true(baton_active_guard_is_leader_now(g));
+    baton_active_guard_stop(g);
     assert_int_equal(atomic_load(&c.demoted), 1);
-    active_guard_stop(g); /* idempotent */
+    baton_active_guard_stop(g); /* idempotent */
     assert_int_equal(atomic_load(&c.demoted), 1);
-    assert_string_equal(active_guard_key(g), "baton:active:test:scope");
-    active_guard_destroy(g);
+    assert_string_equal(baton_active_guard_key(g), "baton:active:test:scope");
+    baton_active_guard_destroy(g);
 }
 
 static void test_one_leader_and_handover_on_stop(void **state)
 {
-    struct locker *l = locker_local_create();
+    struct baton_locker *l = baton_locker_local_create();
     struct consumer c1 = {0}, c2 = {0};
-    struct active_guard *g1 = make_guard(l, &c1, 600, 200, 5000);
-    struct active_guard *g2 = make_guard(l, &c2, 600, 200, 5000);
-    active_guard_start(g1);
-    assert_true(WAIT_FOR(active_guard_is_leader_now(g1), 2000) >= 0);
-    active_guard_start(g2);
+    struct baton_active_guard *g1 = make_guard(l, &c1, 600, 200, 5000);
+    struct baton_active_guard *g2 = make_guard(l, &c2, 600, 200, 5000);
+    baton_active_guard_start(g1);
+    assert_true(WAIT_FOR(baton_active_guard_is_leader_now(g1), 2000) >= 0);
+    baton_active_guard_start(g2);
     /* over several renew periods: g1 keeps leading, g2 stays standby */
     for (int i = 0; i < 40; i++) {
-        assert_true(active_guard_is_leader_now(g1));
-        assert_false(active_guard_is_leader_now(g2));
+        assert_true(baton_active_guard_is_leader_now(g1));
+        assert_false(baton_active_guard_is_leader_now(g2));
         usleep(20 * 1000);
     }
-    assert_int_equal(STAT(g1, role), ROLE_LEADER);
-    assert_int_equal(STAT(g2, role), ROLE_STANDBY);
-    uint64_t e1 = active_guard_epoch(g1);
+    assert_int_equal(STAT(g1, role), BATON_ROLE_LEADER);
+    assert_int_equal(STAT(g2, role), BATON_ROLE_STANDBY);
+    uint64_t e1 = baton_active_guard_epoch(g1);
     assert_true(e1 > 0);
     assert_int_equal(atomic_load(&c1.last_epoch), e1);
     /* graceful stop: g2 takes over long before its 5 s retry, thanks to the
      * release announcement */
     int64_t t0 = clock_mono_ms();
-    active_guard_stop(g1);
-    assert_false(active_guard_is_leader_now(g1));
+    baton_active_guard_stop(g1);
+    assert_false(baton_active_guard_is_leader_now(g1));
     assert_int_equal(atomic_load(&c1.demoted), 1);
-    int64_t took = WAIT_FOR(active_guard_is_leader_now(g2), 3000);
+    int64_t took = WAIT_FOR(baton_active_guard_is_leader_now(g2), 3000);
     assert_true(took >= 0);
     printf("handover after stop: %lld ms (retry interval 5000 ms)\n",
            (long long)(clock_mono_ms() - t0));
     assert_true(clock_mono_ms() - t0 < 1000);
-    assert_true(active_guard_epoch(g2) > e1);
-    active_guard_stop(g2);
+    assert_true(baton_active_guard_epoch(g2) > e1);
+    baton_active_guard_stop(g2);
     /* both stopped: the key is free */
-    struct lock_grant gr;
-    char err[LOCKER_ERR_MAX];
-    assert_int_equal(locker_try_lock(l, active_guard_key(g2), 1000, &gr, err), LOCKER_OK);
-    active_guard_destroy(g1);
-    active_guard_destroy(g2);
-    locker_destroy(l);
+    struct baton_lock_grant gr;
+    char err[BATON_LOCKER_ERR_MAX];
+    assert_int_equal(baton_locker_try_lock(l, baton_active_guard_key(g2), 1000, &gr, err), BATON_LOCKER_OK);
+    baton_active_guard_destroy(g1);
+    baton_active_guard_destroy(g2);
+    baton_locker_destroy(l);
 }
 
 static void test_stop_releases_in_order(void **state)
@@ -371,20 +371,20 @@ static void test_stop_releases_in_order(void **state)
     struct flaky *f = flaky_create(&flaky_ops);
     struct consumer c = {0};
     journal_reset();
-    struct active_guard *g = make_guard(&f->base, &c, 600, 200, 100);
-    active_guard_start(g);
+    struct baton_active_guard *g = make_guard(&f->base, &c, 600, 200, 100);
+    baton_active_guard_start(g);
     assert_true(WAIT_FOR(atomic_load(&c.running), 2000) >= 0);
-    active_guard_stop(g);
+    baton_active_guard_stop(g);
     char j[256];
     journal_get(j, sizeof j);
     assert_string_equal(j, "LPDUA"); /* lock, promoted, demoted, unlock, announce */
     assert_int_equal(STAT(g, promotions), 1);
     assert_int_equal(STAT(g, demotions), 1);
-    struct lock_grant gr;
-    char err[LOCKER_ERR_MAX];
-    assert_int_equal(locker_try_lock(f->inner, active_guard_key(g), 100, &gr, err), LOCKER_OK);
-    active_guard_destroy(g);
-    locker_destroy(&f->base);
+    struct baton_lock_grant gr;
+    char err[BATON_LOCKER_ERR_MAX];
+    assert_int_equal(baton_locker_try_lock(f->inner, baton_active_guard_key(g), 100, &gr, err), BATON_LOCKER_OK);
+    baton_active_guard_destroy(g);
+    baton_locker_destroy(&f->base);
 }
 
 static void test_renew_lost_demotes(void **state)
@@ -392,18 +392,18 @@ static void test_renew_lost_demotes(void **state)
     struct flaky *f = flaky_create(&flaky_ops);
     struct consumer c = {0};
     journal_reset();
-    struct active_guard *g = make_guard(&f->base, &c, 600, 100, 5000);
-    active_guard_start(g);
+    struct baton_active_guard *g = make_guard(&f->base, &c, 600, 100, 5000);
+    baton_active_guard_start(g);
     assert_true(WAIT_FOR(atomic_load(&c.running), 2000) >= 0);
     atomic_store(&f->renew_mode, FAIL_LOST);
     assert_true(WAIT_FOR(atomic_load(&c.demoted) == 1, 2000) >= 0);
-    assert_false(active_guard_is_leader_now(g));
+    assert_false(baton_active_guard_is_leader_now(g));
     assert_false(atomic_load(&c.running));
     assert_true(STAT(g, renew_failures) >= 1);
     assert_int_equal(STAT(g, demotions), 1);
-    active_guard_stop(g);
-    active_guard_destroy(g);
-    locker_destroy(&f->base);
+    baton_active_guard_stop(g);
+    baton_active_guard_destroy(g);
+    baton_locker_destroy(&f->base);
 }
 
 static void test_renew_errors_demote_at_the_deadline(void **state)
@@ -412,8 +412,8 @@ static void test_renew_errors_demote_at_the_deadline(void **state)
     struct consumer c = {0};
     journal_reset();
     /* ttl 600, margin 30 -> deadline = last successful renew + 570 */
-    struct active_guard *g = make_guard(&f->base, &c, 600, 100, 50);
-    active_guard_start(g);
+    struct baton_active_guard *g = make_guard(&f->base, &c, 600, 100, 50);
+    baton_active_guard_start(g);
     assert_true(WAIT_FOR(atomic_load(&c.running), 2000) >= 0);
     usleep(150 * 1000);
     atomic_store(&f->renew_mode, FAIL_ERR);
@@ -431,33 +431,33 @@ static void test_renew_errors_demote_at_the_deadline(void **state)
     assert_true(STAT(g, backend_errors) >= 3);
     /* demoted (on the callback thread), then released (on the lease thread) */
     assert_true(WAIT_FOR(journal_has("LPDU"), 1000) >= 0);
-    active_guard_stop(g);
-    active_guard_destroy(g);
-    locker_destroy(&f->base);
+    baton_active_guard_stop(g);
+    baton_active_guard_destroy(g);
+    baton_locker_destroy(&f->base);
 }
 
 static void test_leader_now_false_while_renew_hangs(void **state)
 {
     struct flaky *f = flaky_create(&flaky_ops);
     struct consumer c = {0};
-    struct active_guard *g = make_guard(&f->base, &c, 400, 100, 50);
-    active_guard_start(g);
+    struct baton_active_guard *g = make_guard(&f->base, &c, 400, 100, 50);
+    baton_active_guard_start(g);
     assert_true(WAIT_FOR(atomic_load(&c.running), 2000) >= 0);
     atomic_store(&f->hang_ms, 1500);
     atomic_store(&f->renew_mode, HANG);
     int64_t t0 = clock_mono_ms();
     /* the guard thread is stuck inside renew; leader-now must still turn
      * false by the deadline (<= 400 - 20 ms after the last renewal) */
-    int64_t took = WAIT_FOR(!active_guard_is_leader_now(g), 2000);
+    int64_t took = WAIT_FOR(!baton_active_guard_is_leader_now(g), 2000);
     printf("hung renew: leader-now false after %lld ms\n", (long long)took);
     assert_true(took >= 0 && took <= 400);
     assert_int_equal(atomic_load(&c.demoted), 0); /* the thread is still blocked */
     (void)t0;
     atomic_store(&f->renew_mode, PASS);
-    active_guard_stop(g);
+    baton_active_guard_stop(g);
     assert_int_equal(atomic_load(&c.demoted), 1);
-    active_guard_destroy(g);
-    locker_destroy(&f->base);
+    baton_active_guard_destroy(g);
+    baton_locker_destroy(&f->base);
 }
 
 static void test_promote_failure_demotes_and_releases(void **state)
@@ -466,46 +466,46 @@ static void test_promote_failure_demotes_and_releases(void **state)
     struct consumer c = {0};
     atomic_store(&c.fail_promote, 1);
     journal_reset();
-    struct active_guard *g = make_guard(&f->base, &c, 600, 200, 5000);
-    active_guard_start(g);
+    struct baton_active_guard *g = make_guard(&f->base, &c, 600, 200, 5000);
+    baton_active_guard_start(g);
     assert_true(WAIT_FOR(atomic_load(&c.demoted) == 1, 2000) >= 0);
     /* the release and its announcement follow on the lease thread */
     assert_true(WAIT_FOR(journal_has("LPDUA"), 1000) >= 0);
     char j[256];
     journal_get(j, sizeof j);
     assert_string_equal(j, "LPDUA");
-    assert_false(active_guard_is_leader_now(g));
+    assert_false(baton_active_guard_is_leader_now(g));
     /* released: someone else can take it now */
-    struct lock_grant gr;
-    char err[LOCKER_ERR_MAX];
-    assert_int_equal(locker_try_lock(f->inner, active_guard_key(g), 100, &gr, err), LOCKER_OK);
-    active_guard_stop(g);
+    struct baton_lock_grant gr;
+    char err[BATON_LOCKER_ERR_MAX];
+    assert_int_equal(baton_locker_try_lock(f->inner, baton_active_guard_key(g), 100, &gr, err), BATON_LOCKER_OK);
+    baton_active_guard_stop(g);
     assert_int_equal(atomic_load(&c.demoted), 1); /* no second on_demoted */
-    active_guard_destroy(g);
-    locker_destroy(&f->base);
+    baton_active_guard_destroy(g);
+    baton_locker_destroy(&f->base);
 }
 
 static void test_generation_change_verifies_then_demotes_if_lost(void **state)
 {
     struct flaky *f = flaky_create(&flaky_ops);
     struct consumer c = {0};
-    struct active_guard *g = make_guard(&f->base, &c, 3000, 1000, 100);
-    active_guard_start(g);
+    struct baton_active_guard *g = make_guard(&f->base, &c, 3000, 1000, 100);
+    baton_active_guard_start(g);
     assert_true(WAIT_FOR(atomic_load(&c.running), 2000) >= 0);
-    assert_true(active_guard_is_leader_now(g));
+    assert_true(baton_active_guard_is_leader_now(g));
     /* connection "broke": not leader at once; verified (key still ours) -> leader */
     atomic_store(&f->check_mode, FAIL_ERR);
-    assert_int_equal(active_guard_leader_state(g), LEADER_YES);
+    assert_int_equal(baton_active_guard_leader_state(g), BATON_LEADER_YES);
     atomic_fetch_add(&f->gen, 1);
-    assert_false(active_guard_is_leader_now(g));
+    assert_false(baton_active_guard_is_leader_now(g));
     /* deadline still valid: unsure (hold), not "no lease" (drop) */
-    assert_int_equal(active_guard_leader_state(g), LEADER_UNSURE);
+    assert_int_equal(baton_active_guard_leader_state(g), BATON_LEADER_UNSURE);
     usleep(150 * 1000);
-    assert_false(active_guard_is_leader_now(g));
-    assert_int_equal(active_guard_leader_state(g), LEADER_UNSURE);
+    assert_false(baton_active_guard_is_leader_now(g));
+    assert_int_equal(baton_active_guard_leader_state(g), BATON_LEADER_UNSURE);
     atomic_store(&f->check_mode, PASS);
-    int64_t took = WAIT_FOR(active_guard_is_leader_now(g), 1000);
-    assert_int_equal(active_guard_leader_state(g), LEADER_YES);
+    int64_t took = WAIT_FOR(baton_active_guard_is_leader_now(g), 1000);
+    assert_int_equal(baton_active_guard_leader_state(g), BATON_LEADER_YES);
     assert_true(took >= 0);
     assert_true(atomic_load(&f->checks) >= 2);
     assert_int_equal(atomic_load(&c.demoted), 0);
@@ -515,54 +515,54 @@ static void test_generation_change_verifies_then_demotes_if_lost(void **state)
     took = WAIT_FOR(atomic_load(&c.demoted) == 1, 1000);
     printf("generation change with the key lost: demoted after %lld ms\n", (long long)took);
     assert_true(took >= 0 && took < 500);
-    assert_int_equal(active_guard_leader_state(g), LEADER_NO);
-    active_guard_stop(g);
-    active_guard_destroy(g);
-    locker_destroy(&f->base);
+    assert_int_equal(baton_active_guard_leader_state(g), BATON_LEADER_NO);
+    baton_active_guard_stop(g);
+    baton_active_guard_destroy(g);
+    baton_locker_destroy(&f->base);
 }
 
 static void test_without_renew_release_and_reacquire(void **state)
 {
     struct flaky *f = flaky_create(&norenew_ops);
     struct consumer c = {0};
-    struct active_guard *g = make_guard(&f->base, &c, 600, 100, 50);
-    active_guard_start(g);
+    struct baton_active_guard *g = make_guard(&f->base, &c, 600, 100, 50);
+    baton_active_guard_start(g);
     assert_true(WAIT_FOR(atomic_load(&c.promoted) >= 4, 3000) >= 0);
     assert_true(atomic_load(&c.demoted) >= 3);
     assert_true(atomic_load(&f->unlocks) >= 3);
-    active_guard_stop(g);
+    baton_active_guard_stop(g);
     assert_int_equal(atomic_load(&c.promoted), atomic_load(&c.demoted));
-    active_guard_destroy(g);
-    locker_destroy(&f->base);
+    baton_active_guard_destroy(g);
+    baton_locker_destroy(&f->base);
 }
 
 struct give_up_ctx {
-    struct active_guard *g;
+    struct baton_active_guard *g;
     atomic_int demoted;
 };
 
 static void test_give_up_hands_over_and_sits_out(void **state)
 {
-    struct locker *l = locker_local_create();
+    struct baton_locker *l = baton_locker_local_create();
     struct consumer c1 = {0}, c2 = {0};
-    struct active_guard *g1 = make_guard(l, &c1, 500, 150, 50);
-    active_guard_start(g1);
-    assert_true(WAIT_FOR(active_guard_is_leader_now(g1), 2000) >= 0);
-    struct active_guard *g2 = make_guard(l, &c2, 500, 150, 50);
-    active_guard_start(g2);
+    struct baton_active_guard *g1 = make_guard(l, &c1, 500, 150, 50);
+    baton_active_guard_start(g1);
+    assert_true(WAIT_FOR(baton_active_guard_is_leader_now(g1), 2000) >= 0);
+    struct baton_active_guard *g2 = make_guard(l, &c2, 500, 150, 50);
+    baton_active_guard_start(g2);
     usleep(50 * 1000);
-    active_guard_give_up(g1, "source lost");
-    assert_true(WAIT_FOR(active_guard_is_leader_now(g2), 2000) >= 0);
+    baton_active_guard_give_up(g1, "source lost");
+    assert_true(WAIT_FOR(baton_active_guard_is_leader_now(g2), 2000) >= 0);
     assert_int_equal(atomic_load(&c1.demoted), 1);
     /* g2 leaves too; g1 is still sitting out its ttl, then competes again */
-    active_guard_stop(g2);
+    baton_active_guard_stop(g2);
     /* the term begins before on_promoted runs on the callback thread */
-    int64_t took = WAIT_FOR(active_guard_is_leader_now(g1) && atomic_load(&c1.promoted) == 2, 3000);
+    int64_t took = WAIT_FOR(baton_active_guard_is_leader_now(g1) && atomic_load(&c1.promoted) == 2, 3000);
     assert_true(took >= 0);
-    active_guard_stop(g1);
-    active_guard_destroy(g1);
-    active_guard_destroy(g2);
-    locker_destroy(l);
+    baton_active_guard_stop(g1);
+    baton_active_guard_destroy(g1);
+    baton_active_guard_destroy(g2);
+    baton_locker_destroy(l);
 }
 
 
@@ -571,7 +571,7 @@ static void test_give_up_hands_over_and_sits_out(void **state)
 /* Samples the leader state of one term every 1 ms; records whether it was
  * ever YES again after it had been NO (a revived term). */
 struct term_watch {
-    struct active_guard *g;
+    struct baton_active_guard *g;
     atomic_ullong epoch;
     atomic_bool stop;
     atomic_bool seen_no, revived;
@@ -584,9 +584,9 @@ static void *term_watch_main(void *arg)
     while (!atomic_load(&w->stop)) {
         uint64_t e = atomic_load(&w->epoch);
         if (e) {
-            enum leader_state st = active_guard_term_state(w->g, e, NULL);
-            if (st == LEADER_NO) atomic_store(&w->seen_no, true);
-            if (st == LEADER_YES && atomic_load(&w->seen_no)) atomic_store(&w->revived, true);
+            enum baton_leader_state st = baton_active_guard_term_state(w->g, e, NULL);
+            if (st == BATON_LEADER_NO) atomic_store(&w->seen_no, true);
+            if (st == BATON_LEADER_YES && atomic_load(&w->seen_no)) atomic_store(&w->revived, true);
         }
         usleep(1000);
     }
@@ -601,12 +601,12 @@ static void test_late_renew_ends_the_term(void **state)
 {
     struct flaky *f = flaky_create(&flaky_ops);
     struct consumer c = {0};
-    struct active_guard *g = make_guard(&f->base, &c, 1000, 300, 50);
+    struct baton_active_guard *g = make_guard(&f->base, &c, 1000, 300, 50);
     struct term_watch w = {.g = g};
     assert_int_equal(pthread_create(&w.t, NULL, term_watch_main, &w), 0);
-    assert_int_equal(active_guard_start(g), 0);
+    assert_int_equal(baton_active_guard_start(g), 0);
     assert_true(WAIT_FOR(atomic_load(&c.running), 2000) >= 0);
-    uint64_t e1 = active_guard_epoch(g);
+    uint64_t e1 = baton_active_guard_epoch(g);
     assert_true(e1 > 0);
     atomic_store(&w.epoch, e1);
     atomic_store(&f->hang_ms, 800);
@@ -614,21 +614,21 @@ static void test_late_renew_ends_the_term(void **state)
     /* the first late renewal ends the term */
     assert_true(WAIT_FOR(atomic_load(&c.demoted) >= 1, 3000) >= 0);
     assert_true(WAIT_FOR(STAT(g, demotions) >= 1, 1000) >= 0);
-    assert_int_equal(active_guard_term_state(g, e1, NULL), LEADER_NO);
+    assert_int_equal(baton_active_guard_term_state(g, e1, NULL), BATON_LEADER_NO);
     /* replies are fast again: a new term with a new epoch */
     atomic_store(&f->renew_mode, PASS);
     assert_true(WAIT_FOR(atomic_load(&c.promoted) >= 2 && atomic_load(&c.running), 3000) >= 0);
-    uint64_t e2 = active_guard_epoch(g);
+    uint64_t e2 = baton_active_guard_epoch(g);
     assert_true(e2 > e1);
-    assert_int_equal(active_guard_term_state(g, e2, NULL), LEADER_YES);
-    assert_int_equal(active_guard_term_state(g, e1, NULL), LEADER_NO); /* old messages: never */
+    assert_int_equal(baton_active_guard_term_state(g, e2, NULL), BATON_LEADER_YES);
+    assert_int_equal(baton_active_guard_term_state(g, e1, NULL), BATON_LEADER_NO); /* old messages: never */
     usleep(100 * 1000);
     atomic_store(&w.stop, true);
     pthread_join(w.t, NULL);
     assert_false(atomic_load(&w.revived));
     assert_true(atomic_load(&w.seen_no));
-    active_guard_destroy(g);
-    locker_destroy(&f->base);
+    baton_active_guard_destroy(g);
+    baton_locker_destroy(&f->base);
 }
 
 /* [slow_promote] ttl 1000 and a start that takes 1500 ms: the lease is
@@ -639,8 +639,8 @@ static void test_slow_promote_keeps_the_lease(void **state)
     struct flaky *f = flaky_create(&flaky_ops);
     struct consumer c = {0};
     atomic_store(&c.promote_ms, 1500);
-    struct active_guard *g = make_guard(&f->base, &c, 1000, 300, 50);
-    assert_int_equal(active_guard_start(g), 0);
+    struct baton_active_guard *g = make_guard(&f->base, &c, 1000, 300, 50);
+    assert_int_equal(baton_active_guard_start(g), 0);
     assert_true(WAIT_FOR(atomic_load(&c.running), 4000) >= 0);
     usleep(2500 * 1000);
     printf("slow_promote: promotions %llu, demotions %llu, renewals %d\n",
@@ -649,10 +649,10 @@ static void test_slow_promote_keeps_the_lease(void **state)
     assert_int_equal(STAT(g, promotions), 1);
     assert_int_equal(STAT(g, demotions), 0);
     assert_int_equal(atomic_load(&c.demoted), 0);
-    assert_true(active_guard_is_leader_now(g));
+    assert_true(baton_active_guard_is_leader_now(g));
     assert_true(atomic_load(&f->renews) >= 8); /* renewed all along, from the start */
-    active_guard_destroy(g);
-    locker_destroy(&f->base);
+    baton_active_guard_destroy(g);
+    baton_locker_destroy(&f->base);
 }
 
 /* A stop during a slow start: on_demoted follows on_promoted, the lease is
@@ -662,17 +662,17 @@ static void test_stop_during_slow_promote(void **state)
     struct flaky *f = flaky_create(&flaky_ops);
     struct consumer c = {0};
     atomic_store(&c.promote_ms, 600);
-    struct active_guard *g = make_guard(&f->base, &c, 1000, 300, 50);
+    struct baton_active_guard *g = make_guard(&f->base, &c, 1000, 300, 50);
     journal_reset();
-    assert_int_equal(active_guard_start(g), 0);
+    assert_int_equal(baton_active_guard_start(g), 0);
     assert_true(WAIT_FOR(atomic_load(&c.promoted) == 1, 2000) >= 0);
-    active_guard_stop(g);
+    baton_active_guard_stop(g);
     assert_int_equal(atomic_load(&c.demoted), 1);
     char j[64];
     journal_get(j, sizeof j);
     assert_non_null(strstr(j, "LPDUA"));
-    active_guard_destroy(g);
-    locker_destroy(&f->base);
+    baton_active_guard_destroy(g);
+    baton_locker_destroy(&f->base);
 }
 
 /* [gen_before_grant] the connection breaks right after the grant: the guard
@@ -684,50 +684,50 @@ static void test_break_after_grant_is_verified(void **state)
     atomic_store(&f->try_mode, TRY_BREAK_AFTER_GRANT);
     atomic_store(&f->check_mode, FAIL_LOST);
     struct consumer c = {0};
-    struct active_guard *g = make_guard(&f->base, &c, 3000, 1000, 50);
-    assert_int_equal(active_guard_start(g), 0);
+    struct baton_active_guard *g = make_guard(&f->base, &c, 3000, 1000, 50);
+    assert_int_equal(baton_active_guard_start(g), 0);
     /* well before the first renewal (1000 ms) */
     assert_true(WAIT_FOR(STAT(g, demotions) >= 1, 900) >= 0);
     assert_true(atomic_load(&f->checks) >= 1);
-    active_guard_destroy(g);
-    locker_destroy(&f->base);
+    baton_active_guard_destroy(g);
+    baton_locker_destroy(&f->base);
 }
 
 /* term_state is scoped to the epoch: a message of an older term is never
  * "leader now", whatever the current term. */
 static void test_term_state_is_per_epoch(void **state)
 {
-    struct locker *l = locker_local_create();
+    struct baton_locker *l = baton_locker_local_create();
     struct consumer c = {0};
-    struct active_guard *g = make_guard(l, &c, 1000, 300, 50);
-    assert_int_equal(active_guard_term_state(g, 0, NULL), LEADER_NO);
-    assert_int_equal(active_guard_start(g), 0);
+    struct baton_active_guard *g = make_guard(l, &c, 1000, 300, 50);
+    assert_int_equal(baton_active_guard_term_state(g, 0, NULL), BATON_LEADER_NO);
+    assert_int_equal(baton_active_guard_start(g), 0);
     assert_true(WAIT_FOR(atomic_load(&c.running), 2000) >= 0);
-    uint64_t e = active_guard_epoch(g);
+    uint64_t e = baton_active_guard_epoch(g);
     int64_t left = 0;
-    assert_int_equal(active_guard_term_state(g, e, &left), LEADER_YES);
+    assert_int_equal(baton_active_guard_term_state(g, e, &left), BATON_LEADER_YES);
     assert_true(left > 0 && left <= 1000);
-    assert_int_equal(active_guard_term_state(g, e - 1, &left), LEADER_NO);
+    assert_int_equal(baton_active_guard_term_state(g, e - 1, &left), BATON_LEADER_NO);
     assert_int_equal(left, 0);
-    assert_int_equal(active_guard_term_state(g, e + 1, NULL), LEADER_NO);
-    active_guard_stop(g);
-    assert_int_equal(active_guard_term_state(g, e, NULL), LEADER_NO);
-    active_guard_destroy(g);
-    locker_destroy(l);
+    assert_int_equal(baton_active_guard_term_state(g, e + 1, NULL), BATON_LEADER_NO);
+    baton_active_guard_stop(g);
+    assert_int_equal(baton_active_guard_term_state(g, e, NULL), BATON_LEADER_NO);
+    baton_active_guard_destroy(g);
+    baton_locker_destroy(l);
 }
 
 static void test_check_timings(void **state)
 {
     char msg[400];
-    assert_int_equal(active_guard_check_timings(0, 0, 0, 0, 1000, msg, sizeof msg), 0);
+    assert_int_equal(baton_active_guard_check_timings(0, 0, 0, 0, 1000, msg, sizeof msg), 0);
     /* ttl 100 / renew 95: the margin (10) leaves no room */
-    assert_int_equal(active_guard_check_timings(100, 95, 0, 0, 0, msg, sizeof msg), -1);
+    assert_int_equal(baton_active_guard_check_timings(100, 95, 0, 0, 0, msg, sizeof msg), -1);
     /* ttl 1000, renew 900, command timeout 1000: a timed-out renewal would
      * leave no time to demote before the key expires */
-    assert_int_equal(active_guard_check_timings(1000, 900, 0, 0, 1000, msg, sizeof msg), -1);
+    assert_int_equal(baton_active_guard_check_timings(1000, 900, 0, 0, 1000, msg, sizeof msg), -1);
     assert_non_null(strstr(msg, "command timeout"));
-    assert_int_equal(active_guard_check_timings(1000, 900, 0, 0, 0, msg, sizeof msg), 0);
-    assert_int_equal(active_guard_check_timings(3000, 1000, 250, 0, 1000, msg, sizeof msg), 0);
+    assert_int_equal(baton_active_guard_check_timings(1000, 900, 0, 0, 0, msg, sizeof msg), 0);
+    assert_int_equal(baton_active_guard_check_timings(3000, 1000, 250, 0, 1000, msg, sizeof msg), 0);
 }
 
 int main(void)

@@ -3,7 +3,7 @@
  * the GTID position it carries, the bounded cost of a backlog), the text
  * form "file:pos[;server_id=N][;gtid=...]" and its parse, GTID positions,
  * and the round trip through a locker exactly as mysql_cdc.c stores it
- * (locker_fenced_set / locker_shared_get under the name "cdc", 30-day ttl),
+ * (baton_locker_fenced_set / baton_locker_shared_get under the name "cdc", 30-day ttl),
  * here on the local backend. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -287,43 +287,43 @@ static void test_ttl_constants(void **state)
 }
 
 /* The locker contract mysql_cdc relies on: the name "cdc" is not reserved,
- * a 30-day ttl is accepted, absent reads are LOCKER_LOST, and a superseded
+ * a 30-day ttl is accepted, absent reads are BATON_LOCKER_LOST, and a superseded
  * epoch cannot move the value. */
 static void test_locker_round_trip(void **state)
 {
     (void)state;
-    struct locker *l = locker_local_create();
-    char err[LOCKER_ERR_MAX], buf[CDC_CHECKPOINT_MAX];
+    struct baton_locker *l = baton_locker_local_create();
+    char err[BATON_LOCKER_ERR_MAX], buf[CDC_CHECKPOINT_MAX];
     struct cdc_ckpt out, in = ck_of("binlog.000001", 4, 3, "0-3-9");
     const char *lease = "baton:active:mysql_cdc:st";
-    assert_int_equal(locker_shared_get(l, lease, CDC_CHECKPOINT_NAME, buf, sizeof buf, err),
-                     LOCKER_LOST);
-    struct lock_grant a, b;
-    assert_int_equal(locker_try_lock(l, lease, 5000, &a, err), LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(l, lease, CDC_CHECKPOINT_NAME, buf, sizeof buf, err),
+                     BATON_LOCKER_LOST);
+    struct baton_lock_grant a, b;
+    assert_int_equal(baton_locker_try_lock(l, lease, 5000, &a, err), BATON_LOCKER_OK);
     int n = cdc_checkpoint_format(buf, sizeof buf, &in);
-    assert_int_equal(locker_fenced_set(l, lease, CDC_CHECKPOINT_NAME, a.epoch, buf, (size_t)n,
+    assert_int_equal(baton_locker_fenced_set(l, lease, CDC_CHECKPOINT_NAME, a.epoch, buf, (size_t)n,
                                        CDC_CHECKPOINT_TTL_MS, err),
-                     LOCKER_OK);
+                     BATON_LOCKER_OK);
     memset(buf, 0, sizeof buf);
-    assert_int_equal(locker_shared_get(l, lease, CDC_CHECKPOINT_NAME, buf, sizeof buf, err),
-                     LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(l, lease, CDC_CHECKPOINT_NAME, buf, sizeof buf, err),
+                     BATON_LOCKER_OK);
     assert_int_equal(cdc_checkpoint_parse(buf, lease, &out, err, sizeof err), 0);
     assert_string_equal(out.file, "binlog.000001");
     assert_int_equal(out.pos, 4);
     assert_string_equal(out.gtid, "0-3-9");
 
-    /* a newer leader: the old epoch's write is LOCKER_LOST, the value stays */
-    assert_int_equal(locker_unlock(l, lease, a.token, err), LOCKER_OK);
-    assert_int_equal(locker_try_lock(l, lease, 5000, &b, err), LOCKER_OK);
+    /* a newer leader: the old epoch's write is BATON_LOCKER_LOST, the value stays */
+    assert_int_equal(baton_locker_unlock(l, lease, a.token, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, lease, 5000, &b, err), BATON_LOCKER_OK);
     in = ck_of("binlog.000009", 999, 3, NULL);
     n = cdc_checkpoint_format(buf, sizeof buf, &in);
-    assert_int_equal(locker_fenced_set(l, lease, CDC_CHECKPOINT_NAME, a.epoch, buf, (size_t)n,
+    assert_int_equal(baton_locker_fenced_set(l, lease, CDC_CHECKPOINT_NAME, a.epoch, buf, (size_t)n,
                                        CDC_CHECKPOINT_TTL_MS, err),
-                     LOCKER_LOST);
-    assert_int_equal(locker_shared_get(l, lease, CDC_CHECKPOINT_NAME, buf, sizeof buf, err),
-                     LOCKER_OK);
+                     BATON_LOCKER_LOST);
+    assert_int_equal(baton_locker_shared_get(l, lease, CDC_CHECKPOINT_NAME, buf, sizeof buf, err),
+                     BATON_LOCKER_OK);
     assert_string_equal(buf, "binlog.000001:4;server_id=3;gtid=0-3-9");
-    locker_destroy(l);
+    baton_locker_destroy(l);
 }
 
 int main(void)

@@ -537,7 +537,7 @@ static void test_missing_default_endpoints_dir(void **state)
 /* ---- lease timings (issue 13 item 8) ----
  *
  * --check-config and start-up validate lease timings with one function,
- * active_guard_check_timings, the one active_guard_create applies; the
+ * baton_active_guard_check_timings, the one baton_active_guard_create applies; the
  * loader passes it the effective lease of the main file and of every
  * endpoint and the locker's command timeout (0 without a locker). A failure
  * is a configuration error with file:line, so both exit 78. */
@@ -698,7 +698,7 @@ static void test_timings_defaults_accepted(void **state)
     for (size_t i = 0; i < c.n_endpoints; i++) {
         const struct lease_config *l = &c.endpoints[i].lease;
         assert_int_equal(l->ttl_ms, 3000);
-        assert_int_equal(active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0,
+        assert_int_equal(baton_active_guard_check_timings(l->ttl_ms, l->renew_ms, l->retry_ms, 0,
                                                     c.locker_redis.command_timeout_ms, msg, sizeof msg), 0);
     }
     config_free(&c);
@@ -752,7 +752,7 @@ static void test_timings_endpoint_override_rejected(void **state)
 
 /* The loader accepts exactly what the guard accepts: for a grid of timings,
  * with and without a locker (command timeouts 0, 200, 1000), config_load
- * succeeds iff active_guard_check_timings does. */
+ * succeeds iff baton_active_guard_check_timings does. */
 static void test_timings_loader_agrees_with_guard(void **state)
 {
     (void)state;
@@ -788,7 +788,7 @@ static void test_timings_loader_agrees_with_guard(void **state)
                 config_free(&c);
                 remove_tree(&t);
                 char msg[400];
-                int want = active_guard_check_timings(ttls[a], renews[b], 250, 0, cmds[k], msg, sizeof msg);
+                int want = baton_active_guard_check_timings(ttls[a], renews[b], 250, 0, cmds[k], msg, sizeof msg);
                 if ((rc == 0) != (want == 0))
                     fail_msg("ttl %lld renew %lld cmd %lld: loader %s (%s), guard %s (%s)", (long long)ttls[a],
                              (long long)renews[b], (long long)cmds[k], rc ? "rejects" : "accepts", err.msg,

@@ -57,20 +57,20 @@ static void test_ttl_refused(void **state)
 {
     (void)state;
     char *eps[] = {"http://127.0.0.1:1"};
-    struct etcd_opts o = {.endpoints = eps, .n_endpoints = 1, .command_timeout_ms = 200};
-    char err[LOCKER_ERR_MAX];
-    struct locker *l = locker_etcd_create(&o, err);
+    struct baton_etcd_opts o = {.endpoints = eps, .n_endpoints = 1, .command_timeout_ms = 200};
+    char err[BATON_LOCKER_ERR_MAX];
+    struct baton_locker *l = baton_locker_etcd_create(&o, err);
     assert_non_null(l);
     assert_string_equal(l->ops->name, "etcd");
-    struct lock_grant g;
-    assert_int_equal(locker_try_lock(l, "k", 2500, &g, err), LOCKER_ERR);
+    struct baton_lock_grant g;
+    assert_int_equal(baton_locker_try_lock(l, "k", 2500, &g, err), BATON_LOCKER_ERR);
     assert_non_null(strstr(err, "whole seconds"));
-    assert_int_equal(locker_try_lock(l, "k", 1000, &g, err), LOCKER_ERR);
+    assert_int_equal(baton_locker_try_lock(l, "k", 1000, &g, err), BATON_LOCKER_ERR);
     assert_non_null(strstr(err, "at least 2000 ms"));
     /* a valid ttl reaches for the cluster: the error names the endpoint */
-    assert_int_equal(locker_try_lock(l, "k", 2000, &g, err), LOCKER_ERR);
+    assert_int_equal(baton_locker_try_lock(l, "k", 2000, &g, err), BATON_LOCKER_ERR);
     assert_non_null(strstr(err, "etcd http://127.0.0.1:1"));
-    locker_destroy(l);
+    baton_locker_destroy(l);
 }
 
 int main(void)

@@ -26,18 +26,18 @@ struct fake_guard {
     int asked;
 };
 
-static enum leader_state fake_term_state(void *arg, uint64_t epoch, int64_t *left)
+static enum baton_leader_state fake_term_state(void *arg, uint64_t epoch, int64_t *left)
 {
     struct fake_guard *g = arg;
     g->asked++;
     if (left) *left = 0;
-    if (epoch != g->epoch || g->now >= g->deadline) return LEADER_NO;
+    if (epoch != g->epoch || g->now >= g->deadline) return BATON_LEADER_NO;
     if (left) *left = g->deadline - g->now;
     if (atomic_load(&g->unsure_polls) > 0) {
         atomic_fetch_sub(&g->unsure_polls, 1);
-        return LEADER_UNSURE;
+        return BATON_LEADER_UNSURE;
     }
-    return LEADER_YES;
+    return BATON_LEADER_YES;
 }
 
 /* ---- fake sink: each request takes `cost` fake ms -------------------------- */

@@ -15,91 +15,91 @@
 
 static void test_exclusive_and_token_format(void **state)
 {
-    struct locker *l = locker_local_create();
-    struct lock_grant a, b;
-    char err[LOCKER_ERR_MAX];
-    assert_int_equal(locker_try_lock(l, "k", 5000, &a, err), LOCKER_OK);
+    struct baton_locker *l = baton_locker_local_create();
+    struct baton_lock_grant a, b;
+    char err[BATON_LOCKER_ERR_MAX];
+    assert_int_equal(baton_locker_try_lock(l, "k", 5000, &a, err), BATON_LOCKER_OK);
     assert_int_equal(strlen(a.token), 32);
     for (int i = 0; i < 32; i++) assert_non_null(strchr("0123456789abcdef", a.token[i]));
-    assert_int_equal(locker_try_lock(l, "k", 5000, &b, err), LOCKER_HELD);
+    assert_int_equal(baton_locker_try_lock(l, "k", 5000, &b, err), BATON_LOCKER_HELD);
     /* another key is independent */
-    assert_int_equal(locker_try_lock(l, "k2", 5000, &b, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, "k2", 5000, &b, err), BATON_LOCKER_OK);
     assert_string_not_equal(a.token, b.token);
-    assert_int_equal(locker_unlock(l, "k", a.token, err), LOCKER_OK);
-    assert_int_equal(locker_try_lock(l, "k", 5000, &b, err), LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(l, "k", a.token, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, "k", 5000, &b, err), BATON_LOCKER_OK);
     assert_true(b.epoch > a.epoch);
-    locker_destroy(l);
+    baton_locker_destroy(l);
 }
 
 static void test_expiry(void **state)
 {
-    struct locker *l = locker_local_create();
-    struct lock_grant a, b;
-    char err[LOCKER_ERR_MAX];
+    struct baton_locker *l = baton_locker_local_create();
+    struct baton_lock_grant a, b;
+    char err[BATON_LOCKER_ERR_MAX];
     int64_t t0 = clock_boot_ms();
-    assert_int_equal(locker_try_lock(l, "exp", 100, &a, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, "exp", 100, &a, err), BATON_LOCKER_OK);
     assert_true(a.sent_ms >= t0 && a.sent_ms <= clock_boot_ms());
     assert_int_equal(a.gen, 0); /* no connection that could break */
-    assert_int_equal(locker_try_lock(l, "exp", 100, &b, err), LOCKER_HELD);
+    assert_int_equal(baton_locker_try_lock(l, "exp", 100, &b, err), BATON_LOCKER_HELD);
     usleep(150 * 1000);
-    assert_int_equal(locker_try_lock(l, "exp", 100, &b, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, "exp", 100, &b, err), BATON_LOCKER_OK);
     assert_true(b.epoch > a.epoch);
     /* the expired holder can neither renew nor release the new lease */
     int64_t sent;
-    assert_int_equal(locker_renew(l, "exp", a.token, 100, &sent, err), LOCKER_LOST);
-    assert_int_equal(locker_unlock(l, "exp", a.token, err), LOCKER_MISMATCH);
-    assert_int_equal(locker_unlock(l, "exp", b.token, err), LOCKER_OK);
-    locker_destroy(l);
+    assert_int_equal(baton_locker_renew(l, "exp", a.token, 100, &sent, err), BATON_LOCKER_LOST);
+    assert_int_equal(baton_locker_unlock(l, "exp", a.token, err), BATON_LOCKER_MISMATCH);
+    assert_int_equal(baton_locker_unlock(l, "exp", b.token, err), BATON_LOCKER_OK);
+    baton_locker_destroy(l);
 }
 
 static void test_token_mismatch_and_renew(void **state)
 {
-    struct locker *l = locker_local_create();
-    struct lock_grant a;
-    char err[LOCKER_ERR_MAX];
+    struct baton_locker *l = baton_locker_local_create();
+    struct baton_lock_grant a;
+    char err[BATON_LOCKER_ERR_MAX];
     int64_t sent = 0;
-    assert_int_equal(locker_try_lock(l, "m", 150, &a, err), LOCKER_OK);
-    assert_int_equal(locker_unlock(l, "m", "00000000000000000000000000000000", err),
-                     LOCKER_MISMATCH);
+    assert_int_equal(baton_locker_try_lock(l, "m", 150, &a, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(l, "m", "00000000000000000000000000000000", err),
+                     BATON_LOCKER_MISMATCH);
     assert_true(strstr(err, "m") != NULL);
-    assert_int_equal(locker_renew(l, "m", "deadbeef", 150, &sent, err), LOCKER_LOST);
-    assert_int_equal(l->ops->check(l, "m", a.token, err), LOCKER_OK);
-    assert_int_equal(l->ops->check(l, "m", "deadbeef", err), LOCKER_LOST);
+    assert_int_equal(baton_locker_renew(l, "m", "deadbeef", 150, &sent, err), BATON_LOCKER_LOST);
+    assert_int_equal(l->ops->check(l, "m", a.token, err), BATON_LOCKER_OK);
+    assert_int_equal(l->ops->check(l, "m", "deadbeef", err), BATON_LOCKER_LOST);
     /* renewing keeps it alive past the original ttl */
     for (int i = 0; i < 4; i++) {
         usleep(80 * 1000);
         int64_t before = clock_boot_ms();
-        assert_int_equal(locker_renew(l, "m", a.token, 150, &sent, err), LOCKER_OK);
+        assert_int_equal(baton_locker_renew(l, "m", a.token, 150, &sent, err), BATON_LOCKER_OK);
         assert_true(sent >= before && sent <= clock_boot_ms());
     }
-    struct lock_grant b;
-    assert_int_equal(locker_try_lock(l, "m", 150, &b, err), LOCKER_HELD);
-    assert_int_equal(locker_unlock(l, "m", a.token, err), LOCKER_OK);
-    assert_int_equal(locker_unlock(l, "m", a.token, err), LOCKER_MISMATCH);
-    assert_int_equal(l->ops->check(l, "m", a.token, err), LOCKER_LOST);
-    locker_destroy(l);
+    struct baton_lock_grant b;
+    assert_int_equal(baton_locker_try_lock(l, "m", 150, &b, err), BATON_LOCKER_HELD);
+    assert_int_equal(baton_locker_unlock(l, "m", a.token, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(l, "m", a.token, err), BATON_LOCKER_MISMATCH);
+    assert_int_equal(l->ops->check(l, "m", a.token, err), BATON_LOCKER_LOST);
+    baton_locker_destroy(l);
 }
 
 static void test_bad_arguments(void **state)
 {
-    struct locker *l = locker_local_create();
-    struct lock_grant a;
-    char err[LOCKER_ERR_MAX];
-    assert_int_equal(locker_try_lock(l, "", 100, &a, err), LOCKER_ERR);
+    struct baton_locker *l = baton_locker_local_create();
+    struct baton_lock_grant a;
+    char err[BATON_LOCKER_ERR_MAX];
+    assert_int_equal(baton_locker_try_lock(l, "", 100, &a, err), BATON_LOCKER_ERR);
     assert_true(strlen(err) > 0);
-    assert_int_equal(locker_try_lock(l, NULL, 100, &a, err), LOCKER_ERR);
-    assert_int_equal(locker_try_lock(l, "k", 0, &a, err), LOCKER_ERR);
-    assert_int_equal(locker_try_lock(NULL, "k", 100, &a, err), LOCKER_ERR);
-    assert_string_equal(locker_status_name(LOCKER_HELD), "held");
-    assert_true(locker_can_renew(l));
-    assert_false(locker_can_renew(NULL));
-    locker_destroy(l);
-    locker_destroy(NULL);
+    assert_int_equal(baton_locker_try_lock(l, NULL, 100, &a, err), BATON_LOCKER_ERR);
+    assert_int_equal(baton_locker_try_lock(l, "k", 0, &a, err), BATON_LOCKER_ERR);
+    assert_int_equal(baton_locker_try_lock(NULL, "k", 100, &a, err), BATON_LOCKER_ERR);
+    assert_string_equal(baton_locker_status_name(BATON_LOCKER_HELD), "held");
+    assert_true(baton_locker_can_renew(l));
+    assert_false(baton_locker_can_renew(NULL));
+    baton_locker_destroy(l);
+    baton_locker_destroy(NULL);
 }
 
 #define RACERS 50
 struct race {
-    struct locker *l;
+    struct baton_locker *l;
     pthread_barrier_t *barrier;
     int rc;
 };
@@ -107,17 +107,17 @@ struct race {
 static void *racer(void *arg)
 {
     struct race *r = arg;
-    struct lock_grant g;
-    char err[LOCKER_ERR_MAX];
+    struct baton_lock_grant g;
+    char err[BATON_LOCKER_ERR_MAX];
     pthread_barrier_wait(r->barrier);
-    r->rc = locker_try_lock(r->l, "race", 10000, &g, err);
+    r->rc = baton_locker_try_lock(r->l, "race", 10000, &g, err);
     return NULL;
 }
 
 static void test_fifty_threads_one_winner(void **state)
 {
     for (int round = 0; round < 5; round++) {
-        struct locker *l = locker_local_create();
+        struct baton_locker *l = baton_locker_local_create();
         pthread_barrier_t barrier;
         pthread_barrier_init(&barrier, NULL, RACERS);
         pthread_t th[RACERS];
@@ -129,51 +129,51 @@ static void test_fifty_threads_one_winner(void **state)
         int won = 0, held = 0;
         for (int i = 0; i < RACERS; i++) {
             pthread_join(th[i], NULL);
-            if (r[i].rc == LOCKER_OK) won++;
-            if (r[i].rc == LOCKER_HELD) held++;
+            if (r[i].rc == BATON_LOCKER_OK) won++;
+            if (r[i].rc == BATON_LOCKER_HELD) held++;
         }
         assert_int_equal(won, 1);
         assert_int_equal(held, RACERS - 1);
         pthread_barrier_destroy(&barrier);
-        locker_destroy(l);
+        baton_locker_destroy(l);
     }
 }
 
 static void test_lock_with_retry_counts(void **state)
 {
-    struct locker *l = locker_local_create();
-    struct lock_grant a, b;
-    char err[LOCKER_ERR_MAX];
+    struct baton_locker *l = baton_locker_local_create();
+    struct baton_lock_grant a, b;
+    char err[BATON_LOCKER_ERR_MAX];
     int attempts = 0;
-    assert_int_equal(locker_try_lock(l, "r", 10000, &a, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, "r", 10000, &a, err), BATON_LOCKER_OK);
     int64_t t0 = clock_mono_ms();
-    assert_int_equal(locker_lock_with_retry(l, "r", 1000, 20, 3, NULL, &b, &attempts, err),
-                     LOCKER_EXHAUSTED);
+    assert_int_equal(baton_locker_lock_with_retry(l, "r", 1000, 20, 3, NULL, &b, &attempts, err),
+                     BATON_LOCKER_EXHAUSTED);
     int64_t took = clock_mono_ms() - t0;
     assert_int_equal(attempts, 4);
     assert_true(took >= 60); /* three intervals between four attempts */
-    assert_int_equal(locker_lock_with_retry(l, "r", 1000, 0, 0, NULL, &b, &attempts, err),
-                     LOCKER_EXHAUSTED);
+    assert_int_equal(baton_locker_lock_with_retry(l, "r", 1000, 0, 0, NULL, &b, &attempts, err),
+                     BATON_LOCKER_EXHAUSTED);
     assert_int_equal(attempts, 1);
     /* free key: first attempt wins */
-    assert_int_equal(locker_lock_with_retry(l, "r2", 1000, 20, 3, NULL, &b, &attempts, err),
-                     LOCKER_OK);
+    assert_int_equal(baton_locker_lock_with_retry(l, "r2", 1000, 20, 3, NULL, &b, &attempts, err),
+                     BATON_LOCKER_OK);
     assert_int_equal(attempts, 1);
     /* lease expiring during retries: wins on a later attempt */
-    assert_int_equal(locker_try_lock(l, "r3", 70, &a, err), LOCKER_OK);
-    assert_int_equal(locker_lock_with_retry(l, "r3", 1000, 30, 10, NULL, &b, &attempts, err),
-                     LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, "r3", 70, &a, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_lock_with_retry(l, "r3", 1000, 30, 10, NULL, &b, &attempts, err),
+                     BATON_LOCKER_OK);
     assert_true(attempts >= 2 && attempts <= 5);
     printf("lock_with_retry: won r3 after %d attempts\n", attempts);
     /* error on the last attempt is reported as an error */
-    assert_int_equal(locker_lock_with_retry(l, "", 1000, 1, 2, NULL, &b, &attempts, err),
-                     LOCKER_ERR);
+    assert_int_equal(baton_locker_lock_with_retry(l, "", 1000, 1, 2, NULL, &b, &attempts, err),
+                     BATON_LOCKER_ERR);
     assert_int_equal(attempts, 3);
     /* cancelled before the first attempt */
     atomic_bool cancel = true;
-    assert_int_equal(locker_lock_with_retry(l, "r", 1000, 10, 3, &cancel, &b, &attempts, err),
-                     LOCKER_CANCELLED);
-    locker_destroy(l);
+    assert_int_equal(baton_locker_lock_with_retry(l, "r", 1000, 10, 3, &cancel, &b, &attempts, err),
+                     BATON_LOCKER_CANCELLED);
+    baton_locker_destroy(l);
 }
 
 struct canceller {
@@ -191,12 +191,12 @@ static void *cancel_later(void *arg)
 
 static void test_lock_blocks_until_free_or_cancelled(void **state)
 {
-    struct locker *l = locker_local_create();
-    struct lock_grant a, b;
-    char err[LOCKER_ERR_MAX];
-    assert_int_equal(locker_try_lock(l, "b", 120, &a, err), LOCKER_OK);
+    struct baton_locker *l = baton_locker_local_create();
+    struct baton_lock_grant a, b;
+    char err[BATON_LOCKER_ERR_MAX];
+    assert_int_equal(baton_locker_try_lock(l, "b", 120, &a, err), BATON_LOCKER_OK);
     int64_t t0 = clock_mono_ms();
-    assert_int_equal(locker_lock(l, "b", 10000, 10, NULL, &b, err), LOCKER_OK);
+    assert_int_equal(baton_locker_lock(l, "b", 10000, 10, NULL, &b, err), BATON_LOCKER_OK);
     int64_t took = clock_mono_ms() - t0;
     assert_true(took >= 100 && took < 2000);
     atomic_bool cancel = false;
@@ -204,15 +204,15 @@ static void test_lock_blocks_until_free_or_cancelled(void **state)
     pthread_t th;
     pthread_create(&th, NULL, cancel_later, &c);
     t0 = clock_mono_ms();
-    assert_int_equal(locker_lock(l, "b", 10000, 10, &cancel, &a, err), LOCKER_CANCELLED);
+    assert_int_equal(baton_locker_lock(l, "b", 10000, 10, &cancel, &a, err), BATON_LOCKER_CANCELLED);
     took = clock_mono_ms() - t0;
     pthread_join(th, NULL);
     assert_true(took >= 90 && took < 2000);
-    locker_destroy(l);
+    baton_locker_destroy(l);
 }
 
 struct waiter {
-    struct locker *l;
+    struct baton_locker *l;
     const char *key;
     bool fired;
     int64_t took;
@@ -230,15 +230,15 @@ static void *wait_for_release(void *arg)
 
 static void test_announce_wakes_waiters_of_that_key(void **state)
 {
-    struct locker *l = locker_local_create();
-    char err[LOCKER_ERR_MAX];
+    struct baton_locker *l = baton_locker_local_create();
+    char err[BATON_LOCKER_ERR_MAX];
     struct waiter w1 = {l, "x", false, 0, l->ops->release_seq(l, "x")},
                   w2 = {l, "y", false, 0, l->ops->release_seq(l, "y")};
     pthread_t t1, t2;
     pthread_create(&t1, NULL, wait_for_release, &w1);
     pthread_create(&t2, NULL, wait_for_release, &w2);
     usleep(50 * 1000);
-    assert_int_equal(l->ops->announce_release(l, "x", err), LOCKER_OK);
+    assert_int_equal(l->ops->announce_release(l, "x", err), BATON_LOCKER_OK);
     pthread_join(t1, NULL);
     pthread_join(t2, NULL);
     assert_true(w1.fired);
@@ -247,8 +247,8 @@ static void test_announce_wakes_waiters_of_that_key(void **state)
     assert_true(w2.took >= 1900);
     /* nothing announced since: times out */
     assert_false(l->ops->wait_release(l, "x", l->ops->release_seq(l, "x"), 30));
-    assert_int_equal(l->ops->ping(l, err), LOCKER_OK);
-    locker_destroy(l);
+    assert_int_equal(l->ops->ping(l, err), BATON_LOCKER_OK);
+    baton_locker_destroy(l);
 }
 
 /* Issue 13 (5): a standby reads the release counter, is then busy (in
@@ -259,48 +259,48 @@ static void test_announce_wakes_waiters_of_that_key(void **state)
  * returned false. */
 static void test_missed_release_counted_while_busy(void **state)
 {
-    struct locker *l = locker_local_create();
-    char err[LOCKER_ERR_MAX];
-    struct lock_grant leader, standby;
-    assert_int_equal(locker_try_lock(l, "mr", 10000, &leader, err), LOCKER_OK);
+    struct baton_locker *l = baton_locker_local_create();
+    char err[BATON_LOCKER_ERR_MAX];
+    struct baton_lock_grant leader, standby;
+    assert_int_equal(baton_locker_try_lock(l, "mr", 10000, &leader, err), BATON_LOCKER_OK);
     uint64_t seen = l->ops->release_seq(l, "mr");
-    assert_int_equal(locker_try_lock(l, "mr", 10000, &standby, err), LOCKER_HELD);
+    assert_int_equal(baton_locker_try_lock(l, "mr", 10000, &standby, err), BATON_LOCKER_HELD);
     /* the standby is busy: the leader releases and announces now */
-    assert_int_equal(locker_unlock(l, "mr", leader.token, err), LOCKER_OK);
-    assert_int_equal(l->ops->announce_release(l, "mr", err), LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(l, "mr", leader.token, err), BATON_LOCKER_OK);
+    assert_int_equal(l->ops->announce_release(l, "mr", err), BATON_LOCKER_OK);
     int64_t t0 = clock_mono_ms();
     assert_true(l->ops->wait_release(l, "mr", seen, 2000));
     int64_t took = clock_mono_ms() - t0;
     printf("missed_release (local): wait_release after a past announcement returned in %lld ms\n",
            (long long)took);
     assert_true(took < 100);
-    assert_int_equal(locker_try_lock(l, "mr", 10000, &standby, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, "mr", 10000, &standby, err), BATON_LOCKER_OK);
     /* the counter moved by exactly one; every announcement counts, waited or not */
     assert_int_equal(l->ops->release_seq(l, "mr"), seen + 1);
-    assert_int_equal(l->ops->announce_release(l, "mr", err), LOCKER_OK);
-    assert_int_equal(l->ops->announce_release(l, "mr", err), LOCKER_OK);
+    assert_int_equal(l->ops->announce_release(l, "mr", err), BATON_LOCKER_OK);
+    assert_int_equal(l->ops->announce_release(l, "mr", err), BATON_LOCKER_OK);
     assert_int_equal(l->ops->release_seq(l, "mr"), seen + 3);
     /* another key's announcement does not move it; no announcement: timeout */
     uint64_t now_seen = l->ops->release_seq(l, "mr");
     l->ops->release_seq(l, "other");
-    assert_int_equal(l->ops->announce_release(l, "other", err), LOCKER_OK);
+    assert_int_equal(l->ops->announce_release(l, "other", err), BATON_LOCKER_OK);
     t0 = clock_mono_ms();
     assert_false(l->ops->wait_release(l, "mr", now_seen, 50));
     assert_true(clock_mono_ms() - t0 >= 45);
-    locker_destroy(l);
+    baton_locker_destroy(l);
 }
 
 static void test_epochs_increase_and_sweep(void **state)
 {
-    struct locker *l = locker_local_create();
-    char err[LOCKER_ERR_MAX];
+    struct baton_locker *l = baton_locker_local_create();
+    char err[BATON_LOCKER_ERR_MAX];
     uint64_t last = 0;
     for (int i = 0; i < 2000; i++) {
         char key[32];
         snprintf(key, sizeof key, "sweep:%d", i % 7);
-        struct lock_grant g;
-        int rc = locker_try_lock(l, key, 1, &g, err);
-        if (rc != LOCKER_OK) continue;
+        struct baton_lock_grant g;
+        int rc = baton_locker_try_lock(l, key, 1, &g, err);
+        if (rc != BATON_LOCKER_OK) continue;
         assert_true(g.epoch > last);
         last = g.epoch;
     }
@@ -308,11 +308,11 @@ static void test_epochs_increase_and_sweep(void **state)
     /* many short-lived keys: lazily swept, no leak (valgrind checks) */
     for (int i = 0; i < 1000; i++) {
         char key[32];
-        struct lock_grant g;
+        struct baton_lock_grant g;
         snprintf(key, sizeof key, "many:%d", i);
-        assert_int_equal(locker_try_lock(l, key, 1, &g, err), LOCKER_OK);
+        assert_int_equal(baton_locker_try_lock(l, key, 1, &g, err), BATON_LOCKER_OK);
     }
-    locker_destroy(l);
+    baton_locker_destroy(l);
 }
 
 /* fenced_set / shared_get: "<key>:<name>" written only while "<key>:epoch"
@@ -320,150 +320,150 @@ static void test_epochs_increase_and_sweep(void **state)
  * newer one wrote. */
 static void test_fenced_set_and_shared_get(void **state)
 {
-    struct locker *l = locker_local_create();
-    struct lock_grant a, b, c;
-    char err[LOCKER_ERR_MAX], buf[64];
-    assert_int_equal(locker_try_lock(l, "fs", 100, &a, err), LOCKER_OK);
-    assert_int_equal(locker_fenced_set(l, "fs", "mark", a.epoch, "v1", 2, 5000, err), LOCKER_OK);
-    assert_int_equal(locker_shared_get(l, "fs", "mark", buf, sizeof buf, err), LOCKER_OK);
+    struct baton_locker *l = baton_locker_local_create();
+    struct baton_lock_grant a, b, c;
+    char err[BATON_LOCKER_ERR_MAX], buf[64];
+    assert_int_equal(baton_locker_try_lock(l, "fs", 100, &a, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, "fs", "mark", a.epoch, "v1", 2, 5000, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(l, "fs", "mark", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_string_equal(buf, "v1");
     /* the epoch record, as in redis: "<key>:epoch" in decimal */
     char dec[24];
     snprintf(dec, sizeof dec, "%llu", (unsigned long long)a.epoch);
-    assert_int_equal(locker_shared_get(l, "fs", "epoch", buf, sizeof buf, err), LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(l, "fs", "epoch", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_string_equal(buf, dec);
     /* the lease expired but nobody acquired since: the fence is on the epoch
      * only, the write still goes through */
     usleep(150 * 1000);
-    assert_int_equal(l->ops->check(l, "fs", a.token, err), LOCKER_LOST);
-    assert_int_equal(locker_fenced_set(l, "fs", "mark", a.epoch, "v1 late", 7, 5000, err),
-                     LOCKER_OK);
+    assert_int_equal(l->ops->check(l, "fs", a.token, err), BATON_LOCKER_LOST);
+    assert_int_equal(baton_locker_fenced_set(l, "fs", "mark", a.epoch, "v1 late", 7, 5000, err),
+                     BATON_LOCKER_OK);
     /* a new leader (new epoch) writes; the old one is fenced off */
-    assert_int_equal(locker_try_lock(l, "fs", 5000, &b, err), LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, "fs", 5000, &b, err), BATON_LOCKER_OK);
     assert_true(b.epoch > a.epoch);
-    assert_int_equal(locker_fenced_set(l, "fs", "mark", b.epoch, "v2", 2, 5000, err), LOCKER_OK);
-    assert_int_equal(locker_fenced_set(l, "fs", "mark", a.epoch, "stale", 5, 5000, err),
-                     LOCKER_LOST);
+    assert_int_equal(baton_locker_fenced_set(l, "fs", "mark", b.epoch, "v2", 2, 5000, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, "fs", "mark", a.epoch, "stale", 5, 5000, err),
+                     BATON_LOCKER_LOST);
     printf("fenced_set (local), superseded: %s\n", err);
     assert_non_null(strstr(err, "fs:mark"));
-    assert_int_equal(locker_shared_get(l, "fs", "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(l, "fs", "mark", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_string_equal(buf, "v2");
     /* released and taken again (unlock + a second try_lock): b's epoch is old */
-    assert_int_equal(locker_unlock(l, "fs", b.token, err), LOCKER_OK);
-    assert_int_equal(locker_fenced_set(l, "fs", "mark", b.epoch, "v2 after unlock", 15, 5000, err),
-                     LOCKER_OK); /* unlock keeps the epoch record */
-    assert_int_equal(locker_try_lock(l, "fs", 5000, &c, err), LOCKER_OK);
-    assert_int_equal(locker_fenced_set(l, "fs", "mark", b.epoch, "stale", 5, 5000, err),
-                     LOCKER_LOST);
-    assert_int_equal(locker_shared_get(l, "fs", "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(l, "fs", b.token, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, "fs", "mark", b.epoch, "v2 after unlock", 15, 5000, err),
+                     BATON_LOCKER_OK); /* unlock keeps the epoch record */
+    assert_int_equal(baton_locker_try_lock(l, "fs", 5000, &c, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, "fs", "mark", b.epoch, "stale", 5, 5000, err),
+                     BATON_LOCKER_LOST);
+    assert_int_equal(baton_locker_shared_get(l, "fs", "mark", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_string_equal(buf, "v2 after unlock");
     /* names are independent values beside the same lease */
-    assert_int_equal(locker_fenced_set(l, "fs", "other", c.epoch, "o", 1, 5000, err), LOCKER_OK);
-    assert_int_equal(locker_shared_get(l, "fs", "other", buf, sizeof buf, err), LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, "fs", "other", c.epoch, "o", 1, 5000, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(l, "fs", "other", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_string_equal(buf, "o");
-    assert_int_equal(locker_shared_get(l, "fs", "mark", buf, sizeof buf, err), LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(l, "fs", "mark", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_string_equal(buf, "v2 after unlock");
     /* an epoch from the future is not current either */
-    assert_int_equal(locker_fenced_set(l, "fs", "mark", c.epoch + 1, "x", 1, 5000, err),
-                     LOCKER_LOST);
-    assert_int_equal(locker_unlock(l, "fs", c.token, err), LOCKER_OK);
-    locker_destroy(l);
+    assert_int_equal(baton_locker_fenced_set(l, "fs", "mark", c.epoch + 1, "x", 1, 5000, err),
+                     BATON_LOCKER_LOST);
+    assert_int_equal(baton_locker_unlock(l, "fs", c.token, err), BATON_LOCKER_OK);
+    baton_locker_destroy(l);
 }
 
 static void test_shared_absent_expiry_and_buffer(void **state)
 {
-    struct locker *l = locker_local_create();
-    struct lock_grant a;
-    char err[LOCKER_ERR_MAX], buf[64];
+    struct baton_locker *l = baton_locker_local_create();
+    struct baton_lock_grant a;
+    char err[BATON_LOCKER_ERR_MAX], buf[64];
     /* absent: never written, and no epoch at all */
-    assert_int_equal(locker_shared_get(l, "sx", "mark", buf, sizeof buf, err), LOCKER_LOST);
+    assert_int_equal(baton_locker_shared_get(l, "sx", "mark", buf, sizeof buf, err), BATON_LOCKER_LOST);
     assert_string_equal(buf, "");
     assert_true(strlen(err) > 0);
-    assert_int_equal(locker_fenced_set(l, "sx", "mark", 12345, "v", 1, 5000, err), LOCKER_LOST);
+    assert_int_equal(baton_locker_fenced_set(l, "sx", "mark", 12345, "v", 1, 5000, err), BATON_LOCKER_LOST);
     printf("fenced_set (local), no epoch: %s\n", err);
-    assert_int_equal(locker_shared_get(l, "sx", "mark", buf, sizeof buf, err), LOCKER_LOST);
-    assert_int_equal(locker_try_lock(l, "sx", 10000, &a, err), LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(l, "sx", "mark", buf, sizeof buf, err), BATON_LOCKER_LOST);
+    assert_int_equal(baton_locker_try_lock(l, "sx", 10000, &a, err), BATON_LOCKER_OK);
     /* the value expires after its ttl, not with the lease */
-    assert_int_equal(locker_fenced_set(l, "sx", "short", a.epoch, "s", 1, 60, err), LOCKER_OK);
-    assert_int_equal(locker_shared_get(l, "sx", "short", buf, sizeof buf, err), LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, "sx", "short", a.epoch, "s", 1, 60, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(l, "sx", "short", buf, sizeof buf, err), BATON_LOCKER_OK);
     usleep(100 * 1000);
-    assert_int_equal(locker_shared_get(l, "sx", "short", buf, sizeof buf, err), LOCKER_LOST);
+    assert_int_equal(baton_locker_shared_get(l, "sx", "short", buf, sizeof buf, err), BATON_LOCKER_LOST);
     /* rewriting refreshes the ttl */
-    assert_int_equal(locker_fenced_set(l, "sx", "short", a.epoch, "s1", 2, 60, err), LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, "sx", "short", a.epoch, "s1", 2, 60, err), BATON_LOCKER_OK);
     usleep(40 * 1000);
-    assert_int_equal(locker_fenced_set(l, "sx", "short", a.epoch, "s2", 2, 60, err), LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, "sx", "short", a.epoch, "s2", 2, 60, err), BATON_LOCKER_OK);
     usleep(40 * 1000);
-    assert_int_equal(locker_shared_get(l, "sx", "short", buf, sizeof buf, err), LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(l, "sx", "short", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_string_equal(buf, "s2");
     /* the buffer needs room for the NUL: 8 bytes need 9 */
-    assert_int_equal(locker_fenced_set(l, "sx", "big", a.epoch, "12345678", 8, 5000, err),
-                     LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, "sx", "big", a.epoch, "12345678", 8, 5000, err),
+                     BATON_LOCKER_OK);
     char small[8];
-    assert_int_equal(locker_shared_get(l, "sx", "big", small, sizeof small, err), LOCKER_ERR);
+    assert_int_equal(baton_locker_shared_get(l, "sx", "big", small, sizeof small, err), BATON_LOCKER_ERR);
     printf("shared_get (local), small buffer: %s\n", err);
     assert_non_null(strstr(err, "value of 8 bytes exceeds the buffer of 8"));
     char exact[9];
-    assert_int_equal(locker_shared_get(l, "sx", "big", exact, sizeof exact, err), LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(l, "sx", "big", exact, sizeof exact, err), BATON_LOCKER_OK);
     assert_string_equal(exact, "12345678");
     /* binary values: spaces, newlines, an embedded NUL, and the empty value */
     static const char bin[] = "a b\nc\r\n\0d";
-    assert_int_equal(locker_fenced_set(l, "sx", "bin", a.epoch, bin, sizeof bin - 1, 5000, err),
-                     LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, "sx", "bin", a.epoch, bin, sizeof bin - 1, 5000, err),
+                     BATON_LOCKER_OK);
     memset(buf, 'z', sizeof buf);
-    assert_int_equal(locker_shared_get(l, "sx", "bin", buf, sizeof buf, err), LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(l, "sx", "bin", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_memory_equal(buf, bin, sizeof bin); /* up to the final NUL */
-    assert_int_equal(locker_fenced_set(l, "sx", "empty", a.epoch, NULL, 0, 5000, err), LOCKER_OK);
-    assert_int_equal(locker_shared_get(l, "sx", "empty", buf, sizeof buf, err), LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, "sx", "empty", a.epoch, NULL, 0, 5000, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(l, "sx", "empty", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_string_equal(buf, "");
     /* bad arguments */
-    assert_int_equal(locker_fenced_set(l, "sx", "epoch", a.epoch, "1", 1, 5000, err), LOCKER_ERR);
+    assert_int_equal(baton_locker_fenced_set(l, "sx", "epoch", a.epoch, "1", 1, 5000, err), BATON_LOCKER_ERR);
     assert_non_null(strstr(err, "reserved"));
-    assert_int_equal(locker_fenced_set(l, "sx", "", a.epoch, "1", 1, 5000, err), LOCKER_ERR);
-    assert_int_equal(locker_fenced_set(l, "sx", NULL, a.epoch, "1", 1, 5000, err), LOCKER_ERR);
-    assert_int_equal(locker_fenced_set(l, "", "m", a.epoch, "1", 1, 5000, err), LOCKER_ERR);
-    assert_int_equal(locker_fenced_set(l, "sx", "m", a.epoch, "1", 1, 0, err), LOCKER_ERR);
-    assert_int_equal(locker_fenced_set(l, "sx", "m", a.epoch, NULL, 1, 5000, err), LOCKER_ERR);
-    assert_int_equal(locker_shared_get(l, "sx", "m", NULL, 0, err), LOCKER_ERR);
-    assert_int_equal(locker_shared_get(l, "sx", "", buf, sizeof buf, err), LOCKER_ERR);
+    assert_int_equal(baton_locker_fenced_set(l, "sx", "", a.epoch, "1", 1, 5000, err), BATON_LOCKER_ERR);
+    assert_int_equal(baton_locker_fenced_set(l, "sx", NULL, a.epoch, "1", 1, 5000, err), BATON_LOCKER_ERR);
+    assert_int_equal(baton_locker_fenced_set(l, "", "m", a.epoch, "1", 1, 5000, err), BATON_LOCKER_ERR);
+    assert_int_equal(baton_locker_fenced_set(l, "sx", "m", a.epoch, "1", 1, 0, err), BATON_LOCKER_ERR);
+    assert_int_equal(baton_locker_fenced_set(l, "sx", "m", a.epoch, NULL, 1, 5000, err), BATON_LOCKER_ERR);
+    assert_int_equal(baton_locker_shared_get(l, "sx", "m", NULL, 0, err), BATON_LOCKER_ERR);
+    assert_int_equal(baton_locker_shared_get(l, "sx", "", buf, sizeof buf, err), BATON_LOCKER_ERR);
     /* claim (OnceGuard) takes no epoch: nothing to fence against */
-    assert_int_equal(locker_claim(l, "once", 5000, err), LOCKER_OK);
-    assert_int_equal(locker_claim(l, "once", 5000, err), LOCKER_HELD);
-    assert_int_equal(locker_shared_get(l, "once", "epoch", buf, sizeof buf, err), LOCKER_LOST);
-    assert_int_equal(locker_claim(l, "", 5000, err), LOCKER_ERR);
-    assert_int_equal(locker_claim(l, "once2", 0, err), LOCKER_ERR);
-    locker_destroy(l);
+    assert_int_equal(baton_locker_claim(l, "once", 5000, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_claim(l, "once", 5000, err), BATON_LOCKER_HELD);
+    assert_int_equal(baton_locker_shared_get(l, "once", "epoch", buf, sizeof buf, err), BATON_LOCKER_LOST);
+    assert_int_equal(baton_locker_claim(l, "", 5000, err), BATON_LOCKER_ERR);
+    assert_int_equal(baton_locker_claim(l, "once2", 0, err), BATON_LOCKER_ERR);
+    baton_locker_destroy(l);
 }
 
-/* A backend without shared state: LOCKER_UNSUPPORTED, saying which. */
+/* A backend without shared state: BATON_LOCKER_UNSUPPORTED, saying which. */
 static void test_shared_unsupported(void **state)
 {
     static const struct locker_ops bare = {.name = "bare"};
-    struct locker l = {&bare};
-    char err[LOCKER_ERR_MAX], buf[8];
-    assert_int_equal(locker_fenced_set(&l, "k", "m", 1, "v", 1, 1000, err), LOCKER_UNSUPPORTED);
+    struct baton_locker l = {&bare};
+    char err[BATON_LOCKER_ERR_MAX], buf[8];
+    assert_int_equal(baton_locker_fenced_set(&l, "k", "m", 1, "v", 1, 1000, err), BATON_LOCKER_UNSUPPORTED);
     assert_string_equal(err, "backend bare keeps no shared state");
-    assert_int_equal(locker_shared_get(&l, "k", "m", buf, sizeof buf, err), LOCKER_UNSUPPORTED);
+    assert_int_equal(baton_locker_shared_get(&l, "k", "m", buf, sizeof buf, err), BATON_LOCKER_UNSUPPORTED);
     assert_string_equal(err, "backend bare keeps no shared state");
-    assert_string_equal(locker_status_name(LOCKER_UNSUPPORTED), "unsupported");
+    assert_string_equal(baton_locker_status_name(BATON_LOCKER_UNSUPPORTED), "unsupported");
 }
 
 /* Expired values and epoch records are swept like leases (valgrind checks
  * nothing leaks; destroy frees what is left). */
 static void test_shared_values_swept(void **state)
 {
-    struct locker *l = locker_local_create();
-    char err[LOCKER_ERR_MAX];
+    struct baton_locker *l = baton_locker_local_create();
+    char err[BATON_LOCKER_ERR_MAX];
     for (int i = 0; i < 500; i++) {
         char key[32];
-        struct lock_grant g;
+        struct baton_lock_grant g;
         snprintf(key, sizeof key, "sv:%d", i);
-        assert_int_equal(locker_try_lock(l, key, 1, &g, err), LOCKER_OK);
-        assert_int_equal(locker_fenced_set(l, key, "m", g.epoch, "x", 1, 1, err), LOCKER_OK);
+        assert_int_equal(baton_locker_try_lock(l, key, 1, &g, err), BATON_LOCKER_OK);
+        assert_int_equal(baton_locker_fenced_set(l, key, "m", g.epoch, "x", 1, 1, err), BATON_LOCKER_OK);
     }
     usleep(1100 * 1000);
-    struct lock_grant g;
-    assert_int_equal(locker_try_lock(l, "sv:trigger", 1000, &g, err), LOCKER_OK); /* sweeps */
-    locker_destroy(l);
+    struct baton_lock_grant g;
+    assert_int_equal(baton_locker_try_lock(l, "sv:trigger", 1000, &g, err), BATON_LOCKER_OK); /* sweeps */
+    baton_locker_destroy(l);
 }
 
 int main(void)

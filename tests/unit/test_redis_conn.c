@@ -189,7 +189,7 @@ static void test_conn_open_installs_bound(void **state)
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, pong_serve, &ls), 0);
 
-    struct redis_opts o = {.host = (char *)"127.0.0.1", .port = ntohs(a.sin_port)};
+    struct baton_redis_opts o = {.host = (char *)"127.0.0.1", .port = ntohs(a.sin_port)};
     char err[256];
     redisContext *c = redis_conn_open(&o, err, sizeof err);
     if (c == NULL) fprintf(stderr, "redis_conn_open: %s\n", err);
@@ -253,7 +253,7 @@ static bool open_against(const char *answer, char *err, size_t errlen, bool *ref
     socklen_t alen = sizeof a;
     assert_int_equal(getsockname(f.ls, (struct sockaddr *)&a, &alen), 0);
     assert_int_equal(pthread_create(&f.th, NULL, fake_serve, &f), 0);
-    struct redis_opts o = {.host = (char *)"127.0.0.1", .port = ntohs(a.sin_port),
+    struct baton_redis_opts o = {.host = (char *)"127.0.0.1", .port = ntohs(a.sin_port),
                            .password = (char *)"pw", .db = 3, .command_timeout_ms = 500};
     redisContext *c = redis_conn_open_ex(&o, err, errlen, refused);
     bool connected = c != NULL;

@@ -68,24 +68,24 @@ static struct replay_config cfg(void)
 }
 
 /* Takes the lease; returns its epoch. */
-static uint64_t acquire(struct locker *l, char token[RANDOM_TOKEN_LEN])
+static uint64_t acquire(struct baton_locker *l, char token[RANDOM_TOKEN_LEN])
 {
-    struct lock_grant g;
-    char err[LOCKER_ERR_MAX];
-    assert_int_equal(locker_try_lock(l, KEY, 60000, &g, err), LOCKER_OK);
+    struct baton_lock_grant g;
+    char err[BATON_LOCKER_ERR_MAX];
+    assert_int_equal(baton_locker_try_lock(l, KEY, 60000, &g, err), BATON_LOCKER_OK);
     memcpy(token, g.token, RANDOM_TOKEN_LEN);
     return g.epoch;
 }
 
-static void write_mark(struct locker *l, uint64_t epoch, const uint64_t *fps, unsigned n)
+static void write_mark(struct baton_locker *l, uint64_t epoch, const uint64_t *fps, unsigned n)
 {
     struct replay_mark mk = {0};
     for (unsigned i = 0; i < n; i++) replay_mark_note(&mk, epoch, fps[i], 1764684000123LL);
-    char text[REPLAY_MARK_MAX], err[LOCKER_ERR_MAX];
+    char text[REPLAY_MARK_MAX], err[BATON_LOCKER_ERR_MAX];
     int len = replay_mark_format(&mk, text, sizeof text);
     assert_true(len > 0);
-    assert_int_equal(locker_fenced_set(l, KEY, "mark", epoch, text, (size_t)len, 60000, err),
-                     LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, KEY, "mark", epoch, text, (size_t)len, 60000, err),
+                     BATON_LOCKER_OK);
 }
 
 static int acks;
@@ -100,17 +100,17 @@ static void on_done(void *arg, const struct message *m, enum msg_outcome o)
 static void test_promote_on_mark(void **state)
 {
     (void)state;
-    struct locker *l = locker_local_create();
+    struct baton_locker *l = baton_locker_local_create();
     struct sink out = {0};
     struct replay_config c = cfg();
     struct warm *w = warm_create("orders", &c, l, KEY, enqueue, &out);
-    char tok[RANDOM_TOKEN_LEN], err[LOCKER_ERR_MAX];
+    char tok[RANDOM_TOKEN_LEN], err[BATON_LOCKER_ERR_MAX];
 
     /* the old leader delivered 1..3 and marked them */
     uint64_t e1 = acquire(l, tok);
     const uint64_t fps[] = {1, 2, 3};
     write_mark(l, e1, fps, 3);
-    assert_int_equal(locker_unlock(l, KEY, tok, err), LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(l, KEY, tok, err), BATON_LOCKER_OK);
 
     /* this standby received 1..5; a source waiting for an ack gets it */
     acks = 0;
@@ -155,7 +155,7 @@ static void test_promote_on_mark(void **state)
     assert_int_equal(atomic_load(&warm_stats(w)->marks_written), 1);
     assert_int_equal(warm_mark_lag_ms(w), 0);
     char text[REPLAY_MARK_MAX];
-    assert_int_equal(locker_shared_get(l, KEY, "mark", text, sizeof text, err), LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(l, KEY, "mark", text, sizeof text, err), BATON_LOCKER_OK);
     struct replay_mark mk;
     assert_int_equal(replay_mark_parse(text, strlen(text), &mk), 0);
     assert_int_equal(mk.epoch, e2);
@@ -167,7 +167,7 @@ static void test_promote_on_mark(void **state)
     warm_demote(w);
     assert_int_equal(warm_emit(w, msg(7, e2)), 0);
     assert_int_equal(out.n, 3);
-    assert_int_equal(locker_unlock(l, KEY, tok, err), LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(l, KEY, tok, err), BATON_LOCKER_OK);
     uint64_t e3 = acquire(l, tok);
     struct message *late = msg(7, e2);
     enum msg_outcome d = MSG_DELIVERED;
@@ -179,7 +179,7 @@ static void test_promote_on_mark(void **state)
 
     sink_free(&out);
     warm_destroy(w);
-    locker_destroy(l);
+    baton_locker_destroy(l);
 }
 
 /* Settled messages that are left to the successor (term ended, shutdown)
@@ -187,11 +187,11 @@ static void test_promote_on_mark(void **state)
 static void test_mark_skips_unsettled(void **state)
 {
     (void)state;
-    struct locker *l = locker_local_create();
+    struct baton_locker *l = baton_locker_local_create();
     struct sink out = {0};
     struct replay_config c = cfg();
     struct warm *w = warm_create("orders", &c, l, KEY, enqueue, &out);
-    char tok[RANDOM_TOKEN_LEN], err[LOCKER_ERR_MAX];
+    char tok[RANDOM_TOKEN_LEN], err[BATON_LOCKER_ERR_MAX];
     uint64_t e = acquire(l, tok);
     assert_int_equal(warm_promote(w, e), 0);
     struct message *m[3] = {msg(11, e), msg(12, e), msg(13, e)};
@@ -199,7 +199,7 @@ static void test_mark_skips_unsettled(void **state)
     warm_settled(w, m, oc, 3);
     warm_flush_mark(w);
     char text[REPLAY_MARK_MAX];
-    assert_int_equal(locker_shared_get(l, KEY, "mark", text, sizeof text, err), LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(l, KEY, "mark", text, sizeof text, err), BATON_LOCKER_OK);
     struct replay_mark mk;
     assert_int_equal(replay_mark_parse(text, strlen(text), &mk), 0);
     assert_int_equal(mk.n, 1);
@@ -207,7 +207,7 @@ static void test_mark_skips_unsettled(void **state)
     for (int i = 0; i < 3; i++) message_finish(m[i], MSG_DELIVERED);
     sink_free(&out);
     warm_destroy(w);
-    locker_destroy(l);
+    baton_locker_destroy(l);
 }
 
 /* No mark, or a mark this ring never saw: the whole ring is delivered and
@@ -217,10 +217,10 @@ static void test_mark_skips_unsettled(void **state)
 static void test_unaligned_and_partial(void **state)
 {
     (void)state;
-    struct locker *l = locker_local_create();
+    struct baton_locker *l = baton_locker_local_create();
     struct sink out = {0};
     struct replay_config c = cfg();
-    char tok[RANDOM_TOKEN_LEN], err[LOCKER_ERR_MAX];
+    char tok[RANDOM_TOKEN_LEN], err[BATON_LOCKER_ERR_MAX];
 
     struct warm *w = warm_create("orders", &c, l, KEY, enqueue, &out);
     uint64_t e = acquire(l, tok);
@@ -228,7 +228,7 @@ static void test_unaligned_and_partial(void **state)
     for (int r = 0; r < 4; r++) assert_int_equal(atomic_load(&warm_stats(w)->unaligned[r]), 0);
     warm_demote(w);
     for (uint64_t fp = 21; fp <= 23; fp++) warm_emit(w, msg(fp, e));
-    assert_int_equal(locker_unlock(l, KEY, tok, err), LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(l, KEY, tok, err), BATON_LOCKER_OK);
     e = acquire(l, tok);
     assert_int_equal(warm_promote(w, e), 0); /* no mark, 3 buffered */
     assert_int_equal(out.n, 3);
@@ -241,7 +241,7 @@ static void test_unaligned_and_partial(void **state)
     const uint64_t other[] = {901, 902};
     write_mark(l, e, other, 2);
     for (uint64_t fp = 31; fp <= 32; fp++) warm_emit(w, msg(fp, e));
-    assert_int_equal(locker_unlock(l, KEY, tok, err), LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(l, KEY, tok, err), BATON_LOCKER_OK);
     e = acquire(l, tok);
     assert_int_equal(warm_promote(w, e), 0);
     assert_int_equal(out.n, 2);
@@ -254,7 +254,7 @@ static void test_unaligned_and_partial(void **state)
     for (uint64_t fp = 41; fp <= 47; fp++) warm_emit(w, msg(fp, e));
     const uint64_t broken[] = {41, 42, 44, 45};
     write_mark(l, e, broken, 4);
-    assert_int_equal(locker_unlock(l, KEY, tok, err), LOCKER_OK);
+    assert_int_equal(baton_locker_unlock(l, KEY, tok, err), BATON_LOCKER_OK);
     e = acquire(l, tok);
     assert_int_equal(warm_promote(w, e), 0);
     assert_int_equal(out.n, 2); /* 46, 47 */
@@ -262,7 +262,7 @@ static void test_unaligned_and_partial(void **state)
     for (int r = 0; r < 4; r++) assert_int_equal(atomic_load(&warm_stats(w)->unaligned[r]), 0);
     sink_free(&out);
     warm_destroy(w);
-    locker_destroy(l);
+    baton_locker_destroy(l);
 }
 
 int main(void)

@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "guard/locker.h"
-#include "guard/once_guard.h"
+#include "baton/once_guard.h"
 #include "guard/redis_conn.h"
 #include "common/log.h"
 #include "common/util.h"

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "guard/util.h" /* base64_encoded_len, base64_encode */
+
 struct jbuf {
     char *data;
     size_t len;
@@ -45,8 +47,5 @@ bool utf8_valid(const void *data, size_t n);
  * when the bytes at s do not start one (overlong, surrogate, > U+10FFFF,
  * truncated, stray continuation byte): the rule of utf8_valid. */
 size_t utf8_seq_len(const unsigned char *s, size_t n);
-/* Base64-encoded length for n input bytes (without NUL). */
-size_t base64_encoded_len(size_t n);
-void base64_encode(const void *data, size_t n, char *out);
 
 #endif

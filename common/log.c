@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "baton/log.h"
 #include "common/json.h"
 #include "common/util.h"
 
@@ -20,11 +21,21 @@ static atomic_int log_format_current = LOG_FORMAT_TEXT;
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 static const char *const level_tags[] = {"ERROR", "WARN", "INFO", "DEBUG"};
 
+/* The guard library's lines (include/baton/log.h) go through log_write,
+ * so they share the daemon's format and level. */
+static void guard_log_bridge(void *ctx, enum baton_log_level level, const char *component,
+                             const char *subject, const char *message)
+{
+    (void)ctx;
+    log_write((enum log_level)level, component, subject, "%s", message);
+}
+
 void log_set_level(enum log_level level)
 {
     if (level < LOG_ERROR) level = LOG_ERROR;
     if (level > LOG_DEBUG) level = LOG_DEBUG;
     atomic_store_explicit(&log_level_current, (int)level, memory_order_relaxed);
+    baton_log_set(guard_log_bridge, NULL, (enum baton_log_level)level);
 }
 
 enum log_level log_get_level(void)
@@ -310,24 +321,3 @@ void log_write(enum log_level level, const char *component, const char *endpoint
     errno = saved_errno;
 }
 
-bool log_ratelimit_ok(struct log_ratelimit *rl, long long interval_ms, long long *suppressed)
-{
-    /* The struct is plain (it is embedded in other structs and zero
-     * initialised), so use the compiler's atomic builtins on its fields. */
-    long long now = (long long)clock_mono_ms();
-    long long cur = __atomic_load_n(&rl->next_ms, __ATOMIC_RELAXED);
-    for (;;) {
-        if (cur != 0 && now < cur) {
-            __atomic_fetch_add(&rl->suppressed, 1, __ATOMIC_RELAXED);
-            if (suppressed) *suppressed = 0;
-            return false;
-        }
-        long long want = now + (interval_ms > 0 ? interval_ms : 1);
-        if (__atomic_compare_exchange_n(&rl->next_ms, &cur, want, true, __ATOMIC_ACQ_REL,
-                                        __ATOMIC_RELAXED)) {
-            long long s = __atomic_exchange_n(&rl->suppressed, 0, __ATOMIC_RELAXED);
-            if (suppressed) *suppressed = s;
-            return true;
-        }
-    }
-}

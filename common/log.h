@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "guard/util.h" /* struct ratelimit */
+
 enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
 
 void log_set_level(enum log_level level);
@@ -62,14 +64,5 @@ void log_write(enum log_level level, const char *component, const char *endpoint
 #define log_warn(comp, ep, ...) LOG_AT(LOG_WARN, comp, ep, __VA_ARGS__)
 #define log_info(comp, ep, ...) LOG_AT(LOG_INFO, comp, ep, __VA_ARGS__)
 #define log_debug(comp, ep, ...) LOG_AT(LOG_DEBUG, comp, ep, __VA_ARGS__)
-
-/* Rate limiter for repeated warnings (drops, reconnect loops): returns true
- * at most once per interval_ms per limiter; *suppressed receives how many
- * calls were swallowed since the last true. Lock free. */
-struct log_ratelimit {
-    long long next_ms; /* monotonic ms; 0 = never fired */
-    long long suppressed;
-};
-bool log_ratelimit_ok(struct log_ratelimit *rl, long long interval_ms, long long *suppressed);
 
 #endif

@@ -10,34 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-int64_t clock_mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t clock_boot_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_BOOTTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t clock_mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-int64_t clock_wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void put2(char *p, int v)
 {
     p[0] = (char)('0' + v / 10 % 10);
@@ -92,103 +64,6 @@ void clock_format_rfc3339(int64_t wall_ms, char *buf, size_t len)
     buf[n - 1] = '\0';
 }
 
-int random_bytes(void *buf, size_t len)
-{
-    unsigned char *p = buf;
-    while (len > 0) {
-        ssize_t n = getrandom(p, len, 0);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-int random_token(char out[RANDOM_TOKEN_LEN])
-{
-    static const char hex[] = "0123456789abcdef";
-    unsigned char raw[16];
-    if (random_bytes(raw, sizeof raw) != 0) {
-        out[0] = '\0';
-        return -1;
-    }
-    for (size_t i = 0; i < sizeof raw; i++) {
-        out[2 * i] = hex[raw[i] >> 4];
-        out[2 * i + 1] = hex[raw[i] & 0x0f];
-    }
-    out[32] = '\0';
-    return 0;
-}
-
-static _Thread_local uint64_t jitter_state;
-
-static uint64_t jitter_next(void)
-{
-    if (jitter_state == 0) {
-        uint64_t seed = 0;
-        if (random_bytes(&seed, sizeof seed) != 0 || seed == 0)
-            seed = (uint64_t)clock_mono_us() ^ ((uint64_t)(uintptr_t)&seed << 17) ^
-                   0x9e3779b97f4a7c15ULL;
-        jitter_state = seed ? seed : 0x9e3779b97f4a7c15ULL;
-    }
-    /* xorshift64* */
-    uint64_t x = jitter_state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    jitter_state = x;
-    return x * 0x2545F4914F6CDD1DULL;
-}
-
-uint32_t random_jitter(uint32_t n)
-{
-    if (n <= 1) return 0;
-    /* 64-bit multiply-shift: bias is negligible for jitter. */
-    return (uint32_t)(((jitter_next() >> 32) * (uint64_t)n) >> 32);
-}
-
-bool sleep_ms_cancellable(int64_t ms, const atomic_bool *cancel)
-{
-    if (cancel && atomic_load(cancel)) return true;
-    if (ms <= 0) return false;
-    int64_t deadline = clock_mono_ms() + ms;
-    for (;;) {
-        int64_t left = deadline - clock_mono_ms();
-        if (left <= 0) return false;
-        int64_t step = left < 20 ? left : 20;
-        struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)(step * 1000000)};
-        nanosleep(&ts, NULL); /* EINTR: loop re-checks time and cancel */
-        if (cancel && atomic_load(cancel)) return true;
-    }
-}
-
-int64_t backoff_ms(unsigned attempt, int64_t base_ms, int64_t cap_ms)
-{
-    if (base_ms <= 0) base_ms = 1;
-    if (cap_ms < base_ms) cap_ms = base_ms;
-    int64_t d = base_ms;
-    for (unsigned i = 0; i < attempt && d < cap_ms; i++) {
-        if (d > cap_ms / 2) {
-            d = cap_ms;
-            break;
-        }
-        d *= 2;
-    }
-    if (d > cap_ms) d = cap_ms;
-    /* scale by a factor in [0.5, 1.0] */
-    int64_t half = d / 2;
-    int64_t span = d - half; /* d - d/2 */
-    uint32_t r = span > 0 ? random_jitter(span >= UINT32_MAX ? UINT32_MAX : (uint32_t)span + 1)
-                          : 0;
-    int64_t out = half + (int64_t)r;
-    if (out > d) out = d;
-    if (out < 1) out = 1;
-    return out;
-}
-
 static void oom(size_t n)
 {
     char msg[128];
@@ -229,36 +104,6 @@ void *xrealloc(void *p, size_t n)
     void *q = realloc(p, n ? n : 1);
     if (!q) oom(n);
     return q;
-}
-
-static pthread_once_t hostname_once = PTHREAD_ONCE_INIT;
-static char hostname_buf[256];
-
-static void hostname_init(void)
-{
-    if (gethostname(hostname_buf, sizeof hostname_buf - 1) != 0 || hostname_buf[0] == '\0')
-        snprintf(hostname_buf, sizeof hostname_buf, "unknown");
-    hostname_buf[sizeof hostname_buf - 1] = '\0';
-}
-
-const char *util_hostname(void)
-{
-    pthread_once(&hostname_once, hostname_init);
-    return hostname_buf;
-}
-
-struct timespec clock_deadline(clockid_t clock, int64_t ms)
-{
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    if (ms < 0) ms = 0;
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
 }
 
 int net_host_parse(const char *spec, int default_port, struct net_host *out, char *err,

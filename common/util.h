@@ -1,4 +1,6 @@
-/* Small helpers shared by every component: clocks, randomness, sleeping. */
+/* Small helpers the daemon and the endpoints share: allocation that treats
+ * OOM as fatal, time formatting, host lists; plus the guard library's own
+ * helpers (guard/util.h: clocks, randomness, sleeping, back-off). */
 #ifndef BATON_UTIL_H
 #define BATON_UTIL_H
 
@@ -8,48 +10,17 @@
 #include <stdint.h>
 #include <time.h>
 
-/* CLOCK_MONOTONIC in milliseconds / microseconds. */
-int64_t clock_mono_ms(void);
-int64_t clock_mono_us(void);
-/* CLOCK_BOOTTIME in milliseconds: like CLOCK_MONOTONIC, but it keeps running
- * while the machine or VM is suspended. Lease deadlines use it, so a resumed
- * leader sees its lease as expired instead of believing it still runs. */
-int64_t clock_boot_ms(void);
-/* CLOCK_REALTIME in milliseconds since the epoch. */
-int64_t clock_wall_ms(void);
+#include "guard/util.h" /* clocks, tokens, sleeping, back-off, base64, ratelimit */
+
 /* Formats a wall-clock time as RFC 3339 UTC with milliseconds:
  * "2026-12-02T14:00:00.123Z". buf must hold 32 bytes. */
 void clock_format_rfc3339(int64_t wall_ms, char *buf, size_t len);
-
-/* The absolute time ms milliseconds from now on clock (CLOCK_MONOTONIC or
- * CLOCK_REALTIME), for pthread_cond_timedwait; negative ms counts as 0. */
-struct timespec clock_deadline(clockid_t clock, int64_t ms);
-
-/* Fills buf with len bytes from the OS (getrandom). Returns 0 or -1. */
-int random_bytes(void *buf, size_t len);
-/* 128 random bits as 32 lowercase hex characters plus NUL (33 bytes). */
-#define RANDOM_TOKEN_LEN 33
-int random_token(char out[RANDOM_TOKEN_LEN]);
-/* Uniform in [0, n) from a thread-local xorshift seeded from the OS; for
- * jitter only, never for tokens. */
-uint32_t random_jitter(uint32_t n);
-
-/* Sleeps up to ms milliseconds, returning early (true) once *cancel becomes
- * true; checks at least every 20 ms. cancel may be NULL. */
-bool sleep_ms_cancellable(int64_t ms, const atomic_bool *cancel);
-
-/* Exponential backoff with full jitter: min(cap, base * 2^attempt) scaled by a
- * random factor in [0.5, 1.0]. */
-int64_t backoff_ms(unsigned attempt, int64_t base_ms, int64_t cap_ms);
 
 /* strdup that aborts on OOM (baton treats OOM as fatal, like redis). */
 char *xstrdup(const char *s);
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
-
-/* hostname, cached; never NULL. */
-const char *util_hostname(void);
 
 /* One server of a `hosts` list: rabbitmq hosts, mysql_cdc hosts. */
 struct net_host {

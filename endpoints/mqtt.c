@@ -210,7 +210,7 @@ struct mqtt_ep {
     int64_t rt_max_us;
 
     struct ack_slot *slot;
-    struct log_ratelimit rl_connect;
+    struct ratelimit rl_connect;
 };
 
 /* ---- settings ------------------------------------------------------------ */
@@ -1018,7 +1018,7 @@ static void *supervisor_main(void *arg)
                 signal_start(ep, 0);
             } else {
                 long long suppressed = 0;
-                if (log_ratelimit_ok(&ep->rl_connect, 10000, &suppressed))
+                if (ratelimit_ok(&ep->rl_connect, 10000, &suppressed))
                     log_warn(COMPONENT, h->name, "%s (attempt %u, %lld similar warnings suppressed)", err,
                              attempt + 1, suppressed);
             }

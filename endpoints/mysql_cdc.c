@@ -268,7 +268,7 @@ struct cdc {
     atomic_bool stop;
     bool running;
     pthread_t thread;
-    struct log_ratelimit rl_retry, rl_bad, rl_ckpt, rl_start;
+    struct ratelimit rl_retry, rl_bad, rl_ckpt, rl_start;
 
     /* consumer thread state */
     uint64_t epoch;
@@ -548,7 +548,7 @@ static int write_checkpoint(struct cdc *c, const struct cdc_ckpt *ck)
         return 0;
     }
     long long supp = 0;
-    if (log_ratelimit_ok(&c->rl_ckpt, 5000, &supp))
+    if (ratelimit_ok(&c->rl_ckpt, 5000, &supp))
         log_warn(COMPONENT, name, "checkpoint not written: %s (%lld similar suppressed)", err,
                  supp);
     return -1;
@@ -661,7 +661,7 @@ static void on_done(void *arg, const struct message *m, enum msg_outcome o)
     cdc_progress_done(c->progress, m->seq, o == MSG_DELIVERED);
     if (o != MSG_DELIVERED) {
         long long supp = 0;
-        if (log_ratelimit_ok(&c->rl_bad, 5000, &supp))
+        if (ratelimit_ok(&c->rl_bad, 5000, &supp))
             log_warn(COMPONENT, c->h->name, "row message %s not delivered (%s): the checkpoint "
                      "stays before it for this term, a later leader re-reads it (%lld similar "
                      "suppressed)", m->id, msg_outcome_name(o), supp);
@@ -886,7 +886,7 @@ static void bad_event(struct cdc *c, const char *what)
 {
     atomic_fetch_add_explicit(&c->h->stats->malformed, 1, memory_order_relaxed);
     long long supp = 0;
-    if (log_ratelimit_ok(&c->rl_bad, 5000, &supp))
+    if (ratelimit_ok(&c->rl_bad, 5000, &supp))
         log_warn(COMPONENT, c->h->name, "%s:%" PRIu64 ": %s; event skipped (%lld similar "
                  "suppressed)", c->file, c->pos, what, supp);
 }
@@ -1513,7 +1513,7 @@ static void *consumer_main(void *arg)
         }
         int64_t d = backoff_ms(attempt++, c->s->reconnect_backoff_ms, c->s->reconnect_backoff_max_ms);
         long long supp = 0;
-        if (log_ratelimit_ok(&c->rl_retry, 5000, &supp))
+        if (ratelimit_ok(&c->rl_retry, 5000, &supp))
             log_warn(COMPONENT, name, "%s; retrying in %" PRId64 " ms (%lld similar suppressed)",
                      err, d, supp);
         sleep_ms_cancellable(d, &c->stop);
@@ -1651,7 +1651,7 @@ static int cdc_start(void *ep)
         pthread_join(c->thread, NULL);
         c->running = false;
         long long supp = 0;
-        if (log_ratelimit_ok(&c->rl_start, 5000, &supp))
+        if (ratelimit_ok(&c->rl_start, 5000, &supp))
             log_error(COMPONENT, name, "cannot stream the binlog: %s (standby-eligible, retried on "
                       "the next promotion; %lld similar suppressed)", c->start_err, supp);
         return -1;

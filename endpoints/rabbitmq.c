@@ -186,11 +186,11 @@ struct rmq_ep {
     char where[300];       /* host:port of the live connection */
     struct envelope env;
     char reason[1024];     /* last error (every host's, when all failed) */
-    struct log_ratelimit rl;
+    struct ratelimit rl;
     /* start failures: the guard retries every retry interval; the same
      * reason is logged at most every 5 s, a new reason at once */
     char last_start_error[1024];
-    struct log_ratelimit start_rl;
+    struct ratelimit start_rl;
 };
 
 /* ------------------------------------------------------------------ */
@@ -662,7 +662,7 @@ static void forward(struct rmq_ep *ep, const amqp_envelope_t *d)
         envelope_key(e, "headers");
         if (rmq_table_to_json(&e->buf, &p->headers) > 0) {
             atomic_fetch_add_explicit(&h->stats->malformed, 1, memory_order_relaxed);
-            if (log_ratelimit_ok(&ep->rl, 5000, NULL))
+            if (ratelimit_ok(&ep->rl, 5000, NULL))
                 log_warn(COMP, h->name, "delivery %llu: header values too deeply nested were "
                                         "written as null", (unsigned long long)d->delivery_tag);
         }
@@ -819,7 +819,7 @@ static void *consumer_main(void *arg)
                     ep->start_rl.next_ms = 0;
                     ep->start_rl.suppressed = 0;
                 }
-                if (log_ratelimit_ok(&ep->start_rl, 5000, &supp)) {
+                if (ratelimit_ok(&ep->start_rl, 5000, &supp)) {
                     if (supp)
                         log_error(COMP, h->name, "cannot start: %s (%lld more times since the "
                                                  "last report)", ep->reason, supp);
@@ -830,7 +830,7 @@ static void *consumer_main(void *arg)
                 return NULL;
             }
             long long supp = 0;
-            if (first || log_ratelimit_ok(&ep->rl, 5000, &supp))
+            if (first || ratelimit_ok(&ep->rl, 5000, &supp))
                 log_warn(COMP, h->name, "%s (retrying with backoff%s)", ep->reason,
                          supp ? ", earlier failures suppressed" : "");
             if (first) lost_at = clock_mono_ms();

@@ -329,7 +329,7 @@ struct psub {
     pthread_t thread;
 
     struct envelope env; /* consumer thread only */
-    struct log_ratelimit rl_retry, rl_bad;
+    struct ratelimit rl_retry, rl_bad;
 
     /* Sentinel: the process's +switch-master watcher of ro's sentinels
      * (acquired by the consumer thread on its first connect, released by
@@ -385,7 +385,7 @@ static void count_bad(struct psub *p, const char *what, const struct psub_event 
         atomic_fetch_add_explicit(&h->stats->malformed, 1, memory_order_relaxed);
     else
         atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
-    if (log_ratelimit_ok(&p->rl_bad, 5000, &supp))
+    if (ratelimit_ok(&p->rl_bad, 5000, &supp))
         log_warn(COMPONENT, h->name, "%s from %s: %.*s (%lld more suppressed)", what, p->where,
                  (int)(ev->payload_len > 200 ? 200 : ev->payload_len),
                  ev->payload ? ev->payload : "", supp);
@@ -659,7 +659,7 @@ static void *consumer_main(void *arg)
             if (d > left) d = left > 1 ? left : 1;
         }
         long long supp = 0;
-        if (log_ratelimit_ok(&p->rl_retry, 5000, &supp))
+        if (ratelimit_ok(&p->rl_retry, 5000, &supp))
             log_warn(COMPONENT, name, "cannot subscribe: %s; retrying in %" PRId64
                      " ms (%lld similar lines suppressed)", err, d, supp);
         backoff_sleep(p, d);

@@ -27,7 +27,7 @@
 
 #include "endpoints/cron.h"
 #include "endpoints/endpoint.h"
-#include "guard/once_guard.h"
+#include "baton/once_guard.h"
 #include "guard/scope.h"
 #include "common/envelope.h"
 #include "common/log.h"
@@ -329,6 +329,12 @@ static void *schedule_create(const void *settings, struct endpoint_host *host, c
             .log_name = host->name,
         };
         sc->once = baton_once_guard_create(host->locker, sp, &o);
+        if (!sc->once) {
+            snprintf(err, errlen, "once guard %s: out of memory", sp);
+            cron_free(sc->expr);
+            free(sc);
+            return NULL;
+        }
         host->once_stats = baton_once_guard_stats(sc->once);
     }
     pthread_mutex_init(&sc->mu, NULL);

@@ -20,7 +20,7 @@
  * leading again needs a new acquisition and a new epoch.
  * (guard/model/ checks this protocol with spin; its README maps the model's
  * transitions to the functions here.) */
-#include "guard/active_guard.h"
+#include "baton/active_guard.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -30,8 +30,8 @@
 
 #include "guard/locker.h"
 #include "guard/scope.h"
-#include "common/log.h"
-#include "common/util.h"
+#include "guard/glog.h"
+#include "guard/util.h"
 
 #define DEFAULT_TTL_MS 3000
 #define DEFAULT_RETRY_MS 250
@@ -77,7 +77,7 @@ struct baton_active_guard {
     _Atomic int64_t deadline; /* CLOCK_BOOTTIME ms; 0 = no live term */
     _Atomic uint64_t lease_gen;
     char token[RANDOM_TOKEN_LEN]; /* lease thread only */
-    struct log_ratelimit rl_err;
+    struct ratelimit rl_err;
     struct baton_active_guard_stats stats;
 };
 
@@ -251,8 +251,8 @@ static void note_backend_error(struct baton_active_guard *g, const char *what, c
 {
     atomic_fetch_add(&g->stats.backend_errors, 1);
     long long suppressed = 0;
-    if (log_ratelimit_ok(&g->rl_err, 2000, &suppressed))
-        log_warn("guard", g->log_name, "%s %s: %s (%lld similar suppressed)", what, g->key, err,
+    if (ratelimit_ok(&g->rl_err, 2000, &suppressed))
+        glog_warn("guard", g->log_name, "%s %s: %s (%lld similar suppressed)", what, g->key, err,
                  suppressed);
 }
 
@@ -336,7 +336,7 @@ static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_
     atomic_store(&g->stats.leader_since_ms, clock_wall_ms());
     atomic_store(&g->stats.role, BATON_ROLE_LEADER);
     atomic_fetch_add(&g->stats.promotions, 1);
-    log_info("guard", g->log_name, "promoted to leader of %s (epoch %llu)", g->key,
+    glog_info("guard", g->log_name, "promoted to leader of %s (epoch %llu)", g->key,
              (unsigned long long)grant->epoch);
 
     worker_post(g, WK_PROMOTE, grant->epoch);
@@ -377,7 +377,7 @@ static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_
             if (promoting) {
                 promoting = false;
                 if (rc < 0 && end == END_NONE) {
-                    log_warn("guard", g->log_name, "starting the consumer failed; releasing %s", g->key);
+                    glog_warn("guard", g->log_name, "starting the consumer failed; releasing %s", g->key);
                     snprintf(reason, sizeof reason, "promotion failed");
                     end = END_GRACEFUL;
                     promote_failed = true;
@@ -404,7 +404,7 @@ static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_
         case W_GEN: {
             int rc = verify_lease(g, err);
             if (rc == BATON_LOCKER_OK) {
-                log_info("guard", g->log_name,
+                glog_info("guard", g->log_name,
                          "lease %s (epoch %llu) verified after the connection was re-established",
                          g->key, (unsigned long long)grant->epoch);
                 gen_after = 0;
@@ -467,15 +467,15 @@ done:
     term_end(g);
     atomic_store(&g->stats.role, BATON_ROLE_STANDBY);
     atomic_fetch_add(&g->stats.demotions, 1);
-    log_info("guard", g->log_name, "demoted from leader of %s (epoch %llu): %s", g->key,
+    glog_info("guard", g->log_name, "demoted from leader of %s (epoch %llu): %s", g->key,
              (unsigned long long)grant->epoch, reason);
     if (end != END_LOST) {
         int rc = baton_locker_unlock(g->locker, g->key, g->token, err);
         if (rc != BATON_LOCKER_OK) {
-            if (end != END_EXPIRED) log_warn("guard", g->log_name, "release of %s: %s", g->key, err);
+            if (end != END_EXPIRED) glog_warn("guard", g->log_name, "release of %s: %s", g->key, err);
         } else if (end == END_GRACEFUL && g->locker->ops->announce_release) {
             if (g->locker->ops->announce_release(g->locker, g->key, err) != BATON_LOCKER_OK)
-                log_warn("guard", g->log_name, "announcing the release of %s: %s", g->key, err);
+                glog_warn("guard", g->log_name, "announcing the release of %s: %s", g->key, err);
         }
     }
     if (promote_failed && ret != LEAD_STOPPED) {
@@ -511,7 +511,7 @@ static void sit_out(struct baton_active_guard *g)
     snprintf(reason, sizeof reason, "%s", g->give_up_reason);
     atomic_store(&g->give_up, false);
     pthread_mutex_unlock(&g->mu);
-    log_warn("guard", g->log_name, "giving up %s (%s): not competing for %lld ms", g->key, reason,
+    glog_warn("guard", g->log_name, "giving up %s (%s): not competing for %lld ms", g->key, reason,
              (long long)g->ttl_ms);
     wait_until(g, clock_boot_ms() + g->ttl_ms, true, false, 0);
 }
@@ -526,9 +526,9 @@ static void run_single(struct baton_active_guard *g)
                 promoted = true;
                 atomic_fetch_add(&g->stats.promotions, 1);
                 atomic_store(&g->stats.leader_since_ms, clock_wall_ms());
-                log_info("guard", g->log_name, "no locker: running as the single instance");
+                glog_info("guard", g->log_name, "no locker: running as the single instance");
             } else {
-                log_warn("guard", g->log_name, "starting the consumer failed; retrying");
+                glog_warn("guard", g->log_name, "starting the consumer failed; retrying");
                 if (g->cb.on_demoted) g->cb.on_demoted(g->cb.arg);
                 wait_until(g, clock_boot_ms() + g->retry_ms, true, false, 0);
                 continue;
@@ -615,14 +615,23 @@ struct baton_active_guard *baton_active_guard_create(struct baton_locker *locker
     int64_t renew = o.renew_ms ? o.renew_ms : ttl / 3;
     int64_t retry = o.retry_ms ? o.retry_ms : DEFAULT_RETRY_MS;
     int64_t margin = o.safety_margin_ms ? o.safety_margin_ms : (ttl / 20 > 10 ? ttl / 20 : 10);
-    struct baton_active_guard *g = xcalloc(1, sizeof *g);
+    struct baton_active_guard *g = calloc(1, sizeof *g);
+    if (!g) {
+        snprintf(err, errlen, "active guard %s: out of memory", scope ? scope : "");
+        return NULL;
+    }
     if (guard_lease_key(g->key, sizeof g->key, o.prefix, scope, o.hash_tag) < 0) {
         snprintf(err, errlen, "active guard %s: key too long", scope ? scope : "");
         free(g);
         return NULL;
     }
     g->locker = locker;
-    g->log_name = o.log_name ? xstrdup(o.log_name) : NULL;
+    g->log_name = o.log_name ? strdup(o.log_name) : NULL;
+    if (o.log_name && !g->log_name) {
+        snprintf(err, errlen, "active guard %s: out of memory", scope ? scope : "");
+        free(g);
+        return NULL;
+    }
     g->ttl_ms = ttl;
     g->renew_ms = renew;
     g->retry_ms = retry;
@@ -656,14 +665,14 @@ int baton_active_guard_start(struct baton_active_guard *g)
         pthread_mutex_unlock(&g->mu);
         if (g->locker && !g->worker_running) {
             if (pthread_create(&g->worker, NULL, worker_main, g) != 0) {
-                log_error("guard", g->log_name, "cannot start the callback thread for %s", g->key);
+                glog_error("guard", g->log_name, "cannot start the callback thread for %s", g->key);
                 pthread_mutex_unlock(&g->life_mu);
                 return -1;
             }
             g->worker_running = true;
         }
         if (pthread_create(&g->thread, NULL, guard_main, g) != 0) {
-            log_error("guard", g->log_name, "cannot start the guard thread for %s", g->key);
+            glog_error("guard", g->log_name, "cannot start the guard thread for %s", g->key);
             rc = -1;
         } else {
             g->running = true;

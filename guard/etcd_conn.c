@@ -8,10 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/curl_dl.h"
-#include "common/json.h"
-#include "common/log.h"
-#include "common/util.h"
+#include "guard/curl_dl.h"
+#include "guard/glog.h"
+#include "guard/util.h"
 
 #define RESPONSE_MAX (4u << 20) /* baton's answers are tiny; a runaway one is an error */
 
@@ -30,26 +29,42 @@ struct etcd_conn {
     size_t cur; /* endpoint in use */
     char *token; /* auth token, NULL until authenticated */
     atomic_ullong breaks;
-    struct log_ratelimit rl;
+    struct ratelimit rl;
     char curl_err[CURL_ERROR_SIZE]; /* curl's detail of a transport error */
     char *buf; /* response body */
     size_t len, cap;
     bool overflow;
 };
 
-void baton_etcd_opts_copy(struct baton_etcd_opts *dst, const struct baton_etcd_opts *src)
+/* strdup that keeps NULL and notes a failed copy in *oom. */
+static char *dup_opt(const char *s, bool *oom)
 {
+    if (!s) return NULL;
+    char *d = strdup(s);
+    if (!d) *oom = true;
+    return d;
+}
+
+int baton_etcd_opts_copy(struct baton_etcd_opts *dst, const struct baton_etcd_opts *src)
+{
+    bool oom = false;
     memset(dst, 0, sizeof *dst);
+    dst->endpoints = calloc(src->n_endpoints ? src->n_endpoints : 1, sizeof *dst->endpoints);
+    if (!dst->endpoints) return -1;
     dst->n_endpoints = src->n_endpoints;
-    dst->endpoints = xcalloc(src->n_endpoints ? src->n_endpoints : 1, sizeof *dst->endpoints);
-    for (size_t i = 0; i < src->n_endpoints; i++) dst->endpoints[i] = xstrdup(src->endpoints[i]);
-    dst->ca_file = src->ca_file ? xstrdup(src->ca_file) : NULL;
-    dst->cert_file = src->cert_file ? xstrdup(src->cert_file) : NULL;
-    dst->key_file = src->key_file ? xstrdup(src->key_file) : NULL;
-    dst->user = src->user ? xstrdup(src->user) : NULL;
-    dst->password = src->password ? xstrdup(src->password) : NULL;
+    for (size_t i = 0; i < src->n_endpoints; i++) dst->endpoints[i] = dup_opt(src->endpoints[i], &oom);
+    dst->ca_file = dup_opt(src->ca_file, &oom);
+    dst->cert_file = dup_opt(src->cert_file, &oom);
+    dst->key_file = dup_opt(src->key_file, &oom);
+    dst->user = dup_opt(src->user, &oom);
+    dst->password = dup_opt(src->password, &oom);
     dst->connect_timeout_ms = src->connect_timeout_ms > 0 ? src->connect_timeout_ms : 1000;
     dst->command_timeout_ms = src->command_timeout_ms > 0 ? src->command_timeout_ms : 1000;
+    if (oom) {
+        baton_etcd_opts_clear(dst);
+        return -1;
+    }
+    return 0;
 }
 
 void baton_etcd_opts_clear(struct baton_etcd_opts *o)
@@ -71,7 +86,8 @@ void baton_etcd_opts_clear(struct baton_etcd_opts *o)
 
 char *etcd_b64(const void *data, size_t len)
 {
-    char *s = xmalloc(base64_encoded_len(len) + 1);
+    char *s = malloc(base64_encoded_len(len) + 1);
+    if (!s) return NULL;
     base64_encode(data, len, s);
     s[base64_encoded_len(len)] = '\0';
     return s;
@@ -90,7 +106,8 @@ static int b64_val(unsigned char ch)
 char *etcd_unb64(const char *s, size_t *outlen)
 {
     size_t n = strlen(s);
-    char *out = xmalloc(n / 4 * 3 + 4);
+    char *out = malloc(n / 4 * 3 + 4);
+    if (!out) return NULL;
     size_t o = 0;
     unsigned acc = 0;
     int bits = 0;
@@ -163,9 +180,13 @@ struct etcd_conn *etcd_conn_create(const struct baton_etcd_opts *o, const char *
         snprintf(err, errlen, "etcd %s: %s", o->endpoints[0], lerr);
         return NULL;
     }
-    struct etcd_conn *c = xcalloc(1, sizeof *c);
+    struct etcd_conn *c = calloc(1, sizeof *c);
+    if (!c || baton_etcd_opts_copy(&c->o, o) != 0) {
+        free(c);
+        snprintf(err, errlen, "etcd %s: out of memory", o->endpoints[0]);
+        return NULL;
+    }
     pthread_mutex_init(&c->mu, NULL);
-    baton_etcd_opts_copy(&c->o, o);
     snprintf(c->role, sizeof c->role, "%s", role ? role : "etcd");
     return c;
 }
@@ -233,11 +254,13 @@ static struct curl_slist *make_headers(struct etcd_conn *c, bool with_token)
     struct curl_slist *h = sym_curl_slist_append(NULL, "Content-Type: application/json");
     h = sym_curl_slist_append(h, "Expect:");
     if (with_token && c->token) {
-        char *line = xmalloc(strlen(c->token) + 32);
-        sprintf(line, "Authorization: %s", c->token);
-        h = sym_curl_slist_append(h, line);
-        explicit_bzero(line, strlen(line));
-        free(line);
+        char *line = malloc(strlen(c->token) + 32);
+        if (line) { /* out of memory: sent without, answered "unauthenticated" */
+            sprintf(line, "Authorization: %s", c->token);
+            h = sym_curl_slist_append(h, line);
+            explicit_bzero(line, strlen(line));
+            free(line);
+        }
     }
     return h;
 }
@@ -349,8 +372,12 @@ static int authenticate(struct etcd_conn *c, int64_t deadline_ms, char *err, siz
         return -1;
     }
     free(c->token);
-    c->token = xstrdup(json_object_get_string(t));
+    c->token = strdup(json_object_get_string(t));
     json_object_put(resp);
+    if (!c->token) {
+        snprintf(err, errlen, "etcd %s: authenticate: out of memory", c->o.endpoints[c->cur]);
+        return -1;
+    }
     return 0;
 }
 

@@ -1,6 +1,6 @@
 /* Talking to etcd v3 through its JSON gateway (POST /v3/..., keys and values
  * base64, int64 fields as decimal strings) over libcurl (loaded on first use,
- * common/curl_dl.h), responses parsed with json-c.
+ * guard/curl_dl.h), responses parsed with json-c.
  *
  * One struct etcd_conn is one blocking "connection": a curl easy handle
  * (keep-alive) under its own mutex, the endpoint in use, and the auth token.
@@ -16,19 +16,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct baton_etcd_opts {
-    char **endpoints;   /* "http://127.0.0.1:2379", "https://host:2379", ... */
-    size_t n_endpoints; /* >= 1 */
-    char *ca_file;      /* verify the server against this CA (https) or NULL */
-    char *cert_file;    /* client certificate (https) or NULL */
-    char *key_file;     /* its key or NULL */
-    char *user;         /* etcd auth user or NULL */
-    char *password;     /* resolved secret or NULL */
-    int64_t connect_timeout_ms; /* default 1000 */
-    int64_t command_timeout_ms; /* default 1000 */
-};
+#include "baton/etcd.h"
 
-void baton_etcd_opts_copy(struct baton_etcd_opts *dst, const struct baton_etcd_opts *src);
+
+/* 0, or -1 out of memory (dst then cleared). */
+int baton_etcd_opts_copy(struct baton_etcd_opts *dst, const struct baton_etcd_opts *src);
 void baton_etcd_opts_clear(struct baton_etcd_opts *o);
 
 #define ETCD_ERR_MAX 256

@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/log.h"
-#include "common/util.h"
+#include "guard/glog.h"
+#include "guard/util.h"
 
 const char *baton_locker_status_name(int status)
 {
@@ -33,6 +33,11 @@ static bool args_ok(struct baton_locker *l, const char *key, char err[BATON_LOCK
         snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: empty key", l->ops->name);
         return false;
     }
+    if (strlen(key) > BATON_KEY_MAX) {
+        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: key %.64s... longer than %d bytes",
+                 l->ops->name, key, BATON_KEY_MAX);
+        return false;
+    }
     return true;
 }
 
@@ -42,7 +47,7 @@ static bool ttl_args_ok(struct baton_locker *l, const char *key, const char *suf
 {
     if (!args_ok(l, key, err)) return false;
     if (ttl_ms > 0) return true;
-    snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: ttl must be > 0 (got %lld ms) for %s%s%s",
+    snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: ttl must be > 0 (got %lld ms) for %.100s%s%.40s",
              l->ops->name, (long long)ttl_ms, key, suffix ? ":" : "", suffix ? suffix : "");
     return false;
 }
@@ -90,7 +95,7 @@ bool baton_locker_can_renew(const struct baton_locker *l)
 int baton_locker_lock(struct baton_locker *l, const char *key, int64_t ttl_ms, int64_t retry_ms,
                 const atomic_bool *cancel, struct baton_lock_grant *out, char err[BATON_LOCKER_ERR_MAX])
 {
-    struct log_ratelimit rl = {0, 0};
+    struct ratelimit rl = {0, 0};
     if (retry_ms <= 0) retry_ms = 1;
     for (;;) {
         if (cancel != NULL && atomic_load(cancel)) {
@@ -103,8 +108,8 @@ int baton_locker_lock(struct baton_locker *l, const char *key, int64_t ttl_ms, i
             if (l == NULL || l->ops == NULL || key == NULL || key[0] == '\0' || ttl_ms <= 0)
                 return rc; /* bad arguments never get better */
             long long suppressed = 0;
-            if (log_ratelimit_ok(&rl, 5000, &suppressed))
-                log_warn("locker", NULL, "lock %s: %s (retrying every %lld ms, %lld suppressed)",
+            if (ratelimit_ok(&rl, 5000, &suppressed))
+                glog_warn("locker", NULL, "lock %s: %s (retrying every %lld ms, %lld suppressed)",
                          key, err, (long long)retry_ms, suppressed);
         }
         if (sleep_ms_cancellable(retry_ms, cancel)) {
@@ -177,6 +182,11 @@ static bool shared_args_ok(struct baton_locker *l, const char *key, const char *
         snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: %s %s: empty name", l->ops->name, what, key);
         return false;
     }
+    if (strlen(name) > BATON_NAME_MAX) {
+        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: %s %s: name longer than %d bytes",
+                 l->ops->name, what, key, BATON_NAME_MAX);
+        return false;
+    }
     return true;
 }
 
@@ -235,12 +245,12 @@ int baton_locker_inspect(struct baton_locker *l, const char *key, struct baton_l
     return l->ops->inspect(l, key, info, err);
 }
 
-char *locker_subkey(const char *key, const char *name)
+void locker_subkey(char buf[LOCKER_SUBKEY_MAX], const char *key, const char *name)
 {
-    size_t kl = strlen(key), nl = strlen(name);
-    char *s = xmalloc(kl + 1 + nl + 1);
-    memcpy(s, key, kl);
-    s[kl] = ':';
-    memcpy(s + kl + 1, name, nl + 1);
-    return s;
+    snprintf(buf, LOCKER_SUBKEY_MAX, "%s:%s", key, name);
+}
+
+const char *baton_locker_backend(const struct baton_locker *l)
+{
+    return l && l->ops ? l->ops->name : "none";
 }

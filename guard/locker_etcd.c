@@ -44,9 +44,9 @@
 
 #include "guard/etcd_conn.h"
 #include "guard/locker.h"
-#include "common/curl_dl.h"
-#include "common/log.h"
-#include "common/util.h"
+#include "guard/curl_dl.h"
+#include "guard/glog.h"
+#include "guard/util.h"
 
 #define WATCH_RECYCLE_MS 30000
 #define WATCH_POLL_MS 200
@@ -118,7 +118,9 @@ static void errf(char err[BATON_LOCKER_ERR_MAX], const char *fmt, ...)
 static void add_b64(json_object *o, const char *field, const void *data, size_t len)
 {
     char *b = etcd_b64(data, len);
-    json_object_object_add(o, field, json_object_new_string(b));
+    /* out of memory: a value etcd refuses ("illegal base64"), so the request
+     * fails as a backend error instead of comparing or writing another key */
+    json_object_object_add(o, field, json_object_new_string(b ? b : "%"));
     free(b);
 }
 
@@ -306,7 +308,7 @@ static bool lease_revoke(struct etcd_conn *conn, int64_t deadline, const char *i
         return true;
     }
     if (strstr(err, "lease not found") != NULL) return true;
-    log_debug("locker", NULL, "%s (the lease expires by itself, or is revoked later)", err);
+    glog_debug("locker", NULL, "%s (the lease expires by itself, or is revoked later)", err);
     return false;
 }
 
@@ -356,8 +358,15 @@ static bool ttl_ok(const char *what, const char *key, int64_t ttl_ms, char err[B
 static void held_add(struct etcd_locker *el, const char *key, const char *token, const char *lease,
                      int64_t ttl_s, bool stale)
 {
-    struct held *h = xcalloc(1, sizeof *h);
-    h->key = xstrdup(key);
+    struct held *h = calloc(1, sizeof *h);
+    if (h) h->key = strdup(key);
+    if (!h || !h->key) {
+        free(h);
+        glog_warn("locker", NULL, "etcd locker: out of memory recording lease %s of %s: it is "
+                  "not revoked early, it expires after its ttl (%lld s)", lease, key,
+                  (long long)ttl_s);
+        return;
+    }
     snprintf(h->token, sizeof h->token, "%s", token);
     snprintf(h->lease, sizeof h->lease, "%s", lease);
     h->ttl_s = ttl_s;
@@ -430,7 +439,7 @@ static void revoke_stale(struct etcd_locker *el, const char *key)
         pthread_mutex_unlock(&el->held_mu);
         if (!id[0]) return;
         if (!lease_revoke(el->lease, deadline_of(el), id)) return;
-        log_info("locker", NULL, "etcd locker: revoked the lease %s this process kept on %s from "
+        glog_info("locker", NULL, "etcd locker: revoked the lease %s this process kept on %s from "
                  "an earlier term", id, key);
         held_do(el, key, token, HELD_FORGET, NULL, NULL);
     }
@@ -471,15 +480,15 @@ static int etcd_try_lock(struct baton_locker *l, const char *key, int64_t ttl_ms
     uint64_t gen = etcd_generation(&el->base);
     int64_t sent = 0;
     if (grant(el->lease, deadline_of(el), ttl_ms / 1000, id, &sent, err) != 0) return BATON_LOCKER_ERR;
-    char *hkey = locker_subkey(key, "holder"), *ekey = locker_subkey(key, "epoch");
+    char hkey[LOCKER_SUBKEY_MAX], ekey[LOCKER_SUBKEY_MAX];
+    locker_subkey(hkey, key, "holder");
+    locker_subkey(ekey, key, "epoch");
     json_object *ops = json_object_new_array();
     json_object_array_add(ops, op_put(key, token, strlen(token), id));
     json_object_array_add(ops, op_put(hkey, el->holder, strlen(el->holder), id));
     json_object_array_add(ops, op_put(ekey, token, strlen(token), NULL));
     json_object *t = txn(arr1(cmp(key, "CREATE", "create_revision", json_object_new_string("0"))),
                          ops, NULL);
-    free(hkey);
-    free(ekey);
     json_object *resp;
     if (call(el->lease, deadline_of(el), "/v3/kv/txn", t, &resp, NULL, err) != 0) {
         /* it may have run: revoking the lease deletes what it put */
@@ -531,7 +540,7 @@ static int confirm_token(struct etcd_conn *conn, int64_t deadline,
 static json_object *cmp_token(const char *key, const char *token)
 {
     char *tok64 = etcd_b64(token, strlen(token));
-    json_object *c = arr1(cmp(key, "VALUE", "value", json_object_new_string(tok64)));
+    json_object *c = arr1(cmp(key, "VALUE", "value", json_object_new_string(tok64 ? tok64 : "%")));
     free(tok64);
     return c;
 }
@@ -547,11 +556,11 @@ static int renew_moving(struct etcd_locker *el, const char *key, const char *tok
     char id[24];
     int64_t sent = 0;
     if (grant(el->lease, deadline, ttl_s, id, &sent, err) != 0) return BATON_LOCKER_ERR;
-    char *hkey = locker_subkey(key, "holder");
+    char hkey[LOCKER_SUBKEY_MAX];
+    locker_subkey(hkey, key, "holder");
     json_object *ops = json_object_new_array();
     json_object_array_add(ops, op_put(key, token, strlen(token), id));
     json_object_array_add(ops, op_put(hkey, el->holder, strlen(el->holder), id));
-    free(hkey);
     json_object *resp;
     if (call(el->lease, deadline, "/v3/kv/txn", txn(cmp_token(key, token), ops, NULL), &resp, NULL,
              err) != 0) {
@@ -619,11 +628,11 @@ static int etcd_unlock(struct baton_locker *l, const char *key, const char *toke
     struct etcd_locker *el = (struct etcd_locker *)l;
     char id[24];
     bool mine = held_do(el, key, token, HELD_GET, id, NULL);
-    char *hkey = locker_subkey(key, "holder");
+    char hkey[LOCKER_SUBKEY_MAX];
+    locker_subkey(hkey, key, "holder");
     json_object *ops = json_object_new_array();
     json_object_array_add(ops, op_delete(key));
     json_object_array_add(ops, op_delete(hkey));
-    free(hkey);
     json_object *t = txn(cmp_token(key, token), ops, arr1(op_range(key)));
     json_object *resp;
     int rc = BATON_LOCKER_ERR;
@@ -701,7 +710,7 @@ static size_t on_watch_body(char *ptr, size_t size, size_t nmemb, void *arg)
         enum json_tokener_error je = json_tokener_get_error(w->tok);
         if (o == NULL) {
             if (je == json_tokener_continue) return n;
-            log_debug("locker", NULL, "etcd watch %s: malformed stream (%s)", w->key,
+            glog_debug("locker", NULL, "etcd watch %s: malformed stream (%s)", w->key,
                       json_tokener_error_desc(je));
             return 0;
         }
@@ -755,7 +764,7 @@ static void stream_start(struct etcd_locker *el, CURLM *m, struct watch_key *w)
                                  err, sizeof err) != 0) {
         json_object_put(req);
         sym_curl_easy_cleanup(e);
-        log_debug("locker", NULL, "etcd watch %s: %s", w->key, err);
+        glog_debug("locker", NULL, "etcd watch %s: %s", w->key, err);
         w->failures++;
         w->retry_at_ms = clock_boot_ms() + backoff_ms(w->failures < 8 ? w->failures : 8, 100, 2000);
         return;
@@ -796,7 +805,7 @@ static void *watch_main(void *arg)
             sym_curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&w);
             if (w == NULL) continue;
             if (msg->data.result != CURLE_OK)
-                log_debug("locker", NULL, "etcd watch %s: %s", w->key,
+                glog_debug("locker", NULL, "etcd watch %s: %s", w->key,
                           sym_curl_easy_strerror(msg->data.result));
             stream_end(el, m, w, true);
         }
@@ -813,17 +822,21 @@ static void watch_ensure(struct etcd_locker *el, const char *key)
 {
     pthread_mutex_lock(&el->w_mu);
     if (wk_find(el, key) == NULL) {
-        struct watch_key *w = xcalloc(1, sizeof *w);
-        w->key = xstrdup(key);
-        w->el = el;
-        w->next = el->keys;
-        el->keys = w;
+        struct watch_key *w = calloc(1, sizeof *w);
+        if (w) w->key = strdup(key);
+        if (w && w->key) {
+            w->el = el;
+            w->next = el->keys;
+            el->keys = w;
+        } else { /* out of memory: not watched, standbys poll */
+            free(w);
+        }
     }
     if (!el->w_started && !atomic_load(&el->w_stop)) {
         if (pthread_create(&el->w_thread, NULL, watch_main, el) == 0)
             el->w_started = true;
         else
-            log_warn("locker", NULL, "etcd locker: cannot start the watch thread; standbys poll");
+            glog_warn("locker", NULL, "etcd locker: cannot start the watch thread; standbys poll");
     }
     pthread_mutex_unlock(&el->w_mu);
 }
@@ -888,10 +901,10 @@ static int etcd_holder(struct baton_locker *l, const char *key, char *buf, size_
 {
     OP("holder of", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
-    char *hkey = locker_subkey(key, "holder");
+    char hkey[LOCKER_SUBKEY_MAX];
+    locker_subkey(hkey, key, "holder");
     json_object *kv = NULL;
     int present = range_key(el->side, deadline_of(el), hkey, &kv, NULL, err);
-    free(hkey);
     if (present < 0) return BATON_LOCKER_ERR;
     if (present == 0) return BATON_LOCKER_LOST;
     if (!kv_value(kv, buf, len, NULL)) snprintf(buf, len, "?");
@@ -951,7 +964,9 @@ static int etcd_fenced_set(struct baton_locker *l, const char *key, const char *
                            const char *value, size_t len, int64_t ttl_ms, char err[BATON_LOCKER_ERR_MAX])
 {
     struct etcd_locker *el = (struct etcd_locker *)l;
-    char *ekey = locker_subkey(key, "epoch"), *vkey = locker_subkey(key, name);
+    char ekey[LOCKER_SUBKEY_MAX], vkey[LOCKER_SUBKEY_MAX];
+    locker_subkey(ekey, key, "epoch");
+    locker_subkey(vkey, key, name);
     OP("fenced write", vkey);
     char ep[24];
     snprintf(ep, sizeof ep, "%llu", (unsigned long long)epoch);
@@ -976,8 +991,6 @@ static int etcd_fenced_set(struct baton_locker *l, const char *key, const char *
         }
         break;
     }
-    free(ekey);
-    free(vkey);
     return rc;
 }
 
@@ -985,7 +998,8 @@ static int etcd_shared_get(struct baton_locker *l, const char *key, const char *
                            size_t len, char err[BATON_LOCKER_ERR_MAX])
 {
     struct etcd_locker *el = (struct etcd_locker *)l;
-    char *vkey = locker_subkey(key, name);
+    char vkey[LOCKER_SUBKEY_MAX];
+    locker_subkey(vkey, key, name);
     OP("shared read", vkey);
     json_object *kv = NULL;
     int present = range_key(el->side, deadline_of(el), vkey, &kv, NULL, err);
@@ -1003,7 +1017,6 @@ static int etcd_shared_get(struct baton_locker *l, const char *key, const char *
         }
         json_object_put(kv);
     }
-    free(vkey);
     return rc;
 }
 
@@ -1012,13 +1025,13 @@ static int etcd_inspect(struct baton_locker *l, const char *key, struct baton_lo
 {
     OP("inspect", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
-    char *hkey = locker_subkey(key, "holder"), *ekey = locker_subkey(key, "epoch");
+    char hkey[LOCKER_SUBKEY_MAX], ekey[LOCKER_SUBKEY_MAX];
+    locker_subkey(hkey, key, "holder");
+    locker_subkey(ekey, key, "epoch");
     json_object *ops = json_object_new_array();
     json_object_array_add(ops, op_range(key));
     json_object_array_add(ops, op_range(hkey));
     json_object_array_add(ops, op_range(ekey));
-    free(hkey);
-    free(ekey);
     json_object *resp;
     if (call(el->side, deadline_of(el), "/v3/kv/txn", txn(NULL, ops, NULL), &resp, NULL, err) != 0)
         return BATON_LOCKER_ERR;
@@ -1095,7 +1108,11 @@ static const struct locker_ops etcd_ops = {
 struct baton_locker *baton_locker_etcd_create(const struct baton_etcd_opts *opts, char err[BATON_LOCKER_ERR_MAX])
 {
     err[0] = '\0';
-    struct etcd_locker *el = xcalloc(1, sizeof *el);
+    struct etcd_locker *el = calloc(1, sizeof *el);
+    if (!el) {
+        snprintf(err, BATON_LOCKER_ERR_MAX, "etcd locker: out of memory");
+        return NULL;
+    }
     el->base.ops = &etcd_ops;
     snprintf(el->holder, sizeof el->holder, "%.80s pid %d", util_hostname(), (int)getpid());
     el->command_timeout_ms = opts && opts->command_timeout_ms > 0 ? opts->command_timeout_ms : 1000;
@@ -1125,6 +1142,6 @@ struct baton_locker *baton_locker_etcd_create(const struct baton_etcd_opts *opts
     if (rc == 0)
         json_object_put(resp);
     else
-        log_error("locker", NULL, "%s (will keep retrying)", cerr);
+        glog_error("locker", NULL, "%s (will keep retrying)", cerr);
     return &el->base;
 }

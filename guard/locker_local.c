@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "guard/locker.h"
-#include "common/util.h"
+#include "guard/util.h"
 
 #define LOCAL_BUCKETS 256
 #define SWEEP_EVERY_MS 1000
@@ -152,26 +152,35 @@ static struct local_value *value_find(struct local_locker *ll, const char *name,
     return NULL;
 }
 
-/* mu held: sets name to data (len bytes) until expires_ms; takes name. */
-static void value_put(struct local_locker *ll, char *name, const char *data, size_t len,
-                      int64_t expires_ms, int64_t now)
+/* mu held: sets name (copied) to data (len bytes) until expires_ms.
+ * 0, or -1 out of memory (nothing changed). */
+static int value_put(struct local_locker *ll, const char *name, const char *data, size_t len,
+                     int64_t expires_ms, int64_t now)
 {
+    char *copy = malloc(len + 1);
+    if (!copy) return -1;
+    if (len > 0) memcpy(copy, data, len);
+    copy[len] = '\0';
     struct local_value *v = value_find(ll, name, now);
     if (v != NULL) {
-        free(name);
         free(v->data);
     } else {
-        v = xcalloc(1, sizeof *v);
-        v->name = name;
+        v = calloc(1, sizeof *v);
+        char *vname = v ? strdup(name) : NULL;
+        if (!vname) {
+            free(v);
+            free(copy);
+            return -1;
+        }
+        v->name = vname;
         uint32_t b = hash_key(name);
         v->next = ll->values[b];
         ll->values[b] = v;
     }
-    v->data = xmalloc(len + 1);
-    if (len > 0) memcpy(v->data, data, len);
-    v->data[len] = '\0';
+    v->data = copy;
     v->len = len;
     v->expires_ms = expires_ms;
+    return 0;
 }
 
 static int64_t epoch_ttl_ms(int64_t ttl_ms)
@@ -185,7 +194,8 @@ static int64_t epoch_ttl_ms(int64_t ttl_ms)
 static int acquire(struct local_locker *ll, const char *key, int64_t ttl_ms, const char *token,
                    uint64_t *epoch, int64_t *now_out, int64_t *held_pttl_ms)
 {
-    char *ekey = epoch ? locker_subkey(key, "epoch") : NULL;
+    char ekey[LOCKER_SUBKEY_MAX];
+    locker_subkey(ekey, key, "epoch");
     pthread_mutex_lock(&ll->mu);
     int64_t now = clock_boot_ms();
     *now_out = now;
@@ -194,11 +204,15 @@ static int acquire(struct local_locker *ll, const char *key, int64_t ttl_ms, con
     if (held != NULL) {
         *held_pttl_ms = held->expires_ms - now;
         pthread_mutex_unlock(&ll->mu);
-        free(ekey);
         return BATON_LOCKER_HELD;
     }
-    struct local_entry *e = xcalloc(1, sizeof *e);
-    e->key = xstrdup(key);
+    struct local_entry *e = calloc(1, sizeof *e);
+    if (e) e->key = strdup(key);
+    if (!e || !e->key) {
+        free(e);
+        pthread_mutex_unlock(&ll->mu);
+        return BATON_LOCKER_ERR; /* out of memory */
+    }
     memcpy(e->token, token, RANDOM_TOKEN_LEN);
     e->expires_ms = now + ttl_ms;
     uint32_t b = hash_key(key);
@@ -213,7 +227,9 @@ static int acquire(struct local_locker *ll, const char *key, int64_t ttl_ms, con
         *epoch = ep;
         char dec[24];
         int n = snprintf(dec, sizeof dec, "%llu", (unsigned long long)ep);
-        value_put(ll, ekey, dec, (size_t)n, now + epoch_ttl_ms(ttl_ms), now); /* takes ekey */
+        /* out of memory: the lock stands without its epoch record; the next
+         * epoch still exceeds this one (last_epoch and the clock floor) */
+        (void)value_put(ll, ekey, dec, (size_t)n, now + epoch_ttl_ms(ttl_ms), now);
     }
     pthread_mutex_unlock(&ll->mu);
     return BATON_LOCKER_OK;
@@ -230,9 +246,14 @@ static int local_try_lock(struct baton_locker *l, const char *key, int64_t ttl_m
     }
     uint64_t epoch = 0;
     int64_t now = 0, pttl = 0;
-    if (acquire(ll, key, ttl_ms, token, &epoch, &now, &pttl) == BATON_LOCKER_HELD) {
+    int rc = acquire(ll, key, ttl_ms, token, &epoch, &now, &pttl);
+    if (rc == BATON_LOCKER_HELD) {
         if (out) out->held_pttl_ms = pttl;
         return BATON_LOCKER_HELD;
+    }
+    if (rc != BATON_LOCKER_OK) {
+        snprintf(err, BATON_LOCKER_ERR_MAX, "local locker: %s: out of memory", key);
+        return rc;
     }
     if (out != NULL) {
         memcpy(out->token, token, sizeof token);
@@ -255,7 +276,10 @@ static int local_claim(struct baton_locker *l, const char *key, int64_t ttl_ms,
         return BATON_LOCKER_ERR;
     }
     int64_t now = 0, pttl = 0; /* key and ttl checked by baton_locker_claim */
-    return acquire(ll, key, ttl_ms, token, NULL, &now, &pttl);
+    int rc = acquire(ll, key, ttl_ms, token, NULL, &now, &pttl);
+    if (rc == BATON_LOCKER_ERR)
+        snprintf(err, BATON_LOCKER_ERR_MAX, "local locker: %s: out of memory", key);
+    return rc;
 }
 
 static int local_unlock(struct baton_locker *l, const char *key, const char *token,
@@ -282,7 +306,8 @@ static int local_renew(struct baton_locker *l, const char *key, const char *toke
                        int64_t *sent_ms, char err[BATON_LOCKER_ERR_MAX])
 {
     struct local_locker *ll = (struct local_locker *)l;
-    char *ekey = locker_subkey(key, "epoch");
+    char ekey[LOCKER_SUBKEY_MAX];
+    locker_subkey(ekey, key, "epoch");
     pthread_mutex_lock(&ll->mu);
     int64_t now = clock_boot_ms();
     *sent_ms = now;
@@ -296,7 +321,6 @@ static int local_renew(struct baton_locker *l, const char *key, const char *toke
         rc = BATON_LOCKER_OK;
     }
     pthread_mutex_unlock(&ll->mu);
-    free(ekey);
     if (rc == BATON_LOCKER_LOST)
         snprintf(err, BATON_LOCKER_ERR_MAX, "local locker: %s is %s", key,
                  e ? "held with another token" : "gone");
@@ -322,8 +346,12 @@ static struct local_chan *chan_find(struct local_locker *ll, const char *key, bo
     for (struct local_chan *c = ll->chans[b]; c; c = c->next)
         if (strcmp(c->key, key) == 0) return c;
     if (!create) return NULL;
-    struct local_chan *c = xcalloc(1, sizeof *c);
-    c->key = xstrdup(key);
+    struct local_chan *c = calloc(1, sizeof *c);
+    if (c) c->key = strdup(key);
+    if (!c || !c->key) { /* out of memory: not watched; standbys fall back to polling */
+        free(c);
+        return NULL;
+    }
     c->next = ll->chans[b];
     ll->chans[b] = c;
     return c;
@@ -346,7 +374,8 @@ static uint64_t local_release_seq(struct baton_locker *l, const char *key)
 {
     struct local_locker *ll = (struct local_locker *)l;
     pthread_mutex_lock(&ll->mu);
-    uint64_t seq = chan_find(ll, key, true)->seq;
+    struct local_chan *c = chan_find(ll, key, true);
+    uint64_t seq = c ? c->seq : 0; /* out of memory: unwatched, the standby polls */
     pthread_mutex_unlock(&ll->mu);
     return seq;
 }
@@ -358,9 +387,9 @@ static bool local_wait_release(struct baton_locker *l, const char *key, uint64_t
     struct timespec ts = clock_deadline(CLOCK_MONOTONIC, timeout_ms);
     pthread_mutex_lock(&ll->mu);
     struct local_chan *c = chan_find(ll, key, true);
-    while (c->seq == seen)
+    while (c && c->seq == seen)
         if (pthread_cond_timedwait(&ll->cv, &ll->mu, &ts) != 0) break;
-    bool changed = c->seq != seen;
+    bool changed = c && c->seq != seen;
     pthread_mutex_unlock(&ll->mu);
     return changed;
 }
@@ -375,8 +404,10 @@ static int local_fenced_set(struct baton_locker *l, const char *key, const char 
                             char err[BATON_LOCKER_ERR_MAX])
 {
     struct local_locker *ll = (struct local_locker *)l;
-    char *ekey = locker_subkey(key, "epoch");
-    char *vkey = locker_subkey(key, name);
+    char ekey[LOCKER_SUBKEY_MAX];
+    locker_subkey(ekey, key, "epoch");
+    char vkey[LOCKER_SUBKEY_MAX];
+    locker_subkey(vkey, key, name);
     char dec[24];
     int n = snprintf(dec, sizeof dec, "%llu", (unsigned long long)epoch);
     char current[24] = "";
@@ -386,8 +417,12 @@ static int local_fenced_set(struct baton_locker *l, const char *key, const char 
     struct local_value *ev = value_find(ll, ekey, now);
     bool fenced_ok = ev != NULL && ev->len == (size_t)n && memcmp(ev->data, dec, (size_t)n) == 0;
     if (fenced_ok) {
-        value_put(ll, vkey, value, len, now + ttl_ms, now); /* takes vkey */
-        vkey = NULL;
+        if (value_put(ll, vkey, value, len, now + ttl_ms, now) != 0) {
+            pthread_mutex_unlock(&ll->mu);
+            snprintf(err, BATON_LOCKER_ERR_MAX, "local locker: fenced write %s:%s: out of memory",
+                     key, name);
+            return BATON_LOCKER_ERR;
+        }
     } else if (ev != NULL) {
         snprintf(current, sizeof current, "%.*s", (int)(ev->len < 23 ? ev->len : 23), ev->data);
     }
@@ -404,8 +439,6 @@ static int local_fenced_set(struct baton_locker *l, const char *key, const char 
                      key, name, dec);
         rc = BATON_LOCKER_LOST;
     }
-    free(vkey);
-    free(ekey);
     return rc;
 }
 
@@ -413,7 +446,8 @@ static int local_shared_get(struct baton_locker *l, const char *key, const char 
                             size_t len, char err[BATON_LOCKER_ERR_MAX])
 {
     struct local_locker *ll = (struct local_locker *)l;
-    char *vkey = locker_subkey(key, name);
+    char vkey[LOCKER_SUBKEY_MAX];
+    locker_subkey(vkey, key, name);
     int rc;
     size_t have = 0;
     pthread_mutex_lock(&ll->mu);
@@ -430,12 +464,11 @@ static int local_shared_get(struct baton_locker *l, const char *key, const char 
     }
     pthread_mutex_unlock(&ll->mu);
     if (rc == BATON_LOCKER_LOST)
-        snprintf(err, BATON_LOCKER_ERR_MAX, "local locker: %s is not set (or expired)", vkey);
+        snprintf(err, BATON_LOCKER_ERR_MAX, "local locker: %.200s is not set (or expired)", vkey);
     else if (rc == BATON_LOCKER_ERR)
         snprintf(err, BATON_LOCKER_ERR_MAX,
-                 "local locker: %s: value of %zu bytes exceeds the buffer of %zu (NUL included)",
+                 "local locker: %.160s: value of %zu bytes exceeds the buffer of %zu (NUL included)",
                  vkey, have, len);
-    free(vkey);
     return rc;
 }
 
@@ -488,7 +521,8 @@ static const struct locker_ops local_ops = {
 
 struct baton_locker *baton_locker_local_create(void)
 {
-    struct local_locker *ll = xcalloc(1, sizeof *ll);
+    struct local_locker *ll = calloc(1, sizeof *ll);
+    if (!ll) return NULL;
     ll->base.ops = &local_ops;
     pthread_mutex_init(&ll->mu, NULL);
     pthread_condattr_t ca;

@@ -55,8 +55,8 @@
 #include "guard/redis_conn.h"
 #include "guard/redis_conn_private.h"
 #include "guard/redis_sentinel.h"
-#include "common/log.h"
-#include "common/util.h"
+#include "guard/glog.h"
+#include "guard/util.h"
 
 #define EPOCH_KEY_MIN_TTL_MS (24LL * 3600 * 1000)
 #define RELEASED_SUFFIX ":released"
@@ -172,7 +172,7 @@ struct rconn {
     const char *role; /* "lease", "side" */
     bool ever_connected;
     char sha[S_COUNT][41]; /* of this connection's scripts ("" = use EVAL) */
-    struct log_ratelimit rl_break;
+    struct ratelimit rl_break;
     uint64_t switch_seen; /* sentinel switches counted before it connected */
 };
 
@@ -195,7 +195,7 @@ struct redis_locker {
     atomic_ullong generation; /* lease connection and subscriber only */
     struct redis_sentinel_watch *watch; /* +switch-master counter; NULL without sentinels */
 
-    struct log_ratelimit rl_sub_err; /* subscriber thread only */
+    struct ratelimit rl_sub_err; /* subscriber thread only */
     pthread_mutex_t sub_mu;
     pthread_cond_t sub_cv; /* CLOCK_MONOTONIC */
     bool sub_started;
@@ -213,8 +213,8 @@ static void conn_broken(struct redis_locker *rl, struct rconn *cn, const char *w
     snprintf(err, BATON_LOCKER_ERR_MAX, "redis %s: %s: %.100s", rl->where, what,
              cn->c && cn->c->errstr[0] ? cn->c->errstr : "connection lost");
     long long suppressed = 0;
-    if (log_ratelimit_ok(&cn->rl_break, 2000, &suppressed))
-        log_warn("locker", NULL,
+    if (ratelimit_ok(&cn->rl_break, 2000, &suppressed))
+        glog_warn("locker", NULL,
                  "%s; %s connection reconnects on the next call (%lld similar suppressed)", err,
                  cn->role, suppressed);
     if (cn->c) redisFree(cn->c);
@@ -229,8 +229,8 @@ static void conn_broken(struct redis_locker *rl, struct rconn *cn, const char *w
 static void conn_failover(struct redis_locker *rl, struct rconn *cn, const char *err)
 {
     long long suppressed = 0;
-    if (log_ratelimit_ok(&cn->rl_break, 2000, &suppressed))
-        log_warn("locker", NULL,
+    if (ratelimit_ok(&cn->rl_break, 2000, &suppressed))
+        glog_warn("locker", NULL,
                  "%s; %s connection dropped, reconnects on the next call (%lld similar "
                  "suppressed)", err, cn->role, suppressed);
     if (cn->c) redisFree(cn->c);
@@ -276,7 +276,7 @@ static void load_scripts(struct redis_locker *rl, struct rconn *cn)
             if (r->type == REDIS_REPLY_STRING && r->len == 40)
                 memcpy(cn->sha[i], r->str, 41);
             else
-                log_warn("locker", NULL, "redis %s: SCRIPT LOAD failed (%s); using EVAL",
+                glog_warn("locker", NULL, "redis %s: SCRIPT LOAD failed (%s); using EVAL",
                          rl->where, r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
         }
         freeReplyObject(r);
@@ -292,7 +292,7 @@ static bool ensure_conn(struct redis_locker *rl, struct rconn *cn, char err[BATO
 {
     uint64_t sw = redis_sentinel_watch_count(rl->watch);
     if (cn->c && sw != cn->switch_seen) {
-        log_info("locker", NULL, "redis %s: the sentinels switched the master; %s connection "
+        glog_info("locker", NULL, "redis %s: the sentinels switched the master; %s connection "
                  "reconnects", rl->where, cn->role);
         redisFree(cn->c);
         cn->c = NULL;
@@ -304,7 +304,7 @@ static bool ensure_conn(struct redis_locker *rl, struct rconn *cn, char err[BATO
     cn->switch_seen = sw;
     if (cn == &rl->lease) atomic_fetch_add(&rl->generation, 1);
     if (cn->ever_connected)
-        log_info("locker", NULL, "redis %s: %s connection re-established", rl->where, cn->role);
+        glog_info("locker", NULL, "redis %s: %s connection re-established", rl->where, cn->role);
     cn->ever_connected = true;
     load_scripts(rl, cn);
     if (cn->c == NULL) {
@@ -520,14 +520,20 @@ static void orphan_remove(struct redis_locker *rl, int i)
 static void orphan_add(struct redis_locker *rl, const char *key, const char *token)
 {
     if (rl->n_orphans == ORPHAN_MAX) {
-        log_warn("locker", NULL,
+        glog_warn("locker", NULL,
                  "redis %s: %d acquisitions with lost replies pending; forgetting the oldest "
                  "(on %s): if it ran, that key stays taken until its ttl",
                  rl->where, ORPHAN_MAX, rl->orphans[0].key);
         orphan_remove(rl, 0);
     }
+    char *k = strdup(key);
+    if (!k) {
+        glog_warn("locker", NULL, "redis locker: out of memory recording an orphaned acquisition "
+                  "of %s (on %s): if it ran, that key stays taken until its ttl", key, rl->where);
+        return;
+    }
     struct orphan *o = &rl->orphans[rl->n_orphans++];
-    o->key = xstrdup(key);
+    o->key = k;
     memcpy(o->token, token, sizeof o->token);
 }
 
@@ -545,10 +551,10 @@ static bool orphans_release(struct redis_locker *rl, const char *key, char err[B
                                    NULL, err);
         if (o == NULL && rl->lease.c == NULL) return false; /* kept for next time */
         if (o == NULL) {
-            log_warn("locker", NULL, "%s; forgetting that acquisition", err);
+            glog_warn("locker", NULL, "%s; forgetting that acquisition", err);
         } else {
             if (o->integer == 1)
-                log_info("locker", NULL,
+                glog_info("locker", NULL,
                          "redis %s: released %s taken by an acquisition whose reply was lost",
                          rl->where, key);
             freeReplyObject(o);
@@ -590,8 +596,8 @@ static void sub_deliver(struct redis_locker *rl, redisReply *r)
         /* e.g. an ACL without +subscribe or the &<prefix>:* channels:
          * standbys then learn of releases only at the lease's expiry */
         long long suppressed = 0;
-        if (log_ratelimit_ok(&rl->rl_sub_err, 60000, &suppressed))
-            log_error("locker", NULL,
+        if (ratelimit_ok(&rl->rl_sub_err, 60000, &suppressed))
+            glog_error("locker", NULL,
                       "redis %s: release subscriber: %s (standbys wait for the lease's expiry "
                       "instead of the release announcement; %lld similar suppressed)",
                       rl->where, r->str, suppressed);
@@ -666,7 +672,7 @@ static void *sub_main(void *arg)
     while (!atomic_load(&rl->sub_stop)) {
         if (sc && redis_sentinel_watch_count(rl->watch) != sub_switch_seen) {
             /* subscribed on the old master: announcements go to the new one */
-            log_debug("locker", NULL, "release subscriber on redis %s: the sentinels switched "
+            glog_debug("locker", NULL, "release subscriber on redis %s: the sentinels switched "
                       "the master; resubscribing", rl->where);
             sub_drop(rl, &sc);
         }
@@ -675,7 +681,7 @@ static void *sub_main(void *arg)
             sub_switch_seen = redis_sentinel_watch_count(rl->watch);
             sc = redis_conn_open(&rl->opts, err, sizeof err);
             if (sc == NULL) {
-                log_debug("locker", NULL, "release subscriber: %s", err);
+                glog_debug("locker", NULL, "release subscriber: %s", err);
                 sub_wait(rl, backoff_ms(attempt < 10 ? attempt : 10, 50, 500));
                 attempt++;
                 continue;
@@ -711,7 +717,7 @@ static void *sub_main(void *arg)
             }
         }
         if (broken) {
-            log_debug("locker", NULL, "release subscriber on redis %s: connection broke (%s)",
+            glog_debug("locker", NULL, "release subscriber on redis %s: connection broke (%s)",
                       rl->where, sc->errstr[0] ? sc->errstr : "closed");
             sub_drop(rl, &sc);
         }
@@ -725,7 +731,7 @@ static bool sub_ensure_started_locked(struct redis_locker *rl)
 {
     if (rl->sub_started) return true;
     if (pthread_create(&rl->sub_thread, NULL, sub_main, rl) != 0) {
-        log_error("locker", NULL, "redis %s: cannot start the release subscriber thread",
+        glog_error("locker", NULL, "redis %s: cannot start the release subscriber thread",
                   rl->where);
         return false;
     }
@@ -748,8 +754,12 @@ static struct sub_channel *channel_watch(struct redis_locker *rl, const char *ke
     if (!sub_ensure_started_locked(rl)) return NULL;
     struct sub_channel *ch = channel_find(rl, key, strlen(key));
     if (ch == NULL) {
-        ch = xcalloc(1, sizeof *ch);
-        ch->key = xstrdup(key);
+        ch = calloc(1, sizeof *ch);
+        if (ch) ch->key = strdup(key);
+        if (!ch || !ch->key) { /* out of memory: not watched, the standby polls */
+            free(ch);
+            return NULL;
+        }
         ch->next = rl->channels;
         rl->channels = ch;
         *created = true;
@@ -769,7 +779,8 @@ static int redis_try_lock(struct baton_locker *l, const char *key, int64_t ttl_m
         snprintf(err, BATON_LOCKER_ERR_MAX, "redis locker: no randomness for a token (%s)", key);
         return BATON_LOCKER_ERR;
     }
-    char *ekey = locker_subkey(key, "epoch");
+    char ekey[LOCKER_SUBKEY_MAX];
+    locker_subkey(ekey, key, "epoch");
     char ttl[24], ettl[24];
     int64_t et = ttl_ms * 2 > EPOCH_KEY_MIN_TTL_MS ? ttl_ms * 2 : EPOCH_KEY_MIN_TTL_MS;
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
@@ -786,7 +797,6 @@ static int redis_try_lock(struct baton_locker *l, const char *key, int64_t ttl_m
         if (r == NULL && lost) orphan_add(rl, key, token);
     }
     pthread_mutex_unlock(&rl->lease.mu);
-    free(ekey);
     if (r == NULL) return BATON_LOCKER_ERR;
     long long v = r->integer;
     freeReplyObject(r);
@@ -857,10 +867,10 @@ static int redis_renew(struct baton_locker *l, const char *key, const char *toke
     int64_t et = ttl_ms * 2 > EPOCH_KEY_MIN_TTL_MS ? ttl_ms * 2 : EPOCH_KEY_MIN_TTL_MS;
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
     snprintf(ettl, sizeof ettl, "%lld", (long long)et);
-    char *ekey = locker_subkey(key, "epoch");
+    char ekey[LOCKER_SUBKEY_MAX];
+    locker_subkey(ekey, key, "epoch");
     int rc = token_script(rl, S_RENEW, "renew", key, ekey, token, ttl, ettl, sent_ms, BATON_LOCKER_OK,
                           BATON_LOCKER_LOST, err);
-    free(ekey);
     return rc;
 }
 
@@ -997,7 +1007,7 @@ static int claim_lost_answer(struct redis_locker *rl, const char *key, char err[
     int rc = BATON_LOCKER_ERR;
     if (rep[0]->type == REDIS_REPLY_STRING) {
         rc = strcmp(rep[0]->str, rl->claim_value) == 0 ? BATON_LOCKER_OK : BATON_LOCKER_HELD;
-        log_info("locker", NULL, "redis %s: claim %.60s: its answer was lost (%s); the key holds %s",
+        glog_info("locker", NULL, "redis %s: claim %.60s: its answer was lost (%s); the key holds %s",
                  rl->where, key, err, rc == BATON_LOCKER_OK ? "this claim: taken" : "another claim: held");
     }
     freeReplyObject(rep[0]);
@@ -1047,13 +1057,13 @@ static int redis_holder(struct baton_locker *l, const char *key, char *buf, size
                         char err[BATON_LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
-    char *hkey = locker_subkey(key, "holder");
+    char hkey[LOCKER_SUBKEY_MAX];
+    locker_subkey(hkey, key, "holder");
     const char *get_argv[2] = {"GET", hkey};
     const char **argv[1] = {get_argv};
     const int argc[1] = {2};
     redisReply *r;
     bool ok = side_call(rl, 1, argc, argv, &r, "holder", err);
-    free(hkey);
     if (!ok) return BATON_LOCKER_ERR;
     int rc = BATON_LOCKER_LOST;
     if (r->type == REDIS_REPLY_STRING) {
@@ -1090,7 +1100,9 @@ static int redis_fenced_set(struct baton_locker *l, const char *key, const char 
                             char err[BATON_LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
-    char *ekey = locker_subkey(key, "epoch"), *vkey = locker_subkey(key, name);
+    char ekey[LOCKER_SUBKEY_MAX], vkey[LOCKER_SUBKEY_MAX];
+    locker_subkey(ekey, key, "epoch");
+    locker_subkey(vkey, key, name);
     char ep[24], ttl[24], what[BATON_LOCKER_ERR_MAX];
     snprintf(ep, sizeof ep, "%llu", (unsigned long long)epoch);
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
@@ -1102,8 +1114,6 @@ static int redis_fenced_set(struct baton_locker *l, const char *key, const char 
     redisReply *r = run_script_on(rl, &rl->side, S_FENCED_SET, 2, 5, ka, kalen, what, NULL, NULL,
                                   NULL, NULL, err);
     pthread_mutex_unlock(&rl->side.mu);
-    free(ekey);
-    free(vkey);
     if (r == NULL) return BATON_LOCKER_ERR;
     long long v = r->integer;
     freeReplyObject(r);
@@ -1121,7 +1131,8 @@ static int redis_shared_get(struct baton_locker *l, const char *key, const char 
                             size_t len, char err[BATON_LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
-    char *vkey = locker_subkey(key, name);
+    char vkey[LOCKER_SUBKEY_MAX];
+    locker_subkey(vkey, key, name);
     char what[BATON_LOCKER_ERR_MAX];
     snprintf(what, sizeof what, "shared read %.150s", vkey);
     const char *get_argv[2] = {"GET", vkey};
@@ -1129,7 +1140,6 @@ static int redis_shared_get(struct baton_locker *l, const char *key, const char 
     const int argc[1] = {2};
     redisReply *r;
     bool ok = side_call(rl, 1, argc, argv, &r, what, err);
-    free(vkey);
     if (!ok) {
         err_label(rl, what, err);
         return BATON_LOCKER_ERR;
@@ -1161,15 +1171,15 @@ static int redis_inspect(struct baton_locker *l, const char *key, struct baton_l
                          char err[BATON_LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
-    char *ekey = locker_subkey(key, "epoch"), *hkey = locker_subkey(key, "holder");
+    char ekey[LOCKER_SUBKEY_MAX], hkey[LOCKER_SUBKEY_MAX];
+    locker_subkey(ekey, key, "epoch");
+    locker_subkey(hkey, key, "holder");
     const char *a0[2] = {"GET", key}, *a1[2] = {"PTTL", key}, *a2[2] = {"GET", ekey},
                *a3[2] = {"GET", hkey};
     const char **argv[4] = {a0, a1, a2, a3};
     const int argc[4] = {2, 2, 2, 2};
     redisReply *r[4];
     bool ok = side_call(rl, 4, argc, argv, r, "inspect", err);
-    free(ekey);
-    free(hkey);
     if (!ok) return BATON_LOCKER_ERR;
     int rc = BATON_LOCKER_OK;
     for (int i = 0; i < 4; i++)
@@ -1220,9 +1230,13 @@ static const struct locker_ops redis_ops = {
 struct baton_locker *baton_locker_redis_create(const struct baton_redis_opts *opts, char err[BATON_LOCKER_ERR_MAX])
 {
     err[0] = '\0';
-    struct redis_locker *rl = xcalloc(1, sizeof *rl);
+    struct redis_locker *rl = calloc(1, sizeof *rl);
+    if (!rl || baton_redis_opts_copy(&rl->opts, opts) != 0) {
+        free(rl);
+        snprintf(err, BATON_LOCKER_ERR_MAX, "redis locker: out of memory");
+        return NULL;
+    }
     rl->base.ops = &redis_ops;
-    baton_redis_opts_copy(&rl->opts, opts);
     if (rl->opts.n_sentinels > 0)
         snprintf(rl->where, sizeof rl->where, "sentinel master %.100s",
                  rl->opts.master_name ? rl->opts.master_name : "");
@@ -1266,7 +1280,7 @@ struct baton_locker *baton_locker_redis_create(const struct baton_redis_opts *op
             redis_destroy(&rl->base);
             return NULL;
         }
-        log_warn("locker", NULL, "%s (will keep retrying)", cerr);
+        glog_warn("locker", NULL, "%s (will keep retrying)", cerr);
     } else {
         rl->lease.ever_connected = true;
         atomic_fetch_add(&rl->generation, 1);

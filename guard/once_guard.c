@@ -1,13 +1,13 @@
 /* OnceGuard: one SET NX per delivery identity; the winner proceeds. */
-#include "guard/once_guard.h"
+#include "baton/once_guard.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "guard/locker.h"
 #include "guard/scope.h"
-#include "common/log.h"
-#include "common/util.h"
+#include "guard/glog.h"
+#include "guard/util.h"
 
 #define ONCE_DEFAULT_TTL_MS (3600LL * 1000)
 
@@ -18,19 +18,24 @@ struct baton_once_guard {
     char *log_name;
     int64_t ttl_ms;
     bool fail_open;
-    struct log_ratelimit rl;
+    struct ratelimit rl;
     struct baton_once_guard_stats stats;
 };
 
 struct baton_once_guard *baton_once_guard_create(struct baton_locker *locker, const char *scope,
                                      const struct baton_once_guard_options *opts)
 {
-    struct baton_once_guard *g = xcalloc(1, sizeof *g);
+    struct baton_once_guard *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
     g->locker = locker;
-    g->scope = xstrdup(scope ? scope : "");
-    g->prefix = xstrdup(opts && opts->prefix && opts->prefix[0] ? opts->prefix
-                                                                 : GUARD_DEFAULT_PREFIX);
-    g->log_name = opts && opts->log_name ? xstrdup(opts->log_name) : NULL;
+    g->scope = strdup(scope ? scope : "");
+    g->prefix = strdup(opts && opts->prefix && opts->prefix[0] ? opts->prefix
+                                                                : GUARD_DEFAULT_PREFIX);
+    g->log_name = opts && opts->log_name ? strdup(opts->log_name) : NULL;
+    if (!g->scope || !g->prefix || (opts && opts->log_name && !g->log_name)) {
+        baton_once_guard_destroy(g);
+        return NULL;
+    }
     g->ttl_ms = opts && opts->ttl_ms > 0 ? opts->ttl_ms : ONCE_DEFAULT_TTL_MS;
     g->fail_open = opts ? opts->fail_open : false;
     return g;
@@ -45,8 +50,8 @@ static bool on_failure(struct baton_once_guard *g, const char *key, const char *
     else
         atomic_fetch_add(&g->stats.skipped, 1);
     long long suppressed = 0;
-    if (log_ratelimit_ok(&g->rl, 1000, &suppressed))
-        log_warn("baton_once_guard", g->log_name, "%s %s: %s (%s; %lld similar suppressed)", g->scope,
+    if (ratelimit_ok(&g->rl, 1000, &suppressed))
+        glog_warn("once_guard", g->log_name, "%s %s: %s (%s; %lld similar suppressed)", g->scope,
                  key ? key : "(null)", why,
                  g->fail_open ? "fail-open: allowed" : "fail-closed: skipped", suppressed);
     return g->fail_open;
@@ -68,12 +73,12 @@ bool baton_once_guard_allow(struct baton_once_guard *g, const char *key)
     int rc = baton_locker_claim(g->locker, full, g->ttl_ms, err);
     if (rc == BATON_LOCKER_OK) {
         atomic_fetch_add(&g->stats.allowed, 1);
-        log_debug("baton_once_guard", g->log_name, "%s: allowed", full);
+        glog_debug("once_guard", g->log_name, "%s: allowed", full);
         return true;
     }
     if (rc == BATON_LOCKER_HELD) {
         atomic_fetch_add(&g->stats.skipped, 1);
-        log_debug("baton_once_guard", g->log_name, "%s: already taken elsewhere, skipped", full);
+        glog_debug("once_guard", g->log_name, "%s: already taken elsewhere, skipped", full);
         return false;
     }
     return on_failure(g, key, err[0] ? err : baton_locker_status_name(rc));

@@ -13,8 +13,8 @@
 #include "guard/redis_conn_private.h"
 #include "guard/redis_sentinel.h"
 #include "guard/redis_tls.h"
-#include "common/log.h"
-#include "common/util.h"
+#include "guard/glog.h"
+#include "guard/util.h"
 
 static struct timeval ms_to_tv(int64_t ms)
 {
@@ -32,7 +32,7 @@ static pthread_once_t bounded_once = PTHREAD_ONCE_INIT;
 static void *bounded_create_array(const redisReadTask *task, int elements)
 {
     if (elements < 0 || elements > REDIS_MAX_ARRAY_ELEMENTS) {
-        log_warn("redis", NULL,
+        glog_warn("redis", NULL,
                  "refusing an array reply of %d elements (limit %d): misbehaving server or "
                  "corrupt stream; the connection is dropped",
                  elements, REDIS_MAX_ARRAY_ELEMENTS);
@@ -200,7 +200,7 @@ static redisContext *open_at(const struct baton_redis_opts *o, const char *at_ho
  * at the sentinels' word, with a warning. */
 static int role_of(redisContext *c, const char *label, const char **what, char *err, size_t errlen)
 {
-    static struct log_ratelimit rl_role;
+    static struct ratelimit rl_role;
     *what = "replica";
     redisReply *r = redisCommand(c, "ROLE");
     if (r == NULL) {
@@ -211,8 +211,8 @@ static int role_of(redisContext *c, const char *label, const char **what, char *
     int role = 0;
     if (r->type == REDIS_REPLY_ERROR) {
         long long supp = 0;
-        if (log_ratelimit_ok(&rl_role, 60000, &supp))
-            log_warn("redis", NULL, "redis %s: ROLE refused (%.100s): cannot verify that the "
+        if (ratelimit_ok(&rl_role, 60000, &supp))
+            glog_warn("redis", NULL, "redis %s: ROLE refused (%.100s): cannot verify that the "
                      "sentinels' answer is the master (%lld similar suppressed)", label, r->str,
                      supp);
         role = 1;
@@ -276,32 +276,49 @@ redisContext *redis_conn_open(const struct baton_redis_opts *o, char *err, size_
     return redis_conn_open_ex(o, err, errlen, NULL);
 }
 
-static char *dup_or_null(const char *s)
+/* strdup that keeps NULL and notes a failed copy in *oom. */
+static char *dup_or_null(const char *s, bool *oom)
 {
-    return s ? xstrdup(s) : NULL;
+    if (!s) return NULL;
+    char *d = strdup(s);
+    if (!d) *oom = true;
+    return d;
 }
 
-void baton_redis_opts_copy(struct baton_redis_opts *dst, const struct baton_redis_opts *src)
+int baton_redis_opts_copy(struct baton_redis_opts *dst, const struct baton_redis_opts *src)
 {
-    if (dst == NULL) return;
+    if (dst == NULL) return -1;
     if (src == NULL) {
         memset(dst, 0, sizeof *dst);
-        return;
+        return 0;
     }
+    bool oom = false;
     *dst = *src;
-    dst->host = dup_or_null(src->host);
-    dst->user = dup_or_null(src->user);
-    dst->password = dup_or_null(src->password);
-    dst->tls.ca_file = dup_or_null(src->tls.ca_file);
-    dst->tls.cert_file = dup_or_null(src->tls.cert_file);
-    dst->tls.key_file = dup_or_null(src->tls.key_file);
-    dst->tls.server_name = dup_or_null(src->tls.server_name);
-    dst->master_name = dup_or_null(src->master_name);
+    dst->host = dup_or_null(src->host, &oom);
+    dst->user = dup_or_null(src->user, &oom);
+    dst->password = dup_or_null(src->password, &oom);
+    dst->tls.ca_file = dup_or_null(src->tls.ca_file, &oom);
+    dst->tls.cert_file = dup_or_null(src->tls.cert_file, &oom);
+    dst->tls.key_file = dup_or_null(src->tls.key_file, &oom);
+    dst->tls.server_name = dup_or_null(src->tls.server_name, &oom);
+    dst->master_name = dup_or_null(src->master_name, &oom);
     dst->sentinels = NULL;
+    dst->n_sentinels = 0;
     if (src->n_sentinels) {
-        dst->sentinels = xcalloc(src->n_sentinels, sizeof *dst->sentinels);
-        for (size_t i = 0; i < src->n_sentinels; i++) dst->sentinels[i] = xstrdup(src->sentinels[i]);
+        dst->sentinels = calloc(src->n_sentinels, sizeof *dst->sentinels);
+        if (dst->sentinels) {
+            dst->n_sentinels = src->n_sentinels;
+            for (size_t i = 0; i < src->n_sentinels; i++)
+                dst->sentinels[i] = dup_or_null(src->sentinels[i], &oom);
+        } else {
+            oom = true;
+        }
     }
+    if (oom) {
+        baton_redis_opts_clear(dst);
+        return -1;
+    }
+    return 0;
 }
 
 void baton_redis_opts_clear(struct baton_redis_opts *o)

@@ -9,33 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* TLS for a Redis connection (hiredis 0.14 has none: see guard/redis_tls.h).
- * enabled = false: plain TCP. Never falls back to plain text. */
-struct baton_redis_tls_opts {
-    bool enabled;
-    char *ca_file;     /* CA bundle verifying the server; NULL = the system's */
-    char *cert_file;   /* client certificate (optional, with key_file) */
-    char *key_file;
-    char *server_name; /* name checked in the server certificate and sent as
-                        * SNI; NULL = the host connected to */
-};
-
-struct baton_redis_opts {
-    char *host;               /* default "127.0.0.1" */
-    int port;                 /* default 6379 */
-    int db;                   /* default 0 */
-    char *user;               /* ACL user or NULL */
-    char *password;           /* resolved secret or NULL */
-    int64_t connect_timeout_ms; /* default 1000 */
-    int64_t command_timeout_ms; /* default 1000 */
-    struct baton_redis_tls_opts tls;  /* also used for the sentinels */
-    /* Sentinel: with n_sentinels > 0 the master of master_name is asked of
-     * the sentinels ("host:port", tried in order) on every connect, and
-     * host/port are not used. */
-    char **sentinels;
-    size_t n_sentinels;
-    char *master_name;
-};
+#include "baton/redis.h"
 
 /* Returns a connected, authenticated context with db selected, or NULL with
  * err naming host:port and the reason ("connection refused", "WRONGPASS ..."). */
@@ -52,7 +26,8 @@ redisContext *redis_conn_open(const struct baton_redis_opts *o, char *err, size_
  * context it returns. */
 void redis_reader_bound(redisReader *reader);
 /* Deep copy / free of the strings in opts. */
-void baton_redis_opts_copy(struct baton_redis_opts *dst, const struct baton_redis_opts *src);
+/* baton_redis_opts_copy: 0, or -1 out of memory (dst then cleared). */
+int baton_redis_opts_copy(struct baton_redis_opts *dst, const struct baton_redis_opts *src);
 void baton_redis_opts_clear(struct baton_redis_opts *o);
 
 #endif

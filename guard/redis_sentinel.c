@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "guard/redis_conn_private.h"
-#include "common/log.h"
-#include "common/util.h"
+#include "guard/glog.h"
+#include "guard/util.h"
 
 #define DEFAULT_SENTINEL_PORT 26379
 #define SWITCH_CHANNEL "+switch-master"
@@ -196,7 +196,8 @@ static char *key_of(const struct baton_redis_opts *o)
 {
     size_t n = strlen(o->master_name) + 2;
     for (size_t i = 0; i < o->n_sentinels; i++) n += strlen(o->sentinels[i]) + 1;
-    char *k = xmalloc(n), *p = k;
+    char *k = malloc(n), *p = k;
+    if (!k) return NULL;
     p += sprintf(p, "%s\n", o->master_name);
     for (size_t i = 0; i < o->n_sentinels; i++) p += sprintf(p, "%s\n", o->sentinels[i]);
     return k;
@@ -246,7 +247,7 @@ static void on_message(struct redis_sentinel_watch *w, const char *sentinel, red
     snprintf(addr, sizeof addr, "%s:%s", nh, np);
     set_addr(w, addr, true);
     atomic_fetch_add(&w->count, 1);
-    log_info("redis", NULL, "sentinel %s: +switch-master %s: %s:%s -> %s (reconnecting to it)",
+    glog_info("redis", NULL, "sentinel %s: +switch-master %s: %s:%s -> %s (reconnecting to it)",
              sentinel, name, oh, op, addr);
 }
 
@@ -285,10 +286,10 @@ static bool watch_on(struct redis_sentinel_watch *w, redisContext *c, const char
     set_addr(w, addr, true);
     if (moved) {
         atomic_fetch_add(&w->count, 1);
-        log_info("redis", NULL, "sentinel %s: master %s is now %s (switched while unwatched)",
+        glog_info("redis", NULL, "sentinel %s: master %s is now %s (switched while unwatched)",
                  sentinel, name, addr);
     }
-    log_debug("redis", NULL, "sentinel %s: watching +switch-master of %s (now %s)", sentinel, name,
+    glog_debug("redis", NULL, "sentinel %s: watching +switch-master of %s (now %s)", sentinel, name,
               addr);
 
     int64_t interval = mto_of(&w->o);
@@ -302,7 +303,7 @@ static bool watch_on(struct redis_sentinel_watch *w, redisContext *c, const char
         }
         if (n == 0) {
             if (ping_out) {
-                log_warn("redis", NULL, "sentinel %s: no answer to PING within %lld ms; watching "
+                glog_warn("redis", NULL, "sentinel %s: no answer to PING within %lld ms; watching "
                          "another sentinel", sentinel, (long long)interval);
                 return true;
             }
@@ -313,7 +314,7 @@ static bool watch_on(struct redis_sentinel_watch *w, redisContext *c, const char
         }
         if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         if (redisBufferRead(c) != REDIS_OK) {
-            log_info("redis", NULL, "sentinel %s: connection lost (%s); watching another sentinel",
+            glog_info("redis", NULL, "sentinel %s: connection lost (%s); watching another sentinel",
                      sentinel, c->errstr[0] ? c->errstr : "closed");
             return true;
         }
@@ -335,7 +336,7 @@ static void *watch_main(void *arg)
     struct redis_sentinel_watch *w = arg;
     size_t idx = 0;
     unsigned fails = 0;
-    struct log_ratelimit rl = {0};
+    struct ratelimit rl = {0};
     while (!atomic_load(&w->stop)) {
         const char *s = w->o.sentinels[idx % w->o.n_sentinels];
         idx++;
@@ -351,8 +352,8 @@ static void *watch_main(void *arg)
         }
         if (!connected) {
             long long supp = 0;
-            if (log_ratelimit_ok(&rl, 10000, &supp))
-                log_warn("redis", NULL, "sentinel %s: %s (watching %s; %lld similar suppressed)",
+            if (ratelimit_ok(&rl, 10000, &supp))
+                glog_warn("redis", NULL, "sentinel %s: %s (watching %s; %lld similar suppressed)",
                          s, why, w->o.master_name, supp);
         }
         if (atomic_load(&w->stop)) break;
@@ -372,6 +373,7 @@ struct redis_sentinel_watch *redis_sentinel_watch_acquire(const struct baton_red
 {
     if (o == NULL || o->n_sentinels == 0 || o->master_name == NULL) return NULL;
     char *key = key_of(o);
+    if (!key) return NULL; /* out of memory: no watch, the master is asked on each connect */
     pthread_mutex_lock(&reg_mu);
     struct redis_sentinel_watch *w = reg_find(key);
     if (w) {
@@ -380,10 +382,15 @@ struct redis_sentinel_watch *redis_sentinel_watch_acquire(const struct baton_red
         free(key);
         return w;
     }
-    w = xcalloc(1, sizeof *w);
+    w = calloc(1, sizeof *w);
+    if (!w || baton_redis_opts_copy(&w->o, o) != 0) {
+        pthread_mutex_unlock(&reg_mu);
+        free(w);
+        free(key);
+        return NULL;
+    }
     w->key = key;
     w->refs = 1;
-    baton_redis_opts_copy(&w->o, o);
     free(w->o.password); /* not used towards sentinels */
     w->o.password = NULL;
     atomic_init(&w->stop, false);
@@ -391,10 +398,10 @@ struct redis_sentinel_watch *redis_sentinel_watch_acquire(const struct baton_red
     pthread_mutex_init(&w->mu, NULL);
     w->wake[0] = w->wake[1] = -1;
     if (pipe2(w->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
-        log_error("redis", NULL, "sentinel watcher of %s: pipe: %s; failovers are followed on "
+        glog_error("redis", NULL, "sentinel watcher of %s: pipe: %s; failovers are followed on "
                   "errors only", o->master_name, strerror(errno));
     } else if (pthread_create(&w->thread, NULL, watch_main, w) != 0) {
-        log_error("redis", NULL, "sentinel watcher of %s: cannot start its thread; failovers "
+        glog_error("redis", NULL, "sentinel watcher of %s: cannot start its thread; failovers "
                   "are followed on errors only", o->master_name);
     } else {
         w->started = true;
@@ -452,6 +459,7 @@ void redis_sentinel_note_master(const struct baton_redis_opts *o, const char *ho
 {
     if (o == NULL || o->n_sentinels == 0 || o->master_name == NULL) return;
     char *key = key_of(o);
+    if (!key) return;
     char addr[300];
     snprintf(addr, sizeof addr, "%s:%d", host, port);
     pthread_mutex_lock(&reg_mu);

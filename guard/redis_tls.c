@@ -54,8 +54,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "common/log.h"
-#include "common/util.h"
+#include "guard/glog.h"
+#include "guard/util.h"
 
 #define BRIDGE_BUF 16384 /* one TLS record of plaintext */
 #define BRIDGE_ROUNDS 16 /* pump rounds per connection before polling again */
@@ -160,9 +160,9 @@ static void session_ended(struct bridge_conn *b, int ssl_err, int ret)
     errno = saved;
     ssl_reason(b->ssl, ssl_err, ret, false, why, sizeof why);
     if (eof)
-        log_debug("redis", NULL, "redis %s: TLS: %s", b->where, why);
+        glog_debug("redis", NULL, "redis %s: TLS: %s", b->where, why);
     else
-        log_warn("redis", NULL, "redis %s: TLS: %s; connection closed", b->where, why);
+        glog_warn("redis", NULL, "redis %s: TLS: %s; connection closed", b->where, why);
     ERR_clear_error();
     b->net_done = true;
     b->up_len = b->up_off = 0;
@@ -321,9 +321,16 @@ static void *bridge_main(void *arg)
             pp = &b->next;
         }
         if (2 * n_conns + 1 > cap) {
-            cap = 2 * n_conns + 16;
-            pfd = xrealloc(pfd, cap * sizeof *pfd);
-            owner = xrealloc(owner, cap * sizeof *owner);
+            size_t want = 2 * n_conns + 16;
+            struct pollfd *npfd = realloc(pfd, want * sizeof *pfd);
+            if (npfd) pfd = npfd;
+            struct bridge_conn **nowner = npfd ? realloc(owner, want * sizeof *owner) : NULL;
+            if (nowner) owner = nowner;
+            if (!npfd || !nowner) { /* out of memory: try again shortly */
+                poll(NULL, 0, 10);
+                continue;
+            }
+            cap = want;
         }
         size_t np = 0;
         pfd[np] = (struct pollfd){.fd = wake_fd, .events = POLLIN};
@@ -340,7 +347,7 @@ static void *bridge_main(void *arg)
         }
         int r = poll(pfd, (nfds_t)np, busy ? 0 : -1);
         if (r < 0) {
-            if (errno != EINTR) log_warn("redis", NULL, "TLS bridge: poll: %s", strerror(errno));
+            if (errno != EINTR) glog_warn("redis", NULL, "TLS bridge: poll: %s", strerror(errno));
             continue;
         }
         if (pfd[0].revents) {
@@ -619,8 +626,16 @@ int redis_tls_connect(const struct baton_redis_tls_opts *t, const char *host, in
         return -1;
     }
     fcntl(sv[1], F_SETFL, fcntl(sv[1], F_GETFL) | O_NONBLOCK);
-    log_debug("redis", NULL, "redis %s: TLS: %s, %s", where, SSL_get_version(ssl), SSL_get_cipher(ssl));
-    struct bridge_conn *b = xcalloc(1, sizeof *b);
+    glog_debug("redis", NULL, "redis %s: TLS: %s, %s", where, SSL_get_version(ssl), SSL_get_cipher(ssl));
+    struct bridge_conn *b = calloc(1, sizeof *b);
+    if (!b) {
+        snprintf(err, errlen, "redis %s: TLS: out of memory", where);
+        SSL_free(ssl);
+        close(fd);
+        close(sv[0]);
+        close(sv[1]);
+        return -1;
+    }
     b->ssl = ssl;
     b->net = fd;
     b->local = sv[1];

@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "guard/active_guard.h"
+#include "baton/active_guard.h"
 #include "endpoints/redis_settings.h"
 #include "guard/locker.h"
 #include "common/util.h"

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "guard/active_guard.h"
+#include "baton/active_guard.h"
 #include "common/message.h"
 #include "src/sink.h"
 

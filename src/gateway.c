@@ -29,9 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "guard/active_guard.h"
+#include "baton/active_guard.h"
 #include "guard/locker.h"
-#include "guard/once_guard.h"
+#include "baton/once_guard.h"
 #include "guard/scope.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -70,9 +70,9 @@ struct gw_endpoint {
     pthread_mutex_t source_mu; /* guards source */
     char source[256];          /* host->set_source: the server in use, "" = none */
 
-    struct log_ratelimit rl_queue_full;
-    struct log_ratelimit rl_not_leader;
-    struct log_ratelimit rl_sink_failed;
+    struct ratelimit rl_queue_full;
+    struct ratelimit rl_not_leader;
+    struct ratelimit rl_sink_failed;
 };
 
 /* What the HTTP pages show of the backend, refreshed by the observer thread
@@ -124,7 +124,7 @@ static uint64_t host_epoch(const struct endpoint_host *h)
 static void drop_message(struct gw_endpoint *e, struct message *m, enum msg_outcome o)
 {
     atomic_ullong *counter;
-    struct log_ratelimit *rl;
+    struct ratelimit *rl;
     switch (o) {
     case MSG_DROPPED_QUEUE_FULL:
         counter = &e->stats.dropped_queue_full;
@@ -155,7 +155,7 @@ static void drop_message(struct gw_endpoint *e, struct message *m, enum msg_outc
     }
     unsigned long long total = atomic_fetch_add_explicit(counter, 1, memory_order_relaxed) + 1;
     long long suppressed = 0;
-    if (rl == NULL || log_ratelimit_ok(rl, 5000, &suppressed))
+    if (rl == NULL || ratelimit_ok(rl, 5000, &suppressed))
         log_warn("gateway", e->cfg->name, "dropped message%s%s (%s; %llu dropped for this reason so far, %lld warnings suppressed)",
                  m->id[0] ? " id=" : "", m->id, msg_outcome_name(o), total, suppressed);
     message_finish(m, o);

@@ -10,7 +10,7 @@
 #include "common/log.h"
 
 static int64_t watchdog_period_ms; /* 0: no pings (not armed, or stopped) */
-static struct log_ratelimit ping_fail_rl;
+static struct ratelimit ping_fail_rl;
 
 static bool notify_socket_set(void)
 {
@@ -86,7 +86,7 @@ void notify_watchdog_ping(void)
     if (!watchdog_period_ms) return;
     int rc = send_state("WATCHDOG=1");
     long long suppressed = 0;
-    if (rc < 0 && log_ratelimit_ok(&ping_fail_rl, 60000, &suppressed))
+    if (rc < 0 && ratelimit_ok(&ping_fail_rl, 60000, &suppressed))
         log_warn("notify", NULL, "cannot send WATCHDOG=1 (NOTIFY_SOCKET %s): %s (%lld more failures in the "
                  "last minute not logged)", getenv("NOTIFY_SOCKET"), strerror(-rc), suppressed);
 }

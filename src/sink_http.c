@@ -29,7 +29,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "common/curl_dl.h"
+#include "guard/curl_dl.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/util.h"

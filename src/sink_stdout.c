@@ -51,7 +51,7 @@ struct stdout_sink {
     int fd;       /* as configured (identifies the shared descriptor) */
     int wfd;      /* what we write to */
     enum out_mode mode;
-    struct log_ratelimit rl;
+    struct ratelimit rl;
 };
 
 /* One lock for every instance: they share the descriptor. */
@@ -274,7 +274,7 @@ static void stdout_send(void *sink, struct message *const *msgs, size_t n,
     if (done < n && st.why == MSG_DROPPED_SINK_FAILED) {
         call->attempt_errors++;
         long long suppressed = 0;
-        if (log_ratelimit_ok(&k->rl, 1000, &suppressed)) {
+        if (ratelimit_ok(&k->rl, 1000, &suppressed)) {
             char ep[128];
             sink_envelope_endpoint(msgs[done], ep, sizeof ep);
             log_error("sink_stdout", ep[0] ? ep : NULL,

@@ -44,7 +44,7 @@ struct warm {
     atomic_llong lag_since_ms; /* dirty_since_ms, readable without the lock (0 = clean) */
 
     struct warm_stats stats;
-    struct log_ratelimit rl_mark, rl_cover;
+    struct ratelimit rl_mark, rl_cover;
     unsigned long long overflow_seen; /* evicted_overflow at the last trim */
 };
 
@@ -193,7 +193,7 @@ static void check_cover(struct warm *w, const struct replay_ring_stats *s)
     int64_t need = w->rc.takeover_ms;
     if (!overflowed || need <= 0 || span >= need) return;
     long long supp = 0;
-    if (!log_ratelimit_ok(&w->rl_cover, 60000, &supp)) return;
+    if (!ratelimit_ok(&w->rl_cover, 60000, &supp)) return;
     double want = span > 0 ? (double)s->bytes * (double)need / (double)span * 1.5 : 0;
     log_warn(COMPONENT, w->name,
              "replay ring holds only %" PRId64 " ms of messages (%zu messages, %zu bytes, "
@@ -409,7 +409,7 @@ static void write_mark_locked(struct warm *w, int64_t now, bool force)
             w->dirty_since_ms = since;
         }
         long long supp = 0;
-        if (log_ratelimit_ok(&w->rl_mark, 5000, &supp))
+        if (ratelimit_ok(&w->rl_mark, 5000, &supp))
             log_warn(COMPONENT, w->name,
                      "cannot write the replay mark: %s (a crash now repeats more messages; %lld "
                      "similar lines suppressed)", err[0] ? err : "mark too long", supp);

@@ -32,10 +32,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "guard/active_guard.h"
+#include "baton/active_guard.h"
 #include "guard/etcd_conn.h"
 #include "guard/locker.h"
-#include "guard/once_guard.h"
+#include "baton/once_guard.h"
 #include "guard/redis_conn.h"
 #include "common/log.h"
 #include "common/util.h"

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "guard/active_guard.h"
+#include "baton/active_guard.h"
 #include "guard/locker.h"
 #include "common/log.h"
 #include "common/util.h"

@@ -23,7 +23,7 @@
 
 #include <cmocka.h>
 
-#include "guard/active_guard.h"
+#include "baton/active_guard.h"
 #include "src/config.h"
 #include "src/config_test.h"
 

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "guard/locker.h"
-#include "guard/once_guard.h"
+#include "baton/once_guard.h"
 #include "guard/scope.h"
 #include "common/log.h"
 

@@ -164,13 +164,13 @@ static void test_log_levels_and_ratelimit(void **state)
     assert_int_equal(log_get_level(), LOG_WARN);
     log_set_level(LOG_INFO);
 
-    struct log_ratelimit rl = {0};
+    struct ratelimit rl = {0};
     long long sup = -1;
-    assert_true(log_ratelimit_ok(&rl, 200, &sup));
+    assert_true(ratelimit_ok(&rl, 200, &sup));
     assert_int_equal(sup, 0);
-    for (int i = 0; i < 50; i++) assert_false(log_ratelimit_ok(&rl, 200, &sup));
+    for (int i = 0; i < 50; i++) assert_false(ratelimit_ok(&rl, 200, &sup));
     sleep_ms_cancellable(220, NULL);
-    assert_true(log_ratelimit_ok(&rl, 200, &sup));
+    assert_true(ratelimit_ok(&rl, 200, &sup));
     assert_int_equal(sup, 50);
 }
 

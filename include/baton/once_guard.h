@@ -26,7 +26,8 @@ struct baton_once_guard_stats {
 };
 
 /* locker NULL = single-process mode: always allow. The guard keeps its own
- * copies of scope and prefix; it does not own the locker. */
+ * copies of scope and prefix; it does not own the locker. NULL when out of
+ * memory. */
 struct baton_once_guard *baton_once_guard_create(struct baton_locker *locker, const char *scope,
                                      const struct baton_once_guard_options *opts);
 bool baton_once_guard_allow(struct baton_once_guard *g, const char *key);

@@ -1,5 +1,5 @@
 /* See curl_dl.h. */
-#include "common/curl_dl.h"
+#include "guard/curl_dl.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/log.h"
+#include "guard/glog.h"
 
 CURL *(*sym_curl_easy_init)(void);
 CURLcode (*sym_curl_easy_setopt)(CURL *, CURLoption, ...);
@@ -87,7 +87,7 @@ static void load_once(void)
         snprintf(load_err, sizeof load_err, "curl_global_init failed: %s", sym_curl_easy_strerror(rc));
         return;
     }
-    log_debug("sink_http", NULL, "loaded %s", lib);
+    glog_debug("sink_http", NULL, "loaded %s", lib);
     load_rc = 0;
 }
 

@@ -1,0 +1,63 @@
+/* The guard library's own small helpers: clocks, randomness, sleeping,
+ * back-off, base64, a rate limiter. Internal to libbaton-guard (hidden in the
+ * shared library, not installed); the daemon reaches them through
+ * common/util.h, so the tree has one copy of each. */
+#ifndef BATON_GUARD_UTIL_H
+#define BATON_GUARD_UTIL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "baton/locker.h" /* BATON_TOKEN_LEN */
+
+/* CLOCK_MONOTONIC in milliseconds / microseconds. */
+int64_t clock_mono_ms(void);
+int64_t clock_mono_us(void);
+/* CLOCK_BOOTTIME in milliseconds: like CLOCK_MONOTONIC, but it keeps running
+ * while the machine or VM is suspended. Lease deadlines use it, so a resumed
+ * leader sees its lease as expired instead of believing it still runs. */
+int64_t clock_boot_ms(void);
+/* CLOCK_REALTIME in milliseconds since the epoch. */
+int64_t clock_wall_ms(void);
+/* The absolute time ms milliseconds from now on clock (CLOCK_MONOTONIC or
+ * CLOCK_REALTIME), for pthread_cond_timedwait; negative ms counts as 0. */
+struct timespec clock_deadline(clockid_t clock, int64_t ms);
+
+/* Fills buf with len bytes from the OS (getrandom). Returns 0 or -1. */
+int random_bytes(void *buf, size_t len);
+/* 128 random bits as 32 lowercase hex characters plus NUL (33 bytes). */
+#define RANDOM_TOKEN_LEN BATON_TOKEN_LEN
+int random_token(char out[RANDOM_TOKEN_LEN]);
+/* Uniform in [0, n) from a thread-local xorshift seeded from the OS; for
+ * jitter only, never for tokens. */
+uint32_t random_jitter(uint32_t n);
+
+/* Sleeps up to ms milliseconds, returning early (true) once *cancel becomes
+ * true; checks at least every 20 ms. cancel may be NULL. */
+bool sleep_ms_cancellable(int64_t ms, const atomic_bool *cancel);
+
+/* Exponential backoff with full jitter: min(cap, base * 2^attempt) scaled by a
+ * random factor in [0.5, 1.0]. */
+int64_t backoff_ms(unsigned attempt, int64_t base_ms, int64_t cap_ms);
+
+/* hostname, cached; never NULL. */
+const char *util_hostname(void);
+
+/* Standard base64 with padding: the encoded length of n bytes, and the
+ * encoding written to out (base64_encoded_len(n) bytes, no NUL). */
+size_t base64_encoded_len(size_t n);
+void base64_encode(const void *data, size_t n, char *out);
+
+/* Rate limiter for repeated warnings (drops, reconnect loops): returns true
+ * at most once per interval_ms per limiter; *suppressed receives how many
+ * calls were swallowed since the last true. Lock free; zero initialised. */
+struct ratelimit {
+    long long next_ms; /* monotonic ms; 0 = never fired */
+    long long suppressed;
+};
+bool ratelimit_ok(struct ratelimit *rl, long long interval_ms, long long *suppressed);
+
+#endif

@@ -1,0 +1,20 @@
+/* libbaton-guard: single-active consumption and once-per-slot execution for
+ * replicated services, on a Redis or etcd lease. One include for the whole
+ * public API; guard/README.md is the reference.
+ *
+ *   #include <baton/guard.h>      pkg-config --cflags --libs baton-guard
+ */
+#ifndef BATON_PUBLIC_GUARD_H
+#define BATON_PUBLIC_GUARD_H
+
+#define BATON_GUARD_VERSION_MAJOR 1
+#define BATON_GUARD_VERSION_MINOR 0
+
+#include "baton/active_guard.h"
+#include "baton/etcd.h"
+#include "baton/locker.h"
+#include "baton/log.h"
+#include "baton/once_guard.h"
+#include "baton/redis.h"
+
+#endif

@@ -1585,7 +1585,7 @@ static void *cdc_create(const void *settings, struct endpoint_host *host, char *
         if (!shared)
             log_warn(COMPONENT, host->name, "checkpoint off (checkpoint = \"auto\"): the %s "
                      "locker keeps no shared state; a restart starts at start = \"%s\"",
-                     host->locker->ops->name, s->start);
+                     baton_locker_backend(host->locker), s->start);
         else if (!c->ckpt_on)
             log_warn(COMPONENT, host->name, "checkpoint off (checkpoint = \"auto\"): its writes "
                      "are fenced by the lease epoch and guard \"%s\" holds no lease; a restart "
@@ -1602,7 +1602,7 @@ static void *cdc_create(const void *settings, struct endpoint_host *host, char *
         }
         /* The legacy key exists only where an older baton wrote it: in the
          * Redis of a redis locker (and only if it was not too long). */
-        c->legacy_on = host->locker_redis && strcmp(host->locker->ops->name, "redis") == 0 &&
+        c->legacy_on = host->locker_redis && strcmp(baton_locker_backend(host->locker), "redis") == 0 &&
                        guard_key(c->legacy_key, sizeof c->legacy_key, host->key_prefix, "cdc",
                                  host->scope, NULL) >= 0;
         if (pthread_create(&c->follower, NULL, follower_main, c) == 0) c->follower_started = true;

@@ -781,7 +781,7 @@ static void psub_destroy(void *ep)
     free(p->cargv);
     free(p->cargvlen);
     redis_sentinel_watch_release(p->watch);
-    baton_redis_opts_clear(&p->ro);
+    redis_opts_clear(&p->ro);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
     free(p);

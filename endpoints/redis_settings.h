@@ -46,7 +46,7 @@ int redis_settings_check(const config_setting_t *group, const struct strlist *se
                          const char *base_dir, const char *what, struct config_error *err);
 
 /* Copies sentinels, master_name and tls into o (which owns its copies; see
- * baton_redis_opts_clear). */
+ * redis_opts_clear). */
 void redis_settings_apply(struct baton_redis_opts *o, const struct strlist *sentinels,
                           const char *master_name, const struct redis_tls_settings *tls);
 

@@ -36,16 +36,7 @@ struct etcd_conn {
     bool overflow;
 };
 
-/* strdup that keeps NULL and notes a failed copy in *oom. */
-static char *dup_opt(const char *s, bool *oom)
-{
-    if (!s) return NULL;
-    char *d = strdup(s);
-    if (!d) *oom = true;
-    return d;
-}
-
-int baton_etcd_opts_copy(struct baton_etcd_opts *dst, const struct baton_etcd_opts *src)
+int etcd_opts_copy(struct baton_etcd_opts *dst, const struct baton_etcd_opts *src)
 {
     bool oom = false;
     memset(dst, 0, sizeof *dst);
@@ -61,13 +52,13 @@ int baton_etcd_opts_copy(struct baton_etcd_opts *dst, const struct baton_etcd_op
     dst->connect_timeout_ms = src->connect_timeout_ms > 0 ? src->connect_timeout_ms : 1000;
     dst->command_timeout_ms = src->command_timeout_ms > 0 ? src->command_timeout_ms : 1000;
     if (oom) {
-        baton_etcd_opts_clear(dst);
+        etcd_opts_clear(dst);
         return -1;
     }
     return 0;
 }
 
-void baton_etcd_opts_clear(struct baton_etcd_opts *o)
+void etcd_opts_clear(struct baton_etcd_opts *o)
 {
     for (size_t i = 0; i < o->n_endpoints; i++) free(o->endpoints[i]);
     free(o->endpoints);
@@ -181,7 +172,7 @@ struct etcd_conn *etcd_conn_create(const struct baton_etcd_opts *o, const char *
         return NULL;
     }
     struct etcd_conn *c = calloc(1, sizeof *c);
-    if (!c || baton_etcd_opts_copy(&c->o, o) != 0) {
+    if (!c || etcd_opts_copy(&c->o, o) != 0) {
         free(c);
         snprintf(err, errlen, "etcd %s: out of memory", o->endpoints[0]);
         return NULL;
@@ -200,7 +191,7 @@ void etcd_conn_destroy(struct etcd_conn *c)
         explicit_bzero(c->token, strlen(c->token));
         free(c->token);
     }
-    baton_etcd_opts_clear(&c->o);
+    etcd_opts_clear(&c->o);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }

@@ -20,8 +20,8 @@
 
 
 /* 0, or -1 out of memory (dst then cleared). */
-int baton_etcd_opts_copy(struct baton_etcd_opts *dst, const struct baton_etcd_opts *src);
-void baton_etcd_opts_clear(struct baton_etcd_opts *o);
+int etcd_opts_copy(struct baton_etcd_opts *dst, const struct baton_etcd_opts *src);
+void etcd_opts_clear(struct baton_etcd_opts *o);
 
 #define ETCD_ERR_MAX 256
 

@@ -980,7 +980,7 @@ static void redis_destroy(struct baton_locker *l)
     if (rl->lease.c) redisFree(rl->lease.c);
     if (rl->side.c) redisFree(rl->side.c);
     redis_sentinel_watch_release(rl->watch);
-    baton_redis_opts_clear(&rl->opts);
+    redis_opts_clear(&rl->opts);
     pthread_cond_destroy(&rl->sub_cv);
     pthread_mutex_destroy(&rl->sub_mu);
     pthread_mutex_destroy(&rl->side.mu);
@@ -1231,7 +1231,7 @@ struct baton_locker *baton_locker_redis_create(const struct baton_redis_opts *op
 {
     err[0] = '\0';
     struct redis_locker *rl = calloc(1, sizeof *rl);
-    if (!rl || baton_redis_opts_copy(&rl->opts, opts) != 0) {
+    if (!rl || redis_opts_copy(&rl->opts, opts) != 0) {
         free(rl);
         snprintf(err, BATON_LOCKER_ERR_MAX, "redis locker: out of memory");
         return NULL;
@@ -1252,7 +1252,7 @@ struct baton_locker *baton_locker_redis_create(const struct baton_redis_opts *op
     rl->side.role = "side";
     if (pipe2(rl->wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
         snprintf(err, BATON_LOCKER_ERR_MAX, "redis locker: pipe: %s", strerror(errno));
-        baton_redis_opts_clear(&rl->opts);
+        redis_opts_clear(&rl->opts);
         free(rl);
         return NULL;
     }

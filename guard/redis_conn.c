@@ -276,16 +276,7 @@ redisContext *redis_conn_open(const struct baton_redis_opts *o, char *err, size_
     return redis_conn_open_ex(o, err, errlen, NULL);
 }
 
-/* strdup that keeps NULL and notes a failed copy in *oom. */
-static char *dup_or_null(const char *s, bool *oom)
-{
-    if (!s) return NULL;
-    char *d = strdup(s);
-    if (!d) *oom = true;
-    return d;
-}
-
-int baton_redis_opts_copy(struct baton_redis_opts *dst, const struct baton_redis_opts *src)
+int redis_opts_copy(struct baton_redis_opts *dst, const struct baton_redis_opts *src)
 {
     if (dst == NULL) return -1;
     if (src == NULL) {
@@ -294,14 +285,14 @@ int baton_redis_opts_copy(struct baton_redis_opts *dst, const struct baton_redis
     }
     bool oom = false;
     *dst = *src;
-    dst->host = dup_or_null(src->host, &oom);
-    dst->user = dup_or_null(src->user, &oom);
-    dst->password = dup_or_null(src->password, &oom);
-    dst->tls.ca_file = dup_or_null(src->tls.ca_file, &oom);
-    dst->tls.cert_file = dup_or_null(src->tls.cert_file, &oom);
-    dst->tls.key_file = dup_or_null(src->tls.key_file, &oom);
-    dst->tls.server_name = dup_or_null(src->tls.server_name, &oom);
-    dst->master_name = dup_or_null(src->master_name, &oom);
+    dst->host = dup_opt(src->host, &oom);
+    dst->user = dup_opt(src->user, &oom);
+    dst->password = dup_opt(src->password, &oom);
+    dst->tls.ca_file = dup_opt(src->tls.ca_file, &oom);
+    dst->tls.cert_file = dup_opt(src->tls.cert_file, &oom);
+    dst->tls.key_file = dup_opt(src->tls.key_file, &oom);
+    dst->tls.server_name = dup_opt(src->tls.server_name, &oom);
+    dst->master_name = dup_opt(src->master_name, &oom);
     dst->sentinels = NULL;
     dst->n_sentinels = 0;
     if (src->n_sentinels) {
@@ -309,19 +300,19 @@ int baton_redis_opts_copy(struct baton_redis_opts *dst, const struct baton_redis
         if (dst->sentinels) {
             dst->n_sentinels = src->n_sentinels;
             for (size_t i = 0; i < src->n_sentinels; i++)
-                dst->sentinels[i] = dup_or_null(src->sentinels[i], &oom);
+                dst->sentinels[i] = dup_opt(src->sentinels[i], &oom);
         } else {
             oom = true;
         }
     }
     if (oom) {
-        baton_redis_opts_clear(dst);
+        redis_opts_clear(dst);
         return -1;
     }
     return 0;
 }
 
-void baton_redis_opts_clear(struct baton_redis_opts *o)
+void redis_opts_clear(struct baton_redis_opts *o)
 {
     if (o == NULL) return;
     free(o->host);

@@ -26,8 +26,8 @@ redisContext *redis_conn_open(const struct baton_redis_opts *o, char *err, size_
  * context it returns. */
 void redis_reader_bound(redisReader *reader);
 /* Deep copy / free of the strings in opts. */
-/* baton_redis_opts_copy: 0, or -1 out of memory (dst then cleared). */
-int baton_redis_opts_copy(struct baton_redis_opts *dst, const struct baton_redis_opts *src);
-void baton_redis_opts_clear(struct baton_redis_opts *o);
+/* redis_opts_copy: 0, or -1 out of memory (dst then cleared). */
+int redis_opts_copy(struct baton_redis_opts *dst, const struct baton_redis_opts *src);
+void redis_opts_clear(struct baton_redis_opts *o);
 
 #endif

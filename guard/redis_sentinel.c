@@ -383,7 +383,7 @@ struct redis_sentinel_watch *redis_sentinel_watch_acquire(const struct baton_red
         return w;
     }
     w = calloc(1, sizeof *w);
-    if (!w || baton_redis_opts_copy(&w->o, o) != 0) {
+    if (!w || redis_opts_copy(&w->o, o) != 0) {
         pthread_mutex_unlock(&reg_mu);
         free(w);
         free(key);
@@ -435,7 +435,7 @@ void redis_sentinel_watch_release(struct redis_sentinel_watch *w)
     if (w->wake[0] >= 0) close(w->wake[0]);
     if (w->wake[1] >= 0) close(w->wake[1]);
     pthread_mutex_destroy(&w->mu);
-    baton_redis_opts_clear(&w->o);
+    redis_opts_clear(&w->o);
     free(w->key);
     free(w);
 }

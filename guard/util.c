@@ -141,6 +141,14 @@ int64_t backoff_ms(unsigned attempt, int64_t base_ms, int64_t cap_ms)
 static pthread_once_t hostname_once = PTHREAD_ONCE_INIT;
 static char hostname_buf[256];
 
+char *dup_opt(const char *s, bool *oom)
+{
+    if (!s) return NULL;
+    char *d = strdup(s);
+    if (!d) *oom = true;
+    return d;
+}
+
 static void hostname_init(void)
 {
     if (gethostname(hostname_buf, sizeof hostname_buf - 1) != 0 || hostname_buf[0] == '\0')

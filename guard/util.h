@@ -43,6 +43,10 @@ bool sleep_ms_cancellable(int64_t ms, const atomic_bool *cancel);
  * random factor in [0.5, 1.0]. */
 int64_t backoff_ms(unsigned attempt, int64_t base_ms, int64_t cap_ms);
 
+/* strdup that keeps NULL (NULL in, NULL out) and sets *oom when a copy
+ * fails: options structs are copied field by field, then checked once. */
+char *dup_opt(const char *s, bool *oom);
+
 /* hostname, cached; never NULL. */
 const char *util_hostname(void);
 

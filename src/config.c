@@ -1249,8 +1249,8 @@ void config_free(struct baton_config *c)
     if (!c) return;
     free(c->path);
     free(c->owner);
-    baton_redis_opts_clear(&c->locker_redis);
-    baton_etcd_opts_clear(&c->locker_etcd);
+    redis_opts_clear(&c->locker_redis);
+    etcd_opts_clear(&c->locker_etcd);
     free(c->key_prefix);
     for (size_t i = 0; i < c->n_sinks; i++) {
         struct sink_config *s = &c->sinks[i];

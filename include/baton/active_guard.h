@@ -21,6 +21,8 @@
 #ifndef BATON_ACTIVE_GUARD_H
 #define BATON_ACTIVE_GUARD_H
 
+#include "baton/api.h"
+
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -75,40 +77,40 @@ struct baton_active_guard_stats {
  * so that a renewal that times out still leaves time to demote before the
  * key can expire (command_timeout_ms 0 = no locker: not checked). Returns 0,
  * or -1 with msg ("lease ttl 100 ms, renew 95 ms: ..."). */
-int baton_active_guard_check_timings(int64_t ttl_ms, int64_t renew_ms, int64_t retry_ms,
+BATON_API int baton_active_guard_check_timings(int64_t ttl_ms, int64_t renew_ms, int64_t retry_ms,
                                int64_t safety_margin_ms, int64_t command_timeout_ms, char *msg,
                                size_t msglen);
 
 /* Validates the timings with baton_active_guard_check_timings (command timeout
  * taken from opts->command_timeout_ms). Returns NULL and
  * fills err on invalid options. Copies scope and prefix. */
-struct baton_active_guard *baton_active_guard_create(struct baton_locker *locker, const char *scope,
+BATON_API struct baton_active_guard *baton_active_guard_create(struct baton_locker *locker, const char *scope,
                                          const struct baton_active_guard_options *opts,
                                          const struct baton_active_guard_callbacks *cb,
                                          char *err, size_t errlen);
-int baton_active_guard_start(struct baton_active_guard *g);
+BATON_API int baton_active_guard_start(struct baton_active_guard *g);
 /* Graceful: on_demoted (if leader), unlock, announce release; joins the thread.
  * Idempotent. */
-void baton_active_guard_stop(struct baton_active_guard *g);
+BATON_API void baton_active_guard_stop(struct baton_active_guard *g);
 /* Asks the guard to stop without waiting (the graceful handover starts at
  * once); baton_active_guard_stop then joins. Lets a process stop many guards in
  * parallel. */
-void baton_active_guard_request_stop(struct baton_active_guard *g);
-void baton_active_guard_destroy(struct baton_active_guard *g);
+BATON_API void baton_active_guard_request_stop(struct baton_active_guard *g);
+BATON_API void baton_active_guard_destroy(struct baton_active_guard *g);
 
 /* A few atomic loads and one clock read: true only while this replica holds
  * a lease in its current term whose deadline has not passed and whose
  * backend connection has not broken since it was last verified. Always true
  * without a locker. (Forwarders use baton_active_guard_term_state with the
  * message's own epoch instead.) */
-bool baton_active_guard_is_leader_now(const struct baton_active_guard *g);
+BATON_API bool baton_active_guard_is_leader_now(const struct baton_active_guard *g);
 /* Like baton_active_guard_is_leader_now, but tells apart a lease whose backend
  * connection broke and is being verified (BATON_LEADER_UNSURE: forward nothing yet,
  * but do not discard either; it resolves within one round trip after the
  * reconnect, or when the deadline passes) from no lease at all. */
 enum baton_leader_state { BATON_LEADER_NO = 0, BATON_LEADER_YES = 1, BATON_LEADER_UNSURE = 2 };
-enum baton_leader_state baton_active_guard_leader_state(const struct baton_active_guard *g);
-uint64_t baton_active_guard_epoch(const struct baton_active_guard *g);
+BATON_API enum baton_leader_state baton_active_guard_leader_state(const struct baton_active_guard *g);
+BATON_API uint64_t baton_active_guard_epoch(const struct baton_active_guard *g);
 /* Term-scoped delivery. A term is one acquisition: one epoch, from the grant
  * until its deadline passes or the lease is released or lost; a passed
  * deadline is final (a renewal answered after it never revives the term).
@@ -118,14 +120,14 @@ uint64_t baton_active_guard_epoch(const struct baton_active_guard *g);
  * ended, or another one runs). *left_ms (may be NULL) receives the time left
  * until the term's current deadline (0 unless YES or UNSURE; INT64_MAX
  * without a locker). Lock-free: a few atomic loads and one clock read. */
-enum baton_leader_state baton_active_guard_term_state(const struct baton_active_guard *g, uint64_t epoch,
+BATON_API enum baton_leader_state baton_active_guard_term_state(const struct baton_active_guard *g, uint64_t epoch,
                                           int64_t *left_ms);
 /* The endpoint lost its source for longer than the lease ttl: demote and
  * release so that another replica can try; this replica waits at least one
  * ttl before competing again. Safe from any thread, including a callback. */
-void baton_active_guard_give_up(struct baton_active_guard *g, const char *reason);
+BATON_API void baton_active_guard_give_up(struct baton_active_guard *g, const char *reason);
 /* The full lease key, "<prefix>:active:<scope>" (epoch key: + ":epoch"). */
-const char *baton_active_guard_key(const struct baton_active_guard *g);
-const struct baton_active_guard_stats *baton_active_guard_stats(const struct baton_active_guard *g);
+BATON_API const char *baton_active_guard_key(const struct baton_active_guard *g);
+BATON_API const struct baton_active_guard_stats *baton_active_guard_stats(const struct baton_active_guard *g);
 
 #endif

@@ -19,6 +19,8 @@
 #ifndef BATON_PUBLIC_LOCKER_H
 #define BATON_PUBLIC_LOCKER_H
 
+#include "baton/api.h"
+
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -45,7 +47,7 @@ enum baton_locker_status {
     BATON_LOCKER_EXHAUSTED = -4, /* lock_with_retry: max retries reached */
     BATON_LOCKER_UNSUPPORTED = -5,
 };
-const char *baton_locker_status_name(int status);
+BATON_API const char *baton_locker_status_name(int status);
 
 struct baton_lock_grant {
     char token[BATON_TOKEN_LEN];
@@ -78,50 +80,50 @@ struct baton_lock_info {
 struct baton_locker;
 
 /* The backend's name: "redis", "etcd" or "local". */
-const char *baton_locker_backend(const struct baton_locker *l);
+BATON_API const char *baton_locker_backend(const struct baton_locker *l);
 
 /* Convenience wrappers (NULL-safe on optional ops). */
-int baton_locker_try_lock(struct baton_locker *l, const char *key, int64_t ttl_ms, struct baton_lock_grant *out,
+BATON_API int baton_locker_try_lock(struct baton_locker *l, const char *key, int64_t ttl_ms, struct baton_lock_grant *out,
                     char err[BATON_LOCKER_ERR_MAX]);
-int baton_locker_unlock(struct baton_locker *l, const char *key, const char *token, char err[BATON_LOCKER_ERR_MAX]);
-int baton_locker_renew(struct baton_locker *l, const char *key, const char *token, int64_t ttl_ms,
+BATON_API int baton_locker_unlock(struct baton_locker *l, const char *key, const char *token, char err[BATON_LOCKER_ERR_MAX]);
+BATON_API int baton_locker_renew(struct baton_locker *l, const char *key, const char *token, int64_t ttl_ms,
                  int64_t *sent_ms, char err[BATON_LOCKER_ERR_MAX]);
-bool baton_locker_can_renew(const struct baton_locker *l);
+BATON_API bool baton_locker_can_renew(const struct baton_locker *l);
 /* claim() when the backend has it, else try_lock (the token is discarded). */
-int baton_locker_claim(struct baton_locker *l, const char *key, int64_t ttl_ms, char err[BATON_LOCKER_ERR_MAX]);
+BATON_API int baton_locker_claim(struct baton_locker *l, const char *key, int64_t ttl_ms, char err[BATON_LOCKER_ERR_MAX]);
 /* Blocks until acquired or *cancel becomes true (BATON_LOCKER_CANCELLED), trying
  * every retry_ms; backend errors are retried too (logged, rate limited). */
-int baton_locker_lock(struct baton_locker *l, const char *key, int64_t ttl_ms, int64_t retry_ms,
+BATON_API int baton_locker_lock(struct baton_locker *l, const char *key, int64_t ttl_ms, int64_t retry_ms,
                 const atomic_bool *cancel, struct baton_lock_grant *out, char err[BATON_LOCKER_ERR_MAX]);
 /* At most 1 + max_retries attempts, interval_ms apart: BATON_LOCKER_OK, or
  * BATON_LOCKER_EXHAUSTED, or BATON_LOCKER_ERR when the last attempt failed with an error. */
-int baton_locker_lock_with_retry(struct baton_locker *l, const char *key, int64_t ttl_ms,
+BATON_API int baton_locker_lock_with_retry(struct baton_locker *l, const char *key, int64_t ttl_ms,
                            int64_t interval_ms, int max_retries, const atomic_bool *cancel,
                            struct baton_lock_grant *out, int *attempts, char err[BATON_LOCKER_ERR_MAX]);
 /* fenced_set / shared_get, BATON_LOCKER_UNSUPPORTED when the backend has none. */
-int baton_locker_fenced_set(struct baton_locker *l, const char *key, const char *name, uint64_t epoch,
+BATON_API int baton_locker_fenced_set(struct baton_locker *l, const char *key, const char *name, uint64_t epoch,
                       const char *value, size_t len, int64_t ttl_ms, char err[BATON_LOCKER_ERR_MAX]);
-int baton_locker_shared_get(struct baton_locker *l, const char *key, const char *name, char *buf, size_t len,
+BATON_API int baton_locker_shared_get(struct baton_locker *l, const char *key, const char *name, char *buf, size_t len,
                       char err[BATON_LOCKER_ERR_MAX]);
 /* inspect, BATON_LOCKER_UNSUPPORTED when the backend has none. */
-int baton_locker_inspect(struct baton_locker *l, const char *key, struct baton_lock_info *info,
+BATON_API int baton_locker_inspect(struct baton_locker *l, const char *key, struct baton_lock_info *info,
                    char err[BATON_LOCKER_ERR_MAX]);
-void baton_locker_destroy(struct baton_locker *l);
+BATON_API void baton_locker_destroy(struct baton_locker *l);
 
 /* In-process backend: a map with expiry and lazy sweeping; supports renew,
  * announce/wait_release and epochs. */
-struct baton_locker *baton_locker_local_create(void);
+BATON_API struct baton_locker *baton_locker_local_create(void);
 
 /* Redis backend, options in include/baton/redis.h. */
 struct baton_redis_opts;
-struct baton_locker *baton_locker_redis_create(const struct baton_redis_opts *opts, char err[BATON_LOCKER_ERR_MAX]);
+BATON_API struct baton_locker *baton_locker_redis_create(const struct baton_redis_opts *opts, char err[BATON_LOCKER_ERR_MAX]);
 
 /* etcd v3 backend, options in include/baton/etcd.h, the mapping in guard/locker_etcd.c. The epoch is the etcd revision of the acquiring
  * transaction. TTLs are whole seconds: try_lock and renew refuse a ttl that
  * is not a multiple of 1000 ms or below 2000 ms (BATON_LOCKER_ERR); claim and
  * fenced_set round up. */
 struct baton_etcd_opts;
-struct baton_locker *baton_locker_etcd_create(const struct baton_etcd_opts *opts, char err[BATON_LOCKER_ERR_MAX]);
+BATON_API struct baton_locker *baton_locker_etcd_create(const struct baton_etcd_opts *opts, char err[BATON_LOCKER_ERR_MAX]);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,8 @@
 #ifndef BATON_PUBLIC_LOG_H
 #define BATON_PUBLIC_LOG_H
 
+#include "baton/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -32,7 +34,7 @@ typedef void (*baton_log_fn)(void *ctx, enum baton_log_level level, const char *
 /* Sends every line at max_level or more severe to fn (NULL = the stderr
  * writer above). Lines above max_level are not even formatted. Set it
  * before creating lockers and guards; it may be changed at any time. */
-void baton_log_set(baton_log_fn fn, void *ctx, enum baton_log_level max_level);
+BATON_API void baton_log_set(baton_log_fn fn, void *ctx, enum baton_log_level max_level);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,8 @@
 #ifndef BATON_ONCE_GUARD_H
 #define BATON_ONCE_GUARD_H
 
+#include "baton/api.h"
+
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -28,10 +30,10 @@ struct baton_once_guard_stats {
 /* locker NULL = single-process mode: always allow. The guard keeps its own
  * copies of scope and prefix; it does not own the locker. NULL when out of
  * memory. */
-struct baton_once_guard *baton_once_guard_create(struct baton_locker *locker, const char *scope,
+BATON_API struct baton_once_guard *baton_once_guard_create(struct baton_locker *locker, const char *scope,
                                      const struct baton_once_guard_options *opts);
-bool baton_once_guard_allow(struct baton_once_guard *g, const char *key);
-const struct baton_once_guard_stats *baton_once_guard_stats(const struct baton_once_guard *g);
-void baton_once_guard_destroy(struct baton_once_guard *g);
+BATON_API bool baton_once_guard_allow(struct baton_once_guard *g, const char *key);
+BATON_API const struct baton_once_guard_stats *baton_once_guard_stats(const struct baton_once_guard *g);
+BATON_API void baton_once_guard_destroy(struct baton_once_guard *g);
 
 #endif

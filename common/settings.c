@@ -232,6 +232,28 @@ bad:
     return -1;
 }
 
+/* "credential:NAME" in a *_file setting: $CREDENTIALS_DIRECTORY/NAME, the
+ * file systemd's LoadCredential=/SetCredential= provide. */
+static int credential_path(const char *name, char **out, char *msg, size_t msglen)
+{
+    const char *dir = getenv("CREDENTIALS_DIRECTORY");
+    if (!name[0] || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+        snprintf(msg, msglen, "a credential name is one file name (no '/'), as in "
+                 "LoadCredential=NAME:/path");
+        return -1;
+    }
+    if (!dir || !dir[0]) {
+        snprintf(msg, msglen, "$CREDENTIALS_DIRECTORY is not set: a credential is only "
+                 "available when systemd starts baton with LoadCredential=%s:... (or "
+                 "SetCredential=); elsewhere give the file's path", name);
+        return -1;
+    }
+    size_t n = strlen(dir) + 1 + strlen(name) + 1;
+    *out = oom_check(malloc(n));
+    snprintf(*out, n, "%s/%s", dir, name);
+    return 0;
+}
+
 static int parse_one(const struct setting_def *d, const config_setting_t *s, void *out,
                      const char *what, struct config_error *err)
 {
@@ -275,7 +297,19 @@ static int parse_one(const struct setting_def *d, const config_setting_t *s, voi
         if (t != CONFIG_TYPE_STRING) break;
         char **sp = (char **)p;
         free(*sp);
-        *sp = dup_str(config_setting_get_string(s));
+        *sp = NULL;
+        const char *v = config_setting_get_string(s);
+        size_t nl = strlen(d->name);
+        if (nl > 5 && strcmp(d->name + nl - 5, "_file") == 0 &&
+            strncmp(v, SETTING_CREDENTIAL_PREFIX, strlen(SETTING_CREDENTIAL_PREFIX)) == 0) {
+            char msg[400];
+            if (credential_path(v + strlen(SETTING_CREDENTIAL_PREFIX), sp, msg, sizeof msg) != 0) {
+                set_err(err, s, "%s: '%s' = \"%s\": %s", what, d->name, v, msg);
+                return -1;
+            }
+            return 0;
+        }
+        *sp = dup_str(v);
         return 0;
     }
     case SETTING_STRLIST: {

@@ -74,6 +74,11 @@ int settings_parse(const struct setting_def *defs, const config_setting_t *group
 void settings_free(const struct setting_def *defs, void *out);
 void strlist_free(struct strlist *l);
 
+/* A string setting whose name ends in "_file" (password_file, ca_file,
+ * cert_file, key_file, ...) may say "credential:NAME": it then names
+ * $CREDENTIALS_DIRECTORY/NAME, a systemd credential (LoadCredential=); an
+ * unset CREDENTIALS_DIRECTORY is a configuration error naming the setting. */
+#define SETTING_CREDENTIAL_PREFIX "credential:"
 /* Resolves a secret given as either the name of an environment variable or
  * the path of a file (first line, trailing newline stripped). Neither set:
  * *out = NULL, returns 0. Both set, variable unset, file unreadable: -1 with

@@ -440,6 +440,61 @@ def test_docker_image_packages(t):
           % (len(build), len(runtime), " ".join(needed)))
 
 
+
+def _dockerignored(patterns, path):
+    """Docker's .dockerignore rule for one path relative to the context: a
+    pattern matches the path or one of its parent directories; "*" and "?"
+    stay within one component, "**" spans any number; the last matching
+    pattern decides, "!" re-includes."""
+    def rx(pat):
+        out, i = "", 0
+        while i < len(pat):
+            if pat.startswith("**/", i):
+                out, i = out + "(?:.*/)?", i + 3
+            elif pat.startswith("**", i):
+                out, i = out + ".*", i + 2
+            elif pat[i] == "*":
+                out, i = out + "[^/]*", i + 1
+            elif pat[i] == "?":
+                out, i = out + "[^/]", i + 1
+            else:
+                out, i = out + re.escape(pat[i]), i + 1
+        return re.compile(out + r"\Z")
+    parts = path.split("/")
+    ignored = False
+    for pat in patterns:
+        neg = pat.startswith("!")
+        r = rx(pat[1:] if neg else pat)
+        if any(r.match("/".join(parts[:k])) for k in range(1, len(parts) + 1)):
+            ignored = not neg
+    return ignored
+
+
+def test_dockerignore(t):
+    """The image is built from the repository root (docker/compose.yml's
+    context ".."): .dockerignore keeps build trees, VCS data and objects out
+    of the context (a build/ of hundreds of MB otherwise goes to the daemon
+    on every build), and keeps in every file the Dockerfile's build uses."""
+    src = h.SOURCE_DIR
+    with open(os.path.join(src, "docker", "compose.yml")) as f:
+        t.check("context: .." in f.read(), "compose builds baton from the repository root")
+    path = os.path.join(src, ".dockerignore")
+    t.require(os.path.exists(path), ".dockerignore at the build context's root")
+    with open(path) as f:
+        patterns = [ln.strip() for ln in f if ln.strip() and not ln.startswith("#")]
+    for out in [".git/HEAD", "build/CMakeCache.txt", "build/baton", "build-asan/tests/x",
+                "build-tsan/baton", "bench/__pycache__/x.pyc", "tests/integration/lib/x.o",
+                "bench-results/2026.json"]:
+        t.check(_dockerignored(patterns, out), ".dockerignore leaves out %s" % out)
+    keep = ["CMakeLists.txt", "README.md", "src/main.c", "common/log.c", "guard/locker.c",
+            "guard/README.md", "include/baton/guard.h", "endpoints/redis_psub.c",
+            "config/baton.cfg", "config/endpoints.d/schedule.cfg",
+            "packaging/baton.service.in", "packaging/baton-guard.pc.in",
+            "bench/CMakeLists.txt", "docker/Dockerfile"]
+    for f in keep:
+        t.check(os.path.exists(os.path.join(src, f)), "%s exists" % f)
+        t.check(not _dockerignored(patterns, f), ".dockerignore keeps %s" % f)
+
 def test_sighup_logs_status(t):
     redis = t.redis()
     b = t.baton(h.main_cfg(redis.port), {"orders.cfg": ENDPOINT % redis.port})

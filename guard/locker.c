@@ -78,7 +78,7 @@ int baton_locker_renew(struct baton_locker *l, const char *key, const char *toke
         return BATON_LOCKER_UNSUPPORTED;
     }
     if (ttl_ms <= 0) {
-        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: ttl must be > 0 (got %lld ms) for %s",
+        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: ttl must be > 0 (got %lld ms) for %.100s",
                  l->ops->name, (long long)ttl_ms, key);
         return BATON_LOCKER_ERR;
     }
@@ -179,11 +179,11 @@ static bool shared_args_ok(struct baton_locker *l, const char *key, const char *
 {
     if (!args_ok(l, key, err)) return false;
     if (name == NULL || name[0] == '\0') {
-        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: %s %s: empty name", l->ops->name, what, key);
+        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: %s %.100s: empty name", l->ops->name, what, key);
         return false;
     }
     if (strlen(name) > BATON_NAME_MAX) {
-        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: %s %s: name longer than %d bytes",
+        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: %s %.100s: name longer than %d bytes",
                  l->ops->name, what, key, BATON_NAME_MAX);
         return false;
     }
@@ -203,12 +203,12 @@ int baton_locker_fenced_set(struct baton_locker *l, const char *key, const char 
     if (l != NULL && l->ops != NULL && l->ops->fenced_set == NULL) return no_shared_state(l, err);
     if (!shared_args_ok(l, key, name, "fenced write", err)) return BATON_LOCKER_ERR;
     if (reserved_name(name)) {
-        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: fenced write %s: name \"%s\" is reserved",
+        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: fenced write %.100s: name \"%s\" is reserved",
                  l->ops->name, key, name);
         return BATON_LOCKER_ERR;
     }
     if (value == NULL && len > 0) {
-        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: fenced write %s:%s: no value", l->ops->name,
+        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: fenced write %.100s:%s: no value", l->ops->name,
                  key, name);
         return BATON_LOCKER_ERR;
     }
@@ -224,7 +224,7 @@ int baton_locker_shared_get(struct baton_locker *l, const char *key, const char 
     if (l != NULL && l->ops != NULL && l->ops->shared_get == NULL) return no_shared_state(l, err);
     if (!shared_args_ok(l, key, name, "shared read", err)) return BATON_LOCKER_ERR;
     if (buf == NULL || len == 0) {
-        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: shared read %s:%s: no buffer", l->ops->name,
+        snprintf(err, BATON_LOCKER_ERR_MAX, "%s locker: shared read %.100s:%s: no buffer", l->ops->name,
                  key, name);
         return BATON_LOCKER_ERR;
     }

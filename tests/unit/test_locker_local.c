@@ -1,5 +1,6 @@
 /* Local locker (guard/locker_local.c) and the generic wrappers in
- * guard/locker.c: exclusivity, expiry, token CAS, racing threads, retries. */
+ * guard/locker.c: exclusivity, expiry, token CAS, racing threads, retries,
+ * key and name bounds; the library's logging callback (guard/glog.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "baton/log.h"
+#include "guard/glog.h"
 #include "guard/locker.h"
 #include "common/util.h"
 
@@ -466,6 +469,85 @@ static void test_shared_values_swept(void **state)
     baton_locker_destroy(l);
 }
 
+/* Keys up to BATON_KEY_MAX and names up to BATON_NAME_MAX work (their side
+ * keys are built on the stack); longer ones are refused, never truncated. */
+static void test_key_and_name_bounds(void **state)
+{
+    (void)state;
+    struct baton_locker *l = baton_locker_local_create();
+    assert_string_equal(baton_locker_backend(l), "local");
+    char key[BATON_KEY_MAX + 2], name[BATON_NAME_MAX + 2], err[BATON_LOCKER_ERR_MAX], buf[16];
+    memset(key, 'k', BATON_KEY_MAX);
+    key[BATON_KEY_MAX] = '\0';
+    memset(name, 'n', BATON_NAME_MAX);
+    name[BATON_NAME_MAX] = '\0';
+    struct baton_lock_grant g;
+    assert_int_equal(baton_locker_try_lock(l, key, 5000, &g, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_fenced_set(l, key, name, g.epoch, "v", 1, 5000, err),
+                     BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_shared_get(l, key, name, buf, sizeof buf, err), BATON_LOCKER_OK);
+    assert_string_equal(buf, "v");
+    /* one byte more: refused with a message, nothing written */
+    key[BATON_KEY_MAX] = 'k';
+    key[BATON_KEY_MAX + 1] = '\0';
+    assert_int_equal(baton_locker_try_lock(l, key, 5000, &g, err), BATON_LOCKER_ERR);
+    assert_non_null(strstr(err, "longer than"));
+    assert_int_equal(baton_locker_claim(l, key, 5000, err), BATON_LOCKER_ERR);
+    key[BATON_KEY_MAX] = '\0';
+    name[BATON_NAME_MAX] = 'n';
+    name[BATON_NAME_MAX + 1] = '\0';
+    assert_int_equal(baton_locker_fenced_set(l, key, name, g.epoch, "w", 1, 5000, err),
+                     BATON_LOCKER_ERR);
+    assert_non_null(strstr(err, "name longer than"));
+    assert_int_equal(baton_locker_shared_get(l, key, name, buf, sizeof buf, err), BATON_LOCKER_ERR);
+    baton_locker_destroy(l);
+}
+
+struct seen {
+    int n;
+    enum baton_log_level level;
+    char line[256];
+};
+
+static void record(void *ctx, enum baton_log_level level, const char *component,
+                   const char *subject, const char *message)
+{
+    struct seen *s = ctx;
+    s->n++;
+    s->level = level;
+    snprintf(s->line, sizeof s->line, "%s[%s] %s", component, subject ? subject : "", message);
+}
+
+/* baton_log_set: lines up to max_level reach the callback with component,
+ * subject and the formatted message; above it they are not even formatted;
+ * BATON_LOG_OFF silences; a long message is cut with "...". */
+static void test_log_callback(void **state)
+{
+    (void)state;
+    struct seen s = {0};
+    baton_log_set(record, &s, BATON_LOG_INFO);
+    assert_true(glog_enabled(BATON_LOG_INFO));
+    assert_false(glog_enabled(BATON_LOG_DEBUG));
+    glog_info("guard", "orders", "promoted (epoch %d)", 7);
+    assert_int_equal(s.n, 1);
+    assert_int_equal(s.level, BATON_LOG_INFO);
+    assert_string_equal(s.line, "guard[orders] promoted (epoch 7)");
+    glog_debug("guard", "orders", "not wanted");
+    assert_int_equal(s.n, 1);
+    char big[6000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    glog_warn("guard", NULL, "%s", big);
+    assert_int_equal(s.n, 2);
+    assert_non_null(strstr(s.line, "guard[] xxx"));
+    baton_log_set(record, &s, BATON_LOG_OFF);
+    glog_error("guard", NULL, "silenced");
+    assert_int_equal(s.n, 2);
+    baton_log_set(NULL, NULL, BATON_LOG_WARN); /* back to stderr */
+    assert_false(glog_enabled(BATON_LOG_INFO));
+    assert_true(glog_enabled(BATON_LOG_WARN));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -483,6 +565,8 @@ int main(void)
         cmocka_unit_test(test_shared_absent_expiry_and_buffer),
         cmocka_unit_test(test_shared_unsupported),
         cmocka_unit_test(test_shared_values_swept),
+        cmocka_unit_test(test_key_and_name_bounds),
+        cmocka_unit_test(test_log_callback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

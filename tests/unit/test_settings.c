@@ -1,6 +1,7 @@
 /* settings_parse on every setting type, defaults, ranges, enums, unknown
  * keys; config_error_format; secret_resolve (env, file, neither, both,
- * missing). Each case reads a real file so that file and line are checked. */
+ * missing); "credential:NAME" in *_file settings ($CREDENTIALS_DIRECTORY).
+ * Each case reads a real file so that file and line are checked. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -439,6 +440,58 @@ static void test_secret_neither_and_both(void **state)
     assert_non_null(strstr(msg, "BATON_TEST_SECRET"));
 }
 
+struct files {
+    char *key_file;
+    char *label; /* not a *_file setting: "credential:" stays literal */
+};
+
+static const struct setting_def file_defs[] = {
+    { "key_file", SETTING_STRING, offsetof(struct files, key_file), .help = "a key" },
+    { "label", SETTING_STRING, offsetof(struct files, label), .help = "a word" },
+    SETTINGS_END
+};
+
+/* "credential:NAME" names $CREDENTIALS_DIRECTORY/NAME in *_file settings
+ * only; unset variable or a name with '/': an error at the setting's line. */
+static void test_credential_files(void **state)
+{
+    (void)state;
+    const char *text = "g = {\n  label = \"credential:x\";\n  key_file = \"credential:tls-key\";\n};\n";
+    config_t cf;
+    struct files f = { 0 };
+    struct config_error err = { 0 };
+
+    setenv("CREDENTIALS_DIRECTORY", "/run/credentials/baton.service", 1);
+    const config_setting_t *g = load(&cf, text, "g");
+    assert_int_equal(settings_parse(file_defs, g, NULL, "locker", &f, &err), 0);
+    assert_string_equal(f.key_file, "/run/credentials/baton.service/tls-key");
+    assert_string_equal(f.label, "credential:x");
+    settings_free(file_defs, &f);
+    config_destroy(&cf);
+
+    unsetenv("CREDENTIALS_DIRECTORY");
+    memset(&f, 0, sizeof f);
+    g = load(&cf, text, "g");
+    assert_int_equal(settings_parse(file_defs, g, NULL, "locker", &f, &err), -1);
+    settings_free(file_defs, &f);
+    config_destroy(&cf);
+    assert_string_equal(err.file, path);
+    assert_int_equal(err.line, 3);
+    if (!strstr(err.msg, "key_file") || !strstr(err.msg, "CREDENTIALS_DIRECTORY"))
+        fail_msg("message '%s' does not name the setting and the variable", err.msg);
+
+    setenv("CREDENTIALS_DIRECTORY", "/run/credentials/baton.service", 1);
+    memset(&f, 0, sizeof f);
+    memset(&err, 0, sizeof err);
+    g = load(&cf, "g = { key_file = \"credential:../etc/shadow\"; };\n", "g");
+    assert_int_equal(settings_parse(file_defs, g, NULL, "locker", &f, &err), -1);
+    settings_free(file_defs, &f);
+    config_destroy(&cf);
+    assert_int_equal(err.line, 1);
+    if (!strstr(err.msg, "one file name")) fail_msg("message '%s'", err.msg);
+    unsetenv("CREDENTIALS_DIRECTORY");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -456,6 +509,7 @@ int main(void)
         cmocka_unit_test(test_secret_env),
         cmocka_unit_test(test_secret_file),
         cmocka_unit_test(test_secret_neither_and_both),
+        cmocka_unit_test(test_credential_files),
     };
     return cmocka_run_group_tests(tests, setup_dir, remove_dir);
 }

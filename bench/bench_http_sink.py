@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Benchmark: redis_psub -> HTTP sink, against a bare libcurl loop.
+
+    bench/bench_http_sink.py [BUILD_DIR]    (default: $BATON_BUILD_DIR or ./build)
+
+Both post to the same fast receiver (bench/http_receiver_bench.c: one epoll
+thread, keep-alive, 204 for every POST, counting messages), one after the
+other, never at the same time:
+- baton: one leader, redis_psub endpoint -> http sink (batch_max = BATCH),
+  N messages published with redis-benchmark (-c 4 -P 32); time from the
+  first PUBLISH until the receiver counted N messages; baton's CPU from
+  /proc/<pid>/stat over that window;
+- baseline: bench_http_sink_baseline, a bare libcurl loop on one kept-alive
+  connection posting the same bodies (baton's own first envelope, captured
+  by the receiver) in batches of BATCH with the same headers; time until the
+  receiver counted N; its CPU from getrusage.
+For each BATCH in BATCHES (default "1,64"; N_1 = 20000 messages at batch 1,
+N = 200000 otherwise), ROUNDS (default 2) alternating rounds, the best of
+each compared. Target (issue 22): ratio >= 0.9. Prints RESULT {json} lines
+(bench/run's contract).
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+if len(sys.argv) > 1:
+    os.environ["BATON_BUILD_DIR"] = os.path.abspath(sys.argv[1])
+os.environ.setdefault("BATON_BUILD_DIR", os.path.join(SRC, "build"))
+os.environ.setdefault("BATON_BIN", os.path.join(os.environ["BATON_BUILD_DIR"], "baton"))
+os.environ.setdefault("BATON_SOURCE_DIR", SRC)
+sys.path.insert(0, os.path.join(SRC, "tests", "integration", "lib"))
+import harness as h  # noqa: E402
+
+BUILD = os.environ["BATON_BUILD_DIR"]
+RECEIVER = os.path.join(BUILD, "bench", "bench_http_receiver")
+BASELINE = os.path.join(BUILD, "bench", "bench_http_sink_baseline")
+BATCHES = [int(x) for x in os.environ.get("BATCHES", "1,64").split(",") if x.strip()]
+N = int(os.environ.get("N", "200000"))
+N_1 = int(os.environ.get("N_1", "20000"))
+ROUNDS = int(os.environ.get("ROUNDS", "2"))
+TIMEOUT_S = float(os.environ.get("TIMEOUT_S", "120"))
+PAYLOAD = "payload-30-bytes-0123456789abc"
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def ticks(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+class Receiver:
+    def __init__(self, work):
+        self.port = h.free_port()
+        self.first = os.path.join(work, "first-body")
+        self.proc = subprocess.Popen([RECEIVER, str(self.port), self.first])
+        if not h.wait_until(lambda: h.port_open(self.port), 5):
+            raise RuntimeError("bench_http_receiver did not listen on %d" % self.port)
+        self.url = "http://127.0.0.1:%d/ingest" % self.port
+
+    def count(self):
+        with urllib.request.urlopen("http://127.0.0.1:%d/count" % self.port, timeout=2) as r:
+            return int(r.read().split()[0])
+
+    def wait_for(self, target, t0):
+        """Seconds from t0 until the count reaches target, None on timeout."""
+        while time.monotonic() - t0 < TIMEOUT_S:
+            if self.count() >= target:
+                return time.monotonic() - t0
+            time.sleep(0.005)
+        return None
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def publish(port, n):
+    return subprocess.Popen(["redis-benchmark", "-p", str(port), "-c", "4", "-P", "32", "-n", str(n),
+                             "-q", "PUBLISH", "chan.x", PAYLOAD],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def run_baton(work, rec, source, locker, batch, n, tag):
+    sink = '{ name = "hook"; type = "http"; url = "%s"; batch_max = %d; }' % (rec.url, batch)
+    main = h.main_cfg(redis_port=locker.port, sinks=sink, log_level="warn")
+    ep = ('name = "bench"; type = "redis_psub"; sink = "hook"; host = "127.0.0.1"; port = %d; '
+          'patterns = [ "chan.*" ];\n' % source.port)
+    b = h.Baton(work, main, {"psub.cfg": ep}, name="baton-%s" % tag)
+    try:
+        if not h.wait_until(lambda: source.client().cmd("PUBSUB", "NUMPAT") == 1, 15):
+            raise RuntimeError("baton did not subscribe: %s" % b.stderr_text()[-1500:])
+        base = rec.count()
+        c0 = ticks(b.pid)
+        t0 = time.monotonic()
+        pub = publish(source.port, n)
+        secs = rec.wait_for(base + n, t0)
+        c1 = ticks(b.pid)
+        pub.wait(30)
+        if secs is None:
+            raise RuntimeError("baton: %d of %d messages reached the receiver in %.0f s"
+                               % (rec.count() - base, n, TIMEOUT_S))
+        return n / secs, (c1 - c0) * 1e6 / HZ / n
+    finally:
+        b.term()
+
+
+def run_baseline(rec, line, batch, n):
+    base = rec.count()
+    t0 = time.monotonic()
+    p = subprocess.run([BASELINE, rec.url, str(n), str(batch), line], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True, timeout=TIMEOUT_S)
+    secs = rec.wait_for(base + n, t0)
+    if p.returncode != 0 or secs is None:
+        raise RuntimeError("baseline failed (rc %d): %s" % (p.returncode, p.stderr[-500:]))
+    cpu_us = int(p.stderr.split("cpu_us")[1].split()[0])
+    return n / secs, cpu_us / n
+
+
+def main():
+    for f in (h.BATON_BIN, RECEIVER, BASELINE):
+        if not os.path.exists(f):
+            print("missing %s (build bench_programs)" % f, file=sys.stderr)
+            return 2
+    work = h.mktemp("baton-bench-http-")
+    locker = h.RedisServer()
+    source = h.RedisServer(extra_args=("--client-output-buffer-limit", "pubsub 0 0 0"))
+    rec = Receiver(work)
+    results = []
+    try:
+        for batch in BATCHES:
+            n = N_1 if batch == 1 else N
+            best = {"baton": (0, None), "baseline": (0, None)}
+            for rnd in range(ROUNDS):
+                r, cpu = run_baton(work, rec, source, locker, batch, n, "%d-%d" % (batch, rnd))
+                print("  batch %3d round %d baton:    %9.0f msg/s, CPU %.2f us/msg"
+                      % (batch, rnd + 1, r, cpu), flush=True)
+                if r > best["baton"][0]:
+                    best["baton"] = (r, cpu)
+                with open(rec.first) as f:
+                    line = f.read().split("\n")[0]
+                r, cpu = run_baseline(rec, line, batch, n)
+                print("  batch %3d round %d baseline: %9.0f msg/s, CPU %.2f us/msg"
+                      % (batch, rnd + 1, r, cpu), flush=True)
+                if r > best["baseline"][0]:
+                    best["baseline"] = (r, cpu)
+            (br, bc), (lr, lc) = best["baton"], best["baseline"]
+            ratio = br / lr
+            results.append({"workload": "redis_psub -> http sink, batch_max %d, %d msgs" % (batch, n),
+                            "baton": round(br), "baseline": round(lr), "unit": "msg/s",
+                            "ratio": round(ratio, 3), "target": ">= 0.9", "pass": ratio >= 0.9})
+            results.append({"workload": "http sink CPU per message, batch_max %d (info)" % batch,
+                            "baton": round(bc, 2), "baseline": round(lc, 2), "unit": "us/msg",
+                            "ratio": round(bc / lc, 2) if lc else None, "target": None,
+                            "pass": None})
+    finally:
+        rec.close()
+    for r in results:
+        print("RESULT " + json.dumps(r))
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
+    try:
+        rc = main()
+    finally:
+        h._run_cleanups()
+    sys.exit(rc)

@@ -45,6 +45,12 @@ NS = [int(x) for x in os.environ.get("SCALE_NS", "1,10,100,1000").split(",") if 
 REPLICAS = int(os.environ.get("REPLICAS", "3"))
 IDLE_S = float(os.environ.get("IDLE_S", "10"))
 TTL, RENEW, RETRY = 3000, 1000, 250
+# lease.balance_step_ms (unset = baton's default, retry / 2 = 125 ms). At
+# start a replica makes its guards' first attempts one after the other, the
+# k-th delayed by k x step (leader balancing), so a lone replica needs about
+# step x N^2 / 2 to lead N endpoints: 1 ms makes N = 1,000 measurable (~500 s).
+BALANCE_STEP_MS = os.environ.get("BALANCE_STEP_MS")
+FIRST_LEAD_S = float(os.environ.get("FIRST_LEAD_S", "0"))  # 0 = 60 + 0.05 s per endpoint
 TAKEOVER_BOUND_MS = TTL + RETRY + 1000
 HZ = os.sysconf("SC_CLK_TCK")
 
@@ -94,14 +100,16 @@ def one_size(n):
     res = {"endpoints": n, "fail": []}
     try:
         for i in range(REPLICAS):
-            main = h.main_cfg(redis_port=locker.port, log_level="warn",
-                              lease={"ttl_ms": TTL, "renew_ms": RENEW, "retry_ms": RETRY},
+            lease = {"ttl_ms": TTL, "renew_ms": RENEW, "retry_ms": RETRY}
+            if BALANCE_STEP_MS:
+                lease["balance_step_ms"] = int(BALANCE_STEP_MS)
+            main = h.main_cfg(redis_port=locker.port, log_level="warn", lease=lease,
                               extra='metrics = { listen = "127.0.0.1:%d"; };' % ports[i])
             reps.append(h.Baton(work, main, eps, name="r%d" % i, start=False))
         a = reps[0].start()
         t0 = time.monotonic()
         ok = h.wait_until(lambda: sum(1 for r in roles(ports[0]).values() if r == "leader") == n,
-                          60 + n * 0.05, interval=0.2)
+                          FIRST_LEAD_S or 60 + n * 0.05, interval=0.2)
         res["first_lead_s"] = round(time.monotonic() - t0, 2)
         if not ok:
             res["fail"].append("A leads %d of %d after %.0f s"
@@ -166,8 +174,9 @@ def main():
     want = max(NS) * 2 + 256
     if soft < want:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(want, soft)), hard))
-    print("scale: %d replicas, N = %s, idle window %.0f s, lease ttl %d renew %d retry %d"
-          % (REPLICAS, NS, IDLE_S, TTL, RENEW, RETRY), flush=True)
+    print("scale: %d replicas, N = %s, idle window %.0f s, lease ttl %d renew %d retry %d, "
+          "balance_step_ms %s" % (REPLICAS, NS, IDLE_S, TTL, RENEW, RETRY,
+                                  BALANCE_STEP_MS or "default (125)"), flush=True)
     rows = []
     for n in NS:
         t0 = time.monotonic()

@@ -38,14 +38,11 @@ import subprocess
 import sys
 import time
 
-SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-if len(sys.argv) > 1:
-    os.environ["BATON_BUILD_DIR"] = os.path.abspath(sys.argv[1])
-os.environ.setdefault("BATON_BUILD_DIR", os.path.join(SRC, "build"))
-os.environ.setdefault("BATON_BIN", os.path.join(os.environ["BATON_BUILD_DIR"], "baton"))
-os.environ.setdefault("BATON_SOURCE_DIR", SRC)
-sys.path.insert(0, os.path.join(SRC, "tests", "integration", "lib"))
-import harness as h  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
+SRC = benchlib.SRC
+h = benchlib.harness()
 
 IDLE_S = float(os.environ.get("IDLE_S", "30"))
 HEAVY = os.environ.get("HEAVY", "1") != "0"
@@ -56,21 +53,8 @@ ARRIVE_S = float(os.environ.get("ARRIVE_S", "30"))
 UNLEASED = ("once-per-slot", "every-replica", "single-process")
 RSS_TARGET_KB = 10 * 1024
 CPU_TARGET = 0.5
-HZ = os.sysconf("SC_CLK_TCK")
-
-
-def ticks(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
-
-
-def vm(pid, what):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith(what + ":"):
-                return int(line.split()[1])
-    return 0
+HZ = benchlib.HZ
+ticks = benchlib.ticks
 
 
 def start_mosquitto():
@@ -307,7 +291,7 @@ def main():
     ta1, tb1, t1 = ticks(a.pid), ticks(b.pid), time.monotonic()
     cpu_a = (ta1 - ta) / HZ / (t1 - t0) * 100.0
     cpu_b = (tb1 - tb) / HZ / (t1 - t0) * 100.0
-    hwm_a, hwm_b = vm(a.pid, "VmHWM"), vm(b.pid, "VmHWM")
+    hwm_a, hwm_b = benchlib.status_kb(a.pid, "VmHWM"), benchlib.status_kb(b.pid, "VmHWM")
     if os.environ.get("SMAPS"):
         # where the leader's resident memory is: the largest mappings
         maps, cur = [], None
@@ -324,7 +308,7 @@ def main():
             by[name] = by.get(name, 0) + rss
         for name, rss in sorted(by.items(), key=lambda kv: -kv[1])[:25]:
             print("  smaps %6d KiB %s" % (rss, name))
-    rss_a, rss_b = vm(a.pid, "VmRSS"), vm(b.pid, "VmRSS")
+    rss_a, rss_b = benchlib.status_kb(a.pid, "VmRSS"), benchlib.status_kb(b.pid, "VmRSS")
     rb2 = roles(mports[1])
     ra2 = roles(mports[0])
     alive = a.alive() and b.alive()

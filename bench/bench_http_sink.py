@@ -27,14 +27,11 @@ import sys
 import time
 import urllib.request
 
-SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-if len(sys.argv) > 1:
-    os.environ["BATON_BUILD_DIR"] = os.path.abspath(sys.argv[1])
-os.environ.setdefault("BATON_BUILD_DIR", os.path.join(SRC, "build"))
-os.environ.setdefault("BATON_BIN", os.path.join(os.environ["BATON_BUILD_DIR"], "baton"))
-os.environ.setdefault("BATON_SOURCE_DIR", SRC)
-sys.path.insert(0, os.path.join(SRC, "tests", "integration", "lib"))
-import harness as h  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
+SRC = benchlib.SRC
+h = benchlib.harness()
 
 BUILD = os.environ["BATON_BUILD_DIR"]
 RECEIVER = os.path.join(BUILD, "bench", "bench_http_receiver")
@@ -45,13 +42,8 @@ N_1 = int(os.environ.get("N_1", "20000"))
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
 TIMEOUT_S = float(os.environ.get("TIMEOUT_S", "120"))
 PAYLOAD = "payload-30-bytes-0123456789abc"
-HZ = os.sysconf("SC_CLK_TCK")
-
-
-def ticks(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
+HZ = benchlib.HZ
+ticks = benchlib.ticks
 
 
 class Receiver:
@@ -167,8 +159,4 @@ def main():
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
-    try:
-        rc = main()
-    finally:
-        h._run_cleanups()
-    sys.exit(rc)
+    benchlib.run(main)

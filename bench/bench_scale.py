@@ -32,14 +32,11 @@ import signal
 import sys
 import time
 
-SRC = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-if len(sys.argv) > 1:
-    os.environ["BATON_BUILD_DIR"] = os.path.abspath(sys.argv[1])
-os.environ.setdefault("BATON_BUILD_DIR", os.path.join(SRC, "build"))
-os.environ.setdefault("BATON_BIN", os.path.join(os.environ["BATON_BUILD_DIR"], "baton"))
-os.environ.setdefault("BATON_SOURCE_DIR", SRC)
-sys.path.insert(0, os.path.join(SRC, "tests", "integration", "lib"))
-import harness as h  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
+SRC = benchlib.SRC
+h = benchlib.harness()
 
 NS = [int(x) for x in os.environ.get("SCALE_NS", "1,10,100,1000").split(",") if x.strip()]
 REPLICAS = int(os.environ.get("REPLICAS", "3"))
@@ -52,21 +49,8 @@ TTL, RENEW, RETRY = 3000, 1000, 250
 BALANCE_STEP_MS = os.environ.get("BALANCE_STEP_MS")
 FIRST_LEAD_S = float(os.environ.get("FIRST_LEAD_S", "0"))  # 0 = 60 + 0.05 s per endpoint
 TAKEOVER_BOUND_MS = TTL + RETRY + 1000
-HZ = os.sysconf("SC_CLK_TCK")
-
-
-def ticks(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
-
-
-def proc_status(pid, what):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith(what + ":"):
-                return int(line.split()[1])
-    return 0
+HZ = benchlib.HZ
+ticks = benchlib.ticks
 
 
 def roles(port):
@@ -137,10 +121,10 @@ def one_size(n):
         res["locker_cmds_per_s_per_replica"] = round(calls / wall / REPLICAS, 1)
         res["top_commands"] = sorted(((k, round(v / wall, 1)) for k, v in stats.items()
                                       if k not in ("info", "config")), key=lambda kv: -kv[1])[:4]
-        res["rss_leader_mib"] = round(proc_status(a.pid, "VmHWM") / 1024.0, 1)
-        res["rss_standby_mib"] = round(proc_status(b.pid, "VmHWM") / 1024.0, 1)
-        res["threads_leader"] = proc_status(a.pid, "Threads")
-        res["threads_standby"] = proc_status(b.pid, "Threads")
+        res["rss_leader_mib"] = round(benchlib.status_kb(a.pid, "VmHWM") / 1024.0, 1)
+        res["rss_standby_mib"] = round(benchlib.status_kb(b.pid, "VmHWM") / 1024.0, 1)
+        res["threads_leader"] = benchlib.status_kb(a.pid, "Threads")
+        res["threads_standby"] = benchlib.status_kb(b.pid, "Threads")
         # takeover of everything A led
         a.signal(signal.SIGKILL)
         t_kill = time.monotonic()
@@ -237,8 +221,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        rc = main()
-    finally:
-        h._run_cleanups()
-    sys.exit(rc)
+    benchlib.run(main)

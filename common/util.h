@@ -1,6 +1,7 @@
 /* Small helpers the daemon and the endpoints share: allocation that treats
- * OOM as fatal, time formatting, host lists; plus the guard library's own
- * helpers (guard/util.h: clocks, randomness, sleeping, back-off). */
+ * OOM as fatal, host lists; plus the guard library's own helpers
+ * (guard/util.h: clocks and their RFC 3339 form, randomness, sleeping,
+ * back-off). */
 #ifndef BATON_UTIL_H
 #define BATON_UTIL_H
 
@@ -11,10 +12,6 @@
 #include <time.h>
 
 #include "guard/util.h" /* clocks, tokens, sleeping, back-off, base64, ratelimit */
-
-/* Formats a wall-clock time as RFC 3339 UTC with milliseconds:
- * "2026-12-02T14:00:00.123Z". buf must hold 32 bytes. */
-void clock_format_rfc3339(int64_t wall_ms, char *buf, size_t len);
 
 /* strdup that aborts on OOM (baton treats OOM as fatal, like redis). */
 char *xstrdup(const char *s);

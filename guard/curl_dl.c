@@ -87,7 +87,7 @@ static void load_once(void)
         snprintf(load_err, sizeof load_err, "curl_global_init failed: %s", sym_curl_easy_strerror(rc));
         return;
     }
-    glog_debug("sink_http", NULL, "loaded %s", lib);
+    glog_debug("curl", NULL, "loaded %s", lib);
     load_rc = 0;
 }
 

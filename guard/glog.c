@@ -7,7 +7,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "guard/util.h"
@@ -51,12 +50,7 @@ static void write_stderr(enum baton_log_level level, const char *component, cons
 {
     static const char *const tags[] = {"ERROR", "WARN", "INFO", "DEBUG"};
     char ts[32];
-    int64_t now = clock_wall_ms();
-    time_t secs = (time_t)(now / 1000);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    size_t tl = strftime(ts, sizeof ts - 6, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(ts + tl, sizeof ts - tl, ".%03dZ", (int)(now % 1000));
+    clock_format_rfc3339(clock_wall_ms(), ts, sizeof ts);
     char line[4608];
     int n = snprintf(line, sizeof line, "%s %s %s%s%s%s: %s\n", ts,
                      tags[level >= BATON_LOG_ERROR && level <= BATON_LOG_DEBUG ? level : 0],

@@ -6,6 +6,12 @@
 #include <string.h>
 
 #include "guard/glog.h"
+#include "guard/scope.h"
+
+/* Guards build their keys (guard_key, guard_lease_key) within GUARD_KEY_MAX
+ * and call some backend operations directly (check, holder): those keys
+ * must pass the wrappers' bound too, so their side keys always fit. */
+_Static_assert(GUARD_KEY_MAX <= BATON_KEY_MAX, "guard keys exceed the lockers' key bound");
 #include "guard/util.h"
 
 const char *baton_locker_status_name(int status)

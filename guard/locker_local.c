@@ -195,7 +195,7 @@ static int acquire(struct local_locker *ll, const char *key, int64_t ttl_ms, con
                    uint64_t *epoch, int64_t *now_out, int64_t *held_pttl_ms)
 {
     char ekey[LOCKER_SUBKEY_MAX];
-    locker_subkey(ekey, key, "epoch");
+    if (epoch != NULL) locker_subkey(ekey, key, "epoch"); /* claims record none */
     pthread_mutex_lock(&ll->mu);
     int64_t now = clock_boot_ms();
     *now_out = now;

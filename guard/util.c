@@ -41,6 +41,60 @@ int64_t clock_wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static void put2(char *p, int v)
+{
+    p[0] = (char)('0' + v / 10 % 10);
+    p[1] = (char)('0' + v % 10);
+}
+
+void clock_format_rfc3339(int64_t wall_ms, char *buf, size_t len)
+{
+    /* Per-thread cache of the "YYYY-MM-DDTHH:MM:SS" part: envelopes of one
+     * second share it, so the common case is a copy plus three digits. */
+    static _Thread_local int64_t cached_secs = INT64_MIN;
+    static _Thread_local char cached[20];
+    if (!buf || len == 0) return;
+    int64_t secs = wall_ms / 1000;
+    int64_t ms = wall_ms % 1000;
+    if (ms < 0) { /* times before 1970: floor division */
+        ms += 1000;
+        secs -= 1;
+    }
+    if (secs != cached_secs) {
+        time_t t = (time_t)secs;
+        struct tm tm;
+        if (!gmtime_r(&t, &tm) || tm.tm_year + 1900 < 0 || tm.tm_year + 1900 > 9999) {
+            snprintf(buf, len, "1970-01-01T00:00:00.000Z");
+            return;
+        }
+        int y = tm.tm_year + 1900;
+        put2(cached, y / 100);
+        put2(cached + 2, y % 100);
+        cached[4] = '-';
+        put2(cached + 5, tm.tm_mon + 1);
+        cached[7] = '-';
+        put2(cached + 8, tm.tm_mday);
+        cached[10] = 'T';
+        put2(cached + 11, tm.tm_hour);
+        cached[13] = ':';
+        put2(cached + 14, tm.tm_min);
+        cached[16] = ':';
+        put2(cached + 17, tm.tm_sec);
+        cached[19] = '\0';
+        cached_secs = secs;
+    }
+    char out[32];
+    memcpy(out, cached, 19);
+    out[19] = '.';
+    out[20] = (char)('0' + ms / 100);
+    put2(out + 21, (int)(ms % 100));
+    out[23] = 'Z';
+    out[24] = '\0';
+    size_t n = len > 25 ? 25 : len; /* truncated like snprintf when short */
+    memcpy(buf, out, n - 1);
+    buf[n - 1] = '\0';
+}
+
 int random_bytes(void *buf, size_t len)
 {
     unsigned char *p = buf;

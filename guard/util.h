@@ -22,6 +22,9 @@ int64_t clock_mono_us(void);
 int64_t clock_boot_ms(void);
 /* CLOCK_REALTIME in milliseconds since the epoch. */
 int64_t clock_wall_ms(void);
+/* Formats a wall-clock time as RFC 3339 UTC with milliseconds:
+ * "2026-12-02T14:00:00.123Z". buf must hold 32 bytes. */
+void clock_format_rfc3339(int64_t wall_ms, char *buf, size_t len);
 /* The absolute time ms milliseconds from now on clock (CLOCK_MONOTONIC or
  * CLOCK_REALTIME), for pthread_cond_timedwait; negative ms counts as 0. */
 struct timespec clock_deadline(clockid_t clock, int64_t ms);

@@ -1,0 +1,58 @@
+"""What the Python benchmarks share: the environment bench/run gives them
+(or the defaults when one is run by hand), the tests' harness, and the
+per-process figures read from /proc.
+
+    import benchlib
+    h = benchlib.harness()          # BUILD_DIR from argv[1], BATON_* set
+    cpu_s = benchlib.ticks(pid) / benchlib.HZ
+    benchlib.run(main)              # main's exit status, harness cleanups done
+"""
+import os
+import sys
+
+SRC = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def harness():
+    """Sets BATON_BUILD_DIR (argv[1], else $BATON_BUILD_DIR, else ./build),
+    BATON_BIN and BATON_SOURCE_DIR, and returns tests/integration/lib's
+    harness module."""
+    if len(sys.argv) > 1:
+        os.environ["BATON_BUILD_DIR"] = os.path.abspath(sys.argv[1])
+    os.environ.setdefault("BATON_BUILD_DIR", os.path.join(SRC, "build"))
+    os.environ.setdefault("BATON_BIN", os.path.join(os.environ["BATON_BUILD_DIR"], "baton"))
+    os.environ.setdefault("BATON_SOURCE_DIR", SRC)
+    lib = os.path.join(SRC, "tests", "integration", "lib")
+    if lib not in sys.path:
+        sys.path.insert(0, lib)
+    import harness as h
+    return h
+
+
+def ticks(pid):
+    """CPU time of pid so far, utime + stime, in clock ticks (HZ per s)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # fields 14 and 15
+
+
+def status_kb(pid, what):
+    """A "<what>: N kB" field of /proc/<pid>/status (VmHWM, VmRSS) or a count
+    (Threads); 0 when absent."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(what + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def run(main):
+    """Runs main(), stops whatever the harness started, exits with main's
+    status."""
+    import harness as h
+    try:
+        rc = main()
+    finally:
+        h._run_cleanups()
+    sys.exit(rc)

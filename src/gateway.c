@@ -95,6 +95,7 @@ struct gateway {
     atomic_bool stopping;
     atomic_llong stop_deadline_ms; /* mono ms: drain bound at shutdown */
     atomic_int leaders;      /* endpoints this replica leads (balancing) */
+    int n_guarded;           /* endpoints with an ActiveGuard (balancing) */
     int64_t started_wall_ms;
     struct observed obs;
     pthread_t obs_thread;
@@ -427,12 +428,29 @@ static void on_demoted(void *arg)
              (long long)(clock_mono_ms() - t0));
 }
 
+/* Leader balancing. A replica leading k endpoints waits k x step before
+ * each attempt, so replicas leading fewer win the races for free leases.
+ * step = min(lease.balance_step_ms, BALANCE_WINDOW_MS / guarded endpoints):
+ * the delay never exceeds the window however many endpoints a replica has
+ * (1,000 endpoints: 1 ms per lease held), so every endpoint is led again
+ * within ttl + retry + the window after its leader dies. */
+#define BALANCE_WINDOW_MS 1000
+
+static int64_t balance_delay(const struct gw_endpoint *e, int k)
+{
+    int64_t step = e->cfg->lease.balance_step_ms;
+    int n = e->gw->n_guarded > 0 ? e->gw->n_guarded : 1;
+    int64_t by_window = (int64_t)k * BALANCE_WINDOW_MS / n;
+    int64_t by_step = (int64_t)k * step;
+    return by_step < by_window ? by_step : by_window;
+}
+
 static int64_t standby_delay(void *arg)
 {
     struct gw_endpoint *e = arg;
-    /* Leader balancing: a replica leading k endpoints waits k steps more. */
-    int k = atomic_load(&e->gw->leaders);
-    return (int64_t)k * e->cfg->lease.balance_step_ms;
+    /* The first attempt is paced by gateway_start instead. */
+    if (atomic_load(&baton_active_guard_stats(e->guard)->attempts) == 0) return 0;
+    return balance_delay(e, atomic_load(&e->gw->leaders));
 }
 
 /* ---- unguarded endpoints ------------------------------------------------ */
@@ -495,6 +513,7 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
             return -1;
         }
         e->lease_key = xstrdup(baton_active_guard_key(e->guard));
+        gw->n_guarded++;
         if (c->failover == FAILOVER_REPLAY && gw->locker)
             e->warm = warm_create(c->name, &c->replay, gw->locker, e->lease_key, warm_enqueue, e);
     }
@@ -635,16 +654,23 @@ int gateway_start(struct gateway *gw)
         }
         if (e->guard) {
             if (baton_active_guard_start(e->guard) != 0) return -1;
-            /* Leader balancing at start: let this guard make its first
-             * attempt (delayed by leases-held x step) before the next guard
-             * starts, so replicas that start together share the leases
-             * instead of the first one taking every lease at once. */
+            /* Leader balancing at start: guards make their first attempts
+             * one after another, and after each lease this replica wins it
+             * waits one step (balance_delay(1)) before the next attempt;
+             * an attempt that finds the lease held costs no wait. Replicas
+             * started together take turns (3 replicas, 6 endpoints: 2/2/2);
+             * a lone replica leads all its endpoints within the balancing
+             * window (1 s), however many there are: linear, not k x step
+             * for the k-th lease. */
             const struct baton_active_guard_stats *gs = baton_active_guard_stats(e->guard);
-            int64_t bound = clock_mono_ms() + e->cfg->lease.retry_ms +
-                            (int64_t)atomic_load(&gw->leaders) * e->cfg->lease.balance_step_ms + 1000;
+            int64_t bound = clock_mono_ms() + e->cfg->lease.retry_ms + 1000;
             while (gw->locker && atomic_load(&gs->attempts) == 0 && clock_mono_ms() < bound &&
                    !atomic_load(&gw->stopping))
-                sleep_ms_cancellable(2, NULL);
+                sleep_ms_cancellable(1, NULL);
+            if (gw->locker && atomic_load(&gs->role) == BATON_ROLE_LEADER) {
+                int64_t pace = balance_delay(e, 1);
+                if (pace > 0) sleep_ms_cancellable(pace, NULL);
+            }
         } else {
             if (pthread_create(&e->starter_thread, NULL, starter_main, e) != 0) return -1;
             e->starter_started = true;

@@ -35,12 +35,18 @@
 
 #define DEFAULT_TTL_MS 3000
 #define DEFAULT_RETRY_MS 250
-/* The lease thread wakes at least this often while leader (deadline and
- * generation watch). Safety does not depend on it: every reader checks the
- * deadline and the generation itself; this only bounds how soon a
- * verification or a demotion starts. */
+/* While it leads, the lease thread sleeps until its next renewal or its
+ * deadline. A backend that announces generation changes (notifies_gen:
+ * redis, local) wakes it at once when its connection breaks; with the
+ * others (etcd) it looks at the generation every LEADER_POLL_MS. Safety does
+ * not depend on either: every reader checks the deadline and the generation
+ * itself; this only bounds how soon a verification starts. */
 #define LEADER_POLL_MS 50
-#define RELEASE_WAIT_CHUNK_MS 250 /* bounds stop latency while waiting for a release */
+#define LEADER_POLL_NOTIFIED_MS 1000 /* also the bound for a jump of the boot clock */
+/* A standby waiting for a release looks at its flags at least this often;
+ * a backend with wake_waiters is woken at stop / give-up instead. */
+#define RELEASE_WAIT_CHUNK_MS 250
+#define RELEASE_WAIT_CHUNK_WOKEN_MS 1000
 #define VERIFY_RETRY_MS 100
 
 enum wk_cmd { WK_NONE = 0, WK_PROMOTE, WK_DEMOTE };
@@ -77,6 +83,7 @@ struct baton_active_guard {
     _Atomic int64_t deadline; /* CLOCK_BOOTTIME ms; 0 = no live term */
     _Atomic uint64_t lease_gen;
     char token[RANDOM_TOKEN_LEN]; /* lease thread only */
+    struct locker_watcher watcher; /* registered with the locker while leading */
     struct ratelimit rl_err;
     struct baton_active_guard_stats stats;
 };
@@ -237,7 +244,9 @@ static enum wake wait_until(struct baton_active_guard *g, int64_t until, bool wa
         int64_t slice = until - now;
         if (leader) {
             if (d > 0 && d - now < slice) slice = d - now;
-            if (slice > LEADER_POLL_MS) slice = LEADER_POLL_MS;
+            if (gen_after > now && gen_after - now < slice) slice = gen_after - now;
+            int64_t poll = g->locker->notifies_gen ? LEADER_POLL_NOTIFIED_MS : LEADER_POLL_MS;
+            if (slice > poll) slice = poll;
         }
         if (slice > 1000) slice = 1000; /* the boot clock may jump (resume) */
         struct timespec ts = clock_deadline(CLOCK_MONOTONIC, slice);
@@ -328,9 +337,24 @@ enum end_mode {
     END_LOST,      /* the key is gone or another's: nothing to release */
 };
 
+/* The next renewal after one sent at `sent`: on a grid of renew_ms on the
+ * boot clock, so that the guards of a process with the same interval renew
+ * at the same instants and the locker sends their renewals in one batch
+ * (locker_redis.c: one pipelined round trip). Never later than sent +
+ * renew_ms; the first interval of a term may be shorter. */
+static int64_t next_renewal(const struct baton_active_guard *g, int64_t sent)
+{
+    int64_t t = sent + g->renew_ms;
+    if (t <= 0) return t;
+    return t - t % g->renew_ms; /* > sent: t % renew_ms < renew_ms */
+}
+
 static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_grant *grant, uint64_t gen0)
 {
     memcpy(g->token, grant->token, sizeof g->token);
+    g->watcher.mu = &g->mu;
+    g->watcher.cv = &g->cv;
+    locker_watch(g->locker, &g->watcher);
     term_begin(g, grant->epoch, grant->sent_ms, gen0);
     atomic_store(&g->stats.epoch, grant->epoch);
     atomic_store(&g->stats.leader_since_ms, clock_wall_ms());
@@ -345,7 +369,7 @@ static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_
     enum lead_end ret = LEAD_STANDBY;
     char reason[sizeof g->give_up_reason + BATON_LOCKER_ERR_MAX + 128] = "";
     bool can_renew = baton_locker_can_renew(g->locker);
-    int64_t next_renew = grant->sent_ms + g->renew_ms;
+    int64_t next_renew = next_renewal(g, grant->sent_ms);
     int64_t gen_after = 0;
     char err[BATON_LOCKER_ERR_MAX];
 
@@ -445,7 +469,7 @@ static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_
                     term_end(g);
                     break;
                 }
-                next_renew = sent + g->renew_ms;
+                next_renew = next_renewal(g, sent);
                 gen_after = 0;
             } else if (rc == BATON_LOCKER_LOST) {
                 atomic_fetch_add(&g->stats.renew_failures, 1);
@@ -465,6 +489,7 @@ static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_
     }
 done:
     term_end(g);
+    locker_unwatch(g->locker, &g->watcher);
     atomic_store(&g->stats.role, BATON_ROLE_STANDBY);
     atomic_fetch_add(&g->stats.demotions, 1);
     glog_info("guard", g->log_name, "demoted from leader of %s (epoch %llu): %s", g->key,
@@ -495,11 +520,12 @@ static bool standby_wait(struct baton_active_guard *g, int64_t wait_ms, uint64_t
         wait_until(g, until, true, false, 0);
         return false;
     }
+    int64_t chunk = g->locker->ops->wake_waiters ? RELEASE_WAIT_CHUNK_WOKEN_MS : RELEASE_WAIT_CHUNK_MS;
     for (;;) {
         if (atomic_load(&g->stop) || atomic_load(&g->give_up)) return false;
         int64_t rem = until - clock_boot_ms();
         if (rem <= 0) return false;
-        if (rem > RELEASE_WAIT_CHUNK_MS) rem = RELEASE_WAIT_CHUNK_MS;
+        if (rem > chunk) rem = chunk;
         if (g->locker->ops->wait_release(g->locker, g->key, seen, rem)) return true;
     }
 }
@@ -575,6 +601,8 @@ static void *guard_main(void *arg)
          * reading (grant.gen) is preferred when it gives one. */
         uint64_t gen_before = locker_gen(g);
         int rc = baton_locker_try_lock(g->locker, g->key, g->ttl_ms, &grant, err);
+        /* a won attempt shows as leader by the time it is counted */
+        if (rc == BATON_LOCKER_OK) atomic_store(&g->stats.role, BATON_ROLE_LEADER);
         atomic_fetch_add(&g->stats.attempts, 1);
         if (rc == BATON_LOCKER_OK) {
             lead(g, &grant, grant.gen ? grant.gen : gen_before); /* LEAD_REACQUIRE: at once */
@@ -689,6 +717,7 @@ void baton_active_guard_request_stop(struct baton_active_guard *g)
     atomic_store(&g->stop, true);
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
+    if (g->locker && g->locker->ops->wake_waiters) g->locker->ops->wake_waiters(g->locker);
 }
 
 void baton_active_guard_stop(struct baton_active_guard *g)
@@ -771,6 +800,7 @@ void baton_active_guard_give_up(struct baton_active_guard *g, const char *reason
     atomic_store(&g->give_up, true);
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
+    if (g->locker && g->locker->ops->wake_waiters) g->locker->ops->wake_waiters(g->locker);
 }
 
 const char *baton_active_guard_key(const struct baton_active_guard *g)

@@ -14,6 +14,52 @@
 _Static_assert(GUARD_KEY_MAX <= BATON_KEY_MAX, "guard keys exceed the lockers' key bound");
 #include "guard/util.h"
 
+void locker_base_init(struct baton_locker *l, const struct locker_ops *ops, bool notifies_gen)
+{
+    l->ops = ops;
+    l->notifies_gen = notifies_gen;
+    pthread_mutex_init(&l->watch_mu, NULL);
+    l->watchers = NULL;
+}
+
+void locker_base_destroy(struct baton_locker *l)
+{
+    pthread_mutex_destroy(&l->watch_mu);
+}
+
+void locker_watch(struct baton_locker *l, struct locker_watcher *w)
+{
+    pthread_mutex_lock(&l->watch_mu);
+    w->prev = NULL;
+    w->next = l->watchers;
+    if (l->watchers) l->watchers->prev = w;
+    l->watchers = w;
+    pthread_mutex_unlock(&l->watch_mu);
+}
+
+void locker_unwatch(struct baton_locker *l, struct locker_watcher *w)
+{
+    pthread_mutex_lock(&l->watch_mu);
+    if (w->prev)
+        w->prev->next = w->next;
+    else if (l->watchers == w)
+        l->watchers = w->next;
+    if (w->next) w->next->prev = w->prev;
+    w->next = w->prev = NULL;
+    pthread_mutex_unlock(&l->watch_mu);
+}
+
+void locker_notify_gen(struct baton_locker *l)
+{
+    pthread_mutex_lock(&l->watch_mu);
+    for (struct locker_watcher *w = l->watchers; w; w = w->next) {
+        pthread_mutex_lock(w->mu);
+        pthread_cond_broadcast(w->cv);
+        pthread_mutex_unlock(w->mu);
+    }
+    pthread_mutex_unlock(&l->watch_mu);
+}
+
 const char *baton_locker_status_name(int status)
 {
     switch (status) {
@@ -259,4 +305,11 @@ void locker_subkey(char buf[LOCKER_SUBKEY_MAX], const char *key, const char *nam
 const char *baton_locker_backend(const struct baton_locker *l)
 {
     return l && l->ops ? l->ops->name : "none";
+}
+
+int baton_locker_lease_traffic(const struct baton_locker *l, uint64_t *round_trips, uint64_t *calls)
+{
+    if (l == NULL || l->ops == NULL || l->ops->lease_traffic == NULL) return -1;
+    l->ops->lease_traffic(l, round_trips, calls);
+    return 0;
 }

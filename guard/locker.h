@@ -6,6 +6,9 @@
 #ifndef BATON_LOCKER_H
 #define BATON_LOCKER_H
 
+#include <pthread.h>
+#include <stdbool.h>
+
 #include "baton/locker.h"
 
 struct locker_ops {
@@ -33,6 +36,11 @@ struct locker_ops {
     int (*announce_release)(struct baton_locker *l, const char *key, char err[BATON_LOCKER_ERR_MAX]);
     uint64_t (*release_seq)(struct baton_locker *l, const char *key);
     bool (*wait_release)(struct baton_locker *l, const char *key, uint64_t seen, int64_t timeout_ms);
+    /* Optional: makes every wait_release in progress return (false) now, so
+     * a guard asked to stop or give up need not wait out its chunk. */
+    void (*wake_waiters)(struct baton_locker *l);
+    /* Optional: lease-connection round trips and the calls they carried. */
+    void (*lease_traffic)(const struct baton_locker *l, uint64_t *round_trips, uint64_t *calls);
     /* Optional: a counter that changes whenever the backend connection broke
      * or was re-established; the guard compares it between calls to notice a
      * restart at once. NULL = never changes. */
@@ -78,9 +86,35 @@ struct locker_ops {
     void (*where)(struct baton_locker *l, char *buf, size_t len);
 };
 
+/* A thread waiting on its own condition variable that wants to be woken
+ * when the locker's generation moves (a guard's lease thread while it
+ * leads) or when a waiter should look at its flags again. */
+struct locker_watcher {
+    struct locker_watcher *next, *prev;
+    pthread_mutex_t *mu;
+    pthread_cond_t *cv;
+};
+
 struct baton_locker {
     const struct locker_ops *ops;
+    /* The backend calls locker_notify_gen() at every change of its
+     * generation (when it sets this): a leading guard then waits for its
+     * next renewal instead of polling the generation. */
+    bool notifies_gen;
+    pthread_mutex_t watch_mu;
+    struct locker_watcher *watchers;
 };
+
+/* Backends: before use / in destroy, before freeing. */
+void locker_base_init(struct baton_locker *l, const struct locker_ops *ops, bool notifies_gen);
+void locker_base_destroy(struct baton_locker *l);
+/* Guards: w stays registered between the two calls. */
+void locker_watch(struct baton_locker *l, struct locker_watcher *w);
+void locker_unwatch(struct baton_locker *l, struct locker_watcher *w);
+/* Broadcasts every watcher's condition variable (under its mutex, so a
+ * waiter between its check and its wait cannot miss it). The caller may
+ * hold backend locks but no watcher's mutex. */
+void locker_notify_gen(struct baton_locker *l);
 
 
 /* "<key>:<name>" into buf, the keys a backend keeps beside a lease

@@ -1083,6 +1083,7 @@ static void etcd_destroy(struct baton_locker *l)
     pthread_cond_destroy(&el->w_cv);
     pthread_mutex_destroy(&el->w_mu);
     pthread_mutex_destroy(&el->held_mu);
+    locker_base_destroy(&el->base);
     free(el);
 }
 
@@ -1113,7 +1114,7 @@ struct baton_locker *baton_locker_etcd_create(const struct baton_etcd_opts *opts
         snprintf(err, BATON_LOCKER_ERR_MAX, "etcd locker: out of memory");
         return NULL;
     }
-    el->base.ops = &etcd_ops;
+    locker_base_init(&el->base, &etcd_ops, false);
     snprintf(el->holder, sizeof el->holder, "%.80s pid %d", util_hostname(), (int)getpid());
     el->command_timeout_ms = opts && opts->command_timeout_ms > 0 ? opts->command_timeout_ms : 1000;
     pthread_mutex_init(&el->held_mu, NULL);

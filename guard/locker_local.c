@@ -57,6 +57,7 @@ struct local_locker {
     struct local_entry *buckets[LOCAL_BUCKETS];
     size_t count;
     uint64_t last_epoch;
+    uint64_t woken; /* wake_waiters calls */
     int64_t next_sweep_ms;
     struct local_chan *chans[LOCAL_BUCKETS];
     struct local_value *values[LOCAL_BUCKETS];
@@ -387,11 +388,22 @@ static bool local_wait_release(struct baton_locker *l, const char *key, uint64_t
     struct timespec ts = clock_deadline(CLOCK_MONOTONIC, timeout_ms);
     pthread_mutex_lock(&ll->mu);
     struct local_chan *c = chan_find(ll, key, true);
-    while (c && c->seq == seen)
+    uint64_t woken = ll->woken;
+    /* no channel (out of memory): wait out the timeout all the same */
+    while ((c == NULL || c->seq == seen) && ll->woken == woken)
         if (pthread_cond_timedwait(&ll->cv, &ll->mu, &ts) != 0) break;
     bool changed = c && c->seq != seen;
     pthread_mutex_unlock(&ll->mu);
     return changed;
+}
+
+static void local_wake_waiters(struct baton_locker *l)
+{
+    struct local_locker *ll = (struct local_locker *)l;
+    pthread_mutex_lock(&ll->mu);
+    ll->woken++;
+    pthread_cond_broadcast(&ll->cv);
+    pthread_mutex_unlock(&ll->mu);
 }
 
 static int local_ping(struct baton_locker *l, char err[BATON_LOCKER_ERR_MAX])
@@ -499,6 +511,7 @@ static void local_destroy(struct baton_locker *l)
     }
     pthread_cond_destroy(&ll->cv);
     pthread_mutex_destroy(&ll->mu);
+    locker_base_destroy(&ll->base);
     free(ll);
 }
 
@@ -510,6 +523,7 @@ static const struct locker_ops local_ops = {
     .announce_release = local_announce,
     .release_seq = local_release_seq,
     .wait_release = local_wait_release,
+    .wake_waiters = local_wake_waiters,
     .generation = NULL,
     .check = local_check,
     .destroy = local_destroy,
@@ -523,7 +537,7 @@ struct baton_locker *baton_locker_local_create(void)
 {
     struct local_locker *ll = calloc(1, sizeof *ll);
     if (!ll) return NULL;
-    ll->base.ops = &local_ops;
+    locker_base_init(&ll->base, &local_ops, true);
     pthread_mutex_init(&ll->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

@@ -186,6 +186,16 @@ struct redis_locker {
      * ours (a restarted process with the same pid is another instance) */
     char claim_value[128 + RANDOM_TOKEN_LEN + 1];
 
+    /* Calls for the lease connection queue here (group commit): the first
+     * caller to find no batch in flight takes everything queued and sends
+     * it in one pipelined round trip, so the renewals of all the leases a
+     * replica holds (and its standbys' attempts) cost a round trip per
+     * tick, not one per lease. */
+    pthread_mutex_t q_mu;
+    struct lease_waiter *q_head, *q_tail;
+    bool q_busy;
+    atomic_ullong q_batches, q_calls; /* round trips and the calls they carried */
+
     struct rconn lease; /* + everything below up to side: under lease.mu */
     struct orphan orphans[ORPHAN_MAX]; /* oldest first */
     int n_orphans;
@@ -198,6 +208,7 @@ struct redis_locker {
     struct ratelimit rl_sub_err; /* subscriber thread only */
     pthread_mutex_t sub_mu;
     pthread_cond_t sub_cv; /* CLOCK_MONOTONIC */
+    uint64_t sub_woken;    /* wake_waiters calls (under sub_mu) */
     bool sub_started;
     pthread_t sub_thread;
     atomic_bool sub_stop;
@@ -206,6 +217,15 @@ struct redis_locker {
 };
 
 /* ---- blocking connections -------------------------------------------------- */
+
+/* The lease connection or the subscriber broke or was re-established:
+ * leading guards verify their leases at once (they wait on their renewal
+ * timers, not on a poll of the generation). */
+static void gen_bump(struct redis_locker *rl)
+{
+    atomic_fetch_add(&rl->generation, 1);
+    locker_notify_gen(&rl->base);
+}
 
 static void conn_broken(struct redis_locker *rl, struct rconn *cn, const char *what,
                         char err[BATON_LOCKER_ERR_MAX])
@@ -219,7 +239,7 @@ static void conn_broken(struct redis_locker *rl, struct rconn *cn, const char *w
                  cn->role, suppressed);
     if (cn->c) redisFree(cn->c);
     cn->c = NULL;
-    if (cn == &rl->lease) atomic_fetch_add(&rl->generation, 1);
+    if (cn == &rl->lease) gen_bump(rl);
 }
 
 /* An error reply saying the server is no longer (or not yet) the master to
@@ -235,7 +255,7 @@ static void conn_failover(struct redis_locker *rl, struct rconn *cn, const char 
                  "suppressed)", err, cn->role, suppressed);
     if (cn->c) redisFree(cn->c);
     cn->c = NULL;
-    if (cn == &rl->lease) atomic_fetch_add(&rl->generation, 1);
+    if (cn == &rl->lease) gen_bump(rl);
 }
 
 /* The generation the guard sees: the connection breaks counted, plus the
@@ -296,13 +316,13 @@ static bool ensure_conn(struct redis_locker *rl, struct rconn *cn, char err[BATO
                  "reconnects", rl->where, cn->role);
         redisFree(cn->c);
         cn->c = NULL;
-        if (cn == &rl->lease) atomic_fetch_add(&rl->generation, 1);
+        if (cn == &rl->lease) gen_bump(rl);
     }
     if (cn->c) return true;
     cn->c = redis_conn_open(&rl->opts, err, BATON_LOCKER_ERR_MAX);
     if (cn->c == NULL) return false;
     cn->switch_seen = sw;
-    if (cn == &rl->lease) atomic_fetch_add(&rl->generation, 1);
+    if (cn == &rl->lease) gen_bump(rl);
     if (cn->ever_connected)
         glog_info("locker", NULL, "redis %s: %s connection re-established", rl->where, cn->role);
     cn->ever_connected = true;
@@ -363,78 +383,159 @@ static void script_line(int idx, const char *reply, char *out, size_t len)
     snprintf(out, len, "line %d (%.*s)", n, l > 80 ? 80 : l, p);
 }
 
-/* Runs script idx on cn (cn->mu held: the lease connection, or the side
- * connection for its own scripts) with the given keys and args (kalen: their
- * lengths, binary safe; NULL = C strings). Returns the reply (never an error
- * reply: those become BATON_LOCKER_ERR with the reason in err) or NULL. Errors read
+/* One script call: script idx with nkeys keys among its nargs arguments ka
+ * (kalen: their lengths, binary safe; NULL = C strings). Errors read
  * "redis <where>: <what> <subject>: <reason>"; subject NULL = what names the
- * key itself, and then a failed connect names it too. Just before the request
- * that produced the reply is sent, *sent (may be NULL) receives
- * clock_boot_ms() and *gen (may be NULL) the generation (after any
- * reconnect). *lost (may be NULL) is set true when a request was sent and its
- * reply lost (it may have run). */
-static redisReply *run_script_on(struct redis_locker *rl, struct rconn *cn, int idx, int nkeys,
-                                 int nargs, const char **ka, const size_t *kalen,
-                                 const char *what, const char *subject, int64_t *sent,
-                                 uint64_t *gen, bool *lost, char err[BATON_LOCKER_ERR_MAX])
+ * key itself, and then a failed connect names it too. Out: r (an integer
+ * reply; never an error reply: those become NULL with the reason in err),
+ * sent (clock_boot_ms() just before the request that produced the reply was
+ * written), gen (the generation then, after any reconnect) and lost (a
+ * request was written and its reply lost: it may have run). */
+struct script_call {
+    int idx, nkeys, nargs;
+    const char **ka;
+    const size_t *kalen;
+    const char *what, *subject;
+    bool acquire; /* lease batches: release the key's orphans first, record a lost one */
+    redisReply *r;
+    int64_t sent;
+    uint64_t gen;
+    bool lost;
+    bool failed;  /* no reply (err says why) */
+    bool by_sha;
+    char *err;    /* BATON_LOCKER_ERR_MAX */
+};
+
+#define SCRIPT_ARGS_MAX 9
+
+/* Runs n script calls on cn (cn->mu held) in one pipelined round trip (two
+ * when the server lost its scripts: those calls go again by EVAL). */
+static void run_scripts_on(struct redis_locker *rl, struct rconn *cn, struct script_call **calls,
+                           int n)
 {
-    if (lost) *lost = false;
-    if (!ensure_conn(rl, cn, err)) {
-        if (subject == NULL) err_label(rl, what, err);
-        return NULL;
+    char cerr[BATON_LOCKER_ERR_MAX];
+    int live = 0;
+    for (int i = 0; i < n; i++) {
+        calls[i]->r = NULL;
+        calls[i]->lost = false;
+        if (!calls[i]->failed) live++;
     }
-    char label[BATON_LOCKER_ERR_MAX];
-    snprintf(label, sizeof label, "%.100s%s%.150s", what, subject ? " " : "",
-             subject ? subject : "");
-    const char *argv[12];
-    size_t argvlen[12];
-    char nk[8];
-    snprintf(nk, sizeof nk, "%d", nkeys);
-    int argc = 3 + nargs;
-    for (int i = 0; i < nargs; i++) {
-        argv[3 + i] = ka[i];
-        argvlen[3 + i] = kalen ? kalen[i] : strlen(ka[i]);
-    }
-    argv[2] = nk;
-    argvlen[2] = strlen(nk);
-    bool by_sha = cn->sha[idx][0] != '\0';
-    redisReply *r = NULL;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        argv[0] = by_sha ? "EVALSHA" : "EVAL";
-        argv[1] = by_sha ? cn->sha[idx] : SCRIPTS[idx];
-        argvlen[0] = strlen(argv[0]);
-        argvlen[1] = strlen(argv[1]);
-        if (gen) *gen = gen_now(rl);
-        if (sent) *sent = clock_boot_ms();
-        r = redisCommandArgv(cn->c, argc, argv, argvlen);
-        if (r == NULL) {
-            if (lost) *lost = true;
-            conn_broken(rl, cn, what, err);
-            return NULL;
+    if (live == 0) return;
+    if (!ensure_conn(rl, cn, cerr)) {
+        for (int i = 0; i < n; i++) {
+            struct script_call *c = calls[i];
+            if (c->failed) continue;
+            c->failed = true;
+            snprintf(c->err, BATON_LOCKER_ERR_MAX, "%s", cerr);
+            if (c->subject == NULL) err_label(rl, c->what, c->err);
         }
-        if (by_sha && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
-            freeReplyObject(r);
-            r = NULL;
-            by_sha = false;
-            cn->sha[idx][0] = '\0';
+        return;
+    }
+    for (int i = 0; i < n; i++) calls[i]->by_sha = cn->sha[calls[i]->idx][0] != '\0';
+    bool retry_any = true;
+    for (int attempt = 0; attempt < 2 && retry_any; attempt++) {
+        retry_any = false;
+        uint64_t gen = gen_now(rl);
+        int64_t sent = clock_boot_ms();
+        bool broken = false;
+        int appended = 0;
+        for (int i = 0; i < n; i++) {
+            struct script_call *c = calls[i];
+            if (c->failed || c->r != NULL) continue;
+            const char *argv[3 + SCRIPT_ARGS_MAX];
+            size_t argvlen[3 + SCRIPT_ARGS_MAX];
+            char nk[8];
+            snprintf(nk, sizeof nk, "%d", c->nkeys);
+            argv[0] = c->by_sha ? "EVALSHA" : "EVAL";
+            argv[1] = c->by_sha ? cn->sha[c->idx] : SCRIPTS[c->idx];
+            argv[2] = nk;
+            for (int k = 0; k < c->nargs && k < SCRIPT_ARGS_MAX; k++) {
+                argv[3 + k] = c->ka[k];
+                argvlen[3 + k] = c->kalen ? c->kalen[k] : strlen(c->ka[k]);
+            }
+            for (int k = 0; k < 3; k++) argvlen[k] = strlen(argv[k]);
+            if (redisAppendCommandArgv(cn->c, 3 + c->nargs, argv, argvlen) != REDIS_OK) {
+                /* out of memory: nothing was written; drop the connection
+                 * with what it buffered */
+                snprintf(cerr, sizeof cerr, "redis %s: %s: out of memory", rl->where, c->what);
+                conn_broken(rl, cn, "pipeline", cerr);
+                snprintf(cerr, sizeof cerr, "redis %s: %s: out of memory", rl->where, c->what);
+                broken = true;
+                appended = 0;
+                break;
+            }
+            appended++;
+        }
+        for (int i = 0; i < n && appended > 0; i++) {
+            struct script_call *c = calls[i];
+            if (c->failed || c->r != NULL) continue;
+            appended--;
+            c->sent = sent;
+            c->gen = gen;
+            if (broken) {
+                c->lost = true; /* written with the others: may have run */
+                c->failed = true;
+                snprintf(c->err, BATON_LOCKER_ERR_MAX, "%s", cerr);
+                continue;
+            }
+            redisReply *r = NULL;
+            if (redisGetReply(cn->c, (void **)&r) != REDIS_OK || r == NULL) {
+                broken = true;
+                c->lost = true;
+                c->failed = true;
+                conn_broken(rl, cn, c->what, cerr);
+                snprintf(c->err, BATON_LOCKER_ERR_MAX, "%s", cerr);
+                continue;
+            }
+            if (c->by_sha && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+                freeReplyObject(r);
+                c->by_sha = false; /* again, by EVAL */
+                cn->sha[c->idx][0] = '\0';
+                retry_any = true;
+                continue;
+            }
+            c->r = r;
+        }
+        if (broken) {
+            /* the connection is gone: every call without a reply fails */
+            for (int i = 0; i < n; i++) {
+                struct script_call *c = calls[i];
+                if (c->failed || c->r != NULL) continue;
+                c->failed = true;
+                snprintf(c->err, BATON_LOCKER_ERR_MAX, "%s", cerr);
+            }
+            break;
+        }
+    }
+    bool reload[S_COUNT] = {false};
+    for (int i = 0; i < n; i++) {
+        struct script_call *c = calls[i];
+        if (c->failed || c->r == NULL) continue;
+        redisReply *r = c->r;
+        char label[BATON_LOCKER_ERR_MAX];
+        snprintf(label, sizeof label, "%.100s%s%.150s", c->what, c->subject ? " " : "",
+                 c->subject ? c->subject : "");
+        if (r->type == REDIS_REPLY_ERROR) {
+            char line[120];
+            script_line(c->idx, r->str, line, sizeof line);
+            if (line[0]) /* the command first: the reply's sha would push it out */
+                errf(c->err, "redis %s: %s: refused in the script at %s: %.100s", rl->where,
+                     label, line, r->str);
+            else
+                errf(c->err, "redis %s: %s: %s", rl->where, label, r->str);
+            if (redis_failover_error(r->str) && cn->c) conn_failover(rl, cn, c->err);
+        } else if (r->type != REDIS_REPLY_INTEGER) {
+            errf(c->err, "redis %s: %s: unexpected reply type %d", rl->where, label, r->type);
+        } else {
+            if (!c->by_sha && cn->sha[c->idx][0] == '\0') reload[c->idx] = true;
             continue;
         }
-        break;
-    }
-    if (r->type == REDIS_REPLY_ERROR) {
-        char line[120];
-        script_line(idx, r->str, line, sizeof line);
-        if (line[0]) /* the command first: the reply's sha would push it out */
-            errf(err, "redis %s: %s: refused in the script at %s: %.100s", rl->where, label, line,
-                 r->str);
-        else
-            errf(err, "redis %s: %s: %s", rl->where, label, r->str);
-        bool failover = redis_failover_error(r->str);
         freeReplyObject(r);
-        if (failover) conn_failover(rl, cn, err);
-        return NULL;
+        c->r = NULL;
+        c->failed = true;
     }
-    if (!by_sha && cn->sha[idx][0] == '\0') {
+    for (int idx = 0; idx < S_COUNT && cn->c; idx++) {
+        if (!reload[idx]) continue;
         /* reload after NOSCRIPT (Redis restarted or SCRIPT FLUSH) */
         redisReply *lr = redisCommand(cn->c, "SCRIPT LOAD %s", SCRIPTS[idx]);
         if (lr == NULL) {
@@ -445,12 +546,22 @@ static redisReply *run_script_on(struct redis_locker *rl, struct rconn *cn, int 
             freeReplyObject(lr);
         }
     }
-    if (r->type != REDIS_REPLY_INTEGER) {
-        errf(err, "redis %s: %s: unexpected reply type %d", rl->where, label, r->type);
-        freeReplyObject(r);
-        return NULL;
-    }
-    return r;
+}
+
+/* One call (cn->mu held): see struct script_call. */
+static redisReply *run_script_on(struct redis_locker *rl, struct rconn *cn, int idx, int nkeys,
+                                 int nargs, const char **ka, const size_t *kalen,
+                                 const char *what, const char *subject, int64_t *sent,
+                                 uint64_t *gen, bool *lost, char err[BATON_LOCKER_ERR_MAX])
+{
+    struct script_call c = {.idx = idx, .nkeys = nkeys, .nargs = nargs, .ka = ka, .kalen = kalen,
+                            .what = what, .subject = subject, .err = err};
+    struct script_call *cp = &c;
+    run_scripts_on(rl, cn, &cp, 1);
+    if (sent) *sent = c.sent;
+    if (gen) *gen = c.gen;
+    if (lost) *lost = c.lost;
+    return c.r;
 }
 
 /* run_script_on the lease connection (lease.mu held); errors name ka[0]. */
@@ -460,6 +571,82 @@ static redisReply *run_script(struct redis_locker *rl, int idx, int nkeys, int n
 {
     return run_script_on(rl, &rl->lease, idx, nkeys, nargs, ka, NULL, what, ka[0], sent, gen,
                          lost, err);
+}
+
+/* ---- the lease connection's queue ------------------------------------------ */
+
+#define LEASE_BATCH_MAX 512
+
+struct lease_waiter {
+    struct script_call call;
+    struct lease_waiter *next;
+    pthread_cond_t cv;
+    bool done;
+};
+
+static bool orphans_release(struct redis_locker *rl, const char *key, char err[BATON_LOCKER_ERR_MAX]);
+static void orphan_add(struct redis_locker *rl, const char *key, const char *token);
+
+/* Sends the first LEASE_BATCH_MAX queued calls (q_mu held on entry and on
+ * return, released meanwhile). */
+static void lease_flush(struct redis_locker *rl)
+{
+    struct script_call *calls[LEASE_BATCH_MAX];
+    struct lease_waiter *batch = rl->q_head, *w = batch;
+    int n = 0;
+    for (; w && n < LEASE_BATCH_MAX; w = w->next) calls[n++] = &w->call;
+    rl->q_head = w;
+    if (w == NULL) rl->q_tail = NULL;
+    rl->q_busy = true;
+    pthread_mutex_unlock(&rl->q_mu);
+
+    pthread_mutex_lock(&rl->lease.mu);
+    for (int i = 0; i < n; i++) {
+        struct script_call *c = calls[i];
+        /* an earlier acquisition of this key whose answer was lost goes first */
+        if (c->acquire && !orphans_release(rl, c->ka[0], c->err)) c->failed = true;
+    }
+    run_scripts_on(rl, &rl->lease, calls, n);
+    for (int i = 0; i < n; i++) {
+        struct script_call *c = calls[i];
+        if (c->acquire && c->r == NULL && c->lost) orphan_add(rl, c->ka[0], c->ka[2]);
+    }
+    pthread_mutex_unlock(&rl->lease.mu);
+    atomic_fetch_add(&rl->q_batches, 1);
+    atomic_fetch_add(&rl->q_calls, (unsigned long long)n);
+
+    pthread_mutex_lock(&rl->q_mu);
+    rl->q_busy = false;
+    w = batch;
+    for (int i = 0; i < n; i++, w = w->next) {
+        w->done = true;
+        pthread_cond_signal(&w->cv);
+    }
+    /* the next in line sends what queued meanwhile */
+    if (rl->q_head) pthread_cond_signal(&rl->q_head->cv);
+}
+
+/* Runs w->call on the lease connection, in a batch with whatever else is
+ * queued; returns when it is answered (or failed). */
+static void lease_run(struct redis_locker *rl, struct lease_waiter *w)
+{
+    w->next = NULL;
+    w->done = false;
+    pthread_cond_init(&w->cv, NULL);
+    pthread_mutex_lock(&rl->q_mu);
+    if (rl->q_tail)
+        rl->q_tail->next = w;
+    else
+        rl->q_head = w;
+    rl->q_tail = w;
+    while (!w->done) {
+        if (!rl->q_busy && rl->q_head == w)
+            lease_flush(rl);
+        else
+            pthread_cond_wait(&w->cv, &rl->q_mu);
+    }
+    pthread_mutex_unlock(&rl->q_mu);
+    pthread_cond_destroy(&w->cv);
 }
 
 /* Sends n pipelined commands on the side connection and reads their n
@@ -658,7 +845,7 @@ static void sub_drop(struct redis_locker *rl, redisContext **sc)
     for (struct sub_channel *ch = rl->channels; ch; ch = ch->next)
         ch->subscribed = ch->confirmed = false;
     pthread_mutex_unlock(&rl->sub_mu);
-    atomic_fetch_add(&rl->generation, 1);
+    gen_bump(rl);
 }
 
 static void *sub_main(void *arg)
@@ -788,15 +975,15 @@ static int redis_try_lock(struct baton_locker *l, const char *key, int64_t ttl_m
     const char *ka[6] = {key, ekey, token, ttl, ettl, rl->holder};
     int64_t sent = 0;
     uint64_t gen = 0;
-    bool lost = false;
     redisReply *r = NULL;
 
-    pthread_mutex_lock(&rl->lease.mu);
-    if (orphans_release(rl, key, err)) {
-        r = run_script(rl, S_ACQUIRE, 2, 6, ka, "acquire", &sent, &gen, &lost, err);
-        if (r == NULL && lost) orphan_add(rl, key, token);
-    }
-    pthread_mutex_unlock(&rl->lease.mu);
+    struct lease_waiter w = {.call = {.idx = S_ACQUIRE, .nkeys = 2, .nargs = 6, .ka = ka,
+                                      .what = "acquire", .subject = key, .acquire = true,
+                                      .err = err}};
+    lease_run(rl, &w);
+    r = w.call.r;
+    sent = w.call.sent;
+    gen = w.call.gen;
     if (r == NULL) return BATON_LOCKER_ERR;
     long long v = r->integer;
     freeReplyObject(r);
@@ -838,9 +1025,11 @@ static int token_script(struct redis_locker *rl, int idx, const char *what, cons
     ka[n++] = token;
     if (arg) ka[n++] = arg;
     if (arg && arg2) ka[n++] = arg2;
-    pthread_mutex_lock(&rl->lease.mu);
-    redisReply *r = run_script(rl, idx, nkeys, n, ka, what, sent, NULL, NULL, err);
-    pthread_mutex_unlock(&rl->lease.mu);
+    struct lease_waiter w = {.call = {.idx = idx, .nkeys = nkeys, .nargs = n, .ka = ka,
+                                      .what = what, .subject = key, .err = err}};
+    lease_run(rl, &w);
+    redisReply *r = w.call.r;
+    if (sent) *sent = w.call.sent;
     if (r == NULL) return BATON_LOCKER_ERR;
     long long v = r->integer;
     freeReplyObject(r);
@@ -944,11 +1133,28 @@ static bool redis_wait_release(struct baton_locker *l, const char *key, uint64_t
         sleep_ms_cancellable(timeout_ms, NULL);
         return false;
     }
-    while (ch->seq == seen && !atomic_load(&rl->sub_stop))
+    uint64_t woken = rl->sub_woken;
+    while (ch->seq == seen && rl->sub_woken == woken && !atomic_load(&rl->sub_stop))
         if (pthread_cond_timedwait(&rl->sub_cv, &rl->sub_mu, &ts) != 0) break;
     bool changed = ch->seq != seen;
     pthread_mutex_unlock(&rl->sub_mu);
     return changed;
+}
+
+static void redis_lease_traffic(const struct baton_locker *l, uint64_t *round_trips, uint64_t *calls)
+{
+    struct redis_locker *rl = (struct redis_locker *)l;
+    *round_trips = atomic_load(&rl->q_batches);
+    *calls = atomic_load(&rl->q_calls);
+}
+
+static void redis_wake_waiters(struct baton_locker *l)
+{
+    struct redis_locker *rl = (struct redis_locker *)l;
+    pthread_mutex_lock(&rl->sub_mu);
+    rl->sub_woken++;
+    pthread_cond_broadcast(&rl->sub_cv);
+    pthread_mutex_unlock(&rl->sub_mu);
 }
 
 static uint64_t redis_generation(struct baton_locker *l)
@@ -985,6 +1191,8 @@ static void redis_destroy(struct baton_locker *l)
     pthread_mutex_destroy(&rl->sub_mu);
     pthread_mutex_destroy(&rl->side.mu);
     pthread_mutex_destroy(&rl->lease.mu);
+    pthread_mutex_destroy(&rl->q_mu);
+    locker_base_destroy(&rl->base);
     free(rl);
 }
 
@@ -1215,6 +1423,8 @@ static const struct locker_ops redis_ops = {
     .announce_release = redis_announce,
     .release_seq = redis_release_seq,
     .wait_release = redis_wait_release,
+    .wake_waiters = redis_wake_waiters,
+    .lease_traffic = redis_lease_traffic,
     .generation = redis_generation,
     .check = redis_check,
     .destroy = redis_destroy,
@@ -1236,7 +1446,7 @@ struct baton_locker *baton_locker_redis_create(const struct baton_redis_opts *op
         snprintf(err, BATON_LOCKER_ERR_MAX, "redis locker: out of memory");
         return NULL;
     }
-    rl->base.ops = &redis_ops;
+    locker_base_init(&rl->base, &redis_ops, true);
     if (rl->opts.n_sentinels > 0)
         snprintf(rl->where, sizeof rl->where, "sentinel master %.100s",
                  rl->opts.master_name ? rl->opts.master_name : "");
@@ -1253,9 +1463,11 @@ struct baton_locker *baton_locker_redis_create(const struct baton_redis_opts *op
     if (pipe2(rl->wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
         snprintf(err, BATON_LOCKER_ERR_MAX, "redis locker: pipe: %s", strerror(errno));
         redis_opts_clear(&rl->opts);
+        locker_base_destroy(&rl->base);
         free(rl);
         return NULL;
     }
+    pthread_mutex_init(&rl->q_mu, NULL);
     pthread_mutex_init(&rl->lease.mu, NULL);
     pthread_mutex_init(&rl->side.mu, NULL);
     pthread_mutex_init(&rl->sub_mu, NULL);

@@ -81,6 +81,12 @@ struct baton_locker;
 
 /* The backend's name: "redis", "etcd" or "local". */
 BATON_API const char *baton_locker_backend(const struct baton_locker *l);
+/* Lease traffic so far: round trips to the backend and the lock calls they
+ * carried (acquire, renew, release, check). The Redis locker sends the calls
+ * that queue while a round trip is in flight together, in one pipelined
+ * round trip. 0 and both filled, or -1 when the backend does not count. */
+BATON_API int baton_locker_lease_traffic(const struct baton_locker *l, uint64_t *round_trips,
+                                         uint64_t *calls);
 
 /* Convenience wrappers (NULL-safe on optional ops). */
 BATON_API int baton_locker_try_lock(struct baton_locker *l, const char *key, int64_t ttl_ms, struct baton_lock_grant *out,

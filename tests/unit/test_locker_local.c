@@ -441,7 +441,7 @@ static void test_shared_absent_expiry_and_buffer(void **state)
 static void test_shared_unsupported(void **state)
 {
     static const struct locker_ops bare = {.name = "bare"};
-    struct baton_locker l = {&bare};
+    struct baton_locker l = {.ops = &bare};
     char err[BATON_LOCKER_ERR_MAX], buf[8];
     assert_int_equal(baton_locker_fenced_set(&l, "k", "m", 1, "v", 1, 1000, err), BATON_LOCKER_UNSUPPORTED);
     assert_string_equal(err, "backend bare keeps no shared state");

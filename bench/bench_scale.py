@@ -42,11 +42,12 @@ NS = [int(x) for x in os.environ.get("SCALE_NS", "1,10,100,1000").split(",") if 
 REPLICAS = int(os.environ.get("REPLICAS", "3"))
 IDLE_S = float(os.environ.get("IDLE_S", "10"))
 TTL, RENEW, RETRY = 3000, 1000, 250
-# lease.balance_step_ms (unset = baton's default, retry / 2 = 125 ms). At
-# start a replica makes its guards' first attempts one after the other, the
-# k-th delayed by k x step (leader balancing), so a lone replica needs about
-# step x N^2 / 2 to lead N endpoints: 1 ms makes N = 1,000 measurable (~500 s).
+# lease.balance_step_ms (unset = baton's default, retry / 2 = 125 ms, at most
+# 1000 ms / endpoints): leader balancing.
 BALANCE_STEP_MS = os.environ.get("BALANCE_STEP_MS")
+# seconds between the standbys standing by and the idle window (start-up
+# work: first attempts, release subscriptions); unset = 2 + N / 100
+SETTLE_S = float(os.environ["SETTLE_S"]) if os.environ.get("SETTLE_S") else None
 FIRST_LEAD_S = float(os.environ.get("FIRST_LEAD_S", "0"))  # 0 = 60 + 0.05 s per endpoint
 TAKEOVER_BOUND_MS = TTL + RETRY + 1000
 HZ = benchlib.HZ
@@ -59,6 +60,18 @@ def roles(port):
         return {e["name"]: e["role"] for e in json.loads(body)["endpoints"]}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
+
+
+def lease_traffic(port):
+    """(round trips, calls) from baton's /metrics, or None."""
+    try:
+        code, body = h.http_get(port, "/metrics", timeout=2.0)
+        text = body.decode() if isinstance(body, bytes) else body
+        rt = re.search(r"^baton_locker_round_trips_total (\d+)", text, re.M)
+        calls = re.search(r"^baton_locker_calls_total (\d+)", text, re.M)
+        return (int(rt.group(1)), int(calls.group(1))) if rt and calls else None
+    except (OSError, ValueError):
+        return None
 
 
 def commandstats(redis):
@@ -107,12 +120,18 @@ def one_size(n):
         if not ok:
             res["fail"].append("standbys: %s" % [sum(1 for v in roles(p).values()
                                                      if v == "standby") for p in ports[1:]])
-        time.sleep(2)  # past start-up work
+        time.sleep(SETTLE_S if SETTLE_S is not None else 2 + n / 100.0)  # past start-up work
         b = reps[1]
         locker.client().cmd("CONFIG", "RESETSTAT")
+        tr0 = [lease_traffic(p) for p in ports[:2]]
         t_a, t_b, w0 = ticks(a.pid), ticks(b.pid), time.monotonic()
         time.sleep(IDLE_S)
         wall = time.monotonic() - w0
+        tr1 = [lease_traffic(p) for p in ports[:2]]
+        for role, x0, x1 in (("leader", tr0[0], tr1[0]), ("standby", tr0[1], tr1[1])):
+            if x0 and x1:
+                res["round_trips_per_s_" + role] = round((x1[0] - x0[0]) / wall, 1)
+                res["lease_calls_per_s_" + role] = round((x1[1] - x0[1]) / wall, 1)
         stats = commandstats(locker)
         res["cpu_leader_pct"] = round(100.0 * (ticks(a.pid) - t_a) / HZ / wall, 3)
         res["cpu_standby_pct"] = round(100.0 * (ticks(b.pid) - t_b) / HZ / wall, 3)
@@ -170,17 +189,19 @@ def main():
         print("N=%d %s" % (n, json.dumps(r)), flush=True)
     base = rows[0] if rows and not rows[0]["fail"] else None
     print()
-    print("%6s %9s %9s %8s %8s %8s %8s %10s %10s %10s" % (
+    print("%6s %9s %9s %8s %8s %8s %8s %10s %10s %9s %9s %10s" % (
         "N", "RSS L MiB", "RSS S MiB", "thr L", "thr S", "CPU L %", "CPU S %", "locker/s",
-        "/replica", "takeover"))
+        "/replica", "RT/s L", "RT/s S", "takeover"))
     for r in rows:
         if "rss_leader_mib" not in r:
             print("%6d  failed: %s" % (r["endpoints"], "; ".join(r["fail"])))
             continue
-        print("%6d %9.1f %9.1f %8d %8d %8.2f %8.2f %10.1f %10.1f %8d ms" % (
+        print("%6d %9.1f %9.1f %8d %8d %8.2f %8.2f %10.1f %10.1f %9s %9s %8d ms" % (
             r["endpoints"], r["rss_leader_mib"], r["rss_standby_mib"], r["threads_leader"],
             r["threads_standby"], r["cpu_leader_pct"], r["cpu_standby_pct"],
-            r["locker_cmds_per_s"], r["locker_cmds_per_s_per_replica"], r["takeover_ms"]))
+            r["locker_cmds_per_s"], r["locker_cmds_per_s_per_replica"],
+            r.get("round_trips_per_s_leader", "-"), r.get("round_trips_per_s_standby", "-"),
+            r["takeover_ms"]))
     if base:
         print("\ngrowth against N = %d (x):" % base["endpoints"])
         for r in rows[1:]:
@@ -211,6 +232,10 @@ def main():
              cpu < 2 if big else None),
             ("locker commands/s per replica, %d endpoints" % n, r["locker_cmds_per_s_per_replica"],
              "cmd/s", None, None),
+            ("locker round trips/s, leader of %d endpoints" % n,
+             r.get("round_trips_per_s_leader"), "round trips/s", None, None),
+            ("locker round trips/s, standby of %d endpoints" % n,
+             r.get("round_trips_per_s_standby"), "round trips/s", None, None),
             ("takeover of %d endpoints after SIGKILL" % n, r["takeover_ms"], "ms",
              "<= %d" % TAKEOVER_BOUND_MS, r["takeover_ms"] <= TAKEOVER_BOUND_MS and not r["fail"]),
         ]:

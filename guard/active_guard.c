@@ -56,6 +56,7 @@ struct baton_active_guard {
     char key[GUARD_KEY_MAX];
     char *log_name;
     int64_t ttl_ms, renew_ms, retry_ms, margin_ms;
+    int64_t command_timeout_ms; /* the locker's, 0 = unknown */
     int64_t (*standby_delay_ms)(void *arg);
     void *standby_delay_arg;
     struct baton_active_guard_callbacks cb;
@@ -349,6 +350,21 @@ static int64_t next_renewal(const struct baton_active_guard *g, int64_t sent)
     return t - t % g->renew_ms; /* > sent: t % renew_ms < renew_ms */
 }
 
+/* Whether a lease call (a renewal retry, a verification) started now is
+ * sure to end before the term's deadline. One that the command timeout
+ * could keep blocked past it would hold up the demotion (on_demoted) by up
+ * to that timeout, and an answer after the deadline cannot extend the term
+ * anyway: the guard waits for the deadline instead. Asked before a retry
+ * after a failed renewal and before a verification; the renewal at the
+ * interval is always made (it fits by check_timings, ttl - margin - renew >=
+ * timeout, unless the thread woke late, and then it may still save the
+ * term). */
+static bool call_fits(const struct baton_active_guard *g)
+{
+    int64_t d = atomic_load(&g->deadline);
+    return g->command_timeout_ms <= 0 || d <= 0 || clock_boot_ms() + g->command_timeout_ms <= d;
+}
+
 static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_grant *grant, uint64_t gen0)
 {
     memcpy(g->token, grant->token, sizeof g->token);
@@ -371,6 +387,7 @@ static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_
     bool can_renew = baton_locker_can_renew(g->locker);
     int64_t next_renew = next_renewal(g, grant->sent_ms);
     int64_t gen_after = 0;
+    bool retrying = false; /* the last renewal failed (not LOST) */
     char err[BATON_LOCKER_ERR_MAX];
 
     for (;;) {
@@ -426,6 +443,10 @@ static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_
         case W_DEADLINE:
             break; /* handled at the top */
         case W_GEN: {
+            if (!call_fits(g)) {
+                gen_after = INT64_MAX; /* UNSURE until a renewal or the deadline */
+                break;
+            }
             int rc = verify_lease(g, err);
             if (rc == BATON_LOCKER_OK) {
                 glog_info("guard", g->log_name,
@@ -445,6 +466,10 @@ static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_
         }
         case W_TIMEOUT: {
             if (!renewing) break;
+            if (retrying && !call_fits(g)) {
+                next_renew = INT64_MAX; /* the term ends at its deadline */
+                break;
+            }
             if (!can_renew) {
                 if (end == END_NONE) {
                     snprintf(reason, sizeof reason, "re-acquiring (locker cannot renew)");
@@ -471,6 +496,7 @@ static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_
                 }
                 next_renew = next_renewal(g, sent);
                 gen_after = 0;
+                retrying = false;
             } else if (rc == BATON_LOCKER_LOST) {
                 atomic_fetch_add(&g->stats.renew_failures, 1);
                 snprintf(reason, sizeof reason, "%s", err);
@@ -482,6 +508,7 @@ static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_
                 note_backend_error(g, "renewing", err);
                 int64_t step = g->retry_ms < g->renew_ms ? g->retry_ms : g->renew_ms;
                 next_renew = clock_boot_ms() + step;
+                retrying = true;
             }
             break;
         }
@@ -664,6 +691,7 @@ struct baton_active_guard *baton_active_guard_create(struct baton_locker *locker
     g->renew_ms = renew;
     g->retry_ms = retry;
     g->margin_ms = margin;
+    g->command_timeout_ms = o.command_timeout_ms > 0 ? o.command_timeout_ms : 0;
     g->standby_delay_ms = o.standby_delay_ms;
     g->standby_delay_arg = o.standby_delay_arg;
     if (cb) g->cb = *cb;

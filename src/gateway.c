@@ -1004,6 +1004,17 @@ void gateway_render_metrics(struct gateway *gw, struct jbuf *b)
     jbuf_rawz(b, "baton_locker_info{backend=\"");
     jbuf_rawz(b, config_locker_backend(gw->cfg));
     jbuf_rawz(b, "\"} 1\n");
+    uint64_t round_trips, calls;
+    if (baton_locker_lease_traffic(gw->locker, &round_trips, &calls) == 0) {
+        char line[160];
+        metric_head(b, "baton_locker_round_trips_total", "counter",
+                    "Round trips to the locker carrying lease calls (calls queued meanwhile travel together).");
+        snprintf(line, sizeof line, "baton_locker_round_trips_total %llu\n", (unsigned long long)round_trips);
+        jbuf_rawz(b, line);
+        metric_head(b, "baton_locker_calls_total", "counter", "Lease calls (acquire, renew, release, check) sent to the locker.");
+        snprintf(line, sizeof line, "baton_locker_calls_total %llu\n", (unsigned long long)calls);
+        jbuf_rawz(b, line);
+    }
 
     metric_head(b, "baton_endpoint_leader", "gauge", "1 while this replica may forward for the endpoint.");
     for (size_t i = 0; i < gw->n_eps; i++)

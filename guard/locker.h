@@ -59,6 +59,13 @@ struct locker_ops {
      * with buf filled, BATON_LOCKER_LOST when nobody holds it, BATON_LOCKER_ERR. Runs on
      * a connection of its own, never delaying lease traffic. */
     int (*holder)(struct baton_locker *l, const char *key, char *buf, size_t len, char err[BATON_LOCKER_ERR_MAX]);
+    /* Optional: holder() for n keys at once, in as few round trips as the
+     * backend can (redis: pipelined). rcs[i] and bufs[i] (len bytes each)
+     * as holder() would give them; returns BATON_LOCKER_ERR with err when
+     * the backend could not be asked (then every rcs[i] not filled is
+     * BATON_LOCKER_ERR), else BATON_LOCKER_OK. */
+    int (*holders)(struct baton_locker *l, size_t n, const char *const *keys, char *const *bufs,
+                   size_t len, int *rcs, char err[BATON_LOCKER_ERR_MAX]);
     /* Optional: one round trip to the backend on the same side connection
      * as holder (readiness probes). BATON_LOCKER_OK or BATON_LOCKER_ERR with err. */
     int (*ping)(struct baton_locker *l, char err[BATON_LOCKER_ERR_MAX]);

@@ -61,6 +61,7 @@
 #define EPOCH_KEY_MIN_TTL_MS (24LL * 3600 * 1000)
 #define RELEASED_SUFFIX ":released"
 #define SUB_POLL_MS 1000 /* the wake pipe interrupts it (new channel, destroy) */
+#define CHAN_BUCKETS 1024 /* release channels index (power of two) */
 #define ORPHAN_MAX 64    /* acquisitions with lost replies remembered, all keys */
 
 /* Scripts [0, S_LEASE_COUNT) run on the lease connection, the others on the
@@ -150,8 +151,11 @@ static const char *const SCRIPTS[S_COUNT] = {SCRIPT_ACQUIRE, SCRIPT_UNLOCK, SCRI
                                              SCRIPT_CHECK, SCRIPT_FENCED_SET};
 
 struct sub_channel {
-    struct sub_channel *next;
+    struct sub_channel *next;  /* all channels */
+    struct sub_channel *hnext; /* same bucket of the index */
     char *key;
+    size_t klen;
+    uint32_t hash;
     uint64_t seq;    /* announcements seen + re-subscriptions (release_seq) */
     bool subscribed; /* SUBSCRIBE sent on the current subscriber connection */
     bool confirmed;  /* ... and confirmed */
@@ -214,6 +218,7 @@ struct redis_locker {
     atomic_bool sub_stop;
     int wake_pipe[2];
     struct sub_channel *channels;
+    struct sub_channel *chan_index[CHAN_BUCKETS]; /* by key: a standby looks up its key per attempt */
 };
 
 /* ---- blocking connections -------------------------------------------------- */
@@ -768,10 +773,18 @@ static void drain_pipe(int fd)
 }
 
 /* sub_mu held. */
+static uint32_t chan_hash(const char *key, size_t kl)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < kl; i++) h = (h ^ (unsigned char)key[i]) * 16777619u;
+    return h;
+}
+
 static struct sub_channel *channel_find(struct redis_locker *rl, const char *key, size_t kl)
 {
-    for (struct sub_channel *ch = rl->channels; ch; ch = ch->next)
-        if (strlen(ch->key) == kl && memcmp(ch->key, key, kl) == 0) return ch;
+    uint32_t h = chan_hash(key, kl);
+    for (struct sub_channel *ch = rl->chan_index[h & (CHAN_BUCKETS - 1)]; ch; ch = ch->hnext)
+        if (ch->hash == h && ch->klen == kl && memcmp(ch->key, key, kl) == 0) return ch;
     return NULL;
 }
 
@@ -947,8 +960,12 @@ static struct sub_channel *channel_watch(struct redis_locker *rl, const char *ke
             free(ch);
             return NULL;
         }
+        ch->klen = strlen(key);
+        ch->hash = chan_hash(key, ch->klen);
         ch->next = rl->channels;
         rl->channels = ch;
+        ch->hnext = rl->chan_index[ch->hash & (CHAN_BUCKETS - 1)];
+        rl->chan_index[ch->hash & (CHAN_BUCKETS - 1)] = ch;
         *created = true;
         wake_sub(rl);
     }
@@ -1285,6 +1302,51 @@ static int redis_holder(struct baton_locker *l, const char *key, char *buf, size
     return rc;
 }
 
+#define HOLDERS_CHUNK 64
+
+static int redis_holders(struct baton_locker *l, size_t n, const char *const *keys, char *const *bufs,
+                         size_t len, int *rcs, char err[BATON_LOCKER_ERR_MAX])
+{
+    struct redis_locker *rl = (struct redis_locker *)l;
+    for (size_t i = 0; i < n; i++) rcs[i] = BATON_LOCKER_ERR;
+    char (*hkeys)[LOCKER_SUBKEY_MAX] = malloc(HOLDERS_CHUNK * sizeof *hkeys);
+    if (hkeys == NULL) {
+        snprintf(err, BATON_LOCKER_ERR_MAX, "redis %s: holder: out of memory", rl->where);
+        return BATON_LOCKER_ERR;
+    }
+    for (size_t base = 0; base < n; base += HOLDERS_CHUNK) {
+        int m = (int)(n - base < HOLDERS_CHUNK ? n - base : HOLDERS_CHUNK);
+        const char *av[HOLDERS_CHUNK][2];
+        const char **argv[HOLDERS_CHUNK];
+        int argc[HOLDERS_CHUNK];
+        redisReply *r[HOLDERS_CHUNK];
+        for (int j = 0; j < m; j++) {
+            locker_subkey(hkeys[j], keys[base + j], "holder");
+            av[j][0] = "GET";
+            av[j][1] = hkeys[j];
+            argv[j] = av[j];
+            argc[j] = 2;
+        }
+        if (!side_call(rl, m, argc, argv, r, "holder", err)) {
+            free(hkeys);
+            return BATON_LOCKER_ERR;
+        }
+        for (int j = 0; j < m; j++) {
+            size_t i = base + (size_t)j;
+            rcs[i] = BATON_LOCKER_LOST;
+            if (r[j]->type == REDIS_REPLY_STRING) {
+                snprintf(bufs[i], len, "%.*s", (int)r[j]->len, r[j]->str);
+                rcs[i] = BATON_LOCKER_OK;
+            } else if (r[j]->type == REDIS_REPLY_ERROR) {
+                rcs[i] = BATON_LOCKER_ERR;
+            }
+            freeReplyObject(r[j]);
+        }
+    }
+    free(hkeys);
+    return BATON_LOCKER_OK;
+}
+
 static int redis_ping(struct baton_locker *l, char err[BATON_LOCKER_ERR_MAX])
 {
     struct redis_locker *rl = (struct redis_locker *)l;
@@ -1425,6 +1487,7 @@ static const struct locker_ops redis_ops = {
     .wait_release = redis_wait_release,
     .wake_waiters = redis_wake_waiters,
     .lease_traffic = redis_lease_traffic,
+    .holders = redis_holders,
     .generation = redis_generation,
     .check = redis_check,
     .destroy = redis_destroy,

@@ -46,7 +46,7 @@ TTL, RENEW, RETRY = 3000, 1000, 250
 # 1000 ms / endpoints): leader balancing.
 BALANCE_STEP_MS = os.environ.get("BALANCE_STEP_MS")
 # seconds between the standbys standing by and the idle window (start-up
-# work: first attempts, release subscriptions); unset = 2 + N / 100
+# work: first attempts, release subscriptions: ~20 s at N = 1,000); unset = 2 + N / 40
 SETTLE_S = float(os.environ["SETTLE_S"]) if os.environ.get("SETTLE_S") else None
 FIRST_LEAD_S = float(os.environ.get("FIRST_LEAD_S", "0"))  # 0 = 60 + 0.05 s per endpoint
 TAKEOVER_BOUND_MS = TTL + RETRY + 1000
@@ -120,7 +120,7 @@ def one_size(n):
         if not ok:
             res["fail"].append("standbys: %s" % [sum(1 for v in roles(p).values()
                                                      if v == "standby") for p in ports[1:]])
-        time.sleep(SETTLE_S if SETTLE_S is not None else 2 + n / 100.0)  # past start-up work
+        time.sleep(SETTLE_S if SETTLE_S is not None else 2 + n / 40.0)  # past start-up work
         b = reps[1]
         locker.client().cmd("CONFIG", "RESETSTAT")
         tr0 = [lease_traffic(p) for p in ports[:2]]

@@ -327,7 +327,8 @@ static void *forwarder_main(void *arg)
             struct timespec ts = {0, linger_ns};
             nanosleep(&ts, NULL);
         }
-        size_t n = queue_pop_batch(e->q, batch, max, 1000); /* close() wakes it at once */
+        /* no timeout: a push or close() wakes it (an idle endpoint costs no wake-ups) */
+        size_t n = queue_pop_batch(e->q, batch, max, -1);
         last_n = n;
         /* A producer waiting for the outcome (MQTT QoS 1/2 after_sink) must
          * not pay the coalescing pause on every message. */

@@ -1,12 +1,13 @@
 /* ActiveGuard: one lease per scope; the holder is the only active consumer.
  *
- * Two threads per guard:
+ * Threads per guard:
  *   lease thread   acquire, renew, verify, release: never waits for a
  *                  callback, so the lease keeps being renewed while a slow
  *                  on_promoted (a broker handshake) or on_demoted (a drain)
  *                  runs;
  *   worker thread  runs on_promoted / on_demoted, one at a time, posted by
- *                  the lease thread.
+ *                  the lease thread: started for each callback and gone
+ *                  when it returns (an idle guard has none).
  *
  * Terms. A term is one acquisition: one epoch, from the grant until its
  * deadline passes or the lease is released or lost. The state other threads
@@ -46,7 +47,7 @@
 /* A standby waiting for a release looks at its flags at least this often;
  * a backend with wake_waiters is woken at stop / give-up instead. */
 #define RELEASE_WAIT_CHUNK_MS 250
-#define RELEASE_WAIT_CHUNK_WOKEN_MS 1000
+#define RELEASE_WAIT_CHUNK_WOKEN_MS 5000 /* waits are <= ttl: one wake per attempt */
 #define VERIFY_RETRY_MS 100
 
 enum wk_cmd { WK_NONE = 0, WK_PROMOTE, WK_DEMOTE };
@@ -68,14 +69,12 @@ struct baton_active_guard {
 
     pthread_mutex_t mu; /* wakeups, the give-up reason, the worker mailbox */
     pthread_cond_t cv;  /* lease thread waits here (CLOCK_MONOTONIC) */
-    pthread_cond_t wk_cv; /* worker waits here */
     atomic_bool stop;
     atomic_bool give_up;
     char give_up_reason[160];
     /* worker mailbox (under mu) */
     enum wk_cmd wk_cmd;
     uint64_t wk_epoch;
-    bool wk_exit;
     atomic_bool wk_done; /* the posted command finished */
     int wk_result;
 
@@ -268,36 +267,72 @@ static void note_backend_error(struct baton_active_guard *g, const char *what, c
 
 /* ---- the callback worker ---------------------------------------------------- */
 
+/* One thread per posted command, started when it is posted and gone when
+ * the callback returns: an idle guard holds no callback thread (1,000
+ * endpoints: 1,000 threads fewer per replica). */
 static void *worker_main(void *arg)
 {
     struct baton_active_guard *g = arg;
     pthread_mutex_lock(&g->mu);
-    for (;;) {
-        while (g->wk_cmd == WK_NONE && !g->wk_exit) pthread_cond_wait(&g->wk_cv, &g->mu);
-        if (g->wk_cmd == WK_NONE && g->wk_exit) break;
-        enum wk_cmd cmd = g->wk_cmd;
-        uint64_t epoch = g->wk_epoch;
-        pthread_mutex_unlock(&g->mu);
-        int rc = 0;
-        if (cmd == WK_PROMOTE && g->cb.on_promoted) rc = g->cb.on_promoted(g->cb.arg, epoch);
-        if (cmd == WK_DEMOTE && g->cb.on_demoted) g->cb.on_demoted(g->cb.arg);
-        pthread_mutex_lock(&g->mu);
-        g->wk_cmd = WK_NONE;
-        g->wk_result = rc;
-        atomic_store(&g->wk_done, true);
-        pthread_cond_broadcast(&g->cv);
-    }
+    enum wk_cmd cmd = g->wk_cmd;
+    uint64_t epoch = g->wk_epoch;
+    pthread_mutex_unlock(&g->mu);
+    int rc = 0;
+    if (cmd == WK_PROMOTE && g->cb.on_promoted) rc = g->cb.on_promoted(g->cb.arg, epoch);
+    if (cmd == WK_DEMOTE && g->cb.on_demoted) g->cb.on_demoted(g->cb.arg);
+    pthread_mutex_lock(&g->mu);
+    g->wk_cmd = WK_NONE;
+    g->wk_result = rc;
+    atomic_store(&g->wk_done, true);
+    pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
     return NULL;
 }
 
+/* Joins the thread of the previous command (it has finished, or is about
+ * to: a command is posted only after the last one's completion was taken). */
+static void worker_reap(struct baton_active_guard *g)
+{
+    pthread_mutex_lock(&g->mu);
+    bool have = g->worker_running;
+    pthread_t t = g->worker;
+    g->worker_running = false;
+    pthread_mutex_unlock(&g->mu);
+    if (have) pthread_join(t, NULL);
+}
+
 static void worker_post(struct baton_active_guard *g, enum wk_cmd cmd, uint64_t epoch)
 {
+    worker_reap(g);
     pthread_mutex_lock(&g->mu);
     atomic_store(&g->wk_done, false);
     g->wk_cmd = cmd;
     g->wk_epoch = epoch;
-    pthread_cond_signal(&g->wk_cv);
+    pthread_t t;
+    int err = pthread_create(&t, NULL, worker_main, g);
+    if (err == 0) {
+        g->worker = t;
+        g->worker_running = true;
+        pthread_mutex_unlock(&g->mu);
+        return;
+    }
+    pthread_mutex_unlock(&g->mu);
+    /* No thread (resource limits): a promotion fails (the guard releases
+     * and tries again later); a demotion runs here, on the lease thread,
+     * so the consumer is stopped all the same. */
+    glog_error("guard", g->log_name, "cannot start a callback thread for %s (%s): %s", g->key,
+               cmd == WK_PROMOTE ? "promotion fails" : "on_demoted runs on the lease thread",
+               strerror(err));
+    int rc = -1;
+    if (cmd == WK_DEMOTE) {
+        rc = 0;
+        if (g->cb.on_demoted) g->cb.on_demoted(g->cb.arg);
+    }
+    pthread_mutex_lock(&g->mu);
+    g->wk_cmd = WK_NONE;
+    g->wk_result = rc;
+    atomic_store(&g->wk_done, true);
+    pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -701,7 +736,6 @@ struct baton_active_guard *baton_active_guard_create(struct baton_locker *locker
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&g->cv, &ca);
-    pthread_cond_init(&g->wk_cv, &ca);
     pthread_condattr_destroy(&ca);
     atomic_store(&g->stats.role, locker ? BATON_ROLE_STANDBY : BATON_ROLE_SINGLE);
     return g;
@@ -715,18 +749,9 @@ int baton_active_guard_start(struct baton_active_guard *g)
     if (!g->running) {
         atomic_store(&g->stop, false);
         pthread_mutex_lock(&g->mu);
-        g->wk_exit = false;
         g->wk_cmd = WK_NONE;
         atomic_store(&g->wk_done, false);
         pthread_mutex_unlock(&g->mu);
-        if (g->locker && !g->worker_running) {
-            if (pthread_create(&g->worker, NULL, worker_main, g) != 0) {
-                glog_error("guard", g->log_name, "cannot start the callback thread for %s", g->key);
-                pthread_mutex_unlock(&g->life_mu);
-                return -1;
-            }
-            g->worker_running = true;
-        }
         if (pthread_create(&g->thread, NULL, guard_main, g) != 0) {
             glog_error("guard", g->log_name, "cannot start the guard thread for %s", g->key);
             rc = -1;
@@ -752,10 +777,12 @@ void baton_active_guard_stop(struct baton_active_guard *g)
 {
     if (g == NULL) return;
     pthread_mutex_lock(&g->life_mu);
-    if (g->running || g->worker_running) {
+    pthread_mutex_lock(&g->mu);
+    bool in_worker = g->worker_running && pthread_equal(pthread_self(), g->worker);
+    pthread_mutex_unlock(&g->mu);
+    if (g->running || in_worker) {
         baton_active_guard_request_stop(g);
-        if ((g->running && pthread_equal(pthread_self(), g->thread)) ||
-            (g->worker_running && pthread_equal(pthread_self(), g->worker))) {
+        if ((g->running && pthread_equal(pthread_self(), g->thread)) || in_worker) {
             /* called from a callback: the loop ends after it returns; the
              * owner's later stop/destroy joins */
             pthread_mutex_unlock(&g->life_mu);
@@ -763,15 +790,10 @@ void baton_active_guard_stop(struct baton_active_guard *g)
         }
         if (g->running) pthread_join(g->thread, NULL);
         g->running = false;
-        if (g->worker_running) {
-            pthread_mutex_lock(&g->mu);
-            g->wk_exit = true;
-            pthread_cond_signal(&g->wk_cv);
-            pthread_mutex_unlock(&g->mu);
-            pthread_join(g->worker, NULL);
-            g->worker_running = false;
-        }
     }
+    /* the thread of the last callback (the lease thread has ended: no more
+     * are started) */
+    worker_reap(g);
     pthread_mutex_unlock(&g->life_mu);
 }
 
@@ -780,7 +802,6 @@ void baton_active_guard_destroy(struct baton_active_guard *g)
     if (g == NULL) return;
     baton_active_guard_stop(g);
     pthread_cond_destroy(&g->cv);
-    pthread_cond_destroy(&g->wk_cv);
     pthread_mutex_destroy(&g->mu);
     pthread_mutex_destroy(&g->life_mu);
     free(g->log_name);

@@ -596,10 +596,18 @@ static void orphan_add(struct redis_locker *rl, const char *key, const char *tok
  * return, released meanwhile). */
 static void lease_flush(struct redis_locker *rl)
 {
-    struct script_call *calls[LEASE_BATCH_MAX];
+    /* on the heap: every lease thread flushes now and then, and a 4 KiB
+     * array would stay resident in each one's stack */
+    struct script_call *small[16];
+    struct script_call **calls = malloc(LEASE_BATCH_MAX * sizeof *calls);
+    int cap = LEASE_BATCH_MAX;
+    if (calls == NULL) {
+        calls = small;
+        cap = 16;
+    }
     struct lease_waiter *batch = rl->q_head, *w = batch;
     int n = 0;
-    for (; w && n < LEASE_BATCH_MAX; w = w->next) calls[n++] = &w->call;
+    for (; w && n < cap; w = w->next) calls[n++] = &w->call;
     rl->q_head = w;
     if (w == NULL) rl->q_tail = NULL;
     rl->q_busy = true;
@@ -617,6 +625,7 @@ static void lease_flush(struct redis_locker *rl)
         if (c->acquire && c->r == NULL && c->lost) orphan_add(rl, c->ka[0], c->ka[2]);
     }
     pthread_mutex_unlock(&rl->lease.mu);
+    if (calls != small) free(calls);
     atomic_fetch_add(&rl->q_batches, 1);
     atomic_fetch_add(&rl->q_calls, (unsigned long long)n);
 

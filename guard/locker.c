@@ -60,6 +60,19 @@ void locker_notify_gen(struct baton_locker *l)
     pthread_mutex_unlock(&l->watch_mu);
 }
 
+void locker_holders(struct baton_locker *l, size_t n, const char *const *keys, char *const *bufs,
+                    size_t len, int *rcs)
+{
+    char err[BATON_LOCKER_ERR_MAX];
+    for (size_t i = 0; i < n; i++) rcs[i] = BATON_LOCKER_ERR;
+    if (l == NULL || l->ops == NULL || l->ops->holder == NULL) return;
+    if (l->ops->holders) {
+        l->ops->holders(l, n, keys, bufs, len, rcs, err);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) rcs[i] = l->ops->holder(l, keys[i], bufs[i], len, err);
+}
+
 const char *baton_locker_status_name(int status)
 {
     switch (status) {

@@ -808,9 +808,8 @@ static int gateway_locker_probe(struct gateway *gw, char *reason, size_t len)
 /* One refresh of what the HTTP pages show: the locker probe, the holders of
  * the leases, the sinks' readiness. Runs on the observer thread only. */
 
-/* The holder of each guarded endpoint's lease, for /status: in one batch
- * (redis: pipelined, a round trip per 64 endpoints) where the backend can,
- * else one call each. */
+/* The holder of each guarded endpoint's lease, for /status, in one batch
+ * (locker_holders: redis pipelines them, a round trip per 64 endpoints). */
 static void observe_holders(struct gateway *gw, bool up)
 {
     if (!gw->locker || !gw->locker->ops->holder) return;
@@ -833,14 +832,10 @@ static void observe_holders(struct gateway *gw, bool up)
         bufs[k] = who[k];
         idx[k++] = i;
     }
-    char err[BATON_LOCKER_ERR_MAX];
-    for (size_t j = 0; j < n; j++) rcs[j] = BATON_LOCKER_ERR;
-    if (up && gw->locker->ops->holders) {
-        gw->locker->ops->holders(gw->locker, n, keys, bufs, sizeof who[0], rcs, err);
-    } else if (up) {
-        for (size_t j = 0; j < n; j++)
-            rcs[j] = gw->locker->ops->holder(gw->locker, keys[j], who[j], sizeof who[j], err);
-    }
+    if (up)
+        locker_holders(gw->locker, n, keys, bufs, sizeof who[0], rcs);
+    else
+        for (size_t j = 0; j < n; j++) rcs[j] = BATON_LOCKER_ERR;
     pthread_mutex_lock(&gw->obs.mu);
     for (size_t j = 0; j < n; j++) {
         size_t i = idx[j];

@@ -3,7 +3,13 @@
  * Redis-to-stdout forwarder can do. It exits after COUNT messages (0 = run
  * until the connection closes).
  *
- *   bench_redis_psub_baseline HOST PORT PATTERN COUNT
+ *   bench_redis_psub_baseline HOST PORT PATTERN COUNT [flush]
+ *
+ * With "flush" the lines go out as soon as no further message is already
+ * read (fflush before each blocking read), as a forwarder must: a message is
+ * on the descriptor without waiting for 64 KiB of others. bench_paced.py
+ * uses it; bench_redis_psub.sh (saturation, where the reader is rarely
+ * idle) does not.
  */
 #include <hiredis/hiredis.h>
 #include <stdio.h>
@@ -13,14 +19,15 @@
 
 int main(int argc, char **argv)
 {
-    if (argc != 5) {
-        fprintf(stderr, "usage: %s HOST PORT PATTERN COUNT\n", argv[0]);
+    if (argc != 5 && !(argc == 6 && strcmp(argv[5], "flush") == 0)) {
+        fprintf(stderr, "usage: %s HOST PORT PATTERN COUNT [flush]\n", argv[0]);
         return 64;
     }
     const char *host = argv[1];
     int port = atoi(argv[2]);
     const char *pattern = argv[3];
     long long count = atoll(argv[4]);
+    int flush_when_idle = argc == 6;
 
     redisContext *c = redisConnect(host, port);
     if (!c || c->err) {
@@ -40,7 +47,12 @@ int main(int argc, char **argv)
     long long n = 0;
     while (count == 0 || n < count) {
         void *rv = NULL;
-        if (redisGetReply(c, &rv) != REDIS_OK || !rv) break;
+        if (flush_when_idle) {
+            /* already read and parsed? else flush, then block in the read */
+            if (redisGetReplyFromReader(c, &rv) != REDIS_OK) break;
+            if (!rv) fflush(stdout);
+        }
+        if (!rv && (redisGetReply(c, &rv) != REDIS_OK || !rv)) break;
         r = rv;
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 4 &&
             r->element[0]->type == REDIS_REPLY_STRING && r->element[0]->len == 8 &&

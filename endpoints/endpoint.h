@@ -57,6 +57,13 @@ struct endpoint_host {
      * With the block policy it may wait for room (returns -1 if the endpoint
      * is being stopped). */
     int (*emit)(struct endpoint_host *h, struct message *m);
+    /* Optional (NULL in test hosts: use emit). For an endpoint that reads
+     * in batches: emit without waking the forwarder; the message goes out
+     * at the next flush(h) at the latest, which the endpoint calls before it
+     * blocks again (it may be delivered by this very thread inside flush,
+     * while the forwarder is idle and the sink takes it at once). */
+    int (*emit_deferred)(struct endpoint_host *h, struct message *m);
+    void (*flush)(struct endpoint_host *h);
     /* Lease still valid right now (always true when unguarded). */
     bool (*leader_now)(const struct endpoint_host *h);
     /* Current fencing epoch (0 when unguarded). */

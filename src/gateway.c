@@ -50,6 +50,13 @@ struct gw_endpoint {
     void *ep;               /* endpoint instance */
     void *sink;             /* sink instance (one per endpoint) */
     struct queue *q;
+    struct forward_ctx fctx;    /* term-scoped delivery to the sink (src/forward.h) */
+    size_t batch_max;
+    /* Inline delivery (host_flush): the endpoint's thread delivers its own
+     * batch while the forwarder is idle, if the sink takes it at once. */
+    bool inline_ok;
+    struct message **inl_batch;     /* under the queue's delivery token */
+    enum msg_outcome *inl_outcome;
     struct baton_active_guard *guard; /* GUARD_ACTIVE only */
     struct warm *warm;          /* failover = "replay" only */
 
@@ -173,12 +180,14 @@ static bool producer_should_give_up(void *arg)
     return e->guard && baton_active_guard_leader_state(e->guard) == BATON_LEADER_NO;
 }
 
-/* Queues m for the forwarder (received already counted). */
-static int enqueue(struct gw_endpoint *e, struct message *m)
+/* Queues m for the forwarder (received already counted); quiet: without
+ * waking it (the producer flushes before it blocks, host_flush). */
+static int enqueue_as(struct gw_endpoint *e, struct message *m, bool quiet)
 {
     struct message *evicted = NULL;
     atomic_fetch_add(&e->pending, 1);
-    int rc = queue_push_cancellable(e->q, m, &evicted, producer_should_give_up, e);
+    int rc = quiet ? queue_push_quiet(e->q, m, &evicted, producer_should_give_up, e)
+                   : queue_push_cancellable(e->q, m, &evicted, producer_should_give_up, e);
     if (rc != 0) {
         atomic_fetch_sub(&e->pending, 1);
         drop_message(e, m, MSG_DROPPED_SHUTDOWN);
@@ -194,6 +203,11 @@ static int enqueue(struct gw_endpoint *e, struct message *m)
     return 0;
 }
 
+static int enqueue(struct gw_endpoint *e, struct message *m)
+{
+    return enqueue_as(e, m, false);
+}
+
 /* failover = "replay": what warm_emit and warm_promote enqueue while live. */
 static int warm_enqueue(void *arg, struct message *m)
 {
@@ -202,7 +216,7 @@ static int warm_enqueue(void *arg, struct message *m)
     return enqueue(e, m);
 }
 
-static int host_emit(struct endpoint_host *h, struct message *m)
+static int emit_as(struct endpoint_host *h, struct message *m, bool deferred)
 {
     struct gw_endpoint *e = h->gw;
     /* replay: every replica buffers; the live one also enqueues */
@@ -214,7 +228,46 @@ static int host_emit(struct endpoint_host *h, struct message *m)
         drop_message(e, m, MSG_DROPPED_NOT_LEADER);
         return -1;
     }
-    return enqueue(e, m);
+    return enqueue_as(e, m, deferred);
+}
+
+static int host_emit(struct endpoint_host *h, struct message *m)
+{
+    return emit_as(h, m, false);
+}
+
+static int host_emit_deferred(struct endpoint_host *h, struct message *m)
+{
+    return emit_as(h, m, true);
+}
+
+static void deliver(struct gw_endpoint *e, struct message **batch, enum msg_outcome *outcome,
+                    size_t n);
+
+/* The endpoint is about to block: what it emitted deferred goes out now.
+ * While the forwarder waits idle and the sink takes the batch at once, this
+ * thread delivers it itself (queue_claim: the delivery token keeps the queue
+ * order and one deliverer at a time), with the same term-scoped
+ * forward_batch the forwarder runs. That saves the hand-off (a futex wake,
+ * a forwarder wake-up and its coalescing pause per message at ordinary
+ * rates). Otherwise the forwarder is woken and takes them. */
+static void host_flush(struct endpoint_host *h)
+{
+    struct gw_endpoint *e = h->gw;
+    if (!e->inline_ok) {
+        queue_wake(e->q);
+        return;
+    }
+    size_t n = queue_claim(e->q, e->inl_batch, e->batch_max);
+    if (n == 0) return; /* the forwarder is busy (it pops them) or nothing waits */
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++) bytes += e->inl_batch[i]->len + 1;
+    if (!e->cfg->sink->ops->ready(e->sink, bytes)) {
+        queue_release(e->q, e->inl_batch, n); /* the forwarder may wait for room; we may not */
+        return;
+    }
+    deliver(e, e->inl_batch, e->inl_outcome, n);
+    queue_release(e->q, NULL, 0);
 }
 
 static bool host_replay_live(const struct endpoint_host *h)
@@ -301,21 +354,24 @@ static void settle(struct gw_endpoint *e, struct message **msgs, const enum msg_
     atomic_fetch_sub(&e->pending, (long long)n);
 }
 
+/* Forwards a popped (or claimed) batch and settles it. */
+static void deliver(struct gw_endpoint *e, struct message **batch, enum msg_outcome *outcome,
+                    size_t n)
+{
+    unsigned long long errors = forward_batch(&e->fctx, batch, outcome, n);
+    if (errors) atomic_fetch_add_explicit(&e->stats.sink_errors, errors, memory_order_relaxed);
+    if (e->warm) warm_settled(e->warm, batch, outcome, n); /* before they are freed */
+    settle(e, batch, outcome, n);
+}
+
 static void *forwarder_main(void *arg)
 {
     struct gw_endpoint *e = arg;
-    size_t max = (size_t)(e->cfg->batch_max > 0 ? e->cfg->batch_max : 256);
+    size_t max = e->batch_max;
     struct message **batch = xcalloc(max, sizeof *batch);
     enum msg_outcome *outcome = xcalloc(max, sizeof *outcome);
     size_t last_n = 0;
     const long linger_ns = 100000; /* 100 us */
-    const struct forward_ctx ctx = {
-        .sink_ops = e->cfg->sink->ops,
-        .sink = e->sink,
-        .term_state = e->guard ? fwd_term_state : NULL,
-        .arg = e,
-        .cancel = &e->fwd_cancel,
-    };
 
     for (;;) {
         /* Coalescing: after a partial batch, pause linger_ns before the
@@ -339,10 +395,7 @@ static void *forwarder_main(void *arg)
             if (queue_closed(e->q)) break;
             continue;
         }
-        unsigned long long errors = forward_batch(&ctx, batch, outcome, n);
-        if (errors) atomic_fetch_add_explicit(&e->stats.sink_errors, errors, memory_order_relaxed);
-        if (e->warm) warm_settled(e->warm, batch, outcome, n); /* before they are freed */
-        settle(e, batch, outcome, n);
+        deliver(e, batch, outcome, n);
     }
     free(batch);
     free(outcome);
@@ -486,6 +539,9 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
         return -1;
     }
     e->q = queue_create((size_t)c->queue_size, c->queue_policy);
+    e->batch_max = (size_t)(c->batch_max > 0 ? c->batch_max : 256);
+    /* quiet pushes wake the forwarder once a batch is full */
+    queue_set_quiet_limit(e->q, e->batch_max);
 
     char serr[256] = "";
     e->sink = c->sink->ops->create(c->sink->name, c->sink->settings, serr, sizeof serr);
@@ -518,6 +574,19 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
         if (c->failover == FAILOVER_REPLAY && gw->locker)
             e->warm = warm_create(c->name, &c->replay, gw->locker, e->lease_key, warm_enqueue, e);
     }
+    e->fctx = (struct forward_ctx){
+        .sink_ops = c->sink->ops,
+        .sink = e->sink,
+        .term_state = e->guard ? fwd_term_state : NULL,
+        .arg = e,
+        .cancel = &e->fwd_cancel,
+    };
+    /* replay enqueues from warm.c, never deferred */
+    e->inline_ok = c->sink->ops->ready != NULL && e->warm == NULL;
+    if (e->inline_ok) {
+        e->inl_batch = xcalloc(e->batch_max, sizeof *e->inl_batch);
+        e->inl_outcome = xcalloc(e->batch_max, sizeof *e->inl_outcome);
+    }
 
     struct endpoint_host *h = &e->host;
     h->name = c->name;
@@ -534,6 +603,8 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
     h->stats = &e->stats;
     h->gw = e;
     h->emit = host_emit;
+    h->emit_deferred = host_emit_deferred;
+    h->flush = host_flush;
     h->leader_now = host_leader_now;
     h->epoch = host_epoch;
     h->source_lost = host_source_lost;
@@ -566,6 +637,8 @@ static void endpoint_teardown(struct gw_endpoint *e)
      * endpoint */
     if (e->guard) baton_active_guard_destroy(e->guard);
     if (e->q) queue_destroy(e->q);
+    free(e->inl_batch);
+    free(e->inl_outcome);
     if (e->ep) e->cfg->ops->destroy(e->ep);
     warm_destroy(e->warm); /* after the endpoint: it emits into the ring */
     if (e->sink) e->cfg->sink->ops->destroy(e->sink);

@@ -4,7 +4,12 @@
  * Cost per message on the hot path: one uncontended lock/unlock. The
  * condition variables are signalled only when someone waits on them (waiter
  * counts under the mutex), and the depth is an atomic so queue_depth() and
- * queue_closed() never take the lock. */
+ * queue_closed() never take the lock.
+ *
+ * Delivery token (queue_claim / queue_release): a producer may take the
+ * head itself while the consumer is idle; `claimed` keeps the consumer
+ * from popping meanwhile, so messages still leave in queue order and one
+ * thread at a time delivers. */
 #include "src/queue.h"
 
 #include <errno.h>
@@ -26,6 +31,8 @@ struct queue {
     atomic_bool closed;   /* written under mu; read anywhere */
     unsigned consumers_waiting; /* under mu */
     unsigned producers_waiting; /* under mu */
+    bool claimed;         /* under mu: a producer delivers the head itself */
+    size_t quiet_limit;   /* a quiet push wakes the consumer from this depth */
 };
 
 static void cond_init_mono(pthread_cond_t *c)
@@ -45,6 +52,7 @@ struct queue *queue_create(size_t capacity, enum queue_policy policy)
     cond_init_mono(&q->not_full);
     q->capacity = capacity ? capacity : 1;
     q->policy = policy;
+    q->quiet_limit = q->capacity;
     return q;
 }
 
@@ -72,13 +80,30 @@ static struct message *take(struct queue *q)
     return m;
 }
 
+static void wake_for_room(struct queue *q, size_t n)
+{
+    if (n > 0 && q->producers_waiting) {
+        if (n == 1)
+            pthread_cond_signal(&q->not_full);
+        else
+            pthread_cond_broadcast(&q->not_full);
+    }
+}
+
 int queue_push(struct queue *q, struct message *m, struct message **evicted)
 {
     return queue_push_cancellable(q, m, evicted, NULL, NULL);
 }
 
-int queue_push_cancellable(struct queue *q, struct message *m, struct message **evicted,
-                           bool (*should_give_up)(void *arg), void *arg)
+void queue_set_quiet_limit(struct queue *q, size_t depth)
+{
+    pthread_mutex_lock(&q->mu);
+    q->quiet_limit = depth == 0 ? 1 : depth < q->capacity ? depth : q->capacity;
+    pthread_mutex_unlock(&q->mu);
+}
+
+static int push(struct queue *q, struct message *m, struct message **evicted,
+                bool (*should_give_up)(void *arg), void *arg, bool quiet)
 {
     struct message *old = NULL;
     if (evicted) *evicted = NULL;
@@ -89,6 +114,8 @@ int queue_push_cancellable(struct queue *q, struct message *m, struct message **
                 pthread_mutex_unlock(&q->mu);
                 return -2;
             }
+            /* a quiet producer never waits for room it did not ask for */
+            if (q->consumers_waiting) pthread_cond_signal(&q->not_empty);
             q->producers_waiting++;
             if (should_give_up) {
                 struct timespec dl = clock_deadline(CLOCK_MONOTONIC, 50);
@@ -105,7 +132,8 @@ int queue_push_cancellable(struct queue *q, struct message *m, struct message **
     }
     if (q->depth >= q->capacity) old = take(q); /* drop_oldest */
     append(q, m);
-    if (q->consumers_waiting) pthread_cond_signal(&q->not_empty);
+    if (q->consumers_waiting && (!quiet || q->depth >= q->quiet_limit))
+        pthread_cond_signal(&q->not_empty);
     pthread_mutex_unlock(&q->mu);
     if (old) {
         if (evicted)
@@ -116,32 +144,83 @@ int queue_push_cancellable(struct queue *q, struct message *m, struct message **
     return 0;
 }
 
+int queue_push_cancellable(struct queue *q, struct message *m, struct message **evicted,
+                           bool (*should_give_up)(void *arg), void *arg)
+{
+    return push(q, m, evicted, should_give_up, arg, false);
+}
+
+int queue_push_quiet(struct queue *q, struct message *m, struct message **evicted,
+                     bool (*should_give_up)(void *arg), void *arg)
+{
+    return push(q, m, evicted, should_give_up, arg, true);
+}
+
+/* Nothing to pop for the consumer: empty (and open), or a producer holds
+ * the delivery token (even once closed: it gives back what it could not
+ * deliver, in order). */
+static bool nothing_to_pop(const struct queue *q)
+{
+    return q->claimed || (!q->head && !q->closed);
+}
+
 size_t queue_pop_batch(struct queue *q, struct message **out, size_t max, int64_t timeout_ms)
 {
     if (max == 0) return 0;
     pthread_mutex_lock(&q->mu);
-    if (!q->head && !q->closed && timeout_ms != 0) {
+    if (nothing_to_pop(q) && timeout_ms != 0) {
         q->consumers_waiting++;
         if (timeout_ms < 0) {
-            while (!q->head && !q->closed) pthread_cond_wait(&q->not_empty, &q->mu);
+            while (nothing_to_pop(q)) pthread_cond_wait(&q->not_empty, &q->mu);
         } else {
             struct timespec dl = clock_deadline(CLOCK_MONOTONIC, timeout_ms);
-            while (!q->head && !q->closed) {
+            while (nothing_to_pop(q)) {
                 if (pthread_cond_timedwait(&q->not_empty, &q->mu, &dl) == ETIMEDOUT) break;
             }
         }
         q->consumers_waiting--;
     }
     size_t n = 0;
-    while (n < max && q->head) out[n++] = take(q);
-    if (n > 0 && q->producers_waiting) {
-        if (n == 1)
-            pthread_cond_signal(&q->not_full);
-        else
-            pthread_cond_broadcast(&q->not_full);
+    while (!q->claimed && n < max && q->head) out[n++] = take(q);
+    wake_for_room(q, n);
+    pthread_mutex_unlock(&q->mu);
+    return n;
+}
+
+size_t queue_claim(struct queue *q, struct message **out, size_t max)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&q->mu);
+    if (!q->claimed && q->consumers_waiting > 0 && q->head && max > 0) {
+        q->claimed = true;
+        while (n < max && q->head) out[n++] = take(q);
+        wake_for_room(q, n);
     }
     pthread_mutex_unlock(&q->mu);
     return n;
+}
+
+void queue_release(struct queue *q, struct message **back, size_t n)
+{
+    pthread_mutex_lock(&q->mu);
+    if (n > 0) { /* they were the head: they go back in front, in order */
+        for (size_t i = 0; i + 1 < n; i++) back[i]->next = back[i + 1];
+        back[n - 1]->next = q->head;
+        if (!q->head) q->tail = back[n - 1];
+        q->head = back[0];
+        atomic_store_explicit(&q->depth, atomic_load_explicit(&q->depth, memory_order_relaxed) + n,
+                              memory_order_relaxed);
+    }
+    q->claimed = false;
+    if (q->consumers_waiting && (q->head || q->closed)) pthread_cond_signal(&q->not_empty);
+    pthread_mutex_unlock(&q->mu);
+}
+
+void queue_wake(struct queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    if (q->consumers_waiting && q->head && !q->claimed) pthread_cond_signal(&q->not_empty);
+    pthread_mutex_unlock(&q->mu);
 }
 
 size_t queue_depth(struct queue *q)

@@ -1,7 +1,8 @@
 /* The sink interface. A sink is declared once in the main config (named) and
  * instantiated once per endpoint that uses it (create is called per
- * endpoint), so send() is only ever called from that endpoint's forwarder
- * thread. Shared resources (stdout) serialise inside the implementation. */
+ * endpoint), so send() is called for one endpoint at a time: from its
+ * forwarder thread, or from its endpoint thread holding the queue's delivery
+ * token (inline delivery, see ready). Shared resources (stdout) serialise inside the implementation. */
 #ifndef BATON_SINK_H
 #define BATON_SINK_H
 
@@ -50,6 +51,13 @@ struct sink_ops {
      * MSG_DROPPED_SHUTDOWN (*call->cancel turned true). */
     void (*send)(void *sink, struct message *const *msgs, size_t n, enum msg_outcome *outcome,
                  struct sink_call *call);
+    /* Optional: true when a send of `bytes` (the lines of a batch) would
+     * complete at once, waiting for no reader and no server. Then the
+     * endpoint's own thread may deliver a batch while the forwarder is idle
+     * (src/gateway.c host_flush); send() stays bounded by the lease as
+     * always if the answer was wrong (another writer filled a pipe in
+     * between). NULL: every batch goes through the forwarder. */
+    bool (*ready)(void *sink, size_t bytes);
     /* Readiness: 0 when the sink looks reachable, -1 with msg otherwise. */
     int (*check)(void *sink, char *msg, size_t msglen);
     void (*destroy)(void *sink);

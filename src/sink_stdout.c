@@ -286,6 +286,17 @@ static void stdout_send(void *sink, struct message *const *msgs, size_t n,
     }
 }
 
+/* A regular file always takes a write at once. A pipe, FIFO, terminal or
+ * socket with room (POLLOUT) takes up to PIPE_BUF bytes at once. */
+static bool stdout_ready(void *sink, size_t bytes)
+{
+    const struct stdout_sink *k = sink;
+    if (k->mode == OUT_FILE) return true;
+    if (bytes > PIPE_BUF) return false;
+    struct pollfd p = {.fd = k->wfd, .events = POLLOUT};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLOUT | POLLERR | POLLHUP | POLLNVAL)) == POLLOUT;
+}
+
 static int stdout_check(void *sink, char *msg, size_t msglen)
 {
     struct stdout_sink *k = sink;
@@ -305,6 +316,7 @@ const struct sink_ops sink_stdout_ops = {
     .validate = NULL,
     .create = stdout_create,
     .send = stdout_send,
+    .ready = stdout_ready,
     .check = stdout_check,
     .destroy = stdout_destroy,
 };

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/util.h"
 #include "src/queue.h"
@@ -343,6 +344,228 @@ static void test_multi_producer(void **state)
     queue_destroy(q);
 }
 
+/* ---- the delivery token (queue_claim / queue_release) ------------------ */
+
+struct seq_popper {
+    struct queue *q;
+    size_t max;
+    uint64_t seqs[16];
+    atomic_size_t got; /* set once the pop returned */
+    atomic_bool returned;
+};
+
+static void *seq_pop_thread(void *arg)
+{
+    struct seq_popper *p = arg;
+    struct message *out[16];
+    size_t n = queue_pop_batch(p->q, out, p->max, 10000);
+    for (size_t i = 0; i < n; i++) {
+        p->seqs[i] = out[i]->seq;
+        message_finish(out[i], MSG_DELIVERED);
+    }
+    atomic_store(&p->got, n);
+    atomic_store(&p->returned, true);
+    return NULL;
+}
+
+/* Waits (bounded) until the popper sits in queue_pop_batch: a claim
+ * succeeds only then. */
+static size_t claim_when_idle(struct queue *q, struct message **out, size_t max)
+{
+    for (int i = 0; i < 500; i++) {
+        size_t n = queue_claim(q, out, max);
+        if (n) return n;
+        sleep_ms_cancellable(2, NULL);
+    }
+    return 0;
+}
+
+static void test_claim_only_while_consumer_idle(void **state)
+{
+    (void)state;
+    struct queue *q = queue_create(8, QUEUE_BLOCK);
+    struct message *mine[4];
+    /* no consumer waiting: the token is not taken, the message stays */
+    assert_int_equal(queue_push_quiet(q, mk(1), NULL, NULL, NULL), 0);
+    assert_int_equal(queue_claim(q, mine, 4), 0);
+    assert_int_equal(queue_depth(q), 1);
+    struct message *out[4];
+    assert_int_equal(queue_pop_batch(q, out, 4, 0), 1);
+    message_finish(out[0], MSG_DELIVERED);
+
+    struct seq_popper p = {.q = q, .max = 4};
+    pthread_t t;
+    pthread_create(&t, NULL, seq_pop_thread, &p);
+    sleep_ms_cancellable(50, NULL);
+    /* a quiet push does not wake the idle consumer ... */
+    assert_int_equal(queue_push_quiet(q, mk(2), NULL, NULL, NULL), 0);
+    sleep_ms_cancellable(100, NULL);
+    assert_false(atomic_load(&p.returned));
+    /* ... the producer takes it itself */
+    assert_int_equal(claim_when_idle(q, mine, 4), 1);
+    assert_int_equal(mine[0]->seq, 2);
+    /* while the token is held the consumer pops nothing, woken or not */
+    assert_int_equal(queue_push(q, mk(3), NULL), 0);
+    sleep_ms_cancellable(100, NULL);
+    assert_false(atomic_load(&p.returned));
+    assert_int_equal(queue_claim(q, out, 4), 0); /* one holder at a time */
+    message_finish(mine[0], MSG_DELIVERED);
+    queue_release(q, NULL, 0); /* wakes the consumer: 3 is left */
+    pthread_join(t, NULL);
+    assert_int_equal(atomic_load(&p.got), 1);
+    assert_int_equal(p.seqs[0], 3);
+    queue_destroy(q);
+}
+
+static void test_release_gives_back_in_front_in_order(void **state)
+{
+    (void)state;
+    struct queue *q = queue_create(8, QUEUE_BLOCK);
+    struct seq_popper p = {.q = q, .max = 8};
+    pthread_t t;
+    pthread_create(&t, NULL, seq_pop_thread, &p);
+    sleep_ms_cancellable(50, NULL); /* the consumer waits, idle */
+    for (uint64_t i = 1; i <= 3; i++) assert_int_equal(queue_push_quiet(q, mk(i), NULL, NULL, NULL), 0);
+    struct message *mine[2];
+    assert_int_equal(claim_when_idle(q, mine, 2), 2);
+    assert_int_equal(queue_depth(q), 1);
+    assert_int_equal(queue_push_quiet(q, mk(4), NULL, NULL, NULL), 0);
+    queue_release(q, mine, 2); /* not delivered: back in front */
+    pthread_join(t, NULL);
+    assert_int_equal(atomic_load(&p.got), 4);
+    for (uint64_t i = 0; i < 4; i++) assert_int_equal(p.seqs[i], i + 1);
+    assert_int_equal(queue_depth(q), 0);
+    queue_destroy(q);
+}
+
+static void test_quiet_push_wakes_at_limit_and_when_full(void **state)
+{
+    (void)state;
+    struct queue *q = queue_create(4, QUEUE_BLOCK);
+    queue_set_quiet_limit(q, 3);
+    struct seq_popper p = {.q = q, .max = 8};
+    pthread_t t;
+    pthread_create(&t, NULL, seq_pop_thread, &p);
+    sleep_ms_cancellable(50, NULL);
+    assert_int_equal(queue_push_quiet(q, mk(1), NULL, NULL, NULL), 0);
+    assert_int_equal(queue_push_quiet(q, mk(2), NULL, NULL, NULL), 0);
+    sleep_ms_cancellable(100, NULL);
+    assert_false(atomic_load(&p.returned));
+    assert_int_equal(queue_push_quiet(q, mk(3), NULL, NULL, NULL), 0); /* the limit */
+    pthread_join(t, NULL);
+    assert_int_equal(atomic_load(&p.got), 3);
+
+    /* with the limit at the capacity, a producer that must wait for room
+     * wakes the consumer first (it would wait forever otherwise) */
+    queue_set_quiet_limit(q, 100);
+    struct seq_popper p2 = {.q = q, .max = 8};
+    for (uint64_t i = 1; i <= 4; i++) assert_int_equal(queue_push_quiet(q, mk(i), NULL, NULL, NULL), 0);
+    pthread_create(&t, NULL, seq_pop_thread, &p2);
+    assert_int_equal(queue_push_quiet(q, mk(5), NULL, NULL, NULL), 0); /* blocks until popped */
+    pthread_join(t, NULL);
+    assert_int_equal(atomic_load(&p2.got), 4);
+    assert_int_equal(queue_depth(q), 1);
+    queue_destroy(q);
+}
+
+/* One producer that pushes quietly and delivers what it can claim, one
+ * consumer: every message is delivered once, in order, by one thread at a
+ * time; close while the token is held waits for the release. */
+#define TOKEN_MSGS 20000
+static atomic_int delivering;
+static atomic_int overlap;
+static pthread_mutex_t order_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t order_next;
+static atomic_int order_errors;
+
+static void deliver_in_order(struct message **m, size_t n)
+{
+    if (atomic_fetch_add(&delivering, 1) != 0) atomic_fetch_add(&overlap, 1);
+    pthread_mutex_lock(&order_mu);
+    for (size_t i = 0; i < n; i++) {
+        if (m[i]->seq != order_next) atomic_fetch_add(&order_errors, 1);
+        order_next = m[i]->seq + 1;
+        message_finish(m[i], MSG_DELIVERED);
+    }
+    pthread_mutex_unlock(&order_mu);
+    atomic_fetch_sub(&delivering, 1);
+}
+
+static atomic_size_t claimed_batches;
+
+static void *token_producer(void *arg)
+{
+    struct queue *q = arg;
+    struct message *mine[8];
+    for (uint64_t i = 0; i < TOKEN_MSGS;) {
+        size_t burst = 1 + (i % 7);
+        for (size_t k = 0; k < burst && i < TOKEN_MSGS; k++, i++)
+            assert_int_equal(queue_push_quiet(q, mk(i), NULL, NULL, NULL), 0);
+        size_t n = queue_claim(q, mine, 8);
+        if (n == 0) {
+            queue_wake(q);
+            continue;
+        }
+        atomic_fetch_add(&claimed_batches, 1);
+        if (i % 5 == 0) {
+            queue_release(q, mine, n); /* "the sink is not ready": give back */
+            struct timespec ts = {0, 100000};
+            nanosleep(&ts, NULL); /* the consumer takes them meanwhile */
+        } else {
+            deliver_in_order(mine, n);
+            queue_release(q, NULL, 0);
+        }
+    }
+    return NULL;
+}
+
+static void test_token_keeps_order_and_one_deliverer(void **state)
+{
+    (void)state;
+    reset_done();
+    order_next = 0;
+    atomic_store(&overlap, 0);
+    atomic_store(&order_errors, 0);
+    atomic_store(&claimed_batches, 0);
+    struct queue *q = queue_create(64, QUEUE_BLOCK);
+    queue_set_quiet_limit(q, 16);
+    pthread_t t;
+    pthread_create(&t, NULL, token_producer, q);
+    struct message *out[8];
+    size_t popped = 0;
+    while (atomic_load(&done_count[MSG_DELIVERED]) < TOKEN_MSGS) {
+        size_t n = queue_pop_batch(q, out, 8, 100);
+        if (n) deliver_in_order(out, n);
+        popped += n;
+    }
+    pthread_join(t, NULL);
+    printf("%d messages: %zu popped by the consumer, %zu batches claimed by the producer\n",
+           TOKEN_MSGS, popped, atomic_load(&claimed_batches));
+    assert_int_equal(atomic_load(&order_errors), 0);
+    assert_int_equal(atomic_load(&overlap), 0);
+    assert_int_equal(order_next, TOKEN_MSGS);
+    assert_int_equal(queue_depth(q), 0);
+    assert_true(atomic_load(&claimed_batches) > 0); /* both paths were taken */
+    assert_true(popped > 0);
+
+    /* close while a producer holds the token: the consumer waits for the
+     * release and then drains what was given back */
+    struct seq_popper p = {.q = q, .max = 8};
+    pthread_create(&t, NULL, seq_pop_thread, &p);
+    sleep_ms_cancellable(50, NULL); /* the consumer waits, idle */
+    assert_int_equal(queue_push_quiet(q, mk(7), NULL, NULL, NULL), 0);
+    struct message *mine[1];
+    assert_int_equal(claim_when_idle(q, mine, 1), 1);
+    queue_close(q);
+    sleep_ms_cancellable(100, NULL);
+    assert_false(atomic_load(&p.returned));
+    queue_release(q, mine, 1);
+    pthread_join(t, NULL);
+    assert_int_equal(atomic_load(&p.got), 1);
+    assert_int_equal(p.seqs[0], 7);
+    queue_destroy(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -354,6 +577,10 @@ int main(void)
         cmocka_unit_test(test_blocked_producer_gives_up),
         cmocka_unit_test(test_destroy_finishes_remaining),
         cmocka_unit_test(test_multi_producer),
+        cmocka_unit_test(test_claim_only_while_consumer_idle),
+        cmocka_unit_test(test_release_gives_back_in_front_in_order),
+        cmocka_unit_test(test_quiet_push_wakes_at_limit_and_when_full),
+        cmocka_unit_test(test_token_keeps_order_and_one_deliverer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,12 +14,15 @@ time, never side by side:
 - baton: one leader (redis_psub endpoint -> stdout sink, the lease in a
   second redis-server), with everything a leader does besides (renewals,
   status);
-- the peers of bench/peers/ when they are installed (see its README).
+- the peers of bench/peers/ (Node.js/ioredis, Go/redigo) when node+npm
+  and go+redigo are installed (built into <build>/peers; PEERS=0 skips
+  them).
 CPU is the subject's threads' run time (/proc/<pid>/task/*/schedstat, ns)
 from just before the first PUBLISH until its file holds every message,
 divided by the messages. Each figure is the median of ROUNDS (default 3)
-rounds. Target (issue 22): baton <= 1.5x the bare loop's CPU per message at
-every rate. Prints RESULT {json} lines (bench/run's contract).
+rounds. Targets (issue 22): baton <= 1.5x the bare loop's CPU per message at
+every rate, and <= 1/3 of each peer's. Prints RESULT {json} lines
+(bench/run's contract).
 """
 import json
 import os
@@ -33,10 +36,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
 
 h = benchlib.harness()
+import subjects  # noqa: E402
+from subjects import cpu_ns, lines  # noqa: E402
 
 BUILD = os.environ["BATON_BUILD_DIR"]
 PUB = os.path.join(BUILD, "bench", "bench_paced_pub")
-BASELINE = os.path.join(BUILD, "bench", "bench_redis_psub_baseline")
+BASELINE = subjects.BASELINE
 RATES = [int(x) for x in os.environ.get("RATES", "1000,10000,50000").split(",") if x.strip()]
 PACED_S = float(os.environ.get("PACED_S", "4"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
@@ -44,65 +49,9 @@ TIMEOUT_S = float(os.environ.get("TIMEOUT_S", "60"))
 PAYLOAD = "payload-30-bytes-0123456789abc"
 
 
-def cpu_ns(pid):
-    """Run time of every thread of pid so far, in ns."""
-    total = 0
-    for tid in os.listdir("/proc/%d/task" % pid):
-        try:
-            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
-                total += int(f.read().split()[0])
-        except (FileNotFoundError, ProcessLookupError):
-            pass  # a thread that ended meanwhile
-    return total
-
-
-def lines(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read().count(b"\n")
-    except FileNotFoundError:
-        return 0
-
-
-class Baseline:
-    name = "bare hiredis loop"
-
-    def __init__(self, work, source, locker):
-        self.out = os.path.join(work, "baseline.out")
-        self.f = open(self.out, "ab")
-        self.proc = subprocess.Popen([BASELINE, "127.0.0.1", str(source.port), "chan.*", "0", "flush"],
-                                     stdout=self.f, stderr=subprocess.DEVNULL)
-        self.pid = self.proc.pid
-
-    def stop(self):
-        h.stop_process(self.proc)
-        self.f.close()
-
-
-class Baton:
-    name = "baton"
-
-    def __init__(self, work, source, locker):
-        main = h.main_cfg(redis_port=locker.port, log_level="warn")
-        ep = ('name = "bench"; type = "redis_psub"; sink = "out"; host = "127.0.0.1"; port = %d; '
-              'patterns = [ "chan.*" ];\n' % source.port)
-        self.b = h.Baton(work, main, {"psub.cfg": ep}, name="baton-%d" % time.monotonic_ns())
-        self.out = self.b.out_path
-        self.pid = self.b.pid
-
-    def stop(self):
-        self.b.term()
-
-
-def subjects():
-    return [Baseline, Baton]
-
-
 def measure(cls, work, source, locker, rate):
-    s = cls(work, source, locker)
+    s = subjects.start(cls, work, source, locker)
     try:
-        if not h.wait_until(lambda: source.client().cmd("PUBSUB", "NUMPAT") == 1, 15):
-            raise RuntimeError("%s did not subscribe" % s.name)
         time.sleep(0.3)  # start-up work done
         n = int(rate * PACED_S)
         base = lines(s.out)
@@ -129,9 +78,10 @@ def main():
     locker = h.RedisServer()
     source = h.RedisServer(extra_args=("--client-output-buffer-limit", "pubsub 0 0 0"))
     results = []
+    peers = subjects.available_peers() if os.environ.get("PEERS", "1") != "0" else []
     for rate in RATES:
         med = {}
-        for cls in subjects():
+        for cls in [subjects.Baseline, subjects.Baton] + peers:
             cpus = []
             for rnd in range(ROUNDS):
                 cpu, offered = measure(cls, work, source, locker, rate)
@@ -139,17 +89,17 @@ def main():
                 print("  %6d msg/s offered (%.0f achieved) round %d %-20s %7.2f us/msg"
                       % (rate, offered, rnd + 1, cls.name, cpu), flush=True)
             med[cls.name] = statistics.median(cpus)
-        base = med["bare hiredis loop"]
-        for name, cpu in med.items():
-            if name == "bare hiredis loop":
-                continue
-            ratio = cpu / base
-            is_baton = name == "baton"
-            results.append({"workload": "redis_psub CPU per message at %d msg/s paced, %s" % (rate, name),
-                            "baton": round(cpu, 2) if is_baton else None,
-                            "baseline": round(base, 2), "unit": "us/msg", "ratio": round(ratio, 2),
-                            "target": "<= 1.5" if is_baton else None,
-                            "pass": ratio <= 1.5 if is_baton else None})
+        base, baton = med.pop(subjects.Baseline.name), med.pop(subjects.Baton.name)
+        ratio = baton / base
+        results.append({"workload": "redis_psub CPU per message at %d msg/s paced, baton / bare loop"
+                        % rate, "baton": round(baton, 2), "baseline": round(base, 2), "unit": "us/msg",
+                        "ratio": round(ratio, 2), "target": "<= 1.5", "pass": ratio <= 1.5})
+        for name, cpu in med.items():  # the peers: at most 1/3 of their CPU per message
+            ratio = baton / cpu
+            results.append({"workload": "redis_psub CPU per message at %d msg/s paced, baton / %s"
+                            % (rate, name), "baton": round(baton, 2), "baseline": round(cpu, 2),
+                            "unit": "us/msg", "ratio": round(ratio, 2), "target": "<= 0.33",
+                            "pass": ratio <= 0.34})
     for r in results:
         print("RESULT " + json.dumps(r))
     return 0

@@ -11,7 +11,8 @@
 #
 # Figures: QoS 0; QoS 1 with ack = "after_sink" (the default: one message in
 # flight, acknowledged after the sink accepted it); QoS 1 with ack =
-# "on_receive" (paho acknowledges on receipt). Target >= 1.0 at QoS 0.
+# "on_receive" (paho acknowledges on receipt). Target at QoS 0: >= 0.9 of
+# the bare paho loop (issue 22; against mosquitto_sub when it is not built).
 # When built, bench_mqtt_baseline (a bare paho MQTTAsync loop, the library
 # baton uses) runs on the same queue too, to separate baton's own overhead
 # from the client library's ceiling.
@@ -57,9 +58,22 @@ def lines(path):
 
 
 def wait_lines(path, n, proc=None):
+    """Waits until path holds n lines. Reads only what was appended since
+    the last look: re-reading the whole file every 5 ms cost this script a
+    core at baton's 40 MB of envelopes (the payload-only baseline writes a
+    fifth of that), CPU taken from the subscriber it measures."""
     deadline = time.monotonic() + TIMEOUT
+    count, off = 0, 0
     while time.monotonic() < deadline:
-        if lines(path) >= n:
+        try:
+            with open(path, "rb") as f:
+                f.seek(off)
+                data = f.read()
+        except FileNotFoundError:
+            data = b""
+        off += len(data)
+        count += data.count(b"\n")
+        if count >= n:
             return True
         if proc is not None and proc.poll() is not None:
             return lines(path) >= n
@@ -202,15 +216,29 @@ def workload(name, tag, qos, n, ack, target):
     print("%s: baton %d msgs in %.3fs = %.0f msg/s%s; mosquitto_sub %d msgs in %.3fs = %.0f msg/s%s; ratio %s"
           % (name, bl, bt, brate, "" if bok else " (INCOMPLETE)", sl, st, srate,
              "" if sok else " (INCOMPLETE)", "%.2f" % ratio if ratio else "n/a"), flush=True)
+    # The target is against the bare paho loop (the client library's
+    # ceiling, issue 22); mosquitto_sub's figure is kept for information.
     passed = None
+    if PAHO:
+        pratio = (brate / prate) if prate > 0 else None
+        if target is not None and pratio is not None:
+            passed = bool(pratio >= target and bok and pok)
+        print("RESULT " + json.dumps({
+            "workload": name + ", baton / bare paho loop", "baton": round(brate, 1),
+            "baseline": round(prate, 1), "unit": "msg/s",
+            "ratio": round(pratio, 3) if pratio else None,
+            "target": (">= %.1f" % target) if target is not None else None, "pass": passed}),
+            flush=True)
+        print("RESULT " + json.dumps({
+            "workload": name + ", baton / mosquitto_sub (info)", "baton": round(brate, 1),
+            "baseline": round(srate, 1), "unit": "msg/s", "ratio": round(ratio, 3) if ratio else None,
+            "target": None, "pass": None}), flush=True)
+        return passed
     if target is not None and ratio is not None:
         passed = bool(ratio >= target and bok and sok)
-        if PAHO and srate > 0 and not passed:
-            print("%s: note: the bare paho loop alone reaches %.2f of mosquitto_sub here (paho 1.3's receive "
-                  "path: poll + three recv per message, compiled-in tracing); see endpoints/mqtt.md"
-                  % (name, prate / srate), flush=True)
     print("RESULT " + json.dumps({
-        "workload": name, "baton": round(brate, 1), "baseline": round(srate, 1), "unit": "msg/s",
+        "workload": name + ", baton / mosquitto_sub (no bare paho loop built)", "baton": round(brate, 1),
+        "baseline": round(srate, 1), "unit": "msg/s",
         "ratio": round(ratio, 3) if ratio else None,
         "target": (">= %.1f" % target) if target is not None else None, "pass": passed}), flush=True)
     return passed
@@ -225,7 +253,7 @@ try:
         except OSError:
             time.sleep(0.05)
     results = [
-        workload("mqtt $share QoS 0 -> stdout", "q0", 0, N0, "after_sink", 1.0),
+        workload("mqtt $share QoS 0 -> stdout", "q0", 0, N0, "after_sink", 0.9),
         workload("mqtt $share QoS 1 ack=after_sink -> stdout", "q1", 1, N1, "after_sink", None),
         workload("mqtt $share QoS 1 ack=on_receive -> stdout", "q1r", 1, N1, "on_receive", None),
     ]

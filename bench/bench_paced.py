@@ -37,7 +37,7 @@ import benchlib  # noqa: E402
 
 h = benchlib.harness()
 import subjects  # noqa: E402
-from subjects import cpu_ns, lines  # noqa: E402
+from subjects import LineCounter, cpu_ns  # noqa: E402
 
 BUILD = os.environ["BATON_BUILD_DIR"]
 PUB = os.path.join(BUILD, "bench", "bench_paced_pub")
@@ -54,14 +54,15 @@ def measure(cls, work, source, locker, rate):
     try:
         time.sleep(0.3)  # start-up work done
         n = int(rate * PACED_S)
-        base = lines(s.out)
+        lines = LineCounter(s.out)
+        base = lines()
         c0 = cpu_ns(s.pid)
         p = subprocess.run([PUB, "127.0.0.1", str(source.port), "chan.x", str(rate), str(n), PAYLOAD],
                            capture_output=True, text=True, timeout=PACED_S * 3 + 30)
         if p.returncode != 0:
             raise RuntimeError("publisher failed: %s" % (p.stdout + p.stderr))
-        if not h.wait_until(lambda: lines(s.out) - base >= n, TIMEOUT_S, interval=0.005):
-            raise RuntimeError("%s: %d of %d lines" % (s.name, lines(s.out) - base, n))
+        if not h.wait_until(lambda: lines() - base >= n, TIMEOUT_S, interval=0.005):
+            raise RuntimeError("%s: %d of %d lines" % (s.name, lines() - base, n))
         c1 = cpu_ns(s.pid)
         got = p.stdout.split()
         return (c1 - c0) / 1e3 / n, float(got[got.index("rate") + 1])

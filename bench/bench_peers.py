@@ -32,7 +32,7 @@ import benchlib  # noqa: E402
 
 h = benchlib.harness()
 import subjects  # noqa: E402
-from subjects import cpu_ns, lines  # noqa: E402
+from subjects import LineCounter, cpu_ns  # noqa: E402
 
 N = int(os.environ.get("N", "500000"))
 ROUNDS = int(os.environ.get("ROUNDS", "2"))
@@ -45,19 +45,20 @@ def measure(cls, work, source, locker):
     s = subjects.start(cls, work, source, locker)
     try:
         time.sleep(0.5)  # start-up work done
-        base = lines(s.out)
+        lines = LineCounter(s.out)
+        base = lines()
         c0 = cpu_ns(s.pid)
         t0 = time.monotonic()
         pub = subprocess.Popen(["redis-benchmark", "-p", str(source.port), "-c", "4", "-P", "32",
                                 "-n", str(N), "-q", "PUBLISH", "chan.x", PAYLOAD],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        done = h.wait_until(lambda: lines(s.out) - base >= N, TIMEOUT_S, interval=0.01)
+        done = h.wait_until(lambda: lines() - base >= N, TIMEOUT_S, interval=0.01)
         secs = time.monotonic() - t0
         c1 = cpu_ns(s.pid)
         hwm = benchlib.status_kb(s.pid, "VmHWM")
         pub.wait(30)
         if not done:
-            raise RuntimeError("%s: %d of %d lines after %.0f s" % (cls.name, lines(s.out) - base, N,
+            raise RuntimeError("%s: %d of %d lines after %.0f s" % (cls.name, lines() - base, N,
                                                                     TIMEOUT_S))
         return N / secs, (c1 - c0) / 1e3 / N, hwm
     finally:

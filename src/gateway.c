@@ -254,7 +254,10 @@ static void deliver(struct gw_endpoint *e, struct message **batch, enum msg_outc
 static void host_flush(struct endpoint_host *h)
 {
     struct gw_endpoint *e = h->gw;
-    if (!e->inline_ok) {
+    /* A lease being verified is waited out by the forwarder, not by the
+     * thread that reads the source (it keeps reading meanwhile). */
+    if (!e->inline_ok ||
+        (e->guard && baton_active_guard_leader_state(e->guard) != BATON_LEADER_YES)) {
         queue_wake(e->q);
         return;
     }

@@ -1,23 +1,24 @@
 #!/usr/bin/env bash
-# Benchmark: row events/s of a 200,000-row bulk insert, binlog -> baton ->
+# Benchmark: row events/s of a 1,000,000-row bulk insert, binlog -> baton ->
 # stdout sink (a file), on the same binlog range of the same mariadbd in the
 # same run, against two baselines (bench/mysql_cdc_baseline.c):
 #
-#  1. the issue's comparison (target ratio >= 0.7, unchanged): a bare
-#     mariadb_rpl_fetch loop that only decodes rows with the library
-#     (mariadb_rpl_extract_rows): no JSON, no output.
+#  1. for information: a bare mariadb_rpl_fetch loop that only decodes
+#     rows with the library (mariadb_rpl_extract_rows): no JSON, no output.
 #  2. like for like: the same bare loop, decoding every row with baton's own
 #     decoder (endpoints/cdc_decode.c) into the same JSON envelope and
 #     writing the lines to stdout (a file) through a 64 KiB staging buffer,
 #     as baton's stdout sink does. The ratio baton / this isolates the cost
 #     of baton's pipeline (message allocation, queue, forwarder thread,
-#     guard, done callbacks) from the cost of producing the JSON.
+#     guard, done callbacks) from the cost of producing the JSON. Target
+#     (issue 22): >= 0.9, first to last line; the spread over rounds is
+#     printed.
 #
 # Two timings are printed:
 #  - whole run: baton from process spawn until the N-th line is in the file
 #    (includes exec, config, connect, binlog dump request); the baselines as
 #    they time themselves (connect + stream + last write; no exec). This is
-#    the issue's number.
+#    shown for information (it counts baton's exec, not the baseline's).
 #  - first to last line ("steady"): the same observer (this script polling
 #    the output file every ~1 ms) notes when the first bytes appear (L0 lines
 #    by then) and when the N-th line is there; rate = (N - L0) / (t_last -
@@ -39,7 +40,7 @@ set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-${BATON_BUILD_DIR:-$SRC/build}}
 export BATON_BIN=${BATON_BIN:-$BUILD/baton} BATON_SOURCE_DIR=$SRC BATON_BUILD_DIR=$BUILD
-export N=${N:-200000} ROUNDS=${ROUNDS:-2} BASE=$BUILD/bench/bench_mysql_cdc_baseline
+export N=${N:-1000000} ROUNDS=${ROUNDS:-3} BASE=$BUILD/bench/bench_mysql_cdc_baseline
 for p in "$BATON_BIN" "$BASE"; do
     [ -x "$p" ] || { echo "missing $p (cmake --build $BUILD --target baton bench_mysql_cdc_baseline)" >&2; exit 2; }
 done
@@ -154,6 +155,7 @@ def first_record(path):
 
 
 best = {"base": 0.0, "json": 0.0, "json_steady": 0.0, "baton": 0.0, "baton_steady": 0.0}
+per_round = []  # (whole-run ratio, first-to-last ratio) of each round: the spread
 bytes_per_line = None
 for k in range(ROUNDS):
     rows, rb = run_baseline()
@@ -169,38 +171,44 @@ for k in range(ROUNDS):
             r.pop(key, None)
     assert list(rj0) == list(rt0) and rj0 == rt0, "json baseline line differs from baton's:\n%s\n%s" % (rj0, rt0)
     bytes_per_line = os.path.getsize(bout) / N
+    per_round.append((rt / rj, rts / rjs))
     print("round %d: bare loop %.0f rows/s; bare loop + JSON to a file %.0f rows/s (first to last "
-          "line %.0f); baton %.0f rows/s (first to last line %.0f)" % (k + 1, rb, rj, rjs, rt, rts))
+          "line %.0f); baton %.0f rows/s (first to last line %.0f); like for like %.2f whole run, "
+          "%.2f first to last" % (k + 1, rb, rj, rjs, rt, rts, rt / rj, rts / rjs), flush=True)
     for key, v in (("base", rb), ("json", rj), ("json_steady", rjs), ("baton", rt),
                    ("baton_steady", rts)):
         best[key] = max(best[key], v)
 
-ratio = best["baton"] / best["base"]
-print("mysql_cdc: baton %.0f row events/s (stdout sink, whole run), bare mariadb_rpl_fetch+extract_rows "
-      "%.0f rows/s: ratio %.2f (target >= 0.7)" % (best["baton"], best["base"], ratio))
-print("RESULT " + json.dumps({"bench": "mysql_cdc", "rows": N, "baton_rows_per_s": round(best["baton"]),
-                              "baseline_rows_per_s": round(best["base"]), "ratio": round(ratio, 3),
-                              "target": 0.7, "ok": ratio >= 0.7}))
-# Like for like: the same decoder, the same envelope, the same output path;
-# what remains is baton's pipeline. No target: the issue sets none for this
-# comparison (its 0.7 is against the decode-only loop above, reported as is);
-# this line is there to show where baton's time goes, not to pass.
+# Like for like (issue 22: >= 0.9): the same decoder, the same envelope,
+# the same output path, first to last line for both (process start and
+# connection setup left out of both; the whole-run figure counts baton's
+# exec and configuration but not the baseline's, which at 200,000 rows --
+# a fifth of a second -- was most of the spread between runs, 0.37-0.79).
 r_whole = best["baton"] / best["json"]
 r_steady = best["baton_steady"] / best["json_steady"]
+lo, hi = min(r for _, r in per_round), max(r for _, r in per_round)
+wlo, whi = min(r for r, _ in per_round), max(r for r, _ in per_round)
 print("mysql_cdc: bare loop + same JSON to a file %.0f rows/s whole run, %.0f rows/s first to last line "
-      "(%.0f bytes/line); baton %.0f / %.0f: pipeline ratio %.2f whole run, %.2f first to last line"
+      "(%.0f bytes/line); baton %.0f / %.0f: like-for-like ratio %.2f first to last (rounds %.2f-%.2f), "
+      "%.2f whole run (rounds %.2f-%.2f)"
       % (best["json"], best["json_steady"], bytes_per_line, best["baton"], best["baton_steady"],
-         r_whole, r_steady))
-print("RESULT " + json.dumps({"bench": "mysql_cdc", "workload": "baton vs bare loop + same JSON encoding to a file",
-                              "rows": N, "bytes_per_line": round(bytes_per_line),
-                              "baton_rows_per_s": round(best["baton"]),
-                              "baseline_rows_per_s": round(best["json"]), "ratio": round(r_whole, 3),
-                              "baton_first_to_last_rows_per_s": round(best["baton_steady"]),
-                              "baseline_first_to_last_rows_per_s": round(best["json_steady"]),
-                              "ratio_first_to_last": round(r_steady, 3),
-                              "timing": "whole run: baton spawn..N-th line, baseline connect..last write; "
-                                        "first_to_last: (N - lines at first sight) / (t_last - t_first), "
-                                        "same file observer for both",
-                              "target": None}))
+         r_steady, lo, hi, r_whole, wlo, whi))
+print("RESULT " + json.dumps({
+    "workload": "mysql_cdc %d rows, baton vs bare loop + same JSON to a file, first to last line "
+                "(best of %d; rounds %.2f-%.2f)" % (N, ROUNDS, lo, hi),
+    "baton": round(best["baton_steady"]), "baseline": round(best["json_steady"]), "unit": "rows/s",
+    "ratio": round(r_steady, 3), "target": ">= 0.9", "pass": r_steady >= 0.9}))
+print("RESULT " + json.dumps({
+    "workload": "mysql_cdc %d rows, the same, whole run (baton's exec included; rounds %.2f-%.2f, info)"
+                % (N, wlo, whi),
+    "baton": round(best["baton"]), "baseline": round(best["json"]), "unit": "rows/s",
+    "ratio": round(r_whole, 3), "target": None, "pass": None}))
+# The decode-only loop writes nothing: informational since issue 22 (the
+# like-for-like comparison above carries the target).
+ratio = best["baton"] / best["base"]
+print("RESULT " + json.dumps({
+    "workload": "mysql_cdc %d rows, baton vs bare decode-only loop (no JSON, no output; info)" % N,
+    "baton": round(best["baton"]), "baseline": round(best["base"]), "unit": "rows/s",
+    "ratio": round(ratio, 3), "target": None, "pass": None}))
 h._run_cleanups()
 PY

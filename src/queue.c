@@ -32,6 +32,7 @@ struct queue {
     unsigned consumers_waiting; /* under mu */
     unsigned producers_waiting; /* under mu */
     bool claimed;         /* under mu: a producer delivers the head itself */
+    bool wake_sent;       /* under mu: not_empty signalled, the consumer not yet back */
     size_t quiet_limit;   /* a quiet push wakes the consumer from this depth */
 };
 
@@ -115,7 +116,10 @@ static int push(struct queue *q, struct message *m, struct message **evicted,
                 return -2;
             }
             /* a quiet producer never waits for room it did not ask for */
-            if (q->consumers_waiting) pthread_cond_signal(&q->not_empty);
+            if (q->consumers_waiting) {
+                q->wake_sent = true;
+                pthread_cond_signal(&q->not_empty);
+            }
             q->producers_waiting++;
             if (should_give_up) {
                 struct timespec dl = clock_deadline(CLOCK_MONOTONIC, 50);
@@ -132,9 +136,13 @@ static int push(struct queue *q, struct message *m, struct message **evicted,
     }
     if (q->depth >= q->capacity) old = take(q); /* drop_oldest */
     append(q, m);
-    if (q->consumers_waiting && (!quiet || q->depth >= q->quiet_limit))
-        pthread_cond_signal(&q->not_empty);
+    /* One wake-up per wait, signalled after the unlock: the consumer does
+     * not wake into a mutex still held, and a burst of pushes does not pay
+     * a futex call each while it is on its way. */
+    bool wake = q->consumers_waiting && !q->wake_sent && (!quiet || q->depth >= q->quiet_limit);
+    if (wake) q->wake_sent = true;
     pthread_mutex_unlock(&q->mu);
+    if (wake) pthread_cond_signal(&q->not_empty);
     if (old) {
         if (evicted)
             *evicted = old;
@@ -171,10 +179,14 @@ size_t queue_pop_batch(struct queue *q, struct message **out, size_t max, int64_
     if (nothing_to_pop(q) && timeout_ms != 0) {
         q->consumers_waiting++;
         if (timeout_ms < 0) {
-            while (nothing_to_pop(q)) pthread_cond_wait(&q->not_empty, &q->mu);
+            while (nothing_to_pop(q)) {
+                q->wake_sent = false; /* (again) waiting: the next push signals */
+                pthread_cond_wait(&q->not_empty, &q->mu);
+            }
         } else {
             struct timespec dl = clock_deadline(CLOCK_MONOTONIC, timeout_ms);
             while (nothing_to_pop(q)) {
+                q->wake_sent = false;
                 if (pthread_cond_timedwait(&q->not_empty, &q->mu, &dl) == ETIMEDOUT) break;
             }
         }

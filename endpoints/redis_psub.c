@@ -9,10 +9,14 @@
  * The consumer loop is a bare hiredis loop: parse every reply already
  * buffered (redisGetReplyFromReader), then poll(2) and read once. Per
  * message it builds the envelope into a reused buffer and allocates the one
- * message (envelope_finish); the forwarder batches the sink writes, so there
- * is no syscall per message. When the socket stays silent for
- * ping_interval_ms a PING goes out; no answer within the next interval means
- * the connection is dead (a stopped or partitioned server never sends FIN).
+ * message (envelope_finish), emitted deferred; before it polls again it
+ * flushes (host->flush): the read's messages go to the sink as one batch,
+ * written by this thread itself while the forwarder is idle and the sink
+ * takes them at once (src/gateway.c host_flush), else by the forwarder. The
+ * poll has no timeout (a timerfd ticks instead, see tick_open). When the
+ * socket stays silent for ping_interval_ms a PING goes out; no answer within
+ * the next interval means the connection is dead (a stopped or partitioned
+ * server never sends FIN).
  *
  * Connection lost while leader: reconnect with backoff; unreachable for
  * longer than the lease ttl -> host->source_lost() (the guard releases the

@@ -5,6 +5,8 @@ per-process figures read from /proc.
     import benchlib
     h = benchlib.harness()          # BUILD_DIR from argv[1], BATON_* set
     cpu_s = benchlib.ticks(pid) / benchlib.HZ
+    ns = benchlib.cpu_ns(pid)       # every thread's run time, ns (schedstat)
+    n = benchlib.LineCounter(path)  # lines of a growing file, read once
     benchlib.run(main)              # main's exit status, harness cleanups done
 """
 import os
@@ -37,6 +39,18 @@ def ticks(pid):
     return int(fields[11]) + int(fields[12])  # fields 14 and 15
 
 
+def cpu_ns(pid):
+    """Run time of every thread of pid so far, in ns."""
+    total = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return total
+
+
 def status_kb(pid, what):
     """A "<what>: N kB" field of /proc/<pid>/status (VmHWM, VmRSS) or a count
     (Threads); 0 when absent."""
@@ -45,6 +59,34 @@ def status_kb(pid, what):
             if line.startswith(what + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def lines(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+class LineCounter:
+    """Lines of a growing file, reading only what was appended since the
+    last call (re-reading ~100 MB of envelopes every 10 ms would take a core
+    from the subject being measured)."""
+
+    def __init__(self, path):
+        self.path, self.off, self.n = path, 0, 0
+
+    def __call__(self):
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.off)
+                data = f.read()
+        except FileNotFoundError:
+            return self.n
+        self.off += len(data)
+        self.n += data.count(b"\n")
+        return self.n
 
 
 def run(main):

@@ -17,6 +17,7 @@ import subprocess
 import time
 
 import benchlib
+from benchlib import LineCounter, cpu_ns, lines  # noqa: F401 (the benchmarks import them from here)
 
 h = benchlib.harness()
 BUILD = os.environ["BATON_BUILD_DIR"]
@@ -26,46 +27,6 @@ BASELINE = os.path.join(BUILD, "bench", "bench_redis_psub_baseline")
 GO_PEER = os.path.join(PEERS_DIR, "redis_psub_peer_go")
 NODE_DIR = os.path.join(PEERS_DIR, "node")
 REDIGO = "/usr/share/gocode/src/github.com/gomodule/redigo"
-
-
-def cpu_ns(pid):
-    """Run time of every thread of pid so far, in ns."""
-    total = 0
-    for tid in os.listdir("/proc/%d/task" % pid):
-        try:
-            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
-                total += int(f.read().split()[0])
-        except (FileNotFoundError, ProcessLookupError):
-            pass  # a thread that ended meanwhile
-    return total
-
-
-def lines(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read().count(b"\n")
-    except FileNotFoundError:
-        return 0
-
-
-class LineCounter:
-    """Lines of a growing file, reading only what was appended since the
-    last call (re-reading ~100 MB of envelopes every 10 ms would take a core
-    from the subject being measured)."""
-
-    def __init__(self, path):
-        self.path, self.off, self.n = path, 0, 0
-
-    def __call__(self):
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.off)
-                data = f.read()
-        except FileNotFoundError:
-            return self.n
-        self.off += len(data)
-        self.n += data.count(b"\n")
-        return self.n
 
 
 def build_peers():

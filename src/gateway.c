@@ -51,6 +51,7 @@ struct gw_endpoint {
     void *sink;             /* sink instance (one per endpoint) */
     struct queue *q;
     struct forward_ctx fctx;    /* term-scoped delivery to the sink (src/forward.h) */
+    struct forward_ctx inl_fctx; /* the same for inline delivery (inline_term_state) */
     size_t batch_max;
     /* Inline delivery (host_flush): the endpoint's thread delivers its own
      * batch while the forwarder is idle, if the sink takes it at once. */
@@ -241,8 +242,8 @@ static int host_emit_deferred(struct endpoint_host *h, struct message *m)
     return emit_as(h, m, true);
 }
 
-static void deliver(struct gw_endpoint *e, struct message **batch, enum msg_outcome *outcome,
-                    size_t n);
+static void deliver(struct gw_endpoint *e, const struct forward_ctx *ctx, struct message **batch,
+                    enum msg_outcome *outcome, size_t n);
 
 /* The endpoint is about to block: what it emitted deferred goes out now.
  * While the forwarder waits idle and the sink takes the batch at once, this
@@ -269,7 +270,7 @@ static void host_flush(struct endpoint_host *h)
         queue_release(e->q, e->inl_batch, n); /* the forwarder may wait for room; we may not */
         return;
     }
-    deliver(e, e->inl_batch, e->inl_outcome, n);
+    deliver(e, &e->inl_fctx, e->inl_batch, e->inl_outcome, n);
     queue_release(e->q, NULL, 0);
 }
 
@@ -331,6 +332,23 @@ static enum baton_leader_state fwd_term_state(void *arg, uint64_t epoch, int64_t
     return baton_active_guard_term_state(e->guard, epoch, left_ms);
 }
 
+/* Inline delivery's view of the term: the lease's (always live when
+ * unguarded), but over once the endpoint is being stopped and its drain
+ * deadline passed. The forwarder gets fwd_cancel for that from on_demoted
+ * after stop() returns; stop() joins the very thread that delivers inline,
+ * so that thread must give up by itself (a shared pipe filled by another
+ * endpoint between ready() and the write would otherwise hold the stop as
+ * long as the reader stalls). */
+static enum baton_leader_state inline_term_state(void *arg, uint64_t epoch, int64_t *left_ms)
+{
+    struct gw_endpoint *e = arg;
+    if (atomic_load(&e->ep_stopping) && clock_mono_ms() >= atomic_load(&e->drain_deadline_ms))
+        return BATON_LEADER_NO;
+    if (e->guard) return baton_active_guard_term_state(e->guard, epoch, left_ms);
+    if (left_ms) *left_ms = INT64_MAX;
+    return BATON_LEADER_YES;
+}
+
 /* Settles msgs[0..n) with their outcomes: counters, latency, done callbacks. */
 static void settle(struct gw_endpoint *e, struct message **msgs, const enum msg_outcome *outcome,
                    size_t n)
@@ -358,10 +376,10 @@ static void settle(struct gw_endpoint *e, struct message **msgs, const enum msg_
 }
 
 /* Forwards a popped (or claimed) batch and settles it. */
-static void deliver(struct gw_endpoint *e, struct message **batch, enum msg_outcome *outcome,
-                    size_t n)
+static void deliver(struct gw_endpoint *e, const struct forward_ctx *ctx, struct message **batch,
+                    enum msg_outcome *outcome, size_t n)
 {
-    unsigned long long errors = forward_batch(&e->fctx, batch, outcome, n);
+    unsigned long long errors = forward_batch(ctx, batch, outcome, n);
     if (errors) atomic_fetch_add_explicit(&e->stats.sink_errors, errors, memory_order_relaxed);
     if (e->warm) warm_settled(e->warm, batch, outcome, n); /* before they are freed */
     settle(e, batch, outcome, n);
@@ -398,7 +416,7 @@ static void *forwarder_main(void *arg)
             if (queue_closed(e->q)) break;
             continue;
         }
-        deliver(e, batch, outcome, n);
+        deliver(e, &e->fctx, batch, outcome, n);
     }
     free(batch);
     free(outcome);
@@ -584,6 +602,8 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
         .arg = e,
         .cancel = &e->fwd_cancel,
     };
+    e->inl_fctx = e->fctx;
+    e->inl_fctx.term_state = inline_term_state;
     /* replay enqueues from warm.c, never deferred */
     e->inline_ok = c->sink->ops->ready != NULL && e->warm == NULL;
     if (e->inline_ok) {

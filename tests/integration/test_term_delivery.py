@@ -18,6 +18,9 @@ X-Baton-Epoch, message) of every request.
      reads, traffic until the FIFO is full: SIGTERM -> exit 0 within
      shutdown.drain_timeout_ms + 1 s, and a log line says how many messages
      were settled ("settled <n>").
+  3b. stdout_fifo_shared_stalled_sigterm: the same with two endpoints
+     sharing the FIFO (an endpoint thread that writes its own batch, inline,
+     gives up at the drain deadline by itself).
   4. twenty_endpoints_sigterm: 20 redis_psub endpoints led by one process,
      each with a request held by a hung HTTP receiver and more queued:
      SIGTERM -> exit 0 within drain_timeout_ms + 1 s.
@@ -35,7 +38,8 @@ import termdelivery as td  # noqa: E402
 from publisher import Publisher, parse_payload  # noqa: E402
 
 ORDER = ["test_slow_receiver_leader_paused", "test_receiver_500_then_200",
-         "test_stdout_fifo_stalled_sigterm", "test_twenty_endpoints_sigterm"]
+         "test_stdout_fifo_stalled_sigterm", "test_stdout_fifo_shared_stalled_sigterm",
+         "test_twenty_endpoints_sigterm"]
 
 EP = "orders"
 TTL = 1000
@@ -203,16 +207,37 @@ def test_receiver_500_then_200(t):
 
 
 def test_stdout_fifo_stalled_sigterm(t):
+    fifo_stalled_sigterm(t, 1, "stdout_fifo_stalled_sigterm")
+
+
+def test_stdout_fifo_shared_stalled_sigterm(t):
+    """Two endpoints share the stalled FIFO. redis_psub writes a read's
+    batch on its own thread when the sink looks ready (inline delivery);
+    another endpoint may fill the pipe between that look and the write, and
+    stop() joins that very thread: it must give up at the drain deadline by
+    itself, like the forwarder."""
+    fifo_stalled_sigterm(t, 2, "stdout_fifo_shared_stalled_sigterm")
+
+
+def fifo_stalled_sigterm(t, n_eps, label):
     drain_ms = 2000
     redis = t.redis()
-    rep = td.Replica(t, "fifo", redis.port, None,
-                     {"orders.cfg": psub_cfg(redis.port, sink="out")},
+    eps = {"orders.cfg": psub_cfg(redis.port, sink="out")}
+    if n_eps > 1:
+        eps["audit.cfg"] = psub_cfg(redis.port, name="audit", pattern="audit.*", sink="out")
+    rep = td.Replica(t, "fifo", redis.port, None, eps,
                      main_extra="shutdown = { drain_timeout_ms = %d; };" % drain_ms,
                      baton_cls=td.FifoBaton)
     probes = td.probe_subscribed(redis.port, "chan.probe")
     t.require(probes and probes[-1][1] == 1, "no subscriber within 15 s")
+    if n_eps > 1:
+        probes = td.probe_subscribed(redis.port, "audit.probe")
+        t.require(probes and probes[-1][1] == 1, "endpoint audit: no subscriber within 15 s")
     pub = Publisher(redis.port, channel="chan.x", rate=2000).start()
     t.cleanup(pub.stop)
+    if n_eps > 1:
+        pub2 = Publisher(redis.port, channel="audit.x", rate=2000).start()
+        t.cleanup(pub2.stop)
 
     # full: the forwarder no longer gets anything out, the queue grows
     def stalled():
@@ -222,6 +247,8 @@ def test_stdout_fifo_stalled_sigterm(t):
     time.sleep(0.5)
     e_before = rep.endpoint(EP) or {}
     pub.stop()
+    if n_eps > 1:
+        pub2.stop()
     rc, took = td.term_and_time(rep.b, drain_ms / 1000.0 + 1.0 + 6.0)
     err = rep.b.stderr_text()
     settled_lines = [l for l in err.splitlines() if re.search(r"settled (\d+)", l)]
@@ -229,7 +256,7 @@ def test_stdout_fifo_stalled_sigterm(t):
     limit = drain_ms / 1000.0 + 1.0
     ok = (e_full is not None and rc == 0 and took is not None and took <= limit
           and bool(nums))
-    td.summary_line("stdout_fifo_stalled_sigterm", "PASS" if ok else "FAIL",
+    td.summary_line(label, "PASS" if ok else "FAIL",
                     queue_at_sigterm=e_before.get("queue_depth"),
                     forwarded_at_sigterm=e_before.get("forwarded"),
                     exit=rc, exit_s="%.2f" % took if took is not None else "none(killed)",

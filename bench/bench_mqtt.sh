@@ -38,6 +38,8 @@ procs = []
 
 
 sys.path.insert(0, os.environ["BATON_TEST_LIB"])
+sys.path.insert(0, os.path.join(os.environ["BATON_TEST_LIB"], "..", "..", "..", "bench"))
+from benchlib import LineCounter, lines  # noqa: E402
 from harness import free_port  # below the ephemeral range, never twice
 
 
@@ -49,34 +51,18 @@ def cleanup():
     shutil.rmtree(work, ignore_errors=True)
 
 
-def lines(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read().count(b"\n")
-    except FileNotFoundError:
-        return 0
-
-
 def wait_lines(path, n, proc=None):
-    """Waits until path holds n lines. Reads only what was appended since
-    the last look: re-reading the whole file every 5 ms cost this script a
-    core at baton's 40 MB of envelopes (the payload-only baseline writes a
-    fifth of that), CPU taken from the subscriber it measures."""
+    """Waits until path holds n lines, reading only what was appended since
+    the last look (benchlib.LineCounter): re-reading the whole file every
+    5 ms cost this script a core at baton's 40 MB of envelopes, CPU taken
+    from the subscriber it measures."""
     deadline = time.monotonic() + TIMEOUT
-    count, off = 0, 0
+    count = LineCounter(path)
     while time.monotonic() < deadline:
-        try:
-            with open(path, "rb") as f:
-                f.seek(off)
-                data = f.read()
-        except FileNotFoundError:
-            data = b""
-        off += len(data)
-        count += data.count(b"\n")
-        if count >= n:
+        if count() >= n:
             return True
         if proc is not None and proc.poll() is not None:
-            return lines(path) >= n
+            return count() >= n
         time.sleep(0.005)
     return False
 

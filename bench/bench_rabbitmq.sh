@@ -70,6 +70,8 @@ src, build, count, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.ar
 npub = max(1, int(os.environ.get("NPUB", "2")))
 rounds = max(1, int(os.environ.get("ROUNDS", "1")))
 sys.path.insert(0, os.path.join(src, "tests", "integration", "lib"))
+sys.path.insert(0, os.path.join(src, "bench"))
+from benchlib import LineCounter  # noqa: E402  (lines appended since the last look)
 os.environ.setdefault("BATON_BIN", os.path.join(build, "baton"))
 import harness as h
 import rabbitmq as rmq
@@ -96,23 +98,6 @@ c.exchange_declare("bench", "fanout")
 c.close()
 say("rabbitmq benchmark: %d messages of %d bytes, fanout exchange, %d publisher process(es); "
     "redis locker on 127.0.0.1:%d" % (count, size, npub, red.port))
-
-
-class Lines:
-    """Counts the lines appended to a file since it was created."""
-    def __init__(self, path):
-        self.path, self.off, self.n = path, 0, 0
-
-    def poll(self):
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.off)
-                data = f.read()
-        except FileNotFoundError:
-            return self.n
-        self.off += len(data)
-        self.n += data.count(b"\n")
-        return self.n
 
 
 def ticks(pid):
@@ -167,7 +152,7 @@ def drain(lines, base, t0, pubs=None):
     first = pub_done = lag = None
     deadline = time.monotonic() + WAIT_S
     while True:
-        n = lines.poll() - base
+        n = lines() - base
         now = time.monotonic()
         if first is None and n > 0:
             first = now
@@ -188,7 +173,7 @@ def queue_depth(qname):
 
 
 def live_round(name, pid, lines):
-    base = lines.poll()
+    base = lines()
     t0 = time.monotonic()
     pubs = start_publishers()
     first, done, pub_done, lag = drain(lines, base, t0, pubs)
@@ -206,13 +191,13 @@ def live_round(name, pid, lines):
 
 
 def backlog_round(name, pid, lines, qname):
-    base = lines.poll()
+    base = lines()
     os.kill(pid, signal.SIGSTOP)
     t0 = time.monotonic()
     msgs = finish_publishers(start_publishers())
     pub_s = time.monotonic() - t0
     depth, consumers = queue_depth(qname)
-    if lines.poll() != base:
+    if lines() != base:
         fail("%s wrote while stopped" % name)
     c0, th0 = ticks(pid), thread_sched(pid)
     tc = time.monotonic()
@@ -259,7 +244,7 @@ def run_baseline(r):
     m = re.search(r"ready (\S+)", open(err).read())
     if not m:
         fail("baseline: " + open(err).read())
-    lines = Lines(out)
+    lines = LineCounter(out)
     back = backlog_round("baseline", p.pid, lines, m.group(1))
     live = live_round("baseline", p.pid, lines)
     p.stdin.close()
@@ -288,14 +273,14 @@ def run_baton(r):
         fail("no queue name in baton's log:\n" + b.stderr_text()[-2000:])
     say("  baton    leads (epoch %s, locker 127.0.0.1:%d), queue %s"
         % (st.get("epoch"), red.port, m.group(1)))
-    lines = Lines(b.out_path)
+    lines = LineCounter(b.out_path)
     back = backlog_round("baton", b.pid, lines, m.group(1))
     live = live_round("baton", b.pid, lines)
     st2 = h.status_endpoints(mport).get("bench", {})
     if st2.get("role") != "leader" or st2.get("epoch") != st.get("epoch"):
         fail("baton's term changed during the run: %r -> %r" % (st, st2))
-    if lines.poll() != 2 * count:
-        fail("baton wrote %d lines, expected %d" % (lines.poll(), 2 * count))
+    if lines() != 2 * count:
+        fail("baton wrote %d lines, expected %d" % (lines(), 2 * count))
     rc = b.term()
     if rc != 0:
         fail("baton exited %s:\n%s" % (rc, b.stderr_text()[-2000:]))

@@ -28,6 +28,7 @@ struct envelope {
     bool first;
     uint64_t epoch;
     char id[MESSAGE_ID_MAX];
+    struct message_pool *pool; /* envelope_finish's messages come from it */
 };
 
 void envelope_init(struct envelope *e);
@@ -51,7 +52,8 @@ void envelope_bool(struct envelope *e, const char *key, bool v);
 void envelope_bytes(struct envelope *e, const char *key, const void *data, size_t n);
 void envelope_payload(struct envelope *e, const void *data, size_t n);
 /* Closes the object and returns a new message (epoch and id filled in,
- * received_mono_us = now). */
+ * received_mono_us = now), from the envelope's message pool: envelope_init
+ * creates it, envelope_free lets go of it (messages still out stay valid). */
 struct message *envelope_finish(struct envelope *e);
 /* A copy of m's envelope with the epoch replaced and, when replayed, a
  * "replayed":true field right after it (warm standby replay). fp, id and

@@ -5,9 +5,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/envelope.h"
 #include "common/util.h"
@@ -339,6 +341,131 @@ static void test_outcome_names(void **state)
     message_finish(m, MSG_DELIVERED);
 }
 
+/* Buffers come back to their pool and are reused; at most max_bytes of
+ * them are kept. */
+static void test_pool_reuse_and_bound(void **state)
+{
+    (void)state;
+    struct message *probe = message_pool_new(NULL, "{}", 2);
+    assert_null(probe->pool);
+    message_unref(probe);
+    struct message_pool *p = message_pool_create(4 * 256); /* four small buffers */
+    struct message *a = message_pool_new(p, "{\"a\":1}", 7);
+    assert_string_equal(a->json, "{\"a\":1}");
+    assert_ptr_equal(a->pool, p);
+    assert_true(a->cap >= a->len + 1);
+    assert_int_equal(message_pool_outstanding(p), 1);
+    a->epoch = 9;
+    a->id[0] = 'x';
+    message_finish(a, MSG_DELIVERED);
+    assert_int_equal(message_pool_outstanding(p), 0);
+
+    struct message *b = message_pool_new(p, "{}", 2);
+    assert_ptr_equal(b, a); /* the same buffer, with a fresh header */
+    assert_int_equal(b->cap, 256);
+    assert_int_equal(b->epoch, 0);
+    assert_string_equal(b->id, "");
+    assert_int_equal(b->len, 2);
+    assert_string_equal(b->json, "{}");
+
+    /* a shared message goes back only at its last unref */
+    message_ref(b);
+    message_finish(b, MSG_DELIVERED);
+    assert_int_equal(message_pool_outstanding(p), 1);
+    message_unref(b);
+    assert_int_equal(message_pool_outstanding(p), 0);
+
+    /* ten out, ten back: four kept, so the next four are reused and the
+     * fifth is not one of the kept ones */
+    struct message *m[10];
+    for (int i = 0; i < 10; i++) m[i] = message_pool_new(p, "{}", 2);
+    assert_int_equal(message_pool_outstanding(p), 10);
+    for (int i = 0; i < 10; i++) message_unref(m[i]);
+    struct message *again[4];
+    for (int i = 0; i < 4; i++) {
+        again[i] = message_pool_new(p, "{}", 2);
+        bool found = false;
+        for (int j = 0; j < 10; j++) found = found || again[i] == m[j];
+        assert_true(found);
+    }
+    for (int i = 0; i < 4; i++) message_unref(again[i]);
+
+    /* too large to keep: a plain message */
+    char *big = xmalloc(MESSAGE_POOL_MAX_BYTES);
+    memset(big, 'x', MESSAGE_POOL_MAX_BYTES);
+    struct message *l = message_pool_new(p, big, MESSAGE_POOL_MAX_BYTES);
+    assert_null(l->pool);
+    assert_int_equal(l->len, MESSAGE_POOL_MAX_BYTES);
+    message_unref(l);
+    free(big);
+
+    /* a kept buffer too small for the next message is replaced */
+    char mid[1000];
+    memset(mid, 'y', sizeof mid);
+    struct message *g = message_pool_new(p, mid, sizeof mid);
+    assert_int_equal(g->len, sizeof mid);
+    assert_true(g->cap >= sizeof mid + 1);
+    assert_memory_equal(g->json, mid, sizeof mid);
+
+    /* the owner lets go while g is out: g stays valid, the pool goes with it */
+    message_pool_release(p);
+    assert_int_equal(g->json[999], 'y');
+    message_unref(g);
+    message_pool_release(NULL);
+}
+
+/* One thread builds, another finishes (as endpoint and forwarder do); the
+ * owner lets go while messages are still out. ASan/TSan/valgrind watch. */
+struct pool_pipe {
+    int fd[2];
+    long n;
+};
+
+static void *pool_consumer(void *arg)
+{
+    struct pool_pipe *pp = arg;
+    for (long i = 0; i < pp->n; i++) {
+        struct message *m;
+        size_t got = 0;
+        while (got < sizeof m) {
+            ssize_t r = read(pp->fd[0], (char *)&m + got, sizeof m - got);
+            if (r <= 0) return NULL;
+            got += (size_t)r;
+        }
+        char want[32];
+        snprintf(want, sizeof want, "{\"i\":%ld}", i);
+        if (strcmp(m->json, want) != 0) {
+            message_unref(m);
+            return NULL;
+        }
+        message_finish(m, MSG_DELIVERED);
+    }
+    return (void *)1;
+}
+
+static void test_pool_two_threads(void **state)
+{
+    (void)state;
+    struct pool_pipe pp = {.n = 20000};
+    assert_int_equal(pipe(pp.fd), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, pool_consumer, &pp), 0);
+    struct envelope e;
+    envelope_init(&e);
+    for (long i = 0; i < pp.n; i++) {
+        char js[32];
+        int n = snprintf(js, sizeof js, "{\"i\":%ld}", i);
+        struct message *m = message_pool_new(e.pool, js, (size_t)n);
+        assert_int_equal(write(pp.fd[1], &m, sizeof m), (ssize_t)sizeof m);
+        if (i == pp.n - 100) envelope_free(&e); /* out: 100 or so; the rest are plain */
+    }
+    void *ok = NULL;
+    pthread_join(t, &ok);
+    assert_non_null(ok);
+    close(pp.fd[0]);
+    close(pp.fd[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -349,6 +476,8 @@ int main(void)
         cmocka_unit_test(test_16mib_payload_binary),
         cmocka_unit_test(test_restamp),
         cmocka_unit_test(test_outcome_names),
+        cmocka_unit_test(test_pool_reuse_and_bound),
+        cmocka_unit_test(test_pool_two_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

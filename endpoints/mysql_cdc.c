@@ -316,6 +316,7 @@ struct cdc {
     struct cdc_ckpt written_ck;
     int64_t written_ms;
     uint64_t events, rows_emitted;
+    size_t deferred; /* consumer thread: rows emitted since the last flush */
 
     /* Checkpoint cache: every replica (leader and standbys) follows the
      * checkpoint in the locker on its own thread and keeps the last one
@@ -877,9 +878,28 @@ static void emit_current(struct cdc *c)
         m->done = on_done;
         m->done_arg = c;
     }
-    c->h->emit(c->h, m);
+    /* deferred: the rows of one binlog event go out together at the flush
+     * after it, on this thread when the forwarder is idle and the sink takes
+     * them at once (src/gateway.c host_flush): the envelopes are written
+     * from the cache of the core that built them, with no hand-off */
+    if (c->h->emit_deferred) {
+        c->h->emit_deferred(c->h, m);
+        c->deferred++;
+    } else {
+        c->h->emit(c->h, m);
+    }
     c->rows_since_ckpt++;
     c->rows_emitted++;
+}
+
+/* Emitted deferred since the last flush: out now, before mariadb_rpl_fetch
+ * may block again. */
+static void flush_deferred(struct cdc *c)
+{
+    if (c->deferred) {
+        c->deferred = 0;
+        c->h->flush(c->h);
+    }
 }
 
 static void bad_event(struct cdc *c, const char *what)
@@ -1404,6 +1424,7 @@ static int session(struct cdc *c, MYSQL **mp, unsigned read_timeout_s, char *err
                      c->s->server_id, c->epoch);
         }
         handle_event(c, ev);
+        flush_deferred(c); /* before the checkpoint: it sees what was delivered inline */
         maybe_checkpoint(c, false);
         if (c->term_ended) {
             snprintf(err, errlen, "the term ended (backlog behind an undelivered row)");
@@ -1412,6 +1433,7 @@ static int session(struct cdc *c, MYSQL **mp, unsigned read_timeout_s, char *err
         }
     }
 out:
+    flush_deferred(c); /* whatever ended the stream, nothing stays unannounced */
     if (ev) mariadb_free_rpl_event(ev);
     mariadb_rpl_close(rpl);
     return rc;

@@ -264,13 +264,18 @@ static void host_flush(struct endpoint_host *h)
     }
     size_t n = queue_claim(e->q, e->inl_batch, e->batch_max);
     if (n == 0) return; /* the forwarder is busy (it pops them) or nothing waits */
-    size_t bytes = 0;
-    for (size_t i = 0; i < n; i++) bytes += e->inl_batch[i]->len + 1;
-    if (!e->cfg->sink->ops->ready(e->sink, bytes)) {
-        queue_release(e->q, e->inl_batch, n); /* the forwarder may wait for room; we may not */
-        return;
+    /* batch after batch while the sink takes them at once: a read of more
+     * than batch_max messages is not split between two threads */
+    while (n > 0) {
+        size_t bytes = 0;
+        for (size_t i = 0; i < n; i++) bytes += e->inl_batch[i]->len + 1;
+        if (!e->cfg->sink->ops->ready(e->sink, bytes)) {
+            queue_release(e->q, e->inl_batch, n); /* the forwarder may wait for room; we may not */
+            return;
+        }
+        deliver(e, &e->inl_fctx, e->inl_batch, e->inl_outcome, n);
+        n = queue_claim_more(e->q, e->inl_batch, e->batch_max);
     }
-    deliver(e, &e->inl_fctx, e->inl_batch, e->inl_outcome, n);
     queue_release(e->q, NULL, 0);
 }
 

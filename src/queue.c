@@ -212,6 +212,18 @@ size_t queue_claim(struct queue *q, struct message **out, size_t max)
     return n;
 }
 
+size_t queue_claim_more(struct queue *q, struct message **out, size_t max)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&q->mu);
+    if (q->claimed) {
+        while (n < max && q->head) out[n++] = take(q);
+        wake_for_room(q, n);
+    }
+    pthread_mutex_unlock(&q->mu);
+    return n;
+}
+
 void queue_release(struct queue *q, struct message **back, size_t n)
 {
     pthread_mutex_lock(&q->mu);

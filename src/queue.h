@@ -44,6 +44,8 @@ size_t queue_pop_batch(struct queue *q, struct message **out, size_t max, int64_
  * (in front, in order) the n it did not deliver; release wakes the consumer
  * when messages are left. One deliverer at a time, in queue order. */
 size_t queue_claim(struct queue *q, struct message **out, size_t max);
+/* The token's holder takes up to max more from the head (0: none left). */
+size_t queue_claim_more(struct queue *q, struct message **out, size_t max);
 void queue_release(struct queue *q, struct message **back, size_t n);
 /* Wakes an idle consumer when messages wait (after quiet pushes). */
 void queue_wake(struct queue *q);

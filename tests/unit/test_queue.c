@@ -438,6 +438,46 @@ static void test_release_gives_back_in_front_in_order(void **state)
     queue_destroy(q);
 }
 
+/* The holder takes batch after batch; the consumer pops none of them and
+ * none is left when the token goes back. */
+static void test_claim_more_while_holding(void **state)
+{
+    (void)state;
+    struct queue *q = queue_create(8, QUEUE_BLOCK);
+    struct message *mine[2];
+    assert_int_equal(queue_push(q, mk(1), NULL), 0);
+    assert_int_equal(queue_claim_more(q, mine, 2), 0); /* no token: nothing */
+    assert_int_equal(queue_depth(q), 1);
+    struct message *out[4];
+    assert_int_equal(queue_pop_batch(q, out, 4, 0), 1);
+    message_finish(out[0], MSG_DELIVERED);
+
+    struct seq_popper p = {.q = q, .max = 8};
+    pthread_t t;
+    pthread_create(&t, NULL, seq_pop_thread, &p);
+    sleep_ms_cancellable(50, NULL);
+    for (uint64_t i = 1; i <= 5; i++) assert_int_equal(queue_push_quiet(q, mk(i), NULL, NULL, NULL), 0);
+    assert_int_equal(claim_when_idle(q, mine, 2), 2);
+    uint64_t next = 1;
+    size_t n = 2;
+    while (n > 0) {
+        for (size_t i = 0; i < n; i++) {
+            assert_int_equal(mine[i]->seq, next++);
+            message_finish(mine[i], MSG_DELIVERED);
+        }
+        n = queue_claim_more(q, mine, 2);
+    }
+    assert_int_equal(next, 6);
+    assert_int_equal(queue_depth(q), 0);
+    assert_false(atomic_load(&p.returned));
+    assert_int_equal(queue_push(q, mk(6), NULL), 0); /* the consumer still waits for it */
+    queue_release(q, NULL, 0);
+    pthread_join(t, NULL);
+    assert_int_equal(atomic_load(&p.got), 1);
+    assert_int_equal(p.seqs[0], 6);
+    queue_destroy(q);
+}
+
 static void test_quiet_push_wakes_at_limit_and_when_full(void **state)
 {
     (void)state;
@@ -579,6 +619,7 @@ int main(void)
         cmocka_unit_test(test_multi_producer),
         cmocka_unit_test(test_claim_only_while_consumer_idle),
         cmocka_unit_test(test_release_gives_back_in_front_in_order),
+        cmocka_unit_test(test_claim_more_while_holding),
         cmocka_unit_test(test_quiet_push_wakes_at_limit_and_when_full),
         cmocka_unit_test(test_token_keeps_order_and_one_deliverer),
     };

@@ -172,6 +172,7 @@ struct rmq_ep {
     pthread_cond_t cond;
     int sockfd;           /* of the live connection, -1 otherwise */
     int start_state;      /* 0 pending, 1 consuming, -1 failed */
+    bool exited;          /* the consumer thread returned (stop's bounded wait) */
     bool report_start;    /* start() waits for the first attempt */
 
     pthread_mutex_t ack_lock;
@@ -786,7 +787,23 @@ static void set_start_state(struct rmq_ep *ep, int st)
     pthread_mutex_unlock(&ep->lock);
 }
 
+static void *consumer_run(void *arg);
+
+/* The consumer thread; says when it is done, so stop() can wait for it with
+ * a monotonic bound and then join at once (pthread_clockjoin_np did that,
+ * but ThreadSanitizer does not see its synchronisation). */
 static void *consumer_main(void *arg)
+{
+    struct rmq_ep *ep = arg;
+    consumer_run(ep);
+    pthread_mutex_lock(&ep->lock);
+    ep->exited = true;
+    pthread_cond_broadcast(&ep->cond);
+    pthread_mutex_unlock(&ep->lock);
+    return NULL;
+}
+
+static void *consumer_run(void *arg)
 {
     struct rmq_ep *ep = arg;
     struct endpoint_host *h = ep->host;
@@ -968,7 +985,10 @@ static int start(void *p)
     struct rmq_ep *ep = p;
     if (ep->thread_started) return 0;
     atomic_store(&ep->stop, false);
+    pthread_mutex_lock(&ep->lock);
     ep->start_state = 0;
+    ep->exited = false;
+    pthread_mutex_unlock(&ep->lock);
     /* guarded endpoints: the guard retries a failed start; unguarded ones
      * keep retrying in the background */
     ep->report_start = ep->host->guard != GUARD_NONE;
@@ -979,6 +999,7 @@ static int start(void *p)
         log_error(COMP, ep->host->name, "cannot start the consumer thread: %s", strerror(errno));
         return -1;
     }
+    thread_name(ep->thread, "amqp", ep->host->name);
     ep->thread_started = true;
     if (!ep->report_start) return 0;
     pthread_mutex_lock(&ep->lock);
@@ -1003,7 +1024,13 @@ static void stop(void *p)
          * bound is on CLOCK_MONOTONIC (a wall-clock step must not stretch
          * or cut it) */
         struct timespec ts = clock_deadline(CLOCK_MONOTONIC, ep->s->ack_drain_ms + 500);
-        if (pthread_clockjoin_np(ep->thread, NULL, CLOCK_MONOTONIC, &ts) == 0) {
+        pthread_mutex_lock(&ep->lock);
+        while (!ep->exited && pthread_cond_timedwait(&ep->cond, &ep->lock, &ts) == 0) {
+        }
+        bool exited = ep->exited;
+        pthread_mutex_unlock(&ep->lock);
+        if (exited) {
+            pthread_join(ep->thread, NULL);
             ep->thread_started = false;
             return;
         }

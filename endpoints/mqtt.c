@@ -1140,6 +1140,7 @@ static int mqtt_start(void *p)
         log_error(COMPONENT, ep->host->name, "cannot start the consumer thread: %s", strerror(errno));
         return -1;
     }
+    thread_name(ep->thread, "mqtt", ep->host->name);
     ep->thread_started = true;
     pthread_mutex_lock(&ep->mu);
     while (!ep->start_done) pthread_cond_wait(&ep->cv, &ep->mu);

@@ -1627,7 +1627,10 @@ static void *cdc_create(const void *settings, struct endpoint_host *host, char *
         c->legacy_on = host->locker_redis && strcmp(baton_locker_backend(host->locker), "redis") == 0 &&
                        guard_key(c->legacy_key, sizeof c->legacy_key, host->key_prefix, "cdc",
                                  host->scope, NULL) >= 0;
-        if (pthread_create(&c->follower, NULL, follower_main, c) == 0) c->follower_started = true;
+        if (pthread_create(&c->follower, NULL, follower_main, c) == 0) {
+            c->follower_started = true;
+            thread_name(c->follower, "cdcf", host->name);
+        }
     }
     return c;
 }
@@ -1659,6 +1662,7 @@ static int cdc_start(void *ep)
     c->txn_has_gtid = false;
     c->by_gtid = false;
     int rc = pthread_create(&c->thread, NULL, consumer_main, c);
+    if (rc == 0) thread_name(c->thread, "cdc", name);
     if (rc != 0) {
         log_error(COMPONENT, name, "cannot create the consumer thread: %s", strerror(rc));
         return -1;

@@ -813,6 +813,7 @@ static int psub_start(void *ep)
     p->start_err[0] = '\0';
     p->fd = -1;
     int rc = pthread_create(&p->thread, NULL, consumer_main, p);
+    if (rc == 0) thread_name(p->thread, "psub", name);
     if (rc != 0) {
         log_error(COMPONENT, name, "cannot create the consumer thread: %s", strerror(rc));
         return -1;

@@ -451,6 +451,7 @@ static int schedule_start(void *ep)
         log_error(COMPONENT, sc->host->name, "cannot start the schedule thread");
         return -1;
     }
+    thread_name(sc->thread, "sched", sc->host->name);
     sc->running = true;
     int64_t next = cron_next(sc->expr, clock_wall_ms() / 1000);
     char when[40] = "never";

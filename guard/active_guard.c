@@ -311,6 +311,7 @@ static void worker_post(struct baton_active_guard *g, enum wk_cmd cmd, uint64_t 
     pthread_t t;
     int err = pthread_create(&t, NULL, worker_main, g);
     if (err == 0) {
+        thread_name(t, "cb", g->log_name ? g->log_name : g->key);
         g->worker = t;
         g->worker_running = true;
         pthread_mutex_unlock(&g->mu);
@@ -756,6 +757,7 @@ int baton_active_guard_start(struct baton_active_guard *g)
             glog_error("guard", g->log_name, "cannot start the guard thread for %s", g->key);
             rc = -1;
         } else {
+            thread_name(g->thread, "lease", g->log_name ? g->log_name : g->key);
             g->running = true;
         }
     }

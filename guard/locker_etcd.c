@@ -833,9 +833,10 @@ static void watch_ensure(struct etcd_locker *el, const char *key)
         }
     }
     if (!el->w_started && !atomic_load(&el->w_stop)) {
-        if (pthread_create(&el->w_thread, NULL, watch_main, el) == 0)
+        if (pthread_create(&el->w_thread, NULL, watch_main, el) == 0) {
             el->w_started = true;
-        else
+            thread_name(el->w_thread, "locker", "watch");
+        } else
             glog_warn("locker", NULL, "etcd locker: cannot start the watch thread; standbys poll");
     }
     pthread_mutex_unlock(&el->w_mu);

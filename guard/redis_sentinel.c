@@ -405,6 +405,7 @@ struct redis_sentinel_watch *redis_sentinel_watch_acquire(const struct baton_red
                   "are followed on errors only", o->master_name);
     } else {
         w->started = true;
+        thread_name(w->thread, "sentinel", o->master_name);
     }
     w->next = reg;
     reg = w;

@@ -283,3 +283,10 @@ bool ratelimit_ok(struct ratelimit *rl, long long interval_ms, long long *suppre
         }
     }
 }
+
+void thread_name(pthread_t t, const char *kind, const char *name)
+{
+    char buf[16];
+    snprintf(buf, sizeof buf, "%s:%s", kind, name ? name : "");
+    (void)pthread_setname_np(t, buf);
+}

@@ -5,6 +5,7 @@
 #ifndef BATON_GUARD_UTIL_H
 #define BATON_GUARD_UTIL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -66,5 +67,9 @@ struct ratelimit {
     long long suppressed;
 };
 bool ratelimit_ok(struct ratelimit *rl, long long interval_ms, long long *suppressed);
+
+/* Names thread t "<kind>:<name>" for top -H, ps -L, perf and gdb (cut to
+ * the kernel's 15 characters). Best effort: a failure is ignored. */
+void thread_name(pthread_t t, const char *kind, const char *name);
 
 #endif

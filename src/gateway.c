@@ -732,15 +732,18 @@ static void *marker_main(void *arg)
 int gateway_start(struct gateway *gw)
 {
     if (pthread_create(&gw->obs_thread, NULL, observer_main, gw) != 0) return -1;
+    thread_name(gw->obs_thread, "baton", "status");
     gw->obs_started = true;
     for (size_t i = 0; i < gw->n_eps && !gw->mark_started; i++) {
         if (!gw->eps[i].warm) continue;
         if (pthread_create(&gw->mark_thread, NULL, marker_main, gw) != 0) return -1;
+        thread_name(gw->mark_thread, "baton", "marker");
         gw->mark_started = true;
     }
     for (size_t i = 0; i < gw->n_eps; i++) {
         struct gw_endpoint *e = &gw->eps[i];
         if (pthread_create(&e->fwd_thread, NULL, forwarder_main, e) != 0) return -1;
+        thread_name(e->fwd_thread, "fwd", e->cfg->name);
         e->fwd_started = true;
     }
     for (size_t i = 0; i < gw->n_eps; i++) {
@@ -752,6 +755,7 @@ int gateway_start(struct gateway *gw)
         if (e->warm) {
             /* subscribed before competing: the ring fills from the start */
             if (pthread_create(&e->starter_thread, NULL, starter_main, e) != 0) return -1;
+            thread_name(e->starter_thread, "start", e->cfg->name);
             e->starter_started = true;
         }
         if (e->guard) {

@@ -336,6 +336,7 @@ struct http_listener *http_listener_start(const char *listen_addr, struct gatewa
         return NULL;
     }
     int prc = pthread_create(&l->thread, NULL, listener_thread, l);
+    if (prc == 0) thread_name(l->thread, "baton", "http");
     if (prc != 0) {
         snprintf(err, errlen, "cannot listen on %s:%d: thread: %s", host, port, strerror(prc));
         close(fd);

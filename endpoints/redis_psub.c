@@ -473,7 +473,7 @@ static redisContext *conn_open(struct psub *p, char *err, size_t errlen)
     int want_p = p->pargc - 1, want_c = p->cargc - 1;
     while (want_p > 0 || want_c > 0) {
         void *rv = NULL;
-        if (redisGetReply(c, &rv) != REDIS_OK || !rv) {
+        if (redis_get_reply(c, &rv) != REDIS_OK || !rv) {
             /* a read timeout surfaces as EAGAIN's text */
             bool timed_out = strstr(c->errstr, "temporarily unavailable") != NULL;
             char what[64];
@@ -598,7 +598,7 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
             tick = true;
         }
         if (pfd[0].revents) { /* data first: it may hold the PONG */
-            if (redisBufferRead(c) != REDIS_OK) {
+            if (redis_buffer_read(c) != REDIS_OK) {
                 snprintf(err, errlen, "redis %s: %s", p->where,
                          c->errstr[0] ? c->errstr : "connection lost");
                 return;

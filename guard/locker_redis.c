@@ -294,7 +294,7 @@ static void load_scripts(struct redis_locker *rl, struct rconn *cn)
         ok = redisAppendCommand(c, "SCRIPT LOAD %s", SCRIPTS[i]) == REDIS_OK;
     for (int i = lo - 1; i < hi && ok; i++) {
         redisReply *r = NULL;
-        if (redisGetReply(c, (void **)&r) != REDIS_OK || r == NULL) {
+        if (redis_get_reply(c, (void **)&r) != REDIS_OK || r == NULL) {
             ok = false;
             break;
         }
@@ -485,7 +485,7 @@ static void run_scripts_on(struct redis_locker *rl, struct rconn *cn, struct scr
                 continue;
             }
             redisReply *r = NULL;
-            if (redisGetReply(cn->c, (void **)&r) != REDIS_OK || r == NULL) {
+            if (redis_get_reply(cn->c, (void **)&r) != REDIS_OK || r == NULL) {
                 broken = true;
                 c->lost = true;
                 c->failed = true;
@@ -709,7 +709,7 @@ static bool side_call_ex(struct redis_locker *rl, int n, const int *argc,
     for (int i = 0; i < n && ok; i++)
         ok = redisAppendCommandArgv(rl->side.c, argc[i], argv[i], NULL) == REDIS_OK;
     for (int i = 0; i < n && ok; i++)
-        ok = redisGetReply(rl->side.c, (void **)&replies[i]) == REDIS_OK && replies[i] != NULL;
+        ok = redis_get_reply(rl->side.c, (void **)&replies[i]) == REDIS_OK && replies[i] != NULL;
     bool failover = false;
     for (int i = 0; i < n && ok && !failover; i++)
         if (replies[i]->type == REDIS_REPLY_ERROR && redis_failover_error(replies[i]->str)) {
@@ -936,7 +936,7 @@ static void *sub_main(void *arg)
             if (n < 0 && errno != EINTR) broken = true;
             if (n > 0 && (p[1].revents & POLLIN)) drain_pipe(rl->wake_pipe[0]);
             if (n > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
-                if (redisBufferRead(sc) != REDIS_OK) {
+                if (redis_buffer_read(sc) != REDIS_OK) {
                     broken = true;
                 } else {
                     void *reply = NULL;

@@ -163,7 +163,7 @@ static redisContext *open_at(const struct baton_redis_opts *o, const char *at_ho
     }
     redisReply *rep[2] = {NULL, NULL};
     for (int i = 0; i < n && ok; i++) {
-        if (redisGetReply(c, (void **)&rep[i]) != REDIS_OK || rep[i] == NULL) {
+        if (redis_get_reply(c, (void **)&rep[i]) != REDIS_OK || rep[i] == NULL) {
             /* closed at once: say what usually causes it */
             bool eof = c->err == REDIS_ERR_EOF ||
                        (c->err == REDIS_ERR_IO && strcmp(c->errstr, strerror(ECONNRESET)) == 0);
@@ -331,4 +331,60 @@ void redis_opts_clear(struct baton_redis_opts *o)
         free(o->password);
     }
     memset(o, 0, sizeof *o);
+}
+
+/* hiredis's READ_BUF: a read takes up to this much */
+#define REDIS_READ_CHUNK (16 * 1024)
+
+int redis_buffer_read(redisContext *c)
+{
+    if (c->err) return REDIS_ERR;
+    /* malloc'd per read: freed at once, the chunk is reused by the next
+     * read on any thread of the same arena (no page per thread) */
+    char *buf = malloc(REDIS_READ_CHUNK);
+    if (buf == NULL) {
+        c->err = REDIS_ERR_OOM;
+        snprintf(c->errstr, sizeof c->errstr, "Out of memory");
+        return REDIS_ERR;
+    }
+    int rc = REDIS_OK;
+    ssize_t n = read(c->fd, buf, REDIS_READ_CHUNK);
+    if (n < 0) {
+        if ((errno == EAGAIN && !(c->flags & REDIS_BLOCK)) || errno == EINTR) {
+            /* try again later, as hiredis */
+        } else {
+            c->err = REDIS_ERR_IO;
+            snprintf(c->errstr, sizeof c->errstr, "%s", strerror(errno));
+            rc = REDIS_ERR;
+        }
+    } else if (n == 0) {
+        c->err = REDIS_ERR_EOF;
+        snprintf(c->errstr, sizeof c->errstr, "Server closed the connection");
+        rc = REDIS_ERR;
+    } else if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
+        c->err = c->reader->err;
+        snprintf(c->errstr, sizeof c->errstr, "%s", c->reader->errstr);
+        rc = REDIS_ERR;
+    }
+    free(buf);
+    return rc;
+}
+
+int redis_get_reply(redisContext *c, void **reply)
+{
+    void *aux = NULL;
+    if (redisGetReplyFromReader(c, &aux) == REDIS_ERR) return REDIS_ERR;
+    if (aux == NULL && (c->flags & REDIS_BLOCK)) {
+        int wdone = 0;
+        do {
+            if (redisBufferWrite(c, &wdone) == REDIS_ERR) return REDIS_ERR;
+        } while (!wdone);
+        do {
+            if (redis_buffer_read(c) == REDIS_ERR) return REDIS_ERR;
+            if (redisGetReplyFromReader(c, &aux) == REDIS_ERR) return REDIS_ERR;
+        } while (aux == NULL);
+    }
+    if (reply != NULL) *reply = aux;
+    else if (aux != NULL) freeReplyObject(aux);
+    return REDIS_OK;
 }

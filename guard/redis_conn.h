@@ -25,6 +25,13 @@ redisContext *redis_conn_open(const struct baton_redis_opts *o, char *err, size_
  * and a warning names the declared size. redis_conn_open does this on every
  * context it returns. */
 void redis_reader_bound(redisReader *reader);
+/* redisBufferRead and redisGetReply (blocking context), reading into a heap
+ * buffer: hiredis's own put 16 KiB on the caller's stack, so every thread
+ * that ever read a reply kept one more resident stack page (a lease thread
+ * that flushed once, a redis_psub consumer: ~8 MiB at 1,000 endpoints).
+ * Same results and errors as hiredis's. */
+int redis_buffer_read(redisContext *c);
+int redis_get_reply(redisContext *c, void **reply);
 /* Deep copy / free of the strings in opts. */
 /* redis_opts_copy: 0, or -1 out of memory (dst then cleared). */
 int redis_opts_copy(struct baton_redis_opts *dst, const struct baton_redis_opts *src);

@@ -262,13 +262,13 @@ static bool watch_on(struct redis_sentinel_watch *w, redisContext *c, const char
     snprintf(why, whylen, "%s", "connection lost");
     if (!flush_out(c)) return false;
     redisReply *q = NULL, *s = NULL;
-    if (redisGetReply(c, (void **)&q) != REDIS_OK || q == NULL) return false;
+    if (redis_get_reply(c, (void **)&q) != REDIS_OK || q == NULL) return false;
     char host[256];
     int port = 0;
     int a = master_answer(q, name, host, sizeof host, &port, why, whylen);
     freeReplyObject(q);
     if (a != 1) return false;
-    if (redisGetReply(c, (void **)&s) != REDIS_OK || s == NULL) return false;
+    if (redis_get_reply(c, (void **)&s) != REDIS_OK || s == NULL) return false;
     bool confirmed = s->type == REDIS_REPLY_ARRAY && s->elements == 3 &&
                      s->element[0]->type == REDIS_REPLY_STRING &&
                      strcmp(s->element[0]->str, "subscribe") == 0;
@@ -313,7 +313,7 @@ static bool watch_on(struct redis_sentinel_watch *w, redisContext *c, const char
             continue;
         }
         if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        if (redisBufferRead(c) != REDIS_OK) {
+        if (redis_buffer_read(c) != REDIS_OK) {
             glog_info("redis", NULL, "sentinel %s: connection lost (%s); watching another sentinel",
                      sentinel, c->errstr[0] ? c->errstr : "closed");
             return true;

@@ -292,6 +292,73 @@ static void test_auth_and_select_one_round_trip(void **state)
     assert_false(refused);
 }
 
+static void put(int fd, const char *s, size_t n)
+{
+    assert_int_equal(write(fd, s, n), (ssize_t)n);
+}
+
+/* redis_get_reply / redis_buffer_read (hiredis's, with the read buffer on
+ * the heap): whole and split replies, one larger than a read, EOF and a
+ * protocol error, with hiredis's error codes and texts. */
+static void test_heap_read_replies_and_errors(void **state)
+{
+    (void)state;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    redisContext *c = redisConnectFd(sv[0]);
+    assert_non_null(c);
+    assert_int_equal(c->err, 0);
+
+    put(sv[1], "+OK\r\n:42\r\n", 10);
+    redisReply *r = NULL;
+    assert_int_equal(redis_get_reply(c, (void **)&r), REDIS_OK);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    assert_string_equal(r->str, "OK");
+    freeReplyObject(r);
+    assert_int_equal(redis_get_reply(c, (void **)&r), REDIS_OK); /* already read */
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    assert_int_equal(r->integer, 42);
+    freeReplyObject(r);
+
+    /* 40,000 bytes: three reads of at most 16 KiB; sent from a thread-free
+     * socket buffer (the pair holds far more than this) */
+    size_t big = 40000;
+    char *payload = malloc(big + 32);
+    int h = snprintf(payload, 32, "$%zu\r\n", big);
+    memset(payload + h, 'x', big);
+    memcpy(payload + h + big, "\r\n", 2);
+    put(sv[1], payload, (size_t)h + big + 2);
+    assert_int_equal(redis_get_reply(c, (void **)&r), REDIS_OK);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_int_equal(r->len, big);
+    assert_int_equal(r->str[big - 1], 'x');
+    freeReplyObject(r);
+    free(payload);
+
+    /* a reply split across two writes; NULL reply: read and freed */
+    put(sv[1], "$5\r\nhel", 8);
+    put(sv[1], "lo\r\n", 4);
+    assert_int_equal(redis_get_reply(c, NULL), REDIS_OK);
+
+    /* a protocol error: the reader's code and text */
+    put(sv[1], "!bad\r\n", 6);
+    assert_int_equal(redis_get_reply(c, (void **)&r), REDIS_ERR);
+    assert_int_equal(c->err, REDIS_ERR_PROTOCOL);
+    assert_true(strlen(c->errstr) > 0);
+    redisFree(c); /* closes sv[0] */
+    close(sv[1]);
+
+    /* the peer closes: EOF, as hiredis says it */
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    c = redisConnectFd(sv[0]);
+    close(sv[1]);
+    assert_int_equal(redis_buffer_read(c), REDIS_ERR);
+    assert_int_equal(c->err, REDIS_ERR_EOF);
+    assert_string_equal(c->errstr, "Server closed the connection");
+    assert_int_equal(redis_buffer_read(c), REDIS_ERR); /* an errored context stays so */
+    redisFree(c);
+}
+
 int main(void)
 {
     log_set_level(LOG_ERROR); /* the refusal warnings are expected here */
@@ -303,6 +370,7 @@ int main(void)
         cmocka_unit_test(test_bound_idempotent_and_foreign_tables_kept),
         cmocka_unit_test(test_conn_open_installs_bound),
         cmocka_unit_test(test_auth_and_select_one_round_trip),
+        cmocka_unit_test(test_heap_read_replies_and_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

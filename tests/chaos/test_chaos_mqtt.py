@@ -220,13 +220,15 @@ def http_sink(rx):
 
 
 def run(t, name, ep, fault, cfgs=None, sinks=None, rx=None, guarded=True, expect_no_loss=False,
-        allowed_dups=0, dup_why=""):
+        allowed_dups=0, dup_why="", run_no=1):
     """fault(srv, locker, reps, leader) -> (t_from_ms, t_to_ms, extra dict).
-    cfgs: one endpoint config per replica (default: the plain one)."""
+    cfgs: one endpoint config per replica (default: the plain one). run_no:
+    the scenario's run (c.resumed_attempts); replicas of a later run are
+    named r1.2, r2.2, ... (a process's log file is named after it)."""
     srv = broker()
     locker = t.redis()
     cfgs = cfgs or [ep_cfg(srv.port, ep)] * 3
-    reps = [c.Replica(t, sinks, {"m.cfg": cfg}, "r%d" % (i + 1), locker.port)
+    reps = [c.Replica(t, sinks, {"m.cfg": cfg}, c.replica_name(i + 1, run_no), locker.port)
             for i, cfg in enumerate(cfgs)]
     t.require(h.wait_until(lambda: len(subscribed(reps)) == (1 if guarded else 3), 15, 0.05),
               "not subscribed within 15 s: %r" % [r.name for r in subscribed(reps)])
@@ -257,26 +259,29 @@ def run(t, name, ep, fault, cfgs=None, sinks=None, rx=None, guarded=True, expect
 # --------------------------------------------------------------------------
 
 def test_plain_leader_sigstop(t):
-    state = {}
+    def one(attempt, last):
+        state = {}
 
-    def fault(srv, locker, reps, leader):
-        t0 = c.now_ms()
-        leader.b.signal(signal.SIGSTOP)
-        time.sleep(2 * c.TTL / 1000.0)
-        state["t_cont"] = c.now_ms()
-        state["old"] = leader
-        leader.b.signal(signal.SIGCONT)
-        return t0, state["t_cont"], {"stopped_ms": 2 * c.TTL, "stopped": leader.name}
-    run(t, "mqtt.plain_leader_sigstop", "mq_sig", fault)
-    old = state["old"]
-    t.check(h.wait_until(lambda: old.role("mq_sig") == "standby", 10, 0.1),
-            "the resumed leader is not a standby: %r" % old.role("mq_sig"))
-    stale = c.stale_after(old, state["t_cont"], pick)
-    h.log("resumed %s: %d messages received after SIGCONT forwarded (must be 0)"
-          % (old.name, len(stale)))
-    c.check_resumed_counted(t, old, "mq_sig")
-    t.check(not stale, "the resumed process forwarded %d stale messages, e.g. %r"
-            % (len(stale), [s.get("payload") for s in stale[:5]]))
+        def fault(srv, locker, reps, leader):
+            t0 = c.now_ms()
+            leader.b.signal(signal.SIGSTOP)
+            time.sleep(2 * c.TTL / 1000.0)
+            state["t_cont"] = c.now_ms()
+            state["old"] = leader
+            leader.b.signal(signal.SIGCONT)
+            return t0, state["t_cont"], {"stopped_ms": 2 * c.TTL, "stopped": leader.name}
+        reps, _o = run(t, "mqtt.plain_leader_sigstop", "mq_sig", fault, run_no=attempt)
+        old = state["old"]
+        t.check(h.wait_until(lambda: old.role("mq_sig") == "standby", 10, 0.1),
+                "the resumed leader is not a standby: %r" % old.role("mq_sig"))
+        stale = c.stale_after(old, state["t_cont"], pick)
+        h.log("resumed %s: %d messages received after SIGCONT forwarded (must be 0)"
+              % (old.name, len(stale)))
+        cnt = c.check_resumed_counted(t, old, "mq_sig", require_stale=last)
+        t.check(not stale, "the resumed process forwarded %d stale messages, e.g. %r"
+                % (len(stale), [s.get("payload") for s in stale[:5]]))
+        return reps, cnt
+    c.resumed_attempts(one)
 
 
 def test_plain_locker_restart(t):

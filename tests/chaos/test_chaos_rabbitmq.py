@@ -161,9 +161,10 @@ def http_sink(rx):
             '  backoff_ms = 50; backoff_max_ms = 300; batch_max = 100; }' % rx.url)
 
 
-def run(t, name, short, fault, group, sinks=None, rx=None, persistent=False, killed=()):
+def run(t, name, short, fault, group, sinks=None, rx=None, persistent=False, killed=(),
+        run_no=1):
     """fault(srv, locker, reps, leader) -> (t_from_ms, t_to_ms, extra dict).
-    Returns (reps, outcome, state dict)."""
+    Returns (reps, outcome). run_no: see c.replica_name."""
     srv = broker()
     locker = t.redis()
     ep = "amqp_" + short
@@ -173,8 +174,8 @@ def run(t, name, short, fault, group, sinks=None, rx=None, persistent=False, kil
     a.close()
     if group:
         t.cleanup(lambda: _delete_queue(srv.port, "baton.%s" % ep))
-    reps = [c.Replica(t, sinks, {"a.cfg": ep_cfg(srv.port, ep, exchange, group)}, "r%d" % i,
-                      locker.port) for i in (1, 2, 3)]
+    reps = [c.Replica(t, sinks, {"a.cfg": ep_cfg(srv.port, ep, exchange, group)},
+                      c.replica_name(i, run_no), locker.port) for i in (1, 2, 3)]
     leader = c.wait_leader(reps, ep)
     t.require(leader is not None, "no single leader within 15 s")
     t.require(h.wait_until(lambda: consuming(reps), 15, 0.05), "nobody consumes within 15 s")
@@ -233,34 +234,44 @@ def sigstop_fault(t, state):
     return fault
 
 
-def check_resumed(t, state, ep):
+def check_resumed(t, state, ep, last):
     old = state["old"]
     t.check(h.wait_until(lambda: old.role(ep) == "standby", 10, 0.1),
             "the resumed leader is not a standby: %r" % old.role(ep))
     stale = c.stale_after(old, state["t_cont"], pick)
     h.log("resumed %s: %d records received after SIGCONT forwarded (must be 0)"
           % (old.name, len(stale)))
-    c.check_resumed_counted(t, old, ep)
+    cnt = c.check_resumed_counted(t, old, ep, require_stale=last)
     t.check(not stale, "the resumed process forwarded %d stale messages, e.g. %r"
             % (len(stale), [s.get("payload") for s in stale[:5]]))
+    return cnt
 
 
 # --------------------------------------------------------------------------
 
 def test_private_leader_sigstop(t):
-    state = {}
-    run(t, "rabbitmq.private_leader_sigstop", "psig", sigstop_fault(t, state), group=False)
-    check_resumed(t, state, "amqp_psig")
-    # the resumed process let go of its private queue: one queue bound
-    bound = h.wait_until(lambda: len(broker().bound_queues("chaos.psig")) == 1, 10, 0.5)
-    t.check(bound, "queues bound after the resumed leader stood down: %r"
-            % broker().bound_queues("chaos.psig"))
+    def one(attempt, last):
+        state = {}
+        short = "psig" if attempt == 1 else "psig%d" % attempt  # a fresh exchange per run
+        reps, _o = run(t, "rabbitmq.private_leader_sigstop", short,
+                           sigstop_fault(t, state), group=False, run_no=attempt)
+        cnt = check_resumed(t, state, "amqp_" + short, last)
+        # the resumed process let go of its private queue: one queue bound
+        bound = h.wait_until(lambda: len(broker().bound_queues("chaos." + short)) == 1, 10, 0.5)
+        t.check(bound, "queues bound after the resumed leader stood down: %r"
+                % broker().bound_queues("chaos." + short))
+        return reps, cnt
+    c.resumed_attempts(one)
 
 
 def test_group_leader_sigstop(t):
-    state = {}
-    run(t, "rabbitmq.group_leader_sigstop", "gsig", sigstop_fault(t, state), group=True)
-    check_resumed(t, state, "amqp_gsig")
+    def one(attempt, last):
+        state = {}
+        short = "gsig" if attempt == 1 else "gsig%d" % attempt  # a fresh group queue per run
+        reps, _o = run(t, "rabbitmq.group_leader_sigstop", short,
+                           sigstop_fault(t, state), group=True, run_no=attempt)
+        return reps, check_resumed(t, state, "amqp_" + short, last)
+    c.resumed_attempts(one)
 
 
 def test_group_locker_restart(t):

@@ -24,41 +24,92 @@ BUILD = os.environ["BATON_BUILD_DIR"]
 PEERS_SRC = os.path.join(benchlib.SRC, "bench", "peers")
 PEERS_DIR = os.path.join(BUILD, "peers")
 BASELINE = os.path.join(BUILD, "bench", "bench_redis_psub_baseline")
-GO_PEER = os.path.join(PEERS_DIR, "redis_psub_peer_go")
 NODE_DIR = os.path.join(PEERS_DIR, "node")
-REDIGO = "/usr/share/gocode/src/github.com/gomodule/redigo"
+GOCODE = "/usr/share/gocode/src/github.com/"
+# Each peer: its source file and the Debian packages its build needs
+# (Go: the packaged client libraries under /usr/share/gocode; Node.js: the
+# npm packages pinned in bench/peers/node/package-lock.json).
+GO_PEERS = {
+    "go/redigo": ("redis_psub_peer.go", ["gomodule/redigo"],
+                  "golang-github-gomodule-redigo-dev"),
+    "go/amqp091-go": ("rabbitmq_peer.go", ["gomodule/redigo", "rabbitmq/amqp091-go"],
+                      "golang-github-gomodule-redigo-dev golang-github-rabbitmq-amqp091-go-dev"),
+    "go/paho.mqtt.golang": ("mqtt_peer.go", ["gomodule/redigo", "eclipse/paho.mqtt.golang"],
+                            "golang-github-gomodule-redigo-dev "
+                            "golang-github-eclipse-paho.mqtt.golang-dev"),
+}
+NODE_PEERS = {
+    "node/ioredis": ("redis_psub_peer.js", ["ioredis"]),
+    "node/amqplib": ("rabbitmq_peer.js", ["ioredis", "amqplib"]),
+    "node/mqtt": ("mqtt_peer.js", ["ioredis", "mqtt"]),
+}
+
+
+def go_peer(name):
+    """The binary of a Go peer (GO_PEERS key) in <build>/peers."""
+    return os.path.join(PEERS_DIR, GO_PEERS[name][0][:-3] + "_go")
+
+
+def node_peer(name):
+    """The script of a Node.js peer (NODE_PEERS key) in <build>/peers/node."""
+    return os.path.join(NODE_DIR, NODE_PEERS[name][0])
+
+
+def _build_node(missing):
+    if not (shutil.which("node") and shutil.which("npm")):
+        for name in NODE_PEERS:
+            missing[name] = "node and npm are not installed"
+        return
+    mods = os.path.join(NODE_DIR, "node_modules")
+    want = {m for _f, ms in NODE_PEERS.values() for m in ms}
+    lock = os.path.join(PEERS_SRC, "node", "package-lock.json")
+    stamp = os.path.join(NODE_DIR, "package-lock.json")
+    if (not all(os.path.isdir(os.path.join(mods, m)) for m in want) or not os.path.exists(stamp)
+            or open(stamp, "rb").read() != open(lock, "rb").read()):
+        os.makedirs(NODE_DIR, exist_ok=True)
+        for f in ("package.json", "package-lock.json"):
+            shutil.copy(os.path.join(PEERS_SRC, "node", f), NODE_DIR)
+        p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=NODE_DIR,
+                           capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            for name in NODE_PEERS:
+                missing[name] = "npm ci failed: %s" % (p.stdout + p.stderr)[-300:]
+            return
+    for name, (f, _ms) in NODE_PEERS.items():
+        if os.path.exists(os.path.join(PEERS_SRC, "node", f)):
+            shutil.copy(os.path.join(PEERS_SRC, "node", f), NODE_DIR)
+        else:
+            missing[name] = "bench/peers/node/%s is missing" % f
+
+
+def _build_go(missing):
+    for name, (f, libs, pkgs) in GO_PEERS.items():
+        if not shutil.which("go") or not all(os.path.isdir(GOCODE + d) for d in libs):
+            missing[name] = "not installed (apt-get install golang-go %s)" % pkgs
+            continue
+        src, out = os.path.join(PEERS_SRC, "go", f), go_peer(name)
+        if not os.path.exists(src):
+            missing[name] = "bench/peers/go/%s is missing" % f
+            continue
+        if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(src):
+            continue
+        env = dict(os.environ, GOPATH="/usr/share/gocode", GO111MODULE="off", GOFLAGS="",
+                   GOCACHE=os.path.join(PEERS_DIR, "gocache"))
+        p = subprocess.run(["go", "build", "-o", out, src], env=env, capture_output=True,
+                           text=True, timeout=300)
+        if p.returncode != 0:
+            missing[name] = "go build failed: %s" % p.stderr[-300:]
 
 
 def build_peers():
     """Builds or installs the peers into <build>/peers (once; npm ci from
     the committed package-lock.json, go build offline against Debian's
-    packaged redigo). Returns {name: reason} for each peer that cannot run."""
+    packaged client libraries). Returns {name: reason} for each peer that
+    cannot run."""
     missing = {}
     os.makedirs(PEERS_DIR, exist_ok=True)
-    if shutil.which("node") and shutil.which("npm"):
-        if not os.path.isdir(os.path.join(NODE_DIR, "node_modules", "ioredis")):
-            os.makedirs(NODE_DIR, exist_ok=True)
-            for f in ("package.json", "package-lock.json", "redis_psub_peer.js"):
-                shutil.copy(os.path.join(PEERS_SRC, "node", f), NODE_DIR)
-            p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--silent"], cwd=NODE_DIR,
-                               capture_output=True, text=True, timeout=300)
-            if p.returncode != 0:
-                missing["node/ioredis"] = "npm ci failed: %s" % (p.stdout + p.stderr)[-300:]
-        shutil.copy(os.path.join(PEERS_SRC, "node", "redis_psub_peer.js"), NODE_DIR)
-    else:
-        missing["node/ioredis"] = "node and npm are not installed"
-    if shutil.which("go") and os.path.isdir(REDIGO):
-        src = os.path.join(PEERS_SRC, "go", "redis_psub_peer.go")
-        if not os.path.exists(GO_PEER) or os.path.getmtime(GO_PEER) < os.path.getmtime(src):
-            env = dict(os.environ, GOPATH="/usr/share/gocode", GO111MODULE="off", GOFLAGS="",
-                       GOCACHE=os.path.join(PEERS_DIR, "gocache"))
-            p = subprocess.run(["go", "build", "-o", GO_PEER, src], env=env, capture_output=True,
-                               text=True, timeout=300)
-            if p.returncode != 0:
-                missing["go/redigo"] = "go build failed: %s" % p.stderr[-300:]
-    else:
-        missing["go/redigo"] = ("not installed (apt-get install golang-go "
-                                "golang-github-gomodule-redigo-dev)")
+    _build_node(missing)
+    _build_go(missing)
     return missing
 
 
@@ -86,7 +137,7 @@ class NodePeer(_Process):
     name = "node/ioredis"
 
     def __init__(self, work, source, locker):
-        super().__init__(work, "node", ["node", os.path.join(NODE_DIR, "redis_psub_peer.js"),
+        super().__init__(work, "node", ["node", node_peer(self.name),
                                         str(locker.port), str(source.port), "chan.*"])
 
 
@@ -94,7 +145,8 @@ class GoPeer(_Process):
     name = "go/redigo"
 
     def __init__(self, work, source, locker):
-        super().__init__(work, "go", [GO_PEER, str(locker.port), str(source.port), "chan.*"])
+        super().__init__(work, "go", [go_peer(self.name), str(locker.port), str(source.port),
+                                      "chan.*"])
 
 
 class Baton:
@@ -115,13 +167,16 @@ class Baton:
 PEERS = {"node/ioredis": NodePeer, "go/redigo": GoPeer}
 
 
-def available_peers(log=print):
-    """The peer classes that can run here (building them first); logs why
-    the others cannot."""
+def available_peers(log=print, peers=None):
+    """The peer classes of `peers` ({name: class}, default the Redis pattern
+    subscribers PEERS) that can run here (building them first); logs why the
+    others cannot."""
+    peers = PEERS if peers is None else peers
     missing = build_peers()
     for name, why in missing.items():
-        log("peer %s skipped: %s" % (name, why))
-    return [cls for name, cls in PEERS.items() if name not in missing]
+        if name in peers:
+            log("peer %s skipped: %s" % (name, why))
+    return [cls for name, cls in peers.items() if name not in missing]
 
 
 def start(cls, work, source, locker, timeout=20):

@@ -42,6 +42,7 @@ NODE_PEERS = {
     "node/ioredis": ("redis_psub_peer.js", ["ioredis"]),
     "node/amqplib": ("rabbitmq_peer.js", ["ioredis", "amqplib"]),
     "node/mqtt": ("mqtt_peer.js", ["ioredis", "mqtt"]),
+    "node/zongji": ("binlog_peer.js", ["ioredis", "@vlasky/zongji"]),
 }
 
 

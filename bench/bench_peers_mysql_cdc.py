@@ -52,7 +52,6 @@ stopped with an error after BUDGET_S (default 240) seconds.
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -360,12 +359,5 @@ def bench():
     return 0
 
 
-def _over_budget(*_a):
-    raise TimeoutError("bench_peers_mysql_cdc.py: over its %d s budget" % BUDGET_S)
-
-
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
-    signal.signal(signal.SIGALRM, _over_budget)
-    signal.alarm(BUDGET_S)
-    benchlib.run(main)
+    benchlib.run(main, BUDGET_S)

@@ -408,12 +408,5 @@ def bench():
     return 0
 
 
-def _over_budget(*_a):
-    raise TimeoutError("bench_peers_rabbitmq.py: over its %d s budget" % BUDGET_S)
-
-
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
-    signal.signal(signal.SIGALRM, _over_budget)
-    signal.alarm(BUDGET_S)
-    benchlib.run(main)
+    benchlib.run(main, BUDGET_S)

@@ -89,10 +89,21 @@ class LineCounter:
         return self.n
 
 
-def run(main):
+def run(main, budget_s=None):
     """Runs main(), stops whatever the harness started, exits with main's
-    status."""
+    status. SIGTERM exits (the cleanups still run); budget_s: a SIGALRM
+    after that many seconds raises TimeoutError inside main (which reports
+    it like any other failure)."""
     import harness as h
+    import signal
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
+    if budget_s:
+        name = os.path.basename(sys.argv[0])
+
+        def over(*_a):
+            raise TimeoutError("%s: over its %d s budget" % (name, budget_s))
+        signal.signal(signal.SIGALRM, over)
+        signal.alarm(int(budget_s))
     try:
         rc = main()
     finally:

@@ -8,6 +8,13 @@
  *   worker thread  runs on_promoted / on_demoted, one at a time, posted by
  *                  the lease thread: started for each callback and gone
  *                  when it returns (an idle guard has none).
+ * and, per locker that renews in batches (redis), the renewer thread
+ * (guard/renewer.h): while the lease thread leads, it delegates the
+ * renewals at the interval to it and sleeps until an event. The renewer
+ * extends the term through term_extend (below) and hands every other
+ * outcome back (W_RENEWER), which the lease thread handles as if its own
+ * renewal had given it; it then renews itself until one succeeds, and
+ * delegates again.
  *
  * Terms. A term is one acquisition: one epoch, from the grant until its
  * deadline passes or the lease is released or lost. The state other threads
@@ -30,6 +37,7 @@
 #include <time.h>
 
 #include "guard/locker.h"
+#include "guard/renewer.h"
 #include "guard/scope.h"
 #include "guard/glog.h"
 #include "guard/util.h"
@@ -49,6 +57,14 @@
 #define RELEASE_WAIT_CHUNK_MS 250
 #define RELEASE_WAIT_CHUNK_WOKEN_MS 5000 /* waits are <= ttl: one wake per attempt */
 #define VERIFY_RETRY_MS 100
+/* A leader whose renewals the renewer makes sleeps until an event: the
+ * renewer wakes it when its term ends (it watches the deadlines, also over
+ * a jump of the boot clock) or when it hands the lease back; this bound is
+ * only a backstop. */
+#define DELEGATED_MAX_WAIT_MS 30000
+
+/* What the renewer handed back (struct baton_active_guard ren_kind). */
+enum ren_back { RB_ERR, RB_LOST, RB_LATE, RB_ENDED };
 
 enum wk_cmd { WK_NONE = 0, WK_PROMOTE, WK_DEMOTE };
 
@@ -82,13 +98,22 @@ struct baton_active_guard {
     _Atomic uint64_t term_epoch;
     _Atomic int64_t deadline; /* CLOCK_BOOTTIME ms; 0 = no live term */
     _Atomic uint64_t lease_gen;
-    char token[RANDOM_TOKEN_LEN]; /* lease thread only */
+    char token[RANDOM_TOKEN_LEN]; /* lease thread only; the renewer reads it while delegated */
+    /* the renewer: the entry, whether the lease thread delegated its
+     * renewals (lease thread only), and what it handed back (under mu) */
+    struct renewer *renewer;
+    struct renewer_entry ren;
+    bool delegated;
+    atomic_bool ren_back;
+    enum ren_back ren_kind;
+    int64_t ren_sent;
+    char ren_err[BATON_LOCKER_ERR_MAX];
     struct locker_watcher watcher; /* registered with the locker while leading */
     struct ratelimit rl_err;
     struct baton_active_guard_stats stats;
 };
 
-enum wake { W_TIMEOUT, W_STOP, W_GIVE_UP, W_GEN, W_DEADLINE, W_WORKER };
+enum wake { W_TIMEOUT, W_STOP, W_GIVE_UP, W_GEN, W_DEADLINE, W_WORKER, W_RENEWER };
 enum lead_end { LEAD_STANDBY, LEAD_REACQUIRE, LEAD_STOPPED };
 
 int baton_active_guard_check_timings(int64_t ttl, int64_t renew, int64_t retry, int64_t margin,
@@ -221,6 +246,10 @@ static enum wake wait_until(struct baton_active_guard *g, int64_t until, bool wa
             w = W_WORKER;
             break;
         }
+        if (atomic_load(&g->ren_back)) {
+            w = W_RENEWER;
+            break;
+        }
         int64_t now = clock_boot_ms();
         int64_t d = 0;
         if (leader) {
@@ -243,12 +272,19 @@ static enum wake wait_until(struct baton_active_guard *g, int64_t until, bool wa
         }
         int64_t slice = until - now;
         if (leader) {
-            if (d > 0 && d - now < slice) slice = d - now;
             if (gen_after > now && gen_after - now < slice) slice = gen_after - now;
-            int64_t poll = g->locker->notifies_gen ? LEADER_POLL_NOTIFIED_MS : LEADER_POLL_MS;
-            if (slice > poll) slice = poll;
+            if (!g->delegated) {
+                if (d > 0 && d - now < slice) slice = d - now;
+                int64_t poll = g->locker->notifies_gen ? LEADER_POLL_NOTIFIED_MS : LEADER_POLL_MS;
+                if (slice > poll) slice = poll;
+            } else if (!g->locker->notifies_gen && slice > LEADER_POLL_MS) {
+                slice = LEADER_POLL_MS; /* nobody announces a generation change */
+            }
         }
-        if (slice > 1000) slice = 1000; /* the boot clock may jump (resume) */
+        /* the boot clock may jump (resume); while delegated, the renewer
+         * watches the deadline */
+        int64_t cap = leader && g->delegated ? DELEGATED_MAX_WAIT_MS : 1000;
+        if (slice > cap) slice = cap;
         struct timespec ts = clock_deadline(CLOCK_MONOTONIC, slice);
         pthread_cond_timedwait(&g->cv, &g->mu, &ts);
     }
@@ -405,6 +441,100 @@ static bool call_fits(const struct baton_active_guard *g)
     return g->command_timeout_ms <= 0 || d <= 0 || clock_boot_ms() + g->command_timeout_ms <= d;
 }
 
+/* ---- the renewer's side (its thread, its mutex held) ------------------------ */
+
+static struct baton_active_guard *guard_of(struct renewer_entry *e)
+{
+    return (struct baton_active_guard *)((char *)e - offsetof(struct baton_active_guard, ren));
+}
+
+/* The renewer takes its hands off the lease: the lease thread handles what
+ * it says (W_RENEWER). */
+static void hand_back(struct baton_active_guard *g, enum ren_back kind, const struct locker_renewal *r)
+{
+    pthread_mutex_lock(&g->mu);
+    g->ren_kind = kind;
+    g->ren_sent = r ? r->sent_ms : 0;
+    snprintf(g->ren_err, sizeof g->ren_err, "%s", r ? r->err : "");
+    atomic_store(&g->ren_back, true);
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static int64_t ren_answered(struct renewer_entry *e, const struct locker_renewal *r, uint64_t gen)
+{
+    struct baton_active_guard *g = guard_of(e);
+    if (r->rc == BATON_LOCKER_OK) {
+        /* the same compare-and-swap as the lease thread's: never revives,
+         * never shrinks */
+        if (term_extend(g, r->sent_ms, gen)) return next_renewal(g, r->sent_ms);
+        hand_back(g, RB_LATE, r);
+        return 0;
+    }
+    hand_back(g, r->rc == BATON_LOCKER_LOST ? RB_LOST : RB_ERR, r);
+    return 0;
+}
+
+static int64_t ren_deadline(struct renewer_entry *e)
+{
+    struct baton_active_guard *g = guard_of(e);
+    uint64_t epoch;
+    int64_t now;
+    int64_t d = term_read(g, &epoch, &now); /* ends the term when the clock passed it */
+    if (d <= 0) hand_back(g, RB_ENDED, NULL);
+    return d;
+}
+
+static const struct renewer_client guard_renewer_client = {
+    .answered = ren_answered,
+    .deadline = ren_deadline,
+};
+
+/* ---- leading (the lease thread) -------------------------------------------- */
+
+/* The outcome of a renewal at the interval, made by the lease thread
+ * itself or handed back by the renewer: rc, and whether term_extend took
+ * an OK answer. */
+struct lead_state {
+    enum end_mode end;
+    char reason[sizeof ((struct baton_active_guard *)0)->give_up_reason + BATON_LOCKER_ERR_MAX + 128];
+    int64_t next_renew, gen_after;
+    bool retrying; /* the last renewal failed (not LOST) */
+};
+
+static void renew_outcome(struct baton_active_guard *g, struct lead_state *ls, int rc, bool extended,
+                          int64_t sent, const char *err)
+{
+    if (rc == BATON_LOCKER_OK) {
+        if (!extended) {
+            atomic_fetch_add(&g->stats.renew_failures, 1);
+            size_t l = strlen(ls->reason);
+            snprintf(ls->reason + l, sizeof ls->reason - l,
+                     "%srenewal answered after the lease deadline (%lld ms after it was "
+                     "sent): the term ended and is not revived",
+                     l ? "; " : "", (long long)(clock_boot_ms() - sent));
+            ls->end = END_EXPIRED;
+            term_end(g);
+            return;
+        }
+        ls->next_renew = next_renewal(g, sent);
+        ls->gen_after = 0;
+        ls->retrying = false;
+    } else if (rc == BATON_LOCKER_LOST) {
+        atomic_fetch_add(&g->stats.renew_failures, 1);
+        snprintf(ls->reason, sizeof ls->reason, "%s", err);
+        ls->end = END_LOST;
+        term_end(g);
+    } else {
+        /* keep trying until the deadline; the term ends there */
+        atomic_fetch_add(&g->stats.renew_failures, 1);
+        note_backend_error(g, "renewing", err);
+        int64_t step = g->retry_ms < g->renew_ms ? g->retry_ms : g->renew_ms;
+        ls->next_renew = clock_boot_ms() + step;
+        ls->retrying = true;
+    }
+}
+
 static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_grant *grant, uint64_t gen0)
 {
     memcpy(g->token, grant->token, sizeof g->token);
@@ -421,46 +551,51 @@ static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_
 
     worker_post(g, WK_PROMOTE, grant->epoch);
     bool promoting = true, demoting = false, promote_failed = false;
-    enum end_mode end = END_NONE;
     enum lead_end ret = LEAD_STANDBY;
-    char reason[sizeof g->give_up_reason + BATON_LOCKER_ERR_MAX + 128] = "";
+    struct lead_state ls = {.end = END_NONE};
     bool can_renew = baton_locker_can_renew(g->locker);
-    int64_t next_renew = next_renewal(g, grant->sent_ms);
-    int64_t gen_after = 0;
-    bool retrying = false; /* the last renewal failed (not LOST) */
+    ls.next_renew = next_renewal(g, grant->sent_ms);
     char err[BATON_LOCKER_ERR_MAX];
+    /* the renewer renews at the interval from now on (the token stays
+     * until renewer_remove below) */
+    g->ren.client = &guard_renewer_client;
+    g->ren.req.key = g->key;
+    g->ren.req.token = g->token;
+    g->ren.req.ttl_ms = g->ttl_ms;
+    atomic_store(&g->ren_back, false);
+    g->delegated = can_renew && renewer_add(g->renewer, &g->ren, ls.next_renew);
 
     for (;;) {
-        bool live = end != END_EXPIRED && end != END_LOST && term_live(g);
-        if (!live && end != END_EXPIRED && end != END_LOST) {
-            /* the deadline passed (seen here or by a reader): final */
+        bool live = ls.end != END_EXPIRED && ls.end != END_LOST && term_live(g);
+        if (!live && ls.end != END_EXPIRED && ls.end != END_LOST) {
+            /* the deadline passed (seen here, by a reader or the renewer): final */
             atomic_fetch_add(&g->stats.renew_failures, 1);
-            if (end == END_NONE)
-                snprintf(reason, sizeof reason, "lease deadline passed without a successful renewal");
+            if (ls.end == END_NONE)
+                snprintf(ls.reason, sizeof ls.reason, "lease deadline passed without a successful renewal");
             else
-                snprintf(reason + strlen(reason), sizeof reason - strlen(reason),
+                snprintf(ls.reason + strlen(ls.reason), sizeof ls.reason - strlen(ls.reason),
                          "; the lease deadline passed meanwhile");
-            end = END_EXPIRED;
+            ls.end = END_EXPIRED;
             term_end(g);
         }
-        if (end != END_NONE && !promoting && !demoting) {
+        if (ls.end != END_NONE && !promoting && !demoting) {
             /* on_demoted only after on_promoted returned; the lease keeps
              * being renewed meanwhile (graceful) */
             worker_post(g, WK_DEMOTE, 0);
             demoting = true;
         }
-        bool renewing = live && end != END_EXPIRED && end != END_LOST;
-        enum wake w = wait_until(g, renewing ? next_renew : INT64_MAX, end == END_NONE, renewing,
-                                 gen_after);
+        bool renewing = live && ls.end != END_EXPIRED && ls.end != END_LOST;
+        enum wake w = wait_until(g, renewing && !g->delegated ? ls.next_renew : INT64_MAX,
+                                 ls.end == END_NONE, renewing, ls.gen_after);
         switch (w) {
         case W_WORKER: {
             int rc = worker_take(g);
             if (promoting) {
                 promoting = false;
-                if (rc < 0 && end == END_NONE) {
+                if (rc < 0 && ls.end == END_NONE) {
                     glog_warn("guard", g->log_name, "starting the consumer failed; releasing %s", g->key);
-                    snprintf(reason, sizeof reason, "promotion failed");
-                    end = END_GRACEFUL;
+                    snprintf(ls.reason, sizeof ls.reason, "promotion failed");
+                    ls.end = END_GRACEFUL;
                     promote_failed = true;
                 }
             } else if (demoting) {
@@ -470,21 +605,40 @@ static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_
             break;
         }
         case W_STOP:
-            snprintf(reason, sizeof reason, "stopping");
-            end = END_GRACEFUL;
+            snprintf(ls.reason, sizeof ls.reason, "stopping");
+            ls.end = END_GRACEFUL;
             ret = LEAD_STOPPED;
             break;
         case W_GIVE_UP:
             pthread_mutex_lock(&g->mu);
-            snprintf(reason, sizeof reason, "gave up: %s", g->give_up_reason);
+            snprintf(ls.reason, sizeof ls.reason, "gave up: %s", g->give_up_reason);
             pthread_mutex_unlock(&g->mu);
-            end = END_GRACEFUL; /* guard_main sits out afterwards */
+            ls.end = END_GRACEFUL; /* guard_main sits out afterwards */
             break;
         case W_DEADLINE:
             break; /* handled at the top */
+        case W_RENEWER: {
+            /* the renewer let go of the lease: handled as if this thread's
+             * own renewal had given it; this thread renews from now on
+             * (retries), until one succeeds */
+            pthread_mutex_lock(&g->mu);
+            enum ren_back kind = g->ren_kind;
+            int64_t sent = g->ren_sent;
+            snprintf(err, sizeof err, "%s", g->ren_err);
+            atomic_store(&g->ren_back, false);
+            pthread_mutex_unlock(&g->mu);
+            g->delegated = false;
+            if (kind == RB_ENDED) break; /* the deadline passed: the top sees it */
+            if (ls.end == END_EXPIRED || ls.end == END_LOST) break;
+            renew_outcome(g, &ls, kind == RB_LOST ? BATON_LOCKER_LOST
+                                  : kind == RB_ERR ? BATON_LOCKER_ERR
+                                                   : BATON_LOCKER_OK,
+                          false, sent, err);
+            break;
+        }
         case W_GEN: {
             if (!call_fits(g)) {
-                gen_after = INT64_MAX; /* UNSURE until a renewal or the deadline */
+                ls.gen_after = INT64_MAX; /* UNSURE until a renewal or the deadline */
                 break;
             }
             int rc = verify_lease(g, err);
@@ -492,80 +646,60 @@ static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_
                 glog_info("guard", g->log_name,
                          "lease %s (epoch %llu) verified after the connection was re-established",
                          g->key, (unsigned long long)grant->epoch);
-                gen_after = 0;
+                ls.gen_after = 0;
             } else if (rc == BATON_LOCKER_LOST) {
                 atomic_fetch_add(&g->stats.renew_failures, 1);
-                snprintf(reason, sizeof reason, "lease lost while the connection was down");
-                end = END_LOST;
+                snprintf(ls.reason, sizeof ls.reason, "lease lost while the connection was down");
+                ls.end = END_LOST;
                 term_end(g);
             } else {
                 note_backend_error(g, "verifying", err);
-                gen_after = clock_boot_ms() + VERIFY_RETRY_MS;
+                ls.gen_after = clock_boot_ms() + VERIFY_RETRY_MS;
             }
             break;
         }
         case W_TIMEOUT: {
-            if (!renewing) break;
-            if (retrying && !call_fits(g)) {
-                next_renew = INT64_MAX; /* the term ends at its deadline */
+            if (!renewing || g->delegated) break;
+            if (ls.retrying && !call_fits(g)) {
+                ls.next_renew = INT64_MAX; /* the term ends at its deadline */
                 break;
             }
             if (!can_renew) {
-                if (end == END_NONE) {
-                    snprintf(reason, sizeof reason, "re-acquiring (locker cannot renew)");
-                    end = END_REACQUIRE;
+                if (ls.end == END_NONE) {
+                    snprintf(ls.reason, sizeof ls.reason, "re-acquiring (locker cannot renew)");
+                    ls.end = END_REACQUIRE;
                 }
-                next_renew = INT64_MAX;
+                ls.next_renew = INT64_MAX;
                 break;
             }
             uint64_t g1 = locker_gen(g); /* before the request: a break during it shows */
             int64_t sent = 0;
             int rc = baton_locker_renew(g->locker, g->key, g->token, g->ttl_ms, &sent, err);
-            if (rc == BATON_LOCKER_OK) {
-                if (!term_extend(g, sent, g1)) {
-                    atomic_fetch_add(&g->stats.renew_failures, 1);
-                    int64_t late = clock_boot_ms() - (sent + g->ttl_ms - g->margin_ms);
-                    snprintf(reason + strlen(reason), sizeof reason - strlen(reason),
-                             "%srenewal answered after the lease deadline (%lld ms after it was "
-                             "sent): the term ended and is not revived",
-                             reason[0] ? "; " : "", (long long)(clock_boot_ms() - sent));
-                    (void)late;
-                    end = END_EXPIRED;
-                    term_end(g);
-                    break;
-                }
-                next_renew = next_renewal(g, sent);
-                gen_after = 0;
-                retrying = false;
-            } else if (rc == BATON_LOCKER_LOST) {
-                atomic_fetch_add(&g->stats.renew_failures, 1);
-                snprintf(reason, sizeof reason, "%s", err);
-                end = END_LOST;
-                term_end(g);
-            } else {
-                /* keep trying until the deadline; the term ends there */
-                atomic_fetch_add(&g->stats.renew_failures, 1);
-                note_backend_error(g, "renewing", err);
-                int64_t step = g->retry_ms < g->renew_ms ? g->retry_ms : g->renew_ms;
-                next_renew = clock_boot_ms() + step;
-                retrying = true;
-            }
+            bool extended = rc == BATON_LOCKER_OK && term_extend(g, sent, g1);
+            renew_outcome(g, &ls, rc, extended, sent, err);
+            /* renewed: the renewer takes the next ones again */
+            if (extended && g->renewer) g->delegated = renewer_add(g->renewer, &g->ren, ls.next_renew);
             break;
         }
         }
     }
 done:
     term_end(g);
+    /* a renewal of this term in flight is answered before the lease is
+     * released or another term begins (the model's Guard waits for Ren) */
+    renewer_remove(g->renewer, &g->ren);
+    g->delegated = false;
+    atomic_store(&g->ren_back, false);
     locker_unwatch(g->locker, &g->watcher);
     atomic_store(&g->stats.role, BATON_ROLE_STANDBY);
     atomic_fetch_add(&g->stats.demotions, 1);
     glog_info("guard", g->log_name, "demoted from leader of %s (epoch %llu): %s", g->key,
-             (unsigned long long)grant->epoch, reason);
-    if (end != END_LOST) {
+             (unsigned long long)grant->epoch, ls.reason);
+    if (ls.end != END_LOST) {
         int rc = baton_locker_unlock(g->locker, g->key, g->token, err);
         if (rc != BATON_LOCKER_OK) {
-            if (end != END_EXPIRED) glog_warn("guard", g->log_name, "release of %s: %s", g->key, err);
-        } else if (end == END_GRACEFUL && g->locker->ops->announce_release) {
+            if (ls.end != END_EXPIRED) glog_warn("guard", g->log_name, "release of %s: %s", g->key, err);
+        } else if (ls.end == END_GRACEFUL && g->locker->ops->announce_release) {
             if (g->locker->ops->announce_release(g->locker, g->key, err) != BATON_LOCKER_OK)
                 glog_warn("guard", g->log_name, "announcing the release of %s: %s", g->key, err);
         }
@@ -574,7 +708,7 @@ done:
         wait_until(g, clock_boot_ms() + g->retry_ms, true, false, 0);
         atomic_store(&g->wk_done, false);
     }
-    if (end == END_REACQUIRE && ret != LEAD_STOPPED) return LEAD_REACQUIRE;
+    if (ls.end == END_REACQUIRE && ret != LEAD_STOPPED) return LEAD_REACQUIRE;
     return ret;
 }
 
@@ -721,6 +855,7 @@ struct baton_active_guard *baton_active_guard_create(struct baton_locker *locker
         return NULL;
     }
     g->locker = locker;
+    g->renewer = renewer_of(locker); /* NULL: the backend cannot renew in batches */
     g->log_name = o.log_name ? strdup(o.log_name) : NULL;
     if (o.log_name && !g->log_name) {
         snprintf(err, errlen, "active guard %s: out of memory", scope ? scope : "");

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "guard/glog.h"
+#include "guard/renewer.h"
 #include "guard/scope.h"
 
 /* Guards build their keys (guard_key, guard_lease_key) within GUARD_KEY_MAX
@@ -20,10 +21,13 @@ void locker_base_init(struct baton_locker *l, const struct locker_ops *ops, bool
     l->notifies_gen = notifies_gen;
     pthread_mutex_init(&l->watch_mu, NULL);
     l->watchers = NULL;
+    l->renewer = NULL;
 }
 
 void locker_base_destroy(struct baton_locker *l)
 {
+    renewer_destroy(l->renewer);
+    l->renewer = NULL;
     pthread_mutex_destroy(&l->watch_mu);
 }
 
@@ -220,7 +224,11 @@ int baton_locker_lock_with_retry(struct baton_locker *l, const char *key, int64_
 
 void baton_locker_destroy(struct baton_locker *l)
 {
-    if (l != NULL && l->ops != NULL && l->ops->destroy != NULL) l->ops->destroy(l);
+    if (l == NULL) return;
+    /* the renewer first: it may use the backend's connections */
+    renewer_destroy(l->renewer);
+    l->renewer = NULL;
+    if (l->ops != NULL && l->ops->destroy != NULL) l->ops->destroy(l);
 }
 
 int baton_locker_claim(struct baton_locker *l, const char *key, int64_t ttl_ms, char err[BATON_LOCKER_ERR_MAX])

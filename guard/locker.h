@@ -11,6 +11,16 @@
 
 #include "baton/locker.h"
 
+/* One renewal of a batch (ops->renew_batch): key, token and ttl_ms in; rc
+ * (as renew() gives it), sent_ms and err out. */
+struct locker_renewal {
+    const char *key, *token;
+    int64_t ttl_ms;
+    int rc;
+    int64_t sent_ms;
+    char err[BATON_LOCKER_ERR_MAX];
+};
+
 struct locker_ops {
     const char *name; /* "redis", "etcd", "local" */
     /* Never blocks beyond one backend round trip. */
@@ -26,6 +36,11 @@ struct locker_ops {
      * lease is renewed. */
     int (*renew)(struct baton_locker *l, const char *key, const char *token, int64_t ttl_ms,
                  int64_t *sent_ms, char err[BATON_LOCKER_ERR_MAX]);
+    /* Optional: renew() for n leases at once, in as few round trips as the
+     * backend can (redis: one pipelined round trip). Each r[i] is answered
+     * as renew() would answer it alone. Backends with it get a renewer
+     * thread (guard/renewer.h). */
+    void (*renew_batch)(struct baton_locker *l, size_t n, struct locker_renewal *const *r);
     /* Optional (NULL = not supported): tell standbys the key was released.
      * A standby cannot miss an announcement: release_seq(key) is a counter
      * of announcements seen for key (it also advances when the backend may
@@ -110,6 +125,7 @@ struct baton_locker {
     bool notifies_gen;
     pthread_mutex_t watch_mu;
     struct locker_watcher *watchers;
+    struct renewer *renewer; /* guard/renewer.h: made on first use, under watch_mu */
 };
 
 /* Backends: before use / in destroy, before freeing. */

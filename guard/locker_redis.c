@@ -204,6 +204,13 @@ struct redis_locker {
     struct rconn lease; /* + everything below up to side: under lease.mu */
     struct orphan orphans[ORPHAN_MAX]; /* oldest first */
     int n_orphans;
+    /* renew_batch's calls and their argument strings, kept between batches
+     * (the renewer sends one every renewal interval) */
+    struct rb_call *rb_calls;
+    struct script_call **rb_ptrs;
+    size_t rb_ncap;
+    char *rb_arena;
+    size_t rb_acap;
 
     struct rconn side;
 
@@ -1119,6 +1126,91 @@ static int redis_renew(struct baton_locker *l, const char *key, const char *toke
     return rc;
 }
 
+/* renew_batch: one renewal's call and its arguments */
+struct rb_call {
+    struct script_call c;
+    const char *ka[5];
+};
+
+/* Every renewal of the batch in one pipelined round trip on the lease
+ * connection, taken directly under lease.mu: calls queued meanwhile batch
+ * among themselves and go next. */
+static void redis_renew_batch(struct baton_locker *l, size_t n, struct locker_renewal *const *rv)
+{
+    struct redis_locker *rl = (struct redis_locker *)l;
+    if (n == 0) return;
+    sub_ensure_started(rl); /* renewing leaders want to notice a Redis restart between renewals */
+    /* the argument strings: "<key>:epoch", ttl, epoch ttl per renewal */
+    size_t need = 0;
+    for (size_t i = 0; i < n; i++) need += strlen(rv[i]->key) + sizeof ":epoch" + 2 * 24;
+    pthread_mutex_lock(&rl->lease.mu);
+    if (rl->rb_ncap < n) {
+        struct rb_call *c = realloc(rl->rb_calls, n * sizeof *c);
+        if (c != NULL) rl->rb_calls = c;
+        struct script_call **p = realloc(rl->rb_ptrs, n * sizeof *p);
+        if (p != NULL) rl->rb_ptrs = p;
+        if (c != NULL && p != NULL) rl->rb_ncap = n;
+    }
+    if (rl->rb_acap < need) {
+        char *a = realloc(rl->rb_arena, need);
+        if (a != NULL) {
+            rl->rb_arena = a;
+            rl->rb_acap = need;
+        }
+    }
+    if (rl->rb_ncap < n || rl->rb_acap < need) {
+        pthread_mutex_unlock(&rl->lease.mu);
+        for (size_t i = 0; i < n; i++) {
+            rv[i]->rc = BATON_LOCKER_ERR;
+            rv[i]->sent_ms = clock_boot_ms();
+            snprintf(rv[i]->err, BATON_LOCKER_ERR_MAX, "redis %s: renew %.80s: out of memory",
+                     rl->where, rv[i]->key);
+        }
+        return;
+    }
+    char *a = rl->rb_arena;
+    for (size_t i = 0; i < n; i++) {
+        struct locker_renewal *q = rv[i];
+        struct rb_call *b = &rl->rb_calls[i];
+        int64_t et = q->ttl_ms * 2 > EPOCH_KEY_MIN_TTL_MS ? q->ttl_ms * 2 : EPOCH_KEY_MIN_TTL_MS;
+        b->ka[0] = q->key;
+        b->ka[1] = a;
+        a += sprintf(a, "%s:epoch", q->key) + 1;
+        b->ka[2] = q->token;
+        b->ka[3] = a;
+        a += sprintf(a, "%lld", (long long)q->ttl_ms) + 1;
+        b->ka[4] = a;
+        a += sprintf(a, "%lld", (long long)et) + 1;
+        b->c = (struct script_call){.idx = S_RENEW, .nkeys = 2, .nargs = 5, .ka = b->ka,
+                                    .what = "renew", .subject = q->key, .err = q->err};
+        rl->rb_ptrs[i] = &b->c;
+    }
+    run_scripts_on(rl, &rl->lease, rl->rb_ptrs, (int)n);
+    atomic_fetch_add(&rl->q_batches, 1);
+    atomic_fetch_add(&rl->q_calls, (unsigned long long)n);
+    for (size_t i = 0; i < n; i++) {
+        struct locker_renewal *q = rv[i];
+        struct script_call *c = &rl->rb_calls[i].c;
+        q->sent_ms = c->sent;
+        if (c->r == NULL) {
+            q->rc = BATON_LOCKER_ERR;
+            if (c->sent == 0) q->sent_ms = clock_boot_ms();
+            continue;
+        }
+        long long v = c->r->integer;
+        freeReplyObject(c->r);
+        c->r = NULL;
+        if (v == 1) {
+            q->rc = BATON_LOCKER_OK;
+            continue;
+        }
+        q->rc = BATON_LOCKER_LOST;
+        snprintf(q->err, BATON_LOCKER_ERR_MAX, "redis %s: renew %s: %s", rl->where, q->key,
+                 v == 2 ? "held with another token" : "not held (expired or released)");
+    }
+    pthread_mutex_unlock(&rl->lease.mu);
+}
+
 static int redis_check(struct baton_locker *l, const char *key, const char *token,
                        char err[BATON_LOCKER_ERR_MAX])
 {
@@ -1237,6 +1329,9 @@ static void redis_destroy(struct baton_locker *l)
         rl->channels = next;
     }
     while (rl->n_orphans > 0) orphan_remove(rl, rl->n_orphans - 1);
+    free(rl->rb_calls);
+    free(rl->rb_ptrs);
+    free(rl->rb_arena);
     close(rl->wake_pipe[0]);
     close(rl->wake_pipe[1]);
     if (rl->lease.c) redisFree(rl->lease.c);
@@ -1521,6 +1616,7 @@ static const struct locker_ops redis_ops = {
     .try_lock = redis_try_lock,
     .unlock = redis_unlock,
     .renew = redis_renew,
+    .renew_batch = redis_renew_batch,
     .announce_release = redis_announce,
     .release_seq = redis_release_seq,
     .wait_release = redis_wait_release,

@@ -68,6 +68,7 @@ struct flaky {
     atomic_int try_mode;
     atomic_ullong gen;
     atomic_int renews, checks, unlocks, announces;
+    atomic_int batches, batch_max; /* renew_batch calls, the largest */
 };
 
 static int fl_try(struct baton_locker *l, const char *key, int64_t ttl, struct baton_lock_grant *out,
@@ -120,6 +121,16 @@ static int fl_renew(struct baton_locker *l, const char *key, const char *token, 
     default:
         return f->inner->ops->renew(f->inner, key, token, ttl, sent, err);
     }
+}
+
+/* Each renewal of the batch as fl_renew answers it alone (same modes). */
+static void fl_renew_batch(struct baton_locker *l, size_t n, struct locker_renewal *const *r)
+{
+    struct flaky *f = (struct flaky *)l;
+    atomic_fetch_add(&f->batches, 1);
+    if ((int)n > atomic_load(&f->batch_max)) atomic_store(&f->batch_max, (int)n);
+    for (size_t i = 0; i < n; i++)
+        r[i]->rc = fl_renew(l, r[i]->key, r[i]->token, r[i]->ttl_ms, &r[i]->sent_ms, r[i]->err);
 }
 
 static int fl_check(struct baton_locker *l, const char *key, const char *token,
@@ -184,6 +195,24 @@ static const struct locker_ops flaky_ops = {
     .destroy = fl_destroy,
 };
 
+/* the same, renewing through the renewer thread (guard/renewer.h) */
+static const struct locker_ops flaky_batch_ops = {
+    .name = "flaky",
+    .try_lock = fl_try,
+    .unlock = fl_unlock,
+    .renew = fl_renew,
+    .renew_batch = fl_renew_batch,
+    .announce_release = fl_announce,
+    .wait_release = fl_wait,
+    .release_seq = fl_seq,
+    .generation = fl_gen,
+    .check = fl_check,
+    .destroy = fl_destroy,
+};
+
+/* flaky_ops in the first run of the tests, flaky_batch_ops in the second */
+static const struct locker_ops *renewing_ops = &flaky_ops;
+
 static const struct locker_ops norenew_ops = {
     .name = "norenew",
     .try_lock = fl_try,
@@ -198,7 +227,7 @@ static const struct locker_ops norenew_ops = {
 static struct flaky *flaky_create(const struct locker_ops *ops)
 {
     struct flaky *f = calloc(1, sizeof *f);
-    f->base.ops = ops;
+    f->base.ops = ops == &flaky_ops ? renewing_ops : ops;
     f->inner = baton_locker_local_create();
     return f;
 }
@@ -734,6 +763,55 @@ static void test_check_timings(void **state)
     assert_int_equal(baton_active_guard_check_timings(3000, 1000, 250, 0, 1000, msg, sizeof msg), 0);
 }
 
+/* The renewer renews every leading guard of a locker in one batch per
+ * instant (the guards' renewals lie on the same grid), extends their terms,
+ * and a stopped guard's lease is released at once. */
+static void test_renewer_batches_every_lease(void **state)
+{
+    (void)state;
+    struct flaky *f = flaky_create(&flaky_batch_ops);
+    enum { G = 4 };
+    struct consumer c[G];
+    struct baton_active_guard *g[G];
+    memset(c, 0, sizeof c);
+    char err[256];
+    for (int i = 0; i < G; i++) {
+        char scope[32];
+        snprintf(scope, sizeof scope, "test:batch%d", i);
+        struct baton_active_guard_options o = {.ttl_ms = 600, .renew_ms = 200, .retry_ms = 100,
+                                               .log_name = "test"};
+        struct baton_active_guard_callbacks cb = {on_promoted, on_demoted, &c[i]};
+        g[i] = baton_active_guard_create(&f->base, scope, &o, &cb, err, sizeof err);
+        assert_non_null(g[i]);
+        baton_active_guard_start(g[i]);
+    }
+    for (int i = 0; i < G; i++) assert_true(WAIT_FOR(baton_active_guard_is_leader_now(g[i]), 2000) >= 0);
+    int r0 = atomic_load(&f->renews), b0 = atomic_load(&f->batches);
+    /* 1.5 s = 7 renewal intervals, well past the ttl: only renewals keep them */
+    for (int k = 0; k < 75; k++) {
+        for (int i = 0; i < G; i++) assert_true(baton_active_guard_is_leader_now(g[i]));
+        usleep(20 * 1000);
+    }
+    int renews = atomic_load(&f->renews) - r0, batches = atomic_load(&f->batches) - b0;
+    printf("renewer: %d renewals of %d leases in %d batches (largest %d)\n", renews, G, batches,
+           atomic_load(&f->batch_max));
+    assert_true(renews >= G * 5);
+    assert_int_equal(atomic_load(&f->batch_max), G); /* all four in one round trip */
+    assert_true(batches * 2 <= renews);
+    for (int i = 0; i < G; i++) {
+        assert_int_equal(STAT(g[i], renew_failures), 0);
+        assert_int_equal(STAT(g[i], promotions), 1);
+    }
+    /* a stopped guard's lease is released (the renewer let go of it) */
+    baton_active_guard_stop(g[0]);
+    struct baton_lock_grant gr;
+    assert_int_equal(baton_locker_try_lock(&f->base, baton_active_guard_key(g[0]), 1000, &gr, err),
+                     BATON_LOCKER_OK);
+    for (int i = 1; i < G; i++) assert_true(baton_active_guard_is_leader_now(g[i]));
+    for (int i = 0; i < G; i++) baton_active_guard_destroy(g[i]);
+    baton_locker_destroy(&f->base);
+}
+
 int main(void)
 {
     log_set_level(LOG_ERROR);
@@ -756,5 +834,14 @@ int main(void)
         cmocka_unit_test(test_term_state_is_per_epoch),
         cmocka_unit_test(test_check_timings),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    /* every test once with the guard renewing its own lease (etcd, local),
+     * once with the renewer thread renewing it (redis) */
+    int failed = cmocka_run_group_tests_name("the guard renews", tests, NULL, NULL);
+    renewing_ops = &flaky_batch_ops;
+    failed += cmocka_run_group_tests_name("the renewer renews", tests, NULL, NULL);
+    const struct CMUnitTest renewer_tests[] = {
+        cmocka_unit_test(test_renewer_batches_every_lease),
+    };
+    failed += cmocka_run_group_tests_name("renewer", renewer_tests, NULL, NULL);
+    return failed;
 }

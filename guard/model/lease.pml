@@ -10,6 +10,9 @@
  *   Redis()             one Redis node: the lock key with expiry on Redis's
  *                       clock, the epoch key, TIME (guard/locker_redis.c)
  *   Env()               time, clock drift, connection breaks, Redis restarts
+ *   Ren(i)              (RENEWER only) the replica's renewer thread: the
+ *                       happy-path renewals of a term delegated by Guard(i)
+ *                       (guard/renewer.c)
  *   Watch(i)            (LATE_NOTICE only) the subscriber thread that notices
  *                       a broken connection
  *   the sink            a monitor: deliver() checks what it receives
@@ -71,6 +74,23 @@
  *                        step of its own (its subscriber thread), not at once
  *   design candidate:
  *   FENCE                after a data loss Redis grants nothing for one ttl
+ *   the renewer thread (must verify like the real model):
+ *   RENEWER              a term begins delegated: Ren(i) renews it on its own
+ *                        request slot (rrq...: two independent slots over-
+ *                        approximate the one pipelined connection), extends
+ *                        it with the CAS of term_extend and hands it back to
+ *                        the guard on LOST (the guard ends the term) or on a
+ *                        connection error (the guard notices, renews itself
+ *                        until a renew succeeds, then delegates again); the
+ *                        guard leaves a term (unlock, standby) only while
+ *                        the renewer has no request in flight for it
+ *   with RENEWER, wrong designs:
+ *   REN_NO_CAS           the renewer's extension is a read, then (another
+ *                        step) a plain store: it revives an ended term
+ *   REN_NO_WAIT          the guard leaves the term without waiting for the
+ *                        renewer's request in flight: the late LOST of the
+ *                        old term's renew is handed back in the next term
+ *                        and ends it in the middle of a write (S3)
  *
  * REDUCTIONS (each keeps every behaviour the properties can observe; marked
  * "(reduction)" where they are made)
@@ -83,8 +103,8 @@
  *   - messages arrive when a term begins and after a write completes (the
  *     forwarder may wait arbitrarily, so a later arrival in the same term
  *     carries the same epoch and allows nothing more);
- *   - a renew is not sent in the tick its deadline was set (it could not
- *     move the deadline);
+ *   - a renew (the guard's or the renewer's) is not sent in the tick its
+ *     deadline was set (it could not move the deadline);
  *   - what matters only in a term is reset when the guard is back in standby.
  */
 
@@ -143,6 +163,8 @@
 #define G_REN  4   /* renew sent */
 #define G_CHK  5   /* check sent (lease unsure) */
 #define G_UNL  6   /* unlock sent */
+#define G_DONE 7   /* RENEWER: released (term ended): unlock once the renewer is idle */
+#define G_GONE 8   /* RENEWER: check LOST (term ended): standby once the renewer is idle */
 
 /* ---- requests and replies ---- */
 #define R_NONE 0
@@ -154,6 +176,10 @@
 #define P_OK   1   /* granted / renewed / token matches */
 #define P_NO   2   /* lost (key gone or another token) */
 #define P_ERR  3   /* the connection broke: request dropped or reply lost */
+#define R_EXT  5   /* REN_NO_CAS: the renewer read OK and a live term, store pending */
+#define HB_NONE 0  /* RENEWER: nothing handed back */
+#define HB_LOST 1  /* the renewer's renew said LOST: the guard ends the term */
+#define HB_ERR  2  /* the renewer's renew failed (connection): the guard takes over */
 
 /* ---- replicas ---- */
 byte gst[N];       /* guard state */
@@ -170,6 +196,20 @@ byte tep[N];       /* epoch of the current term (0 in standby) */
 byte tdl[N];       /* ticks left until the term's deadline (replica clock); 0 = no live term */
 bool tend[N];      /* ghost: the current term has ended (deadline passed, lost or released) */
 byte dq[N];        /* drift state */
+#ifdef RENEWER
+/* the renewer thread's request slot for replica i's lease (one request of the
+ * pipelined batch; modelled as a second, independent slot) */
+bool ren_on[N];    /* renewal delegated to the renewer (renewer_add) */
+byte rrq[N];       /* its outstanding request: R_NONE, R_REN (R_EXT: REN_NO_CAS) */
+byte rrp[N];       /* its reply */
+byte rrtok[N];     /* the token it carries (tep[i] when sent) */
+byte rcand[N];     /* deadline it would give, ticks left: send + ttl - margin */
+bool rchgs[N];     /* generation changed since it was sent */
+byte hb[N];        /* handed back to the guard: HB_NONE, HB_LOST, HB_ERR */
+#ifdef REN_NO_CAS
+bool rlive[N];     /* step 1 saw a live term and a later deadline: step 2 stores */
+#endif
+#endif
 
 typedef queue { byte m[QLEN] };
 queue q[N];        /* forwarder queue: the epoch each message was received in */
@@ -217,6 +257,9 @@ bool rwait[N];     /* standby waits for the next tick before trying again */
 /* The replica notices its connection broke: its generation changes. */
 inline noticed(i) {
 	chg[i] = 1; chgs[i] = 1
+#ifdef RENEWER
+	; rchgs[i] = 1
+#endif
 }
 
 inline notice(i) {
@@ -240,6 +283,32 @@ inline send(i, kind, tok) {
 inline done_req(i) {
 	rq[i] = R_NONE; rp[i] = P_PEND; rtok[i] = 0; cand[i] = 0; gep[i] = 0; chgs[i] = 0
 }
+
+#ifdef RENEWER
+/* the renewer's slot: same as send()/done_req() */
+inline rsend(i) {
+	rrq[i] = R_REN; rrp[i] = P_PEND; rrtok[i] = tep[i];
+	rchgs[i] = 0;                   /* the generation is read just before sending */
+	rcand[i] = LEASE
+}
+inline rdone(i) {
+	rrq[i] = R_NONE; rrp[i] = P_PEND; rrtok[i] = 0; rcand[i] = 0; rchgs[i] = 0
+}
+#ifdef REN_NO_WAIT
+#define REN_IDLE(i) 1              /* the guard does not wait for the renewer */
+#else
+#define REN_IDLE(i) (rrq[i] == R_NONE)   /* renewer_remove: no request in flight */
+#endif
+/* (REN_ON/REN_OFF carry their own ';': without RENEWER they are nothing) */
+#define REN_OFF(i) ren_on[i] = 0;
+#define REN_ON(i) ren_on[i] = 1;
+#define OWN_RENEW(i) (!ren_on[i] && hb[i] == HB_NONE)   /* the guard renews itself */
+#else
+#define REN_IDLE(i) 1
+#define REN_OFF(i)
+#define REN_ON(i)
+#define OWN_RENEW(i) 1
+#endif
 
 /* ================================================================== */
 /* forwarder queue                                                     */
@@ -289,6 +358,9 @@ inline settle(i) {
 /* back to standby; what mattered only in the term is reset */
 inline standby(i) {
 	done_req(i); gst[i] = G_STBY; tep[i] = 0; tend[i] = 0; chg[i] = 0; chgs[i] = 0; pn[i] = 0;
+#ifdef RENEWER
+	ren_on[i] = 0; hb[i] = HB_NONE;  /* (the renewer's slot is idle: the guard waited) */
+#endif
 	HELD_WAIT(i)
 }
 
@@ -305,6 +377,13 @@ inline brk(i) {
 	:: rq[i] == R_REN || rq[i] == R_CHK -> rp[i] = P_ERR
 	:: else -> skip
 	fi
+#ifdef RENEWER
+	;
+	if
+	:: rrq[i] == R_REN -> rrp[i] = P_ERR   /* the renewer's request: dropped or reply lost */
+	:: else -> skip
+	fi
+#endif
 }
 
 /* ================================================================== */
@@ -316,6 +395,12 @@ inline ltick(i) {
 	:: cand[i] > 0 -> cand[i]--
 	:: else -> skip
 	fi;
+#ifdef RENEWER
+	if
+	:: rcand[i] > 0 -> rcand[i]--
+	:: else -> skip
+	fi;
+#endif
 	if
 	:: tdl[i] > 0 -> tdl[i]--;
 		if
@@ -440,11 +525,27 @@ inline apply(i) {
 	fi
 }
 
+#ifdef RENEWER
+/* the renewer's renew: SCRIPT_RENEW, like R_REN */
+inline rapply(i) {
+	if
+	:: ktok != 0 && ktok == rrtok[i] -> krem = TTL; rrp[i] = P_OK;
+		printf("redis: renews r%d's key (epoch %d) for its renewer: expires in %d ticks\n", i, ktok, TTL)
+	:: else -> rrp[i] = P_NO; printf("redis: r%d's renewer's renew: LOST\n", i)
+	fi
+}
+#endif
+
 proctype Redis() {
 	do
 	:: atomic { rq[0] != R_NONE && rp[0] == P_PEND -> apply(0) }
 	:: atomic { rq[1] != R_NONE && rp[1] == P_PEND -> apply(1) }
 	:: atomic { rq[2] != R_NONE && rp[2] == P_PEND -> apply(2) }
+#ifdef RENEWER
+	:: atomic { rrq[0] == R_REN && rrp[0] == P_PEND -> rapply(0) }
+	:: atomic { rrq[1] == R_REN && rrp[1] == P_PEND -> rapply(1) }
+	:: atomic { rrq[2] == R_REN && rrp[2] == P_PEND -> rapply(2) }
+#endif
 	od
 }
 
@@ -519,6 +620,7 @@ inline term_begin(i) {
 	tend[i] = (tdl[i] == 0);
 	printf("r%d: term %d begins: deadline in %d ticks, unsure=%d\n", i, tep[i], tdl[i], chg[i]);
 	done_req(i); settle(i); maybe_arrive(i);
+	REN_ON(i)                       /* RENEWER: renewer_add (delegated) */
 	gst[i] = G_LEAD
 }
 
@@ -540,25 +642,50 @@ proctype Guard(byte i) {
 		chgs[i] = 0;                /* the generation is read only now */
 		term_begin(i) }
 #endif
-	/* leader: the deadline passed -- the term ended; release quietly */
-	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] == 0 ->
+	/* leader: the deadline passed -- the term ended; release quietly
+	 * (RENEWER: once the renewer has no request in flight) */
+	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] == 0 && REN_IDLE(i) ->
 #ifdef ZOMBIE_RENEW
 		send(i, R_REN, tep[i]); gst[i] = G_REN; printf("r%d: renew sent after its term ended\n", i) }
 #else
+		REN_OFF(i)
 		send(i, R_UNL, tep[i]); gst[i] = G_UNL; printf("r%d: unlock sent (term %d ended)\n", i, tep[i]) }
 #endif
-	/* leader: renew (any time; (reduction) not in the tick the deadline was set) */
-	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] > 0 && tdl[i] < LEASE ->
+	/* leader: renew (any time; (reduction) not in the tick the deadline was
+	 * set; RENEWER: only while not delegated) */
+	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] > 0 && tdl[i] < LEASE && OWN_RENEW(i) ->
 		send(i, R_REN, tep[i]); gst[i] = G_REN; printf("r%d: renew sent (term %d)\n", i, tep[i]) }
 	/* leader, unsure (the generation changed): verify */
 	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] > 0 && chg[i] ->
 		send(i, R_CHK, tep[i]); gst[i] = G_CHK; printf("r%d: lease UNSURE: check sent\n", i) }
 	/* leader: graceful release -- drained (no write in flight), term ended, unlock */
+#ifndef RENEWER
 	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] > 0 && nrel < MAXREL && !wr[i] ->
 		nrel++; term_end(i); send(i, R_UNL, tep[i]); gst[i] = G_UNL;
 		printf("r%d: graceful release of term %d: term ended, unlock sent\n", i, tep[i]) }
-	/* renew answered */
-	:: atomic { ALIVE(i) && gst[i] == G_REN && rp[i] != P_PEND ->
+#else
+	/* term_end, then renewer_remove (waits while its request is in flight),
+	 * then unlock */
+	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] > 0 && nrel < MAXREL && !wr[i] ->
+		nrel++; term_end(i); gst[i] = G_DONE;
+		printf("r%d: graceful release of term %d: term ended\n", i, tep[i]) }
+	:: atomic { ALIVE(i) && gst[i] == G_DONE && REN_IDLE(i) ->
+		REN_OFF(i) send(i, R_UNL, tep[i]); gst[i] = G_UNL;
+		printf("r%d: renewer removed: unlock sent (term %d)\n", i, tep[i]) }
+	/* check LOST (term already ended): standby once the renewer is idle */
+	:: atomic { ALIVE(i) && gst[i] == G_GONE && REN_IDLE(i) ->
+		printf("r%d: renewer removed: standby\n", i); standby(i) }
+	/* handed back by the renewer: its renew failed (connection): the guard
+	 * notices and renews itself (G_REN) until one is answered OK */
+	:: atomic { ALIVE(i) && gst[i] == G_LEAD && hb[i] == HB_ERR ->
+		noticed(i); hb[i] = HB_NONE;
+		printf("r%d: renewer handed back (error): the guard renews itself\n", i) }
+	/* handed back by the renewer: its renew said LOST (END_LOST: no unlock) */
+	:: atomic { ALIVE(i) && gst[i] == G_LEAD && hb[i] == HB_LOST && REN_IDLE(i) ->
+		printf("r%d: renewer handed back LOST: term %d ended\n", i, tep[i]); term_end(i); standby(i) }
+#endif
+	/* renew answered (RENEWER: the renewer is idle, it was not delegated) */
+	:: atomic { ALIVE(i) && gst[i] == G_REN && rp[i] != P_PEND && REN_IDLE(i) ->
 		if
 		:: rp[i] == P_OK && tdl[i] > 0 ->          /* term_extend: never shrinks */
 #ifdef DEADLINE_FROM_REPLY
@@ -570,6 +697,7 @@ proctype Guard(byte i) {
 			fi;
 #endif
 			chg[i] = chgs[i]; done_req(i); gst[i] = G_LEAD;
+			REN_ON(i)                            /* RENEWER: delegated again */
 			printf("r%d: renew OK: deadline in %d ticks\n", i, tdl[i])
 		:: rp[i] == P_OK && tdl[i] == 0 ->         /* answered after the deadline */
 #if defined(LATE_RENEW_EXTENDS)
@@ -583,7 +711,7 @@ proctype Guard(byte i) {
 #elif defined(ZOMBIE_RENEW)
 			done_req(i); gst[i] = G_LEAD     /* keeps the key, never leads again */
 #else
-			done_req(i); send(i, R_UNL, tep[i]); gst[i] = G_UNL;
+			done_req(i); REN_OFF(i) send(i, R_UNL, tep[i]); gst[i] = G_UNL;
 			printf("r%d: renew OK after the deadline: the term stays ended; unlock sent\n", i)
 #endif
 		:: rp[i] == P_NO ->
@@ -597,12 +725,77 @@ proctype Guard(byte i) {
 		:: rp[i] == P_OK ->
 			chg[i] = chgs[i]; done_req(i); gst[i] = G_LEAD; printf("r%d: check OK (unsure=%d)\n", i, chg[i])
 		:: rp[i] == P_NO ->
-			printf("r%d: check LOST: term %d ended\n", i, tep[i]); term_end(i); standby(i)
+			printf("r%d: check LOST: term %d ended\n", i, tep[i]); term_end(i);
+#ifdef RENEWER
+			done_req(i); gst[i] = G_GONE     /* standby once the renewer is idle */
+#else
+			standby(i)
+#endif
 		:: rp[i] == P_ERR ->
 			noticed(i); done_req(i); gst[i] = G_LEAD; printf("r%d: check failed (connection)\n", i)
 		fi }
 	od
 }
+
+#ifdef RENEWER
+/* ================================================================== */
+/* the renewer thread (guard/renewer.c): renews the delegated terms of the
+ * replica (all of them in one pipelined batch; here one lease) */
+
+proctype Ren(byte i) {
+	do
+	/* renew the current term (any time; (reduction) not in the tick its
+	 * deadline was set) */
+	:: atomic { ALIVE(i) && ren_on[i] && rrq[i] == R_NONE && tdl[i] > 0 && tdl[i] < LEASE ->
+		rsend(i); printf("r%d: renewer: renew sent (term %d)\n", i, tep[i]) }
+	/* its answer */
+	:: atomic { ALIVE(i) && rrq[i] == R_REN && rrp[i] != P_PEND ->
+		if
+		:: rrp[i] == P_OK && tdl[i] > 0 ->
+#ifndef REN_NO_CAS
+			/* term_extend: a CAS from a live deadline, never shrinks */
+			if
+			:: rcand[i] > tdl[i] -> tdl[i] = rcand[i]
+			:: else -> skip
+			fi;
+			chg[i] = rchgs[i]; rdone(i);
+			printf("r%d: renewer: renew OK: deadline in %d ticks\n", i, tdl[i])
+#else
+			/* step 1: reads a live deadline (and a later one to store) */
+			chg[i] = rchgs[i]; rlive[i] = (rcand[i] > tdl[i]); rrq[i] = R_EXT;
+			printf("r%d: renewer: renew OK, term live (deadline in %d ticks): store next\n", i, tdl[i])
+#endif
+		:: rrp[i] == P_OK && tdl[i] == 0 ->      /* late: the term stays ended */
+			rdone(i); ren_on[i] = 0;
+			printf("r%d: renewer: renew OK after the deadline: not revived, handed back\n", i)
+		:: rrp[i] == P_NO ->
+			rdone(i); ren_on[i] = 0; hb[i] = HB_LOST;
+			printf("r%d: renewer: renew LOST: handed back\n", i)
+		:: rrp[i] == P_ERR ->
+			rdone(i); ren_on[i] = 0; hb[i] = HB_ERR;
+			printf("r%d: renewer: renew failed (connection): handed back\n", i)
+		fi }
+#ifdef REN_NO_CAS
+	/* step 2: a plain store of the new deadline (the guard and time may
+	 * have moved since step 1) */
+	:: atomic { ALIVE(i) && rrq[i] == R_EXT ->
+		if
+		:: rlive[i] && rcand[i] > 0 ->
+			if
+			:: tdl[i] == 0 ->            /* revived (tend stays: the term had ended) */
+				tdl[i] = rcand[i];
+				printf("r%d: renewer: stores the deadline: term %d REVIVED, deadline in %d ticks\n", i, tep[i], tdl[i]);
+				maybe_arrive(i)
+			:: else -> tdl[i] = rcand[i];
+				printf("r%d: renewer: stores the deadline: in %d ticks\n", i, tdl[i])
+			fi
+		:: else -> skip
+		fi;
+		rlive[i] = 0; rdone(i) }
+#endif
+	od
+}
+#endif
 
 #ifdef LATE_NOTICE
 /* the subscriber thread: notices a broken connection on its own schedule */
@@ -619,11 +812,21 @@ proctype Watch(byte i) {
 
 #ifdef LIVE
 /* L1: Redis applies, and a running replica reads its reply, within the tick */
+#ifdef RENEWER
+#define URGENT(i) ((rq[i] == R_NONE || (dead[i] && rp[i] != P_PEND)) && \
+                   (rrq[i] == R_NONE || (dead[i] && rrp[i] != P_PEND)))
+#else
 #define URGENT(i) (rq[i] == R_NONE || (dead[i] && rp[i] != P_PEND))
+#endif
 #define TICK_OK (URGENT(0) && URGENT(1) && URGENT(2))
 #else
 /* a request is applied (or dropped by a break) within DMAX ticks of its send */
+#ifdef RENEWER
+#define APPLIED(i) ((rq[i] == R_NONE || rp[i] != P_PEND || cand[i] + DMAX > LEASE) && \
+                    (rrq[i] == R_NONE || rrp[i] != P_PEND || rcand[i] + DMAX > LEASE))
+#else
 #define APPLIED(i) (rq[i] == R_NONE || rp[i] != P_PEND || cand[i] + DMAX > LEASE)
+#endif
 #define TICK_OK (APPLIED(0) && APPLIED(1) && APPLIED(2))
 #endif
 
@@ -678,6 +881,9 @@ init {
 		run Env(); run Redis();
 		run Guard(0); run Guard(1); run Guard(2);
 		run Fwd(0); run Fwd(1); run Fwd(2);
+#ifdef RENEWER
+		run Ren(0); run Ren(1); run Ren(2);
+#endif
 #ifdef LATE_NOTICE
 		run Watch(0); run Watch(1); run Watch(2);
 #endif

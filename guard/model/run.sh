@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # guard/model/run.sh -- model-check baton's lease protocol (lease.pml) with spin.
 #
-# Runs the real model (must verify: 0 errors) and every switch that
+# Runs the real model, without and with the renewer thread (-DRENEWER)
+# (must verify: 0 errors, search complete) and every switch that
 # reintroduces a known wrong design or drops an assumption (each must give a
 # counterexample: errors >= 1), then prints a summary table. Exits non-zero
 # if any run does not give its expected verdict.
 #
-#   guard/model/run.sh            the CI set (about 2.5 minutes, one core)
+#   guard/model/run.sh            the CI set (about 4 minutes, one core)
 #   MODEL_EXTRA=1 run.sh          also the FENCE design candidate (~20 s more)
 #   MODEL_ONLY=name run.sh        only the run(s) whose name contains `name`
 #   MODEL_TRAIL=all run.sh        print whole counterexample trails, not the end
@@ -66,6 +67,18 @@ RUNS=(
 "gap:LATE_NOTICE|-DMAXTERMS=2 -DNO_S3 -DLATE_NOTICE|bfs|fail"
 "L1|-DLIVE|live|pass"
 "L1:ZOMBIE_RENEW|-DLIVE -DZOMBIE_RENEW|live|fail"
+# the renewer thread (-DRENEWER): MAXTERMS=2 (with 3, ren-restart and
+# ren-break reach MEMLIM at 24.7M states); MAXBRK=2 only with one grant (the
+# second break reaches the guard's own renew failing after the renewer
+# handed back; with two grants it takes > 2 min); the mutations without
+# breaks and restarts (they need neither; REN_NO_CAS with them: DFS needs
+# 7.3M states, 64 s)
+"ren-restart|-DS4 -DRENEWER -DMAXBRK=0 -DMAXTERMS=2|dfs|pass"
+"ren-break|-DS4 -DRENEWER -DMAXRESTART=0 -DMAXTERMS=2|dfs|pass"
+"ren-break2|-DS4 -DRENEWER -DMAXRESTART=0 -DMAXBRK=2 -DMAXTERMS=1|dfs|pass"
+"REN_NO_CAS|-DMAXTERMS=2 -DMAXBRK=0 -DMAXRESTART=0 -DRENEWER -DREN_NO_CAS|dfs|fail"
+"REN_NO_WAIT|-DMAXTERMS=2 -DMAXBRK=0 -DMAXRESTART=0 -DRENEWER -DREN_NO_WAIT|dfs|fail"
+"L1:ren|-DLIVE -DRENEWER|live|pass"
 )
 if [ "${MODEL_EXTRA:-0}" = 1 ]; then
     RUNS+=(
@@ -111,7 +124,9 @@ for r in "${RUNS[@]}"; do
     case "$kind" in
     dfs) ccflags="$ccflags -DSAFETY" ;;
     bfs) ccflags="$ccflags -DSAFETY -DBFS" ;;
-    live) ccflags="$ccflags -DNFAIR=3"; panflags="-a -f -m100000 -w22 -N L1" ;;
+    # NFAIR=3 allows 10 processes, -DRENEWER runs 12 (the L1 figures are
+    # the same with 3 or 4)
+    live) ccflags="$ccflags -DNFAIR=4"; panflags="-a -f -m100000 -w22 -N L1" ;;
     esac
     verdict="" states="-" trans="-" mem="-" secs="-" prop="-"
     if ! (cd "$d" && spin -a $defs lease.pml >spin.out 2>&1); then
@@ -138,7 +153,8 @@ for r in "${RUNS[@]}"; do
         elif [ -z "$errors" ]; then
             tail -20 "$out"
             verdict="PAN FAILED"
-        elif grep -q "search not completed\|max search depth too small" "$out" && [ "$errors" = 0 ]; then
+        elif grep -q "search not completed\|max search depth too small\|reached -DMEMLIM bound" "$out" &&
+            [ "$errors" = 0 ]; then
             verdict="INCOMPLETE"
         else
             prop=$(prop_of "$out")

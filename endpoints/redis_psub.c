@@ -16,7 +16,10 @@
  * poll has no timeout (a timerfd ticks instead, see tick_open). When the
  * socket stays silent for ping_interval_ms a PING goes out; no answer within
  * the next interval means the connection is dead (a stopped or partitioned
- * server never sends FIN).
+ * server never sends FIN). Without Sentinel and TLS the connection instead
+ * joins the process's prober (endpoints/redis_probe.h): one PING per
+ * interval for every connection to the same server, and no timer here, so
+ * that an idle consumer sleeps until its socket has something.
  *
  * Connection lost while leader: reconnect with backoff; unreachable for
  * longer than the lease ttl -> host->source_lost() (the guard releases the
@@ -31,6 +34,7 @@
  * least every SWITCH_POLL_MS) and resubscribes on the new master when it
  * moves, like after a lost connection. */
 #include "endpoints/redis_psub.h"
+#include "endpoints/redis_probe.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -344,6 +348,10 @@ struct psub {
     struct redis_sentinel_watch *watch;
     uint64_t switch_seen; /* consumer thread only */
     size_t deferred;      /* consumer thread only: emitted since the last flush */
+    /* the process's prober watches the live connection (consumer thread
+     * only, besides the prober's own fields) */
+    struct probe_conn probe;
+    bool probed;
 };
 
 static void set_start_state(struct psub *p, enum start_state st, const char *err)
@@ -554,7 +562,7 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
      * +switch-master count; the PING keeps its own silence clock */
     int wait = conn_wait_ms(p);
     struct pollfd pfd[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = tfd, .events = POLLIN}};
-    int poll_timeout = tfd >= 0 ? -1 : wait;
+    int poll_timeout = tfd >= 0 || p->probed ? -1 : wait;
     int64_t quiet_since = clock_mono_ms();
     bool ping_out = false;
     int64_t read_wall_ms = clock_wall_ms();
@@ -599,12 +607,17 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
         }
         if (pfd[0].revents) { /* data first: it may hold the PONG */
             if (redis_buffer_read(c) != REDIS_OK) {
-                snprintf(err, errlen, "redis %s: %s", p->where,
-                         c->errstr[0] ? c->errstr : "connection lost");
+                if (p->probed && atomic_load(&p->probe.dead))
+                    snprintf(err, errlen, "redis %s: no answer to PING within %d ms (the "
+                             "process PINGs each server on one of its connections)", p->where, timeout);
+                else
+                    snprintf(err, errlen, "redis %s: %s", p->where,
+                             c->errstr[0] ? c->errstr : "connection lost");
                 return;
             }
             read_wall_ms = clock_wall_ms();
             quiet_since = clock_mono_ms();
+            if (p->probed) atomic_store_explicit(&p->probe.last_read_ms, quiet_since, memory_order_relaxed);
             continue; /* the silence clock was just reset */
         }
         if (!tick) continue;
@@ -625,9 +638,22 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
 
 static void conn_run(struct psub *p, redisContext *c, char *err, size_t errlen)
 {
-    int tfd = tick_open(conn_wait_ms(p));
-    conn_read(p, c, tfd, err, errlen);
-    if (tfd >= 0) close(tfd);
+    /* the prober PINGs for us: not with Sentinel (the tick also watches
+     * for a switch) and not over TLS (kept to the per-connection PING; not
+     * tried with the bridge yet) */
+    p->probed = p->ro.n_sentinels == 0 && !p->s->tls.present && p->s->ping_interval_ms > 0 &&
+                probe_join(&p->probe, p->s->host, (int)p->s->port, p->s->ping_interval_ms, c->fd);
+    if (p->probed) {
+        /* a flow that dies alone (a middlebox) is left to TCP keepalive
+         * (redis_conn_open enables it) */
+        conn_read(p, c, -1, err, errlen);
+        probe_leave(&p->probe);
+        p->probed = false;
+    } else {
+        int tfd = tick_open(conn_wait_ms(p));
+        conn_read(p, c, tfd, err, errlen);
+        if (tfd >= 0) close(tfd);
+    }
     flush_deferred(p); /* whatever ended the loop, nothing stays unannounced */
 }
 

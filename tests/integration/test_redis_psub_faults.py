@@ -9,6 +9,12 @@ redis-servers (see test_redis_psub.py for scenarios 1-3):
   6. source Redis separate from the locker's Redis, and the source goes down:
      the leader gives up its lease after the lease ttl and says so; consumption
      resumes when the source comes back
+  7. 20 endpoints on one source Redis, which is then SIGSTOPped (no FIN):
+     while idle, the process PINGs the source about once per ping interval
+     in all (not once per endpoint: endpoints/redis_probe.h); when the source
+     stops answering, every endpoint's connection is dropped within about
+     two intervals ("no answer to PING"), each gives up its lease after the
+     ttl, and every endpoint consumes again once the source is continued
 """
 import os
 import signal
@@ -22,7 +28,8 @@ from publisher import (Publisher, all_seqs, forwarded, leaders_since, log_times,
                        now_ms, wait_single_leader, wait_subscribed)
 from test_redis_psub import TTL, RETRY, start_cluster  # noqa: E402
 
-ORDER = ["test_leader_sigstop", "test_redis_restart", "test_source_redis_down"]
+ORDER = ["test_leader_sigstop", "test_redis_restart", "test_source_redis_down",
+         "test_source_redis_paused"]
 
 
 def recent_receivers(pub, n):
@@ -197,6 +204,74 @@ def test_source_redis_down(t):
             % (len(missing_tail), len(tail)))
     for b in batons:
         t.check(b.alive(), "%s exited" % b.name)
+
+
+def test_source_redis_paused(t):
+    n, interval, ttl = 20, 200, 1000
+    locker = t.redis()
+    source = t.redis()
+    lease = {"ttl_ms": ttl, "renew_ms": 300, "retry_ms": 100}
+    eps = {"p%02d.cfg" % i: ('name = "p%02d"; type = "redis_psub"; sink = "out";\n'
+                             'host = "127.0.0.1"; port = %d; patterns = ["ch%02d.*"];\n'
+                             'connect_timeout_ms = 200; command_timeout_ms = 200; '
+                             'ping_interval_ms = %d;\n'
+                             'reconnect_backoff_ms = 50; reconnect_backoff_max_ms = 200;\n'
+                             % (i, source.port, i, interval)) for i in range(n)}
+    b = t.baton(h.main_cfg(redis_port=locker.port, lease=lease), eps)
+    c = source.client()
+    t.require(h.wait_until(lambda: c.cmd("PUBSUB", "NUMPAT") == n, 20, 0.1),
+              "the %d endpoints did not all subscribe" % n)
+    time.sleep(1.0)
+
+    # idle: PINGs from the whole process, against one per endpoint per interval
+    c.cmd("CONFIG", "RESETSTAT")
+    t0 = time.monotonic()
+    time.sleep(3.0)
+    info = c.cmd("INFO", "commandstats")
+    window = time.monotonic() - t0
+    pings = 0
+    for line in (info.decode() if isinstance(info, bytes) else info).splitlines():
+        if line.startswith("cmdstat_ping:"):
+            pings = int(line.split("calls=")[1].split(",")[0])
+    intervals = window * 1000.0 / interval
+    h.log("idle %.1f s, %d endpoints, ping_interval %d ms: %d PINGs reached the source "
+          "(%.1f intervals; one PING per endpoint per silent interval would be ~%d)"
+          % (window, n, interval, pings, intervals, int(n * intervals / 2)))
+    t.check(pings >= intervals / 3, "the source was hardly PINGed while idle: %d PINGs" % pings)
+    t.check(pings <= intervals * 1.5 + 2, "%d PINGs in %.1f intervals: more than one per "
+            "interval for the process" % (pings, intervals))
+
+    source.proc.send_signal(signal.SIGSTOP)
+    t_stop = now_ms()
+    try:
+        def dropped():
+            return [x for x in log_times(b, "no answer to PING") if x >= t_stop]
+        got = h.wait_until(lambda: len(dropped()) >= n, 10, 0.05)
+        times = dropped()
+        first = (min(times) - t_stop) if times else None
+        last = (sorted(times)[n - 1] - t_stop) if len(times) >= n else None
+        gave = h.wait_until(lambda: len([x for x in log_times(b, "giving up the lease")
+                                         if x >= t_stop]) >= n, 10, 0.1)
+        h.log("source SIGSTOPped: %d 'no answer to PING' lines, first %s ms, %d-th %s ms after "
+              "the stop (interval %d ms); every endpoint gave up its lease: %s"
+              % (len(times), first, n, last, interval, bool(gave)))
+        t.check(got, "not every endpoint noticed the stopped source: %d of %d" % (len(times), n))
+        if last is not None:
+            t.check(last <= 3 * interval + 1000, "the last connection was dropped %d ms after "
+                    "the stop (interval %d ms)" % (last, interval))
+        t.check(gave, "not every endpoint gave up its lease after the ttl")
+    finally:
+        source.proc.send_signal(signal.SIGCONT)
+
+    # every endpoint consumes again
+    def all_back():
+        for i in range(n):
+            c.cmd("PUBLISH", "ch%02d.x" % i, "back")
+        b.poll_records()
+        return len({r.get("endpoint") for r in b.records
+                    if r.get("payload") == "back"}) == n
+    t.check(h.wait_until(all_back, 20, 0.5), "not every endpoint consumed again after SIGCONT")
+    t.check(b.alive(), "baton exited")
 
 
 if __name__ == "__main__":

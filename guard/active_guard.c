@@ -253,9 +253,10 @@ static enum wake wait_until(struct baton_active_guard *g, int64_t until, bool wa
         int64_t now = clock_boot_ms();
         int64_t d = 0;
         if (leader) {
-            pthread_mutex_unlock(&g->mu);
+            /* under mu (term_live is lock free): a flag set and broadcast
+             * while mu was let go here would be missed until the timeout
+             * (30 s while the renewer renews) */
             bool live = term_live(g);
-            pthread_mutex_lock(&g->mu);
             if (!live) {
                 w = W_DEADLINE;
                 break;
@@ -541,8 +542,9 @@ static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_
     g->watcher.mu = &g->mu;
     g->watcher.cv = &g->cv;
     locker_watch(g->locker, &g->watcher);
-    term_begin(g, grant->epoch, grant->sent_ms, gen0);
+    /* the epoch first: whoever sees the term live sees its epoch */
     atomic_store(&g->stats.epoch, grant->epoch);
+    term_begin(g, grant->epoch, grant->sent_ms, gen0);
     atomic_store(&g->stats.leader_since_ms, clock_wall_ms());
     atomic_store(&g->stats.role, BATON_ROLE_LEADER);
     atomic_fetch_add(&g->stats.promotions, 1);

@@ -60,6 +60,18 @@
 #include "guard/util.h"
 
 #define EPOCH_KEY_MIN_TTL_MS (24LL * 3600 * 1000)
+
+/* The "<key>:epoch" expiry set with a lease of ttl_ms. */
+static int64_t epoch_ttl_ms(int64_t ttl_ms)
+{
+    return ttl_ms * 2 > EPOCH_KEY_MIN_TTL_MS ? ttl_ms * 2 : EPOCH_KEY_MIN_TTL_MS;
+}
+
+/* Why a token script answered v (0 or 2) instead of 1. */
+static const char *token_lost_text(long long v)
+{
+    return v == 2 ? "held with another token" : "not held (expired or released)";
+}
 #define RELEASED_SUFFIX ":released"
 #define SUB_POLL_MS 1000 /* the wake pipe interrupts it (new channel, destroy) */
 #define CHAN_BUCKETS 1024 /* release channels index (power of two) */
@@ -1032,7 +1044,7 @@ static int redis_try_lock(struct baton_locker *l, const char *key, int64_t ttl_m
     char ekey[LOCKER_SUBKEY_MAX];
     locker_subkey(ekey, key, "epoch");
     char ttl[24], ettl[24];
-    int64_t et = ttl_ms * 2 > EPOCH_KEY_MIN_TTL_MS ? ttl_ms * 2 : EPOCH_KEY_MIN_TTL_MS;
+    int64_t et = epoch_ttl_ms(ttl_ms);
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
     snprintf(ettl, sizeof ettl, "%lld", (long long)et);
     const char *ka[6] = {key, ekey, token, ttl, ettl, rl->holder};
@@ -1098,7 +1110,7 @@ static int token_script(struct redis_locker *rl, int idx, const char *what, cons
     freeReplyObject(r);
     if (v == 1) return ok_rc;
     snprintf(err, BATON_LOCKER_ERR_MAX, "redis %s: %s %s: %s", rl->where, what, key,
-             v == 2 ? "held with another token" : "not held (expired or released)");
+             token_lost_text(v));
     return absent_rc;
 }
 
@@ -1116,7 +1128,7 @@ static int redis_renew(struct baton_locker *l, const char *key, const char *toke
     /* a renewing leader wants to notice a Redis restart between renewals */
     sub_ensure_started(rl);
     char ttl[24], ettl[24];
-    int64_t et = ttl_ms * 2 > EPOCH_KEY_MIN_TTL_MS ? ttl_ms * 2 : EPOCH_KEY_MIN_TTL_MS;
+    int64_t et = epoch_ttl_ms(ttl_ms);
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
     snprintf(ettl, sizeof ettl, "%lld", (long long)et);
     char ekey[LOCKER_SUBKEY_MAX];
@@ -1172,7 +1184,7 @@ static void redis_renew_batch(struct baton_locker *l, size_t n, struct locker_re
     for (size_t i = 0; i < n; i++) {
         struct locker_renewal *q = rv[i];
         struct rb_call *b = &rl->rb_calls[i];
-        int64_t et = q->ttl_ms * 2 > EPOCH_KEY_MIN_TTL_MS ? q->ttl_ms * 2 : EPOCH_KEY_MIN_TTL_MS;
+        int64_t et = epoch_ttl_ms(q->ttl_ms);
         b->ka[0] = q->key;
         b->ka[1] = a;
         a += sprintf(a, "%s:epoch", q->key) + 1;
@@ -1206,7 +1218,7 @@ static void redis_renew_batch(struct baton_locker *l, size_t n, struct locker_re
         }
         q->rc = BATON_LOCKER_LOST;
         snprintf(q->err, BATON_LOCKER_ERR_MAX, "redis %s: renew %s: %s", rl->where, q->key,
-                 v == 2 ? "held with another token" : "not held (expired or released)");
+                 token_lost_text(v));
     }
     pthread_mutex_unlock(&rl->lease.mu);
 }

@@ -14,7 +14,10 @@
  * extends the term through term_extend (below) and hands every other
  * outcome back (W_RENEWER), which the lease thread handles as if its own
  * renewal had given it; it then renews itself until one succeeds, and
- * delegates again.
+ * delegates again. Likewise, per locker that attempts in batches (redis),
+ * the acquirer thread (guard/acquirer.h): while the lease thread stands by,
+ * it delegates its acquisition attempts to it and sleeps until it is handed
+ * a grant (W_ACQUIRER), or asked to stop or give up.
  *
  * Terms. A term is one acquisition: one epoch, from the grant until its
  * deadline passes or the lease is released or lost. The state other threads
@@ -36,6 +39,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "guard/acquirer.h"
 #include "guard/locker.h"
 #include "guard/renewer.h"
 #include "guard/scope.h"
@@ -108,12 +112,19 @@ struct baton_active_guard {
     enum ren_back ren_kind;
     int64_t ren_sent;
     char ren_err[BATON_LOCKER_ERR_MAX];
+    /* the acquirer: the entry, whether the lease thread delegated its
+     * attempts (lease thread only), and the grant it handed over (under mu) */
+    struct acquirer *acquirer;
+    struct acquirer_entry acq;
+    bool acq_delegated;
+    atomic_bool acq_back;
+    struct baton_lock_grant acq_grant;
     struct locker_watcher watcher; /* registered with the locker while leading */
     struct ratelimit rl_err;
     struct baton_active_guard_stats stats;
 };
 
-enum wake { W_TIMEOUT, W_STOP, W_GIVE_UP, W_GEN, W_DEADLINE, W_WORKER, W_RENEWER };
+enum wake { W_TIMEOUT, W_STOP, W_GIVE_UP, W_GEN, W_DEADLINE, W_WORKER, W_RENEWER, W_ACQUIRER };
 enum lead_end { LEAD_STANDBY, LEAD_REACQUIRE, LEAD_STOPPED };
 
 int baton_active_guard_check_timings(int64_t ttl, int64_t renew, int64_t retry, int64_t margin,
@@ -250,6 +261,10 @@ static enum wake wait_until(struct baton_active_guard *g, int64_t until, bool wa
             w = W_RENEWER;
             break;
         }
+        if (atomic_load(&g->acq_back)) {
+            w = W_ACQUIRER;
+            break;
+        }
         int64_t now = clock_boot_ms();
         int64_t d = 0;
         if (leader) {
@@ -283,8 +298,8 @@ static enum wake wait_until(struct baton_active_guard *g, int64_t until, bool wa
             }
         }
         /* the boot clock may jump (resume); while delegated, the renewer
-         * watches the deadline */
-        int64_t cap = leader && g->delegated ? DELEGATED_MAX_WAIT_MS : 1000;
+         * watches the deadline, or the acquirer makes the attempts */
+        int64_t cap = (leader && g->delegated) || g->acq_delegated ? DELEGATED_MAX_WAIT_MS : 1000;
         if (slice > cap) slice = cap;
         struct timespec ts = clock_deadline(CLOCK_MONOTONIC, slice);
         pthread_cond_timedwait(&g->cv, &g->mu, &ts);
@@ -618,6 +633,7 @@ static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_
             ls.end = END_GRACEFUL; /* guard_main sits out afterwards */
             break;
         case W_DEADLINE:
+        case W_ACQUIRER: /* not delegated while leading */
             break; /* handled at the top */
         case W_RENEWER: {
             /* the renewer let go of the lease: handled as if this thread's
@@ -714,6 +730,109 @@ done:
     return ret;
 }
 
+/* After an attempt found the key held with held_pttl_ms left: look again
+ * when it would expire (at least retry_ms, at most ttl), instead of every
+ * retry_ms. The holder's lease cannot expire before its remaining ttl, and
+ * a release is announced: a crash is taken over right at the expiry. */
+static int64_t held_wait(const struct baton_active_guard *g, int64_t held_pttl_ms)
+{
+    int64_t wait = g->retry_ms;
+    if (held_pttl_ms > wait) wait = held_pttl_ms + 1;
+    if (wait > g->ttl_ms) wait = g->ttl_ms;
+    return wait;
+}
+
+/* The extra delay before each attempt (leader balancing), >= 0. */
+static int64_t standby_delay(struct baton_active_guard *g)
+{
+    int64_t d = g->standby_delay_ms ? g->standby_delay_ms(g->standby_delay_arg) : 0;
+    return d > 0 ? d : 0;
+}
+
+/* ---- the acquirer's side (its thread, its mutex held) ----------------------- */
+
+static struct baton_active_guard *guard_of_acq(struct acquirer_entry *e)
+{
+    return (struct baton_active_guard *)((char *)e - offsetof(struct baton_active_guard, acq));
+}
+
+/* An attempt made for this standby: a grant is handed to the lease thread
+ * (W_ACQUIRER); held or an error, the next attempt is scheduled as the
+ * lease thread would have made it. */
+static int64_t acq_answered(struct acquirer_entry *e, const struct locker_acquisition *a,
+                            uint64_t gen_before)
+{
+    struct baton_active_guard *g = guard_of_acq(e);
+    if (a->rc == BATON_LOCKER_OK) {
+        /* a won attempt shows as leader by the time it is counted */
+        atomic_store(&g->stats.role, BATON_ROLE_LEADER);
+        atomic_fetch_add(&g->stats.attempts, 1);
+        pthread_mutex_lock(&g->mu);
+        g->acq_grant = a->grant;
+        /* the generation of the connection that carried the grant, read
+         * before the request when the backend gives none (as guard_main) */
+        if (g->acq_grant.gen == 0) g->acq_grant.gen = gen_before;
+        atomic_store(&g->acq_back, true);
+        pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+        return 0;
+    }
+    atomic_fetch_add(&g->stats.attempts, 1);
+    int64_t now = clock_boot_ms();
+    int64_t d = standby_delay(g);
+    e->release_delay = d;
+    if (a->rc == BATON_LOCKER_HELD) return now + held_wait(g, a->grant.held_pttl_ms) + d;
+    note_backend_error(g, "acquiring", a->err);
+    return now + g->retry_ms + d;
+}
+
+static const struct acquirer_client guard_acquirer_client = {
+    .answered = acq_answered,
+};
+
+/* Standby through the acquirer: it makes every attempt (the first at once,
+ * after the balancing delay) and hands over a grant; this thread sleeps
+ * until then or until it is asked to stop or give up. Returns false when
+ * the acquirer could not take the attempts (the caller makes them). */
+static bool standby_delegated(struct baton_active_guard *g)
+{
+    /* subscribed to the key's release announcements before the first
+     * attempt is made: any release after that attempt reaches the acquirer */
+    g->locker->ops->release_seq(g->locker, g->key);
+    int64_t d = standby_delay(g);
+    g->acq.client = &guard_acquirer_client;
+    g->acq.req.key = g->key;
+    g->acq.req.ttl_ms = g->ttl_ms;
+    g->acq.release_delay = d;
+    atomic_store(&g->acq_back, false);
+    if (!acquirer_add(g->acquirer, &g->acq, clock_boot_ms() + d)) return false;
+    g->acq_delegated = true;
+    wait_until(g, INT64_MAX, true, false, 0);
+    acquirer_remove(g->acquirer, &g->acq); /* an attempt in flight is answered first */
+    g->acq_delegated = false;
+    pthread_mutex_lock(&g->mu);
+    bool granted = atomic_load(&g->acq_back);
+    struct baton_lock_grant grant = g->acq_grant;
+    atomic_store(&g->acq_back, false);
+    pthread_mutex_unlock(&g->mu);
+    if (!granted) return true; /* stop or give-up: the caller's loop sees it */
+    if (atomic_load(&g->stop) || atomic_load(&g->give_up)) {
+        /* granted while asked to stop or give up: never led; the lease goes
+         * back at once, announced to the other standbys */
+        char err[BATON_LOCKER_ERR_MAX];
+        int rc = baton_locker_unlock(g->locker, g->key, grant.token, err);
+        if (rc != BATON_LOCKER_OK)
+            glog_warn("guard", g->log_name, "release of %s: %s", g->key, err);
+        else if (g->locker->ops->announce_release &&
+                 g->locker->ops->announce_release(g->locker, g->key, err) != BATON_LOCKER_OK)
+            glog_warn("guard", g->log_name, "announcing the release of %s: %s", g->key, err);
+        atomic_store(&g->stats.role, BATON_ROLE_STANDBY);
+        return true;
+    }
+    lead(g, &grant, grant.gen); /* LEAD_REACQUIRE: at once, through the acquirer */
+    return true;
+}
+
 /* Standby: wait wait_ms, returning early when a release is announced after
  * `seen` was read (true) or on stop / give-up. */
 static bool standby_wait(struct baton_active_guard *g, int64_t wait_ms, uint64_t seen)
@@ -787,10 +906,9 @@ static void *guard_main(void *arg)
             sit_out(g);
             continue;
         }
-        if (g->standby_delay_ms) {
-            int64_t d = g->standby_delay_ms(g->standby_delay_arg);
-            if (d > 0 && wait_until(g, clock_boot_ms() + d, true, false, 0) != W_TIMEOUT) continue;
-        }
+        if (g->acquirer && standby_delegated(g)) continue;
+        int64_t d = standby_delay(g);
+        if (d > 0 && wait_until(g, clock_boot_ms() + d, true, false, 0) != W_TIMEOUT) continue;
         /* Read before try_lock: an announcement made after this point is
          * seen by standby_wait, whenever it comes. */
         uint64_t seen = have_seq ? g->locker->ops->release_seq(g->locker, g->key) : 0;
@@ -812,14 +930,7 @@ static void *guard_main(void *arg)
             continue;
         }
         if (rc == BATON_LOCKER_HELD) {
-            /* The holder's lease cannot expire before its remaining ttl, and
-             * a release is announced: look again when it would expire (at
-             * least retry_ms, at most ttl), instead of every retry_ms. A
-             * crash is then taken over right at the expiry. */
-            int64_t wait = g->retry_ms;
-            if (grant.held_pttl_ms > wait) wait = grant.held_pttl_ms + 1;
-            if (wait > g->ttl_ms) wait = g->ttl_ms;
-            standby_wait(g, wait, seen);
+            standby_wait(g, held_wait(g, grant.held_pttl_ms), seen);
             continue;
         }
         note_backend_error(g, "acquiring", err);
@@ -858,6 +969,7 @@ struct baton_active_guard *baton_active_guard_create(struct baton_locker *locker
     }
     g->locker = locker;
     g->renewer = renewer_of(locker); /* NULL: the backend cannot renew in batches */
+    g->acquirer = acquirer_of(locker); /* NULL: nor attempt in batches */
     g->log_name = o.log_name ? strdup(o.log_name) : NULL;
     if (o.log_name && !g->log_name) {
         snprintf(err, errlen, "active guard %s: out of memory", scope ? scope : "");

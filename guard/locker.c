@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "guard/glog.h"
+#include "guard/acquirer.h"
 #include "guard/renewer.h"
 #include "guard/scope.h"
 
@@ -22,12 +23,26 @@ void locker_base_init(struct baton_locker *l, const struct locker_ops *ops, bool
     pthread_mutex_init(&l->watch_mu, NULL);
     l->watchers = NULL;
     l->renewer = NULL;
+    l->acquirer = NULL;
+}
+
+/* The renewer and the acquirer (they may use the backend's connections):
+ * first of all. The acquirer leaves under watch_mu, so a release announced
+ * meanwhile (locker_release_notify) never reaches a freed one. */
+static void helpers_destroy(struct baton_locker *l)
+{
+    renewer_destroy(l->renewer);
+    l->renewer = NULL;
+    pthread_mutex_lock(&l->watch_mu);
+    struct acquirer *a = l->acquirer;
+    l->acquirer = NULL;
+    pthread_mutex_unlock(&l->watch_mu);
+    acquirer_destroy(a);
 }
 
 void locker_base_destroy(struct baton_locker *l)
 {
-    renewer_destroy(l->renewer);
-    l->renewer = NULL;
+    helpers_destroy(l);
     pthread_mutex_destroy(&l->watch_mu);
 }
 
@@ -61,6 +76,13 @@ void locker_notify_gen(struct baton_locker *l)
         pthread_cond_broadcast(w->cv);
         pthread_mutex_unlock(w->mu);
     }
+    pthread_mutex_unlock(&l->watch_mu);
+}
+
+void locker_release_notify(struct baton_locker *l, const char *key, size_t klen)
+{
+    pthread_mutex_lock(&l->watch_mu);
+    acquirer_released(l->acquirer, key, klen);
     pthread_mutex_unlock(&l->watch_mu);
 }
 
@@ -225,9 +247,7 @@ int baton_locker_lock_with_retry(struct baton_locker *l, const char *key, int64_
 void baton_locker_destroy(struct baton_locker *l)
 {
     if (l == NULL) return;
-    /* the renewer first: it may use the backend's connections */
-    renewer_destroy(l->renewer);
-    l->renewer = NULL;
+    helpers_destroy(l);
     if (l->ops != NULL && l->ops->destroy != NULL) l->ops->destroy(l);
 }
 

@@ -21,6 +21,17 @@ struct locker_renewal {
     char err[BATON_LOCKER_ERR_MAX];
 };
 
+/* One acquisition of a batch (ops->try_lock_batch): key and ttl_ms in; rc,
+ * grant and err out, as try_lock() gives them (grant.held_pttl_ms when
+ * BATON_LOCKER_HELD). */
+struct locker_acquisition {
+    const char *key;
+    int64_t ttl_ms;
+    int rc;
+    struct baton_lock_grant grant;
+    char err[BATON_LOCKER_ERR_MAX];
+};
+
 struct locker_ops {
     const char *name; /* "redis", "etcd", "local" */
     /* Never blocks beyond one backend round trip. */
@@ -41,6 +52,12 @@ struct locker_ops {
      * as renew() would answer it alone. Backends with it get a renewer
      * thread (guard/renewer.h). */
     void (*renew_batch)(struct baton_locker *l, size_t n, struct locker_renewal *const *r);
+    /* Optional: try_lock() for n keys at once, in as few round trips as the
+     * backend can (redis: one pipelined round trip). Each a[i] is answered
+     * as try_lock() would answer it alone. Backends with it and with
+     * release_seq get an acquirer thread (guard/acquirer.h); they then call
+     * locker_release_notify() for every release announcement they see. */
+    void (*try_lock_batch)(struct baton_locker *l, size_t n, struct locker_acquisition *const *a);
     /* Optional (NULL = not supported): tell standbys the key was released.
      * A standby cannot miss an announcement: release_seq(key) is a counter
      * of announcements seen for key (it also advances when the backend may
@@ -126,6 +143,7 @@ struct baton_locker {
     pthread_mutex_t watch_mu;
     struct locker_watcher *watchers;
     struct renewer *renewer; /* guard/renewer.h: made on first use, under watch_mu */
+    struct acquirer *acquirer; /* guard/acquirer.h: likewise */
 };
 
 /* Backends: before use / in destroy, before freeing. */
@@ -143,6 +161,11 @@ void locker_holders(struct baton_locker *l, size_t n, const char *const *keys, c
  * waiter between its check and its wait cannot miss it). The caller may
  * hold backend locks but no watcher's mutex. */
 void locker_notify_gen(struct baton_locker *l);
+/* Backends with try_lock_batch: a release of key (klen bytes) was announced,
+ * or announcements of it may have been missed (a new subscription): the
+ * acquirer attempts at once for a standby of key that it attempts for. The
+ * caller may hold no guard's or acquirer's lock. */
+void locker_release_notify(struct baton_locker *l, const char *key, size_t klen);
 
 
 /* "<key>:<name>" into buf, the keys a backend keeps beside a lease

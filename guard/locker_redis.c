@@ -875,6 +875,9 @@ static void sub_deliver(struct redis_locker *rl, redisReply *r)
         pthread_cond_broadcast(&rl->sub_cv);
     }
     pthread_mutex_unlock(&rl->sub_mu);
+    /* the standbys the acquirer attempts for (a confirmation too: any
+     * announcement before it was missed) */
+    if (ch) locker_release_notify(&rl->base, chan->str, chan->len - sl);
 }
 
 /* Sends SUBSCRIBE for channels not yet subscribed on sc (named first when
@@ -1032,33 +1035,44 @@ static struct sub_channel *channel_watch(struct redis_locker *rl, const char *ke
 
 /* ---- ops ------------------------------------------------------------------- */
 
-static int redis_try_lock(struct baton_locker *l, const char *key, int64_t ttl_ms,
-                          struct baton_lock_grant *out, char err[BATON_LOCKER_ERR_MAX])
-{
-    struct redis_locker *rl = (struct redis_locker *)l;
+/* One acquisition's arguments: KEYS = {key, "<key>:epoch"}, ARGV = {token,
+ * ttl, epoch ttl, holder}. */
+struct acq_args {
     char token[RANDOM_TOKEN_LEN];
-    if (random_token(token) != 0) {
-        snprintf(err, BATON_LOCKER_ERR_MAX, "redis locker: no randomness for a token (%s)", key);
-        return BATON_LOCKER_ERR;
-    }
     char ekey[LOCKER_SUBKEY_MAX];
-    locker_subkey(ekey, key, "epoch");
     char ttl[24], ettl[24];
-    int64_t et = epoch_ttl_ms(ttl_ms);
-    snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
-    snprintf(ettl, sizeof ettl, "%lld", (long long)et);
-    const char *ka[6] = {key, ekey, token, ttl, ettl, rl->holder};
-    int64_t sent = 0;
-    uint64_t gen = 0;
-    redisReply *r = NULL;
+    const char *ka[6];
+};
 
-    struct lease_waiter w = {.call = {.idx = S_ACQUIRE, .nkeys = 2, .nargs = 6, .ka = ka,
-                                      .what = "acquire", .subject = key, .acquire = true,
-                                      .err = err}};
-    lease_run(rl, &w);
-    r = w.call.r;
-    sent = w.call.sent;
-    gen = w.call.gen;
+static bool acq_args_init(struct redis_locker *rl, struct acq_args *a, const char *key,
+                          int64_t ttl_ms, char err[BATON_LOCKER_ERR_MAX])
+{
+    if (random_token(a->token) != 0) {
+        snprintf(err, BATON_LOCKER_ERR_MAX, "redis locker: no randomness for a token (%s)", key);
+        return false;
+    }
+    locker_subkey(a->ekey, key, "epoch");
+    snprintf(a->ttl, sizeof a->ttl, "%lld", (long long)ttl_ms);
+    snprintf(a->ettl, sizeof a->ettl, "%lld", (long long)epoch_ttl_ms(ttl_ms));
+    const char *ka[6] = {key, a->ekey, a->token, a->ttl, a->ettl, rl->holder};
+    memcpy(a->ka, ka, sizeof ka);
+    return true;
+}
+
+static struct script_call acq_call(struct acq_args *a, const char *key, char *err)
+{
+    return (struct script_call){.idx = S_ACQUIRE, .nkeys = 2, .nargs = 6, .ka = a->ka,
+                                .what = "acquire", .subject = key, .acquire = true, .err = err};
+}
+
+/* The answer to an acquisition call c (its reply freed here): OK with out
+ * filled, HELD with out->held_pttl_ms, or ERR with err. */
+static int acquire_answer(struct redis_locker *rl, const char *key, struct script_call *c,
+                          const char *token, struct baton_lock_grant *out,
+                          char err[BATON_LOCKER_ERR_MAX])
+{
+    redisReply *r = c->r;
+    c->r = NULL;
     if (r == NULL) return BATON_LOCKER_ERR;
     long long v = r->integer;
     freeReplyObject(r);
@@ -1073,13 +1087,70 @@ static int redis_try_lock(struct baton_locker *l, const char *key, int64_t ttl_m
         return BATON_LOCKER_ERR;
     }
     if (out) {
-        memcpy(out->token, token, sizeof token);
+        memcpy(out->token, token, RANDOM_TOKEN_LEN);
         out->epoch = (uint64_t)v;
-        out->sent_ms = sent;
-        out->gen = gen;
+        out->sent_ms = c->sent;
+        out->gen = c->gen;
         out->held_pttl_ms = 0;
     }
     return BATON_LOCKER_OK;
+}
+
+static int redis_try_lock(struct baton_locker *l, const char *key, int64_t ttl_ms,
+                          struct baton_lock_grant *out, char err[BATON_LOCKER_ERR_MAX])
+{
+    struct redis_locker *rl = (struct redis_locker *)l;
+    struct acq_args a;
+    if (!acq_args_init(rl, &a, key, ttl_ms, err)) return BATON_LOCKER_ERR;
+    struct lease_waiter w = {.call = acq_call(&a, key, err)};
+    lease_run(rl, &w);
+    return acquire_answer(rl, key, &w.call, a.token, out, err);
+}
+
+/* Every acquisition of the batch in one pipelined round trip on the lease
+ * connection, taken directly under lease.mu (as renew_batch); orphans as
+ * in lease_flush: an earlier acquisition of the key whose answer was lost
+ * is released first, and one whose answer is lost now is recorded. */
+static void redis_try_lock_batch(struct baton_locker *l, size_t n, struct locker_acquisition *const *av)
+{
+    struct redis_locker *rl = (struct redis_locker *)l;
+    if (n == 0) return;
+    struct acq_args *args = malloc(n * sizeof *args);
+    struct script_call *calls = malloc(n * sizeof *calls);
+    struct script_call **ptrs = malloc(n * sizeof *ptrs);
+    if (args == NULL || calls == NULL || ptrs == NULL) {
+        for (size_t i = 0; i < n; i++) {
+            av[i]->rc = BATON_LOCKER_ERR;
+            snprintf(av[i]->err, BATON_LOCKER_ERR_MAX, "redis %s: acquire %.80s: out of memory",
+                     rl->where, av[i]->key);
+        }
+        free(args);
+        free(calls);
+        free(ptrs);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        av[i]->err[0] = '\0';
+        calls[i] = acq_call(&args[i], av[i]->key, av[i]->err);
+        calls[i].failed = !acq_args_init(rl, &args[i], av[i]->key, av[i]->ttl_ms, av[i]->err);
+        ptrs[i] = &calls[i];
+    }
+    pthread_mutex_lock(&rl->lease.mu);
+    for (size_t i = 0; i < n; i++)
+        if (!calls[i].failed && !orphans_release(rl, av[i]->key, av[i]->err)) calls[i].failed = true;
+    run_scripts_on(rl, &rl->lease, ptrs, (int)n);
+    for (size_t i = 0; i < n; i++)
+        if (calls[i].r == NULL && calls[i].lost) orphan_add(rl, av[i]->key, args[i].token);
+    pthread_mutex_unlock(&rl->lease.mu);
+    atomic_fetch_add(&rl->q_batches, 1);
+    atomic_fetch_add(&rl->q_calls, (unsigned long long)n);
+    for (size_t i = 0; i < n; i++) {
+        memset(&av[i]->grant, 0, sizeof av[i]->grant);
+        av[i]->rc = acquire_answer(rl, av[i]->key, &calls[i], args[i].token, &av[i]->grant, av[i]->err);
+    }
+    free(args);
+    free(calls);
+    free(ptrs);
 }
 
 /* Runs a token-comparing script on KEYS = {key[, key2]}, ARGV = {token[, arg
@@ -1629,6 +1700,7 @@ static const struct locker_ops redis_ops = {
     .unlock = redis_unlock,
     .renew = redis_renew,
     .renew_batch = redis_renew_batch,
+    .try_lock_batch = redis_try_lock_batch,
     .announce_release = redis_announce,
     .release_seq = redis_release_seq,
     .wait_release = redis_wait_release,

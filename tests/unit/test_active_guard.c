@@ -69,6 +69,7 @@ struct flaky {
     atomic_ullong gen;
     atomic_int renews, checks, unlocks, announces;
     atomic_int batches, batch_max; /* renew_batch calls, the largest */
+    atomic_int try_batches, try_batch_max, try_batch_attempts; /* try_lock_batch */
 };
 
 static int fl_try(struct baton_locker *l, const char *key, int64_t ttl, struct baton_lock_grant *out,
@@ -133,6 +134,19 @@ static void fl_renew_batch(struct baton_locker *l, size_t n, struct locker_renew
         r[i]->rc = fl_renew(l, r[i]->key, r[i]->token, r[i]->ttl_ms, &r[i]->sent_ms, r[i]->err);
 }
 
+/* Each attempt of the batch as fl_try answers it alone. */
+static void fl_try_batch(struct baton_locker *l, size_t n, struct locker_acquisition *const *a)
+{
+    struct flaky *f = (struct flaky *)l;
+    atomic_fetch_add(&f->try_batches, 1);
+    atomic_fetch_add(&f->try_batch_attempts, (int)n);
+    if ((int)n > atomic_load(&f->try_batch_max)) atomic_store(&f->try_batch_max, (int)n);
+    for (size_t i = 0; i < n; i++) {
+        memset(&a[i]->grant, 0, sizeof a[i]->grant);
+        a[i]->rc = fl_try(l, a[i]->key, a[i]->ttl_ms, &a[i]->grant, a[i]->err);
+    }
+}
+
 static int fl_check(struct baton_locker *l, const char *key, const char *token,
                     char err[BATON_LOCKER_ERR_MAX])
 {
@@ -155,7 +169,10 @@ static int fl_announce(struct baton_locker *l, const char *key, char err[BATON_L
     struct flaky *f = (struct flaky *)l;
     atomic_fetch_add(&f->announces, 1);
     note('A');
-    return f->inner->ops->announce_release(f->inner, key, err);
+    int rc = f->inner->ops->announce_release(f->inner, key, err);
+    /* as the redis locker's subscriber: the acquirer hears of it */
+    if (rc == BATON_LOCKER_OK) locker_release_notify(l, key, strlen(key));
+    return rc;
 }
 
 static bool fl_wait(struct baton_locker *l, const char *key, uint64_t seen, int64_t timeout)
@@ -179,6 +196,7 @@ static void fl_destroy(struct baton_locker *l)
 {
     struct flaky *f = (struct flaky *)l;
     baton_locker_destroy(f->inner);
+    locker_base_destroy(l);
     free(f);
 }
 
@@ -195,13 +213,15 @@ static const struct locker_ops flaky_ops = {
     .destroy = fl_destroy,
 };
 
-/* the same, renewing through the renewer thread (guard/renewer.h) */
+/* the same, renewing through the renewer thread (guard/renewer.h) and
+ * attempting through the acquirer thread (guard/acquirer.h) */
 static const struct locker_ops flaky_batch_ops = {
     .name = "flaky",
     .try_lock = fl_try,
     .unlock = fl_unlock,
     .renew = fl_renew,
     .renew_batch = fl_renew_batch,
+    .try_lock_batch = fl_try_batch,
     .announce_release = fl_announce,
     .wait_release = fl_wait,
     .release_seq = fl_seq,
@@ -227,7 +247,7 @@ static const struct locker_ops norenew_ops = {
 static struct flaky *flaky_create(const struct locker_ops *ops)
 {
     struct flaky *f = calloc(1, sizeof *f);
-    f->base.ops = ops == &flaky_ops ? renewing_ops : ops;
+    locker_base_init(&f->base, ops == &flaky_ops ? renewing_ops : ops, false);
     f->inner = baton_locker_local_create();
     return f;
 }
@@ -814,6 +834,81 @@ static void test_renewer_batches_every_lease(void **state)
     baton_locker_destroy(&f->base);
 }
 
+/* Standbys through the acquirer (guard/acquirer.h): 4 keys, each with a
+ * leader and a standby in this process. The standbys' attempts go in one
+ * batch per instant (their holders renew in one batch, so the leases expire
+ * together); nobody takes a lease that is renewed; a stop is handed over at
+ * the release announcement, not at the expiry; a standby stops promptly. */
+static void test_acquirer_batches_every_standby(void **state)
+{
+    (void)state;
+    struct flaky *f = flaky_create(&flaky_batch_ops);
+    enum { K = 4 };
+    struct consumer c[2 * K];
+    struct baton_active_guard *g[2 * K];
+    memset(c, 0, sizeof c);
+    char err[256];
+    for (int i = 0; i < 2 * K; i++) {
+        char scope[32];
+        snprintf(scope, sizeof scope, "test:acq%d", i % K);
+        /* the retry interval is long: a takeover before it is the
+         * announcement's or the expiry's doing */
+        struct baton_active_guard_options o = {.ttl_ms = 600, .renew_ms = 200, .retry_ms = 5000,
+                                               .log_name = "test"};
+        struct baton_active_guard_callbacks cb = {on_promoted, on_demoted, &c[i]};
+        g[i] = baton_active_guard_create(&f->base, scope, &o, &cb, err, sizeof err);
+        assert_non_null(g[i]);
+        baton_active_guard_start(g[i]);
+        if (i < K) assert_true(WAIT_FOR(baton_active_guard_is_leader_now(g[i]), 2000) >= 0);
+    }
+    /* 2 s = 3 ttls: the standbys attempt at each expiry they were told */
+    int a0 = atomic_load(&f->try_batch_attempts), b0 = atomic_load(&f->try_batches);
+    atomic_store(&f->try_batch_max, 0);
+    for (int k = 0; k < 100; k++) {
+        for (int i = 0; i < K; i++) {
+            assert_true(baton_active_guard_is_leader_now(g[i]));
+            assert_false(baton_active_guard_is_leader_now(g[K + i]));
+        }
+        usleep(20 * 1000);
+    }
+    int attempts = atomic_load(&f->try_batch_attempts) - a0;
+    int batches = atomic_load(&f->try_batches) - b0;
+    printf("acquirer: %d attempts of %d standbys in %d batches (largest %d)\n", attempts, K,
+           batches, atomic_load(&f->try_batch_max));
+    assert_true(attempts >= K * 3);  /* at every expiry: ~ every 400 ms */
+    assert_true(attempts <= K * 10); /* not every retry, not a busy loop */
+    assert_int_equal(atomic_load(&f->try_batch_max), K); /* all four in one round trip */
+    assert_true(batches * 2 <= attempts);
+    for (int i = 0; i < K; i++) {
+        assert_int_equal(STAT(g[K + i], promotions), 0);
+        assert_int_equal(STAT(g[K + i], role), BATON_ROLE_STANDBY);
+        assert_true(STAT(g[K + i], attempts) >= 3);
+    }
+    /* a stopped leader's standby takes over at the announcement */
+    int64_t t0 = clock_mono_ms();
+    baton_active_guard_stop(g[0]);
+    int64_t took = WAIT_FOR(baton_active_guard_is_leader_now(g[K]), 3000);
+    assert_true(took >= 0);
+    printf("acquirer: handover after stop %lld ms (ttl 600 ms)\n", (long long)(clock_mono_ms() - t0));
+    assert_true(clock_mono_ms() - t0 < 400);
+    assert_true(baton_active_guard_epoch(g[K]) > baton_active_guard_epoch(g[0]));
+    /* a delegated standby stops at once and makes no further attempt */
+    t0 = clock_mono_ms();
+    baton_active_guard_stop(g[K + 1]);
+    assert_true(clock_mono_ms() - t0 < 500);
+    uint64_t n1 = STAT(g[K + 1], attempts);
+    usleep(800 * 1000);
+    assert_int_equal(STAT(g[K + 1], attempts), n1);
+    for (int i = 1; i < K; i++) assert_true(baton_active_guard_is_leader_now(g[i]));
+    /* the leader of key 1 stops: nobody stands by for it any more */
+    baton_active_guard_stop(g[1]);
+    assert_int_equal(baton_locker_try_lock(&f->base, baton_active_guard_key(g[1]), 1000,
+                                           &(struct baton_lock_grant){0}, err),
+                     BATON_LOCKER_OK);
+    for (int i = 0; i < 2 * K; i++) baton_active_guard_destroy(g[i]);
+    baton_locker_destroy(&f->base);
+}
+
 int main(void)
 {
     log_set_level(LOG_ERROR);
@@ -836,13 +931,15 @@ int main(void)
         cmocka_unit_test(test_term_state_is_per_epoch),
         cmocka_unit_test(test_check_timings),
     };
-    /* every test once with the guard renewing its own lease (etcd, local),
-     * once with the renewer thread renewing it (redis) */
+    /* every test once with the guard renewing its own lease and making its
+     * own attempts (etcd, local), once with the renewer thread renewing it
+     * and the acquirer thread attempting for it (redis) */
     int failed = cmocka_run_group_tests_name("the guard renews", tests, NULL, NULL);
     renewing_ops = &flaky_batch_ops;
-    failed += cmocka_run_group_tests_name("the renewer renews", tests, NULL, NULL);
+    failed += cmocka_run_group_tests_name("the renewer renews, the acquirer attempts", tests, NULL, NULL);
     const struct CMUnitTest renewer_tests[] = {
         cmocka_unit_test(test_renewer_batches_every_lease),
+        cmocka_unit_test(test_acquirer_batches_every_standby),
     };
     failed += cmocka_run_group_tests_name("renewer", renewer_tests, NULL, NULL);
     return failed;

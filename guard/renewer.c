@@ -8,7 +8,17 @@
  * nothing due the thread sleeps until the earliest next renewal or
  * deadline, at most RENEWER_MAX_SLEEP_MS (the boot clock, which deadlines
  * use, jumps forward over a suspend; the condition variable's clock does
- * not). renewer_remove waits on idle_cv while its entry is in flight. */
+ * not). renewer_remove waits on idle_cv while its entry is in flight.
+ *
+ * The watch thread: while a batch is out (blocked up to the locker's command
+ * timeout when Redis hangs), the renewer thread cannot see a deadline pass,
+ * and the renewals it has not sent yet may be the ones that pass theirs. So
+ * a second thread looks at every active entry's deadline at the earliest
+ * one (at least once a second) and hands back a term that ended at once,
+ * whether its renewal is in flight or not: its guard demotes then (on_demoted),
+ * not when the batch returns. Forwarders never depended on it (they read
+ * the deadline themselves); the guard still waits for a renewal in flight
+ * before it releases or begins another term (renewer_remove). */
 #include "guard/renewer.h"
 
 #include <errno.h>
@@ -27,13 +37,14 @@ struct renewer {
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* the thread waits here (CLOCK_MONOTONIC) */
     pthread_cond_t idle_cv; /* renewer_remove waits here for in_flight to clear */
+    pthread_cond_t watch_cv; /* the watch thread waits here (CLOCK_MONOTONIC) */
     struct renewer_entry *head;
     size_t n_entries;
     struct locker_renewal **batch; /* capacity >= n_entries */
     struct renewer_entry **batch_e;
     size_t batch_cap;
-    bool started, stop;
-    pthread_t thread;
+    bool started, watching, stop;
+    pthread_t thread, watch;
     atomic_ullong batches, renewals;
 };
 
@@ -112,6 +123,38 @@ static void *renewer_main(void *arg)
     return NULL;
 }
 
+/* Hands back every active entry whose term ended (mu held); returns the
+ * earliest deadline of the others (INT64_MAX without any). */
+static int64_t hand_back_ended(struct renewer *r)
+{
+    int64_t earliest = INT64_MAX;
+    for (struct renewer_entry *e = r->head; e; e = e->next) {
+        if (!e->active) continue;
+        int64_t d = e->client->deadline(e);
+        if (d <= 0)
+            e->active = false; /* handed back (an answer in flight still goes to answered) */
+        else if (d < earliest)
+            earliest = d;
+    }
+    return earliest;
+}
+
+static void *watch_main(void *arg)
+{
+    struct renewer *r = arg;
+    pthread_mutex_lock(&r->mu);
+    while (!r->stop) {
+        int64_t earliest = hand_back_ended(r);
+        int64_t sleep = RENEWER_MAX_SLEEP_MS;
+        int64_t now = clock_boot_ms();
+        if (earliest != INT64_MAX && earliest - now < sleep) sleep = earliest > now ? earliest - now : 1;
+        struct timespec ts = clock_deadline(CLOCK_MONOTONIC, sleep);
+        pthread_cond_timedwait(&r->watch_cv, &r->mu, &ts);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
 struct renewer *renewer_of(struct baton_locker *l)
 {
     if (l == NULL || l->ops->renew_batch == NULL) return NULL;
@@ -126,6 +169,7 @@ struct renewer *renewer_of(struct baton_locker *l)
             pthread_condattr_init(&ca);
             pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
             pthread_cond_init(&r->cv, &ca);
+            pthread_cond_init(&r->watch_cv, &ca);
             pthread_condattr_destroy(&ca);
             pthread_cond_init(&r->idle_cv, NULL);
             l->renewer = r;
@@ -177,6 +221,16 @@ bool renewer_add(struct renewer *r, struct renewer_entry *e, int64_t next_renew)
             } else {
                 thread_name(r->thread, "renewer", r->locker->ops->name);
                 r->started = true;
+                /* without it, a blocked batch delays demotions (logged) */
+                err = pthread_create(&r->watch, NULL, watch_main, r);
+                if (err != 0)
+                    glog_error("guard", NULL,
+                               "cannot start the renewer's watch thread (%s): while a renewal "
+                               "batch blocks, a term that ends meanwhile is demoted only when "
+                               "it returns", strerror(err));
+                else
+                    thread_name(r->watch, "renewer", "watch");
+                r->watching = err == 0;
             }
         }
         if (ok) {
@@ -192,6 +246,7 @@ bool renewer_add(struct renewer *r, struct renewer_entry *e, int64_t next_renew)
         e->next_renew = next_renew;
         e->active = true;
         pthread_cond_signal(&r->cv);
+        pthread_cond_signal(&r->watch_cv); /* its deadline may be the earliest */
     }
     pthread_mutex_unlock(&r->mu);
     return ok;
@@ -222,12 +277,15 @@ void renewer_destroy(struct renewer *r)
     pthread_mutex_lock(&r->mu);
     r->stop = true;
     pthread_cond_signal(&r->cv);
-    bool started = r->started;
+    pthread_cond_signal(&r->watch_cv);
+    bool started = r->started, watching = r->watching;
     pthread_mutex_unlock(&r->mu);
     if (started) pthread_join(r->thread, NULL);
+    if (watching) pthread_join(r->watch, NULL);
     free(r->batch);
     free(r->batch_e);
     pthread_cond_destroy(&r->idle_cv);
+    pthread_cond_destroy(&r->watch_cv);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->mu);
     free(r);

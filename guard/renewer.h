@@ -10,7 +10,8 @@
  * guard's own compare-and-swap (term_extend in active_guard.c), which never
  * revives an ended term and never shrinks a deadline, whoever calls it.
  * Every other outcome (an error, a lost lease, an answer after the
- * deadline, a deadline that passed) is handed back to the guard's thread,
+ * deadline, a deadline that passed: a watch thread looks at the deadlines
+ * while a batch blocks) is handed back to the guard's thread,
  * which then handles it with its own code, as without a renewer: it
  * retries itself and delegates again after its own successful renewal.
  *

@@ -502,8 +502,14 @@ static void test_leader_now_false_while_renew_hangs(void **state)
     int64_t took = WAIT_FOR(!baton_active_guard_is_leader_now(g), 2000);
     printf("hung renew: leader-now false after %lld ms\n", (long long)took);
     assert_true(took >= 0 && took <= 400);
-    assert_int_equal(atomic_load(&c.demoted), 0); /* the thread is still blocked */
-    (void)t0;
+    if (renewing_ops == &flaky_ops) {
+        assert_int_equal(atomic_load(&c.demoted), 0); /* the lease thread is still blocked */
+    } else {
+        /* the renewer's thread is blocked; its watch thread handed the
+         * ended term back: demoted long before the renewal returns */
+        assert_true(WAIT_FOR(atomic_load(&c.demoted) == 1, 500) >= 0);
+        assert_true(clock_mono_ms() - t0 < 1200);
+    }
     atomic_store(&f->renew_mode, PASS);
     baton_active_guard_stop(g);
     assert_int_equal(atomic_load(&c.demoted), 1);
@@ -834,6 +840,36 @@ static void test_renewer_batches_every_lease(void **state)
     baton_locker_destroy(&f->base);
 }
 
+/* A renewal batch blocks (Redis hangs) past the term's deadline: the
+ * renewer's watch thread hands the ended term back, so on_demoted runs at
+ * the deadline, not when the batch returns 3 s later. */
+static void test_renewer_watch_demotes_during_a_blocked_batch(void **state)
+{
+    (void)state;
+    struct flaky *f = flaky_create(&flaky_batch_ops);
+    struct consumer c = {0};
+    struct baton_active_guard *g = make_guard(&f->base, &c, 600, 200, 100);
+    baton_active_guard_start(g);
+    assert_true(WAIT_FOR(baton_active_guard_is_leader_now(g) && atomic_load(&c.running), 2000) >= 0);
+    usleep(300 * 1000); /* renewed by the renewer */
+    atomic_store(&f->hang_ms, 3000);
+    atomic_store(&f->renew_mode, HANG);
+    int64_t t0 = clock_mono_ms();
+    int64_t took = WAIT_FOR(atomic_load(&c.demoted) == 1, 5000);
+    printf("renewer watch: demoted %lld ms after the renewals started to hang (3000 ms)\n",
+           (long long)took);
+    assert_true(took >= 0);
+    /* the deadline is at most ttl - margin after the last renewal sent */
+    assert_true(took < 600 + 300);
+    assert_false(baton_active_guard_is_leader_now(g));
+    atomic_store(&f->renew_mode, PASS);
+    baton_active_guard_stop(g); /* waits for the hung renewal (renewer_remove) */
+    assert_true(clock_mono_ms() - t0 < 5000);
+    assert_int_equal(atomic_load(&c.promoted) >= 1, 1);
+    baton_active_guard_destroy(g);
+    baton_locker_destroy(&f->base);
+}
+
 /* Standbys through the acquirer (guard/acquirer.h): 4 keys, each with a
  * leader and a standby in this process. The standbys' attempts go in one
  * batch per instant (their holders renew in one batch, so the leases expire
@@ -939,6 +975,7 @@ int main(void)
     failed += cmocka_run_group_tests_name("the renewer renews, the acquirer attempts", tests, NULL, NULL);
     const struct CMUnitTest renewer_tests[] = {
         cmocka_unit_test(test_renewer_batches_every_lease),
+        cmocka_unit_test(test_renewer_watch_demotes_during_a_blocked_batch),
         cmocka_unit_test(test_acquirer_batches_every_standby),
     };
     failed += cmocka_run_group_tests_name("renewer", renewer_tests, NULL, NULL);

@@ -12,7 +12,9 @@ the others start once A leads everything and stand by.
 
 Figures per N (printed as one table, with the growth against N = 1):
 - peak RSS (VmHWM) and threads of the leader and of a standby;
-- idle CPU of the leader and of a standby over IDLE_S (default 10) seconds;
+- idle CPU of the leader and of a standby over IDLE_S (default 10) seconds,
+  and their wake-ups per second by thread kind (voluntary context switches:
+  lease, psub, renewer, acquirer, ...) over the same window;
 - locker Redis commands/s over the same window (INFO commandstats, after
   CONFIG RESETSTAT), in all and per replica, with the top commands;
 - takeover: SIGKILL A, time until every one of the N endpoints is led by
@@ -125,8 +127,11 @@ def one_size(n):
         locker.client().cmd("CONFIG", "RESETSTAT")
         tr0 = [lease_traffic(p) for p in ports[:2]]
         t_a, t_b, w0 = ticks(a.pid), ticks(b.pid), time.monotonic()
+        k_a, k_b = benchlib.thread_wakes(a.pid), benchlib.thread_wakes(b.pid)
         time.sleep(IDLE_S)
         wall = time.monotonic() - w0
+        res["wakes_per_s_leader"] = benchlib.wakes_per_s(k_a, benchlib.thread_wakes(a.pid), wall)
+        res["wakes_per_s_standby"] = benchlib.wakes_per_s(k_b, benchlib.thread_wakes(b.pid), wall)
         tr1 = [lease_traffic(p) for p in ports[:2]]
         for role, x0, x1 in (("leader", tr0[0], tr1[0]), ("standby", tr0[1], tr1[1])):
             if x0 and x1:
@@ -202,6 +207,14 @@ def main():
             r["locker_cmds_per_s"], r["locker_cmds_per_s_per_replica"],
             r.get("round_trips_per_s_leader", "-"), r.get("round_trips_per_s_standby", "-"),
             r["takeover_ms"]))
+    print("\nwake-ups/s by thread kind (voluntary context switches over the idle window):")
+    for r in rows:
+        if "wakes_per_s_leader" in r:
+            for role in ("leader", "standby"):
+                w = r["wakes_per_s_" + role]
+                print("  N=%-5d %-7s %7.1f in all: %s" % (
+                    r["endpoints"], role, sum(w.values()),
+                    ", ".join("%s %.1f" % kv for kv in sorted(w.items(), key=lambda kv: -kv[1]))))
     if base:
         print("\ngrowth against N = %d (x):" % base["endpoints"])
         for r in rows[1:]:

@@ -61,6 +61,30 @@ def status_kb(pid, what):
     return 0
 
 
+def thread_wakes(pid):
+    """Voluntary context switches (a thread going to sleep, so one per
+    wake-up) of every thread of pid, summed by thread kind: the part of
+    its name before ':' ("lease", "psub", "renewer", "acquirer"...)."""
+    out = {}
+    base = "/proc/%d/task" % pid
+    for tid in os.listdir(base):
+        try:
+            with open("%s/%s/comm" % (base, tid)) as f:
+                kind = f.read().strip().split(":")[0]
+            with open("%s/%s/status" % (base, tid)) as f:
+                n = next(int(ln.split()[1]) for ln in f if ln.startswith("voluntary_ctxt_switches"))
+        except (OSError, StopIteration):
+            continue  # the thread ended meanwhile
+        out[kind] = out.get(kind, 0) + n
+    return out
+
+
+def wakes_per_s(before, after, seconds):
+    """Per-kind wake-ups per second between two thread_wakes() readings
+    (kinds whose threads all ended are left out)."""
+    return {k: round((after[k] - before.get(k, 0)) / seconds, 1) for k in sorted(after)}
+
+
 def lines(path):
     try:
         with open(path, "rb") as f:

@@ -1055,17 +1055,6 @@ static void *supervisor_main(void *arg)
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
-/* Every timed wait of this file is on CLOCK_MONOTONIC (clock_deadline with
- * CLOCK_MONOTONIC): a wall-clock step must neither stretch nor cut it. */
-static void cond_init_monotonic(pthread_cond_t *cv)
-{
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(cv, &ca);
-    pthread_condattr_destroy(&ca);
-}
-
 static void *mqtt_create(const void *settings, struct endpoint_host *host, char *err, size_t errlen)
 {
     const struct mqtt_settings *s = settings;
@@ -1107,9 +1096,11 @@ static void *mqtt_create(const void *settings, struct endpoint_host *host, char 
     }
     ep->slot = xcalloc(1, sizeof *ep->slot);
     pthread_mutex_init(&ep->slot->mu, NULL);
-    cond_init_monotonic(&ep->slot->cv);
+    /* every timed wait of this file is on CLOCK_MONOTONIC: a wall-clock
+     * step must neither stretch nor cut it */
+    cond_init_clock(&ep->slot->cv, CLOCK_MONOTONIC);
     pthread_mutex_init(&ep->mu, NULL);
-    cond_init_monotonic(&ep->cv);
+    cond_init_clock(&ep->cv, CLOCK_MONOTONIC);
     envelope_init(&ep->env);
     return ep;
 fail:

@@ -962,11 +962,7 @@ static void *create(const void *sv, struct endpoint_host *host, char *err, size_
         }
     }
     pthread_mutex_init(&ep->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* any timed wait on it: monotonic */
-    pthread_cond_init(&ep->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    cond_init_clock(&ep->cond, CLOCK_MONOTONIC);
     pthread_mutex_init(&ep->ack_lock, NULL);
     envelope_init(&ep->env);
     if (errlen) err[0] = '\0';

@@ -40,11 +40,7 @@ static atomic_ullong n_pings, n_deaths;
 
 static void cv_init(void)
 {
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&cv, &ca);
-    pthread_condattr_destroy(&ca);
+    cond_init_clock(&cv, CLOCK_MONOTONIC);
 }
 
 static bool readable(int fd)

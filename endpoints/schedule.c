@@ -338,11 +338,7 @@ static void *schedule_create(const void *settings, struct endpoint_host *host, c
         host->once_stats = baton_once_guard_stats(sc->once);
     }
     pthread_mutex_init(&sc->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_REALTIME);
-    pthread_cond_init(&sc->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    cond_init_clock(&sc->cv, CLOCK_REALTIME);
     envelope_init(&sc->env);
     return sc;
 }

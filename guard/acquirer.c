@@ -140,11 +140,7 @@ struct acquirer *acquirer_of(struct baton_locker *l)
         if (a != NULL) {
             a->locker = l;
             pthread_mutex_init(&a->mu, NULL);
-            pthread_condattr_t ca;
-            pthread_condattr_init(&ca);
-            pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-            pthread_cond_init(&a->cv, &ca);
-            pthread_condattr_destroy(&ca);
+            cond_init_clock(&a->cv, CLOCK_MONOTONIC);
             pthread_cond_init(&a->idle_cv, NULL);
             l->acquirer = a;
         }

@@ -986,11 +986,7 @@ struct baton_active_guard *baton_active_guard_create(struct baton_locker *locker
     if (cb) g->cb = *cb;
     pthread_mutex_init(&g->life_mu, NULL);
     pthread_mutex_init(&g->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    cond_init_clock(&g->cv, CLOCK_MONOTONIC);
     atomic_store(&g->stats.role, locker ? BATON_ROLE_STANDBY : BATON_ROLE_SINGLE);
     return g;
 }

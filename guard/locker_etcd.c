@@ -1120,11 +1120,7 @@ struct baton_locker *baton_locker_etcd_create(const struct baton_etcd_opts *opts
     el->command_timeout_ms = opts && opts->command_timeout_ms > 0 ? opts->command_timeout_ms : 1000;
     pthread_mutex_init(&el->held_mu, NULL);
     pthread_mutex_init(&el->w_mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&el->w_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    cond_init_clock(&el->w_cv, CLOCK_MONOTONIC);
     el->lease = etcd_conn_create(opts, "lease", err, BATON_LOCKER_ERR_MAX);
     el->side = el->lease ? etcd_conn_create(opts, "side", err, BATON_LOCKER_ERR_MAX) : NULL;
     el->watch = el->side ? etcd_conn_create(opts, "watch", err, BATON_LOCKER_ERR_MAX) : NULL;

@@ -539,10 +539,6 @@ struct baton_locker *baton_locker_local_create(void)
     if (!ll) return NULL;
     locker_base_init(&ll->base, &local_ops, true);
     pthread_mutex_init(&ll->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&ll->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    cond_init_clock(&ll->cv, CLOCK_MONOTONIC);
     return &ll->base;
 }

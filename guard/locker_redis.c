@@ -1753,11 +1753,7 @@ struct baton_locker *baton_locker_redis_create(const struct baton_redis_opts *op
     pthread_mutex_init(&rl->lease.mu, NULL);
     pthread_mutex_init(&rl->side.mu, NULL);
     pthread_mutex_init(&rl->sub_mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&rl->sub_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    cond_init_clock(&rl->sub_cv, CLOCK_MONOTONIC);
 
     /* Connect the lease connection now: a refused AUTH or SELECT is a
      * configuration error and fails creation; an unreachable server is

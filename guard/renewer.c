@@ -165,12 +165,8 @@ struct renewer *renewer_of(struct baton_locker *l)
         if (r != NULL) {
             r->locker = l;
             pthread_mutex_init(&r->mu, NULL);
-            pthread_condattr_t ca;
-            pthread_condattr_init(&ca);
-            pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-            pthread_cond_init(&r->cv, &ca);
-            pthread_cond_init(&r->watch_cv, &ca);
-            pthread_condattr_destroy(&ca);
+            cond_init_clock(&r->cv, CLOCK_MONOTONIC);
+            cond_init_clock(&r->watch_cv, CLOCK_MONOTONIC);
             pthread_cond_init(&r->idle_cv, NULL);
             l->renewer = r;
         }

@@ -216,6 +216,15 @@ const char *util_hostname(void)
     return hostname_buf;
 }
 
+void cond_init_clock(pthread_cond_t *cv, clockid_t clock)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, clock);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
 struct timespec clock_deadline(clockid_t clock, int64_t ms)
 {
     struct timespec ts;

@@ -29,6 +29,9 @@ void clock_format_rfc3339(int64_t wall_ms, char *buf, size_t len);
 /* The absolute time ms milliseconds from now on clock (CLOCK_MONOTONIC or
  * CLOCK_REALTIME), for pthread_cond_timedwait; negative ms counts as 0. */
 struct timespec clock_deadline(clockid_t clock, int64_t ms);
+/* pthread_cond_init with the clock its timed waits count on (the deadline
+ * from clock_deadline on the same clock). */
+void cond_init_clock(pthread_cond_t *cv, clockid_t clock);
 
 /* Fills buf with len bytes from the OS (getrandom). Returns 0 or -1. */
 int random_bytes(void *buf, size_t len);

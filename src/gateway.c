@@ -696,11 +696,7 @@ struct gateway *gateway_create(const struct baton_config *cfg, char *err, size_t
     gw->eps = xcalloc(n ? n : 1, sizeof *gw->eps);
     pthread_mutex_init(&gw->obs.mu, NULL);
     pthread_mutex_init(&gw->obs_wait_mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&gw->obs_wait_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    cond_init_clock(&gw->obs_wait_cv, CLOCK_MONOTONIC);
     gw->obs.holder = xcalloc(n ? n : 1, sizeof *gw->obs.holder);
     gw->obs.holder_known = xcalloc(n ? n : 1, sizeof *gw->obs.holder_known);
     for (size_t i = 0; i < cfg->n_endpoints; i++) {

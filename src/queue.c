@@ -36,21 +36,12 @@ struct queue {
     size_t quiet_limit;   /* a quiet push wakes the consumer from this depth */
 };
 
-static void cond_init_mono(pthread_cond_t *c)
-{
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(c, &attr);
-    pthread_condattr_destroy(&attr);
-}
-
 struct queue *queue_create(size_t capacity, enum queue_policy policy)
 {
     struct queue *q = xcalloc(1, sizeof *q);
     pthread_mutex_init(&q->mu, NULL);
-    cond_init_mono(&q->not_empty);
-    cond_init_mono(&q->not_full);
+    cond_init_clock(&q->not_empty, CLOCK_MONOTONIC);
+    cond_init_clock(&q->not_full, CLOCK_MONOTONIC);
     q->capacity = capacity ? capacity : 1;
     q->policy = policy;
     q->quiet_limit = q->capacity;

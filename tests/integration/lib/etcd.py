@@ -337,6 +337,27 @@ class EtcdCluster:
                 return i
         return None
 
+    def move_leader(self, away_from, timeout=10.0):
+        """Moves raft leadership off member away_from (MoveLeader, sent to
+        it while it leads) to another live member; returns the new leader's
+        index, or None when it did not move within timeout."""
+        sts = {i: self.member_status(i) for i in range(len(self.members))}
+        to = next((i for i, st in sts.items() if st and i != away_from), None)
+        if to is None or sts.get(away_from) is None:
+            return None
+        try:
+            self.post("/v3/maintenance/transfer-leadership",
+                      {"targetID": str(sts[to]["header"]["member_id"])}, i=away_from, timeout=5.0)
+        except EtcdError:
+            return None
+        end = time.time() + timeout
+        while time.time() < end:
+            L = self.leader()
+            if L is not None and L != away_from:
+                return L
+            time.sleep(0.05)
+        return None
+
     def revision(self):
         r = self.post("/v3/kv/range", {"key": b64("\0"), "limit": 1})
         return int(r["header"]["revision"])

@@ -37,7 +37,9 @@ struct baton_active_guard_options {
     int64_t retry_ms;         /* 0 = 250 */
     int64_t safety_margin_ms; /* 0 = max(ttl / 20, 10): subtracted from the deadline */
     /* Extra standby delay before each try (leader balancing): called each
-     * round, may be NULL. */
+     * round, may be NULL. With a locker that attempts in batches (redis) it
+     * is called on the locker's acquirer thread, with that thread's lock
+     * held: it must be quick and must not call into the guard. */
     int64_t (*standby_delay_ms)(void *arg);
     void *standby_delay_arg;
     const char *log_name;     /* endpoint name for log lines */

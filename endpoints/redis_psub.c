@@ -35,6 +35,7 @@
  * moves, like after a lost connection. */
 #include "endpoints/redis_psub.h"
 #include "endpoints/redis_probe.h"
+#include "endpoints/redis_reply_pool.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -339,6 +340,7 @@ struct psub {
     pthread_t thread;
 
     struct envelope env; /* consumer thread only */
+    struct reply_pool *pool; /* the replies of its connections; consumer thread only */
     struct ratelimit rl_retry, rl_bad;
 
     /* Sentinel: the process's +switch-master watcher of ro's sentinels
@@ -460,6 +462,7 @@ static redisContext *conn_open(struct psub *p, char *err, size_t errlen)
     p->switch_seen = redis_sentinel_watch_count(p->watch);
     redisContext *c = redis_conn_open(&p->ro, err, errlen);
     if (!c) return NULL;
+    reply_pool_attach(p->pool, c->reader); /* a message allocates nothing */
     pthread_mutex_lock(&p->lock);
     bool stopping = atomic_load(&p->stop);
     if (!stopping) p->fd = c->fd; /* from now on stop() can interrupt us */
@@ -504,11 +507,11 @@ static redisContext *conn_open(struct psub *p, char *err, size_t errlen)
                      k == PSUB_ERROR ? "refused" : "answered unexpectedly",
                      (int)(ev.payload_len > 160 ? 160 : ev.payload_len),
                      ev.payload ? ev.payload : "");
-            freeReplyObject(r);
+            reply_pool_put(r);
             conn_close(p, c);
             return NULL;
         }
-        freeReplyObject(r);
+        reply_pool_put(r);
     }
     return c;
 }
@@ -578,7 +581,7 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
             bool pong = false;
             handle_reply(p, rv, &pong, read_wall_ms);
             if (pong) ping_out = false;
-            freeReplyObject(rv);
+            reply_pool_put(rv);
         }
         flush_deferred(p); /* this read's messages, before we block again */
         if (atomic_load_explicit(&p->stop, memory_order_relaxed)) {
@@ -823,6 +826,12 @@ static void *psub_create(const void *settings, struct endpoint_host *host, char 
     p->fd = -1;
     atomic_init(&p->stop, false);
     envelope_init(&p->env);
+    p->pool = reply_pool_create();
+    if (!p->pool) {
+        snprintf(err, errlen, "endpoint '%s': out of memory", host->name);
+        psub_destroy(p);
+        return NULL;
+    }
     return p;
 }
 
@@ -877,6 +886,7 @@ static void psub_destroy(void *ep)
     if (!p) return;
     psub_stop(p);
     envelope_free(&p->env);
+    reply_pool_destroy(p->pool); /* after the consumer freed its context */
     free(p->pargv);
     free(p->pargvlen);
     free(p->cargv);

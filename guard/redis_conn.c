@@ -29,15 +29,19 @@ static redisReplyObjectFunctions bounded_fn;
 static const redisReplyObjectFunctions *hiredis_fn;
 static pthread_once_t bounded_once = PTHREAD_ONCE_INIT;
 
+bool redis_array_size_ok(int elements)
+{
+    if (elements >= 0 && elements <= REDIS_MAX_ARRAY_ELEMENTS) return true;
+    glog_warn("redis", NULL,
+             "refusing an array reply of %d elements (limit %d): misbehaving server or "
+             "corrupt stream; the connection is dropped",
+             elements, REDIS_MAX_ARRAY_ELEMENTS);
+    return false;
+}
+
 static void *bounded_create_array(const redisReadTask *task, int elements)
 {
-    if (elements < 0 || elements > REDIS_MAX_ARRAY_ELEMENTS) {
-        glog_warn("redis", NULL,
-                 "refusing an array reply of %d elements (limit %d): misbehaving server or "
-                 "corrupt stream; the connection is dropped",
-                 elements, REDIS_MAX_ARRAY_ELEMENTS);
-        return NULL; /* the reader fails the reply */
-    }
+    if (!redis_array_size_ok(elements)) return NULL; /* the reader fails the reply */
     return hiredis_fn->createArray(task, elements);
 }
 

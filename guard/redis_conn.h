@@ -25,6 +25,9 @@ redisContext *redis_conn_open(const struct baton_redis_opts *o, char *err, size_
  * and a warning names the declared size. redis_conn_open does this on every
  * context it returns. */
 void redis_reader_bound(redisReader *reader);
+/* The same check for a reader with functions of its own (the redis_psub
+ * reply pool): false, with the warning, for a size over the bound. */
+bool redis_array_size_ok(int elements);
 /* redisBufferRead and redisGetReply (blocking context), reading into a heap
  * buffer: hiredis's own put 16 KiB on the caller's stack, so every thread
  * that ever read a reply kept one more resident stack page (a lease thread

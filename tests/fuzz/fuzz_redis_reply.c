@@ -1,14 +1,16 @@
 /* libFuzzer target: the redis_psub endpoint's reply handling. Arbitrary bytes
  * are fed to a hiredis reader (as if they came from the source Redis); every
  * parsed reply goes through redis_psub_decode and, for messages, through the
- * envelope builder, exactly as the consumer thread does. The reader is
- * bounded as on every baton connection (redis_reader_bound). */
+ * envelope builder, exactly as the consumer thread does: the replies are
+ * built from a reply pool (endpoints/redis_reply_pool.h), which bounds
+ * arrays as every baton connection's reader does (redis_reader_bound). */
 #include <hiredis/hiredis.h>
 #include <hiredis/read.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "endpoints/redis_psub.h"
+#include "endpoints/redis_reply_pool.h"
 #include "guard/redis_conn.h"
 #include "common/log.h"
 #include "common/envelope.h"
@@ -24,8 +26,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    struct reply_pool *pool = reply_pool_create();
     redisReader *r = redisReaderCreate();
-    redis_reader_bound(r);
+    reply_pool_attach(pool, r);
     struct envelope e;
     envelope_init(&e);
     redisReaderFeed(r, (const char *)data, size);
@@ -40,9 +43,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (!utf8_valid(m->json, m->len)) abort();
             message_finish(m, MSG_DELIVERED);
         }
-        freeReplyObject(reply);
+        reply_pool_put(reply);
     }
     envelope_free(&e);
     redisReaderFree(r);
+    reply_pool_destroy(pool);
     return 0;
 }

@@ -102,6 +102,15 @@ static void give_back(struct node *n)
     p->n_free++;
 }
 
+/* A create function that took n and then ran out of memory: unlinked from
+ * its parent again (the reader frees the parent) and back to the pool. */
+static void *drop(const redisReadTask *task, struct node *n)
+{
+    if (task->parent) ((redisReply *)task->parent->obj)->element[task->idx] = NULL;
+    give_back(n);
+    return NULL;
+}
+
 void reply_pool_put(void *reply)
 {
     if (!reply) return;
@@ -117,7 +126,7 @@ static void *create_string(const redisReadTask *task, char *str, size_t len)
     if (!n) return NULL;
     if (n->buf_cap < len + 1) {
         char *b = malloc(len + 1);
-        if (!b) goto oom;
+        if (!b) return drop(task, n);
         free(n->buf);
         n->buf = b;
         n->buf_cap = len + 1;
@@ -127,10 +136,6 @@ static void *create_string(const redisReadTask *task, char *str, size_t len)
     n->r.str = n->buf;
     n->r.len = len;
     return &n->r;
-oom:
-    if (task->parent) ((redisReply *)task->parent->obj)->element[task->idx] = NULL;
-    give_back(n);
-    return NULL;
 }
 
 static void *create_array(const redisReadTask *task, int elements)
@@ -142,11 +147,7 @@ static void *create_array(const redisReadTask *task, int elements)
     size_t want = elements > 0 ? (size_t)elements : 0;
     if (n->elems_cap < want) {
         redisReply **e = malloc(want * sizeof *e);
-        if (!e) {
-            if (task->parent) ((redisReply *)task->parent->obj)->element[task->idx] = NULL;
-            give_back(n);
-            return NULL;
-        }
+        if (!e) return drop(task, n);
         free(n->elems);
         n->elems = e;
         n->elems_cap = want;

@@ -109,6 +109,7 @@ struct gateway {
     pthread_t obs_thread;
     bool obs_started;
     atomic_bool obs_stop;
+    size_t obs_cursor;       /* observer thread only: where observe_holders goes on */
     pthread_mutex_t obs_wait_mu; /* the observer sleeps on obs_wait_cv between rounds */
     pthread_cond_t obs_wait_cv;  /* CLOCK_MONOTONIC; obs_stop_now broadcasts it */
     pthread_t mark_thread;      /* replay marks, when an endpoint replays */
@@ -921,29 +922,42 @@ static int gateway_locker_probe(struct gateway *gw, char *reason, size_t len)
  * the leases, the sinks' readiness. Runs on the observer thread only. */
 
 /* The holder of each guarded endpoint's lease, for /status, in one batch
- * (locker_holders: redis pipelines them, a round trip per 64 endpoints). */
+ * (locker_holders: redis pipelines them, a round trip per 64 endpoints).
+ * An endpoint this replica leads now is not asked about (/status names this
+ * replica then, render_status): a leader of all its endpoints sends nothing.
+ * The others are read HOLDERS_PER_ROUND at a time, round robin from where the
+ * last round stopped, so a replica's status traffic stays bounded as its
+ * endpoints grow: at 1,000 standby endpoints each holder is at most 8 rounds
+ * old, where reading all of them every round was 1,000 GETs a second per
+ * replica, most of an idle replica's CPU at that scale (bench/bench_scale). */
+#define HOLDERS_PER_ROUND 128
 static void observe_holders(struct gateway *gw, bool up)
 {
-    if (!gw->locker || !gw->locker->ops->holder) return;
-    size_t n = 0;
-    for (size_t i = 0; i < gw->n_eps; i++) n += gw->eps[i].guard != NULL;
+    if (!gw->locker || !gw->locker->ops->holder || gw->n_eps == 0) return;
+    const char *keys[HOLDERS_PER_ROUND];
+    char who[HOLDERS_PER_ROUND][160];
+    char *bufs[HOLDERS_PER_ROUND];
+    int rcs[HOLDERS_PER_ROUND];
+    size_t idx[HOLDERS_PER_ROUND];
+    size_t n = 0, seen = 0;
+    for (; seen < gw->n_eps && n < HOLDERS_PER_ROUND; seen++) {
+        size_t i = (gw->obs_cursor + seen) % gw->n_eps;
+        const struct gw_endpoint *e = &gw->eps[i];
+        if (!e->guard) continue;
+        if (baton_active_guard_is_leader_now(e->guard)) {
+            /* what was observed before it led is stale now: unknown until
+             * it is read again after a demotion */
+            pthread_mutex_lock(&gw->obs.mu);
+            gw->obs.holder_known[i] = false;
+            pthread_mutex_unlock(&gw->obs.mu);
+            continue;
+        }
+        keys[n] = e->lease_key;
+        bufs[n] = who[n];
+        idx[n++] = i;
+    }
+    gw->obs_cursor = (gw->obs_cursor + seen) % gw->n_eps;
     if (n == 0) return;
-    const char **keys = calloc(n, sizeof *keys);
-    char (*who)[160] = calloc(n, sizeof *who);
-    char **bufs = calloc(n, sizeof *bufs);
-    int *rcs = calloc(n, sizeof *rcs);
-    size_t *idx = calloc(n, sizeof *idx);
-    if (!keys || !who || !bufs || !rcs || !idx) {
-        log_warn("gateway", NULL, "status: out of memory reading the lease holders");
-        goto out;
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < gw->n_eps; i++) {
-        if (!gw->eps[i].guard) continue;
-        keys[k] = gw->eps[i].lease_key;
-        bufs[k] = who[k];
-        idx[k++] = i;
-    }
     if (up)
         locker_holders(gw->locker, n, keys, bufs, sizeof who[0], rcs);
     else
@@ -952,24 +966,27 @@ static void observe_holders(struct gateway *gw, bool up)
     for (size_t j = 0; j < n; j++) {
         size_t i = idx[j];
         gw->obs.holder_known[i] = rcs[j] == BATON_LOCKER_OK;
-        snprintf(gw->obs.holder[i], sizeof gw->obs.holder[i], "%s", rcs[j] == BATON_LOCKER_OK ? who[j] : "");
+        snprintf(gw->obs.holder[i], sizeof gw->obs.holder[i], "%.159s", rcs[j] == BATON_LOCKER_OK ? who[j] : "");
     }
     pthread_mutex_unlock(&gw->obs.mu);
-out:
-    free(keys);
-    free(who);
-    free(bufs);
-    free(rcs);
-    free(idx);
 }
 
 static void observe_once(struct gateway *gw)
 {
     char reason[320] = "";
     bool up = gateway_locker_probe(gw, reason, sizeof reason) == 0;
+    /* every instance of one configured sink goes to the same place (one
+     * fd, one URL): checked once per round, not once per endpoint (at 1,000
+     * endpoints on one stdout sink that was 1,000 polls a second) */
+    const void *checked[16];
+    size_t n_checked = 0;
     for (size_t i = 0; i < gw->n_eps && !reason[0]; i++) {
         const struct gw_endpoint *e = &gw->eps[i];
         if (!e->cfg->sink->ops->check) continue;
+        bool dup = false;
+        for (size_t j = 0; j < n_checked && !dup; j++) dup = checked[j] == e->cfg->sink;
+        if (dup) continue;
+        if (n_checked < sizeof checked / sizeof checked[0]) checked[n_checked++] = e->cfg->sink;
         char msg[256] = "";
         if (e->cfg->sink->ops->check(e->sink, msg, sizeof msg) != 0)
             snprintf(reason, sizeof reason, "sink '%s' of endpoint '%s' unreachable: %s",

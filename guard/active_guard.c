@@ -64,7 +64,10 @@
 /* A leader whose renewals the renewer makes sleeps until an event: the
  * renewer wakes it when its term ends (it watches the deadlines, also over
  * a jump of the boot clock) or when it hands the lease back; this bound is
- * only a backstop. */
+ * only a backstop. Each such wait draws its length between half this and
+ * this: the lease threads of endpoints that started together (1,000 on one
+ * replica) would otherwise all wake in the same millisecond every 30 s and
+ * queue on the locks they share. */
 #define DELEGATED_MAX_WAIT_MS 30000
 
 /* What the renewer handed back (struct baton_active_guard ren_kind). */
@@ -299,7 +302,9 @@ static enum wake wait_until(struct baton_active_guard *g, int64_t until, bool wa
         }
         /* the boot clock may jump (resume); while delegated, the renewer
          * watches the deadline, or the acquirer makes the attempts */
-        int64_t cap = (leader && g->delegated) || g->acq_delegated ? DELEGATED_MAX_WAIT_MS : 1000;
+        int64_t cap = (leader && g->delegated) || g->acq_delegated
+                          ? DELEGATED_MAX_WAIT_MS - random_jitter(DELEGATED_MAX_WAIT_MS / 2)
+                          : 1000;
         if (slice > cap) slice = cap;
         struct timespec ts = clock_deadline(CLOCK_MONOTONIC, slice);
         pthread_cond_timedwait(&g->cv, &g->mu, &ts);

@@ -367,6 +367,18 @@ static void set_start_state(struct psub *p, enum start_state st, const char *err
     pthread_mutex_unlock(&p->lock);
 }
 
+/* Deferred: flushed after the read (a drop is counted and logged there). */
+static void emit(struct psub *p, struct message *m, bool deferred)
+{
+    struct endpoint_host *h = p->host;
+    if (deferred && h->emit_deferred) {
+        h->emit_deferred(h, m);
+        p->deferred++;
+    } else {
+        h->emit(h, m);
+    }
+}
+
 /* wall_ms: when the bytes holding this message were read. Every message
  * parsed from one read(2) arrived at the same moment, so the consumer reads
  * the clock once per read, not once per message. */
@@ -376,14 +388,7 @@ static void handle_message(struct psub *p, const struct psub_event *ev, int64_t 
     struct endpoint_host *h = p->host;
     if (!p->replay) {
         redis_psub_envelope(&p->env, h->name, h->epoch(h), wall_ms, ev, NULL);
-        struct message *m = envelope_finish(&p->env);
-        /* a drop is counted and logged there */
-        if (deferred && h->emit_deferred) {
-            h->emit_deferred(h, m);
-            p->deferred++;
-        } else {
-            h->emit(h, m);
-        }
+        emit(p, envelope_finish(&p->env), deferred);
         return;
     }
     /* the same id on every replica for the same message in the stream */
@@ -399,7 +404,7 @@ static void handle_message(struct psub *p, const struct psub_event *ev, int64_t 
         m = envelope_finish(&p->env);
     }
     m->fp = fp;
-    h->emit(h, m);
+    emit(p, m, deferred);
 }
 
 static void count_bad(struct psub *p, const char *what, const struct psub_event *ev)

@@ -208,24 +208,19 @@ static int enqueue_as(struct gw_endpoint *e, struct message *m, bool quiet)
     return 0;
 }
 
-static int enqueue(struct gw_endpoint *e, struct message *m)
-{
-    return enqueue_as(e, m, false);
-}
-
 /* failover = "replay": what warm_emit and warm_promote enqueue while live. */
-static int warm_enqueue(void *arg, struct message *m)
+static int warm_enqueue(void *arg, struct message *m, bool quiet)
 {
     struct gw_endpoint *e = arg;
     atomic_fetch_add_explicit(&e->stats.received, 1, memory_order_relaxed);
-    return enqueue(e, m);
+    return enqueue_as(e, m, quiet);
 }
 
 static int emit_as(struct endpoint_host *h, struct message *m, bool deferred)
 {
     struct gw_endpoint *e = h->gw;
     /* replay: every replica buffers; the live one also enqueues */
-    if (e->warm) return warm_emit(e->warm, m);
+    if (e->warm) return warm_emit(e->warm, m, deferred);
     atomic_fetch_add_explicit(&e->stats.received, 1, memory_order_relaxed);
     /* Early drop only when there is no lease at all; an unsure lease (being
      * verified) is decided by the forwarder right before the sink. */
@@ -613,8 +608,9 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
     };
     e->inl_fctx = e->fctx;
     e->inl_fctx.term_state = inline_term_state;
-    /* replay enqueues from warm.c, never deferred */
-    e->inline_ok = c->sink->ops->ready != NULL && e->warm == NULL;
+    /* replay too: warm_emit enqueues deferred messages quietly, and deliver()
+     * tells warm what was settled on either path */
+    e->inline_ok = c->sink->ops->ready != NULL;
     if (e->inline_ok) {
         e->inl_batch = xcalloc(e->batch_max, sizeof *e->inl_batch);
         e->inl_outcome = xcalloc(e->batch_max, sizeof *e->inl_outcome);

@@ -128,7 +128,7 @@ static void publish_ring(struct warm *w)
     atomic_store_explicit(&w->stats.evicted_overflow, s.evicted_overflow, memory_order_relaxed);
 }
 
-int warm_emit(struct warm *w, struct message *m)
+int warm_emit(struct warm *w, struct message *m, bool quiet)
 {
     int64_t wall = clock_wall_ms();
     int rc = 0;
@@ -159,7 +159,7 @@ int warm_emit(struct warm *w, struct message *m)
                 m = r;
             }
         }
-        rc = w->enqueue(w->arg, m);
+        rc = w->enqueue(w->arg, m, quiet);
     } else {
         /* the ring is the buffer: a source waiting for an ack gets it now */
         if (m->done) {
@@ -281,7 +281,7 @@ int warm_promote(struct warm *w, uint64_t epoch)
         struct message *m = reissue(w, replay_ring_at(w->ring, i), epoch, true);
         if (!m) continue;
         n++;
-        w->enqueue(w->arg, m);
+        w->enqueue(w->arg, m, false);
     }
     atomic_store(&w->live, epoch);
     publish_ring(w);

@@ -33,8 +33,9 @@ struct baton_locker;
 struct warm;
 
 /* How the gateway queues a message for the sink (counts it received; on a
- * drop it settles and counts it). Called with the ring lock held. */
-typedef int (*warm_enqueue_fn)(void *arg, struct message *m);
+ * drop it settles and counts it). Called with the ring lock held. quiet: as
+ * host->emit_deferred, without waking the forwarder (the endpoint flushes). */
+typedef int (*warm_enqueue_fn)(void *arg, struct message *m, bool quiet);
 
 struct warm_stats {
     atomic_ullong buffered;       /* received as standby (ring only) */
@@ -69,9 +70,10 @@ void warm_destroy(struct warm *w);
 /* Endpoint thread. Takes m (m->fp set by the endpoint). Standby: kept in the
  * ring only (a done callback is called at once, as delivered: the ring is
  * the buffer). Live: a copy goes into the ring and m (restamped to the live
- * epoch if it was built with another) is enqueued. Returns the enqueue
+ * epoch if it was built with another) is enqueued, quietly when quiet (an
+ * emit_deferred: the endpoint flushes before it blocks). Returns the enqueue
  * result (0 standby). */
-int warm_emit(struct warm *w, struct message *m);
+int warm_emit(struct warm *w, struct message *m, bool quiet);
 /* The subscription broke and was re-established. */
 void warm_gap(struct warm *w);
 /* Guard callback thread, after the grant of epoch: 0, or -1 when the mark

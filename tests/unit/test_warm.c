@@ -25,8 +25,9 @@ struct sink {
     size_t n;
 };
 
-static int enqueue(void *arg, struct message *m)
+static int enqueue(void *arg, struct message *m, bool quiet)
 {
+    (void)quiet;
     struct sink *s = arg;
     assert_true(s->n < 64);
     s->m[s->n++] = m;
@@ -117,7 +118,7 @@ static void test_promote_on_mark(void **state)
     for (uint64_t fp = 1; fp <= 5; fp++) {
         struct message *m = msg(fp, e1);
         m->done = on_done;
-        assert_int_equal(warm_emit(w, m), 0);
+        assert_int_equal(warm_emit(w, m, false), 0);
     }
     assert_int_equal(acks, 5);
     assert_int_equal(out.n, 0); /* a standby never forwards */
@@ -140,7 +141,7 @@ static void test_promote_on_mark(void **state)
 
     /* live: built in the old epoch just before the promotion -> restamped,
      * not replayed, after the replay */
-    assert_int_equal(warm_emit(w, msg(6, e1)), 0);
+    assert_int_equal(warm_emit(w, msg(6, e1), false), 0);
     assert_int_equal(out.n, 3);
     assert_true(has_payload(out.m[2], 6));
     assert_int_equal(out.m[2]->epoch, e2);
@@ -165,7 +166,7 @@ static void test_promote_on_mark(void **state)
 
     /* demoted: buffers again, and a superseded epoch's mark is refused */
     warm_demote(w);
-    assert_int_equal(warm_emit(w, msg(7, e2)), 0);
+    assert_int_equal(warm_emit(w, msg(7, e2), false), 0);
     assert_int_equal(out.n, 3);
     assert_int_equal(baton_locker_unlock(l, KEY, tok, err), BATON_LOCKER_OK);
     uint64_t e3 = acquire(l, tok);
@@ -227,7 +228,7 @@ static void test_unaligned_and_partial(void **state)
     assert_int_equal(warm_promote(w, e), 0); /* empty ring, no mark */
     for (int r = 0; r < 4; r++) assert_int_equal(atomic_load(&warm_stats(w)->unaligned[r]), 0);
     warm_demote(w);
-    for (uint64_t fp = 21; fp <= 23; fp++) warm_emit(w, msg(fp, e));
+    for (uint64_t fp = 21; fp <= 23; fp++) warm_emit(w, msg(fp, e), false);
     assert_int_equal(baton_locker_unlock(l, KEY, tok, err), BATON_LOCKER_OK);
     e = acquire(l, tok);
     assert_int_equal(warm_promote(w, e), 0); /* no mark, 3 buffered */
@@ -240,7 +241,7 @@ static void test_unaligned_and_partial(void **state)
     w = warm_create("orders", &c, l, KEY, enqueue, &out);
     const uint64_t other[] = {901, 902};
     write_mark(l, e, other, 2);
-    for (uint64_t fp = 31; fp <= 32; fp++) warm_emit(w, msg(fp, e));
+    for (uint64_t fp = 31; fp <= 32; fp++) warm_emit(w, msg(fp, e), false);
     assert_int_equal(baton_locker_unlock(l, KEY, tok, err), BATON_LOCKER_OK);
     e = acquire(l, tok);
     assert_int_equal(warm_promote(w, e), 0);
@@ -251,7 +252,7 @@ static void test_unaligned_and_partial(void **state)
 
     /* the run 41 42 [43 dropped] 44 45: marked 41 42 44 45 */
     w = warm_create("orders", &c, l, KEY, enqueue, &out);
-    for (uint64_t fp = 41; fp <= 47; fp++) warm_emit(w, msg(fp, e));
+    for (uint64_t fp = 41; fp <= 47; fp++) warm_emit(w, msg(fp, e), false);
     const uint64_t broken[] = {41, 42, 44, 45};
     write_mark(l, e, broken, 4);
     assert_int_equal(baton_locker_unlock(l, KEY, tok, err), BATON_LOCKER_OK);

@@ -39,6 +39,7 @@ export BATON_BIN=${BATON_BIN:-$BUILD_DIR/baton}
 export BATON_TEST_LIB=${BATON_TEST_LIB:-$(cd "$(dirname "$0")/.." && pwd)/tests/integration/lib}
 exec python3 - "$@" <<'EOF'
 import json, os, shutil, signal, socket, subprocess, sys, tempfile, time
+from statistics import median
 
 BATON = os.environ["BATON_BIN"]
 N0 = int(os.environ.get("N0", "200000"))
@@ -56,7 +57,7 @@ procs = []
 
 sys.path.insert(0, os.environ["BATON_TEST_LIB"])
 sys.path.insert(0, os.path.join(os.environ["BATON_TEST_LIB"], "..", "..", "..", "bench"))
-from benchlib import LineCounter, lines  # noqa: E402
+from benchlib import LineCounter, lines, wait_cpu  # noqa: E402
 from harness import free_port  # below the ephemeral range, never twice
 
 
@@ -94,20 +95,6 @@ def wait_lines(path, n, proc=None):
             return ok, (first[0], first[1], now) if ok else None
         time.sleep(0.005)
     return False, None
-
-
-def wait_cpu(p, timeout):
-    """Waits for p like p.wait(timeout) (TimeoutExpired after it) and returns
-    the CPU seconds (user + system) it used in all, from wait4."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
-        if pid == p.pid:
-            p.returncode = os.waitstatus_to_exitcode(status)
-            return ru.ru_utime + ru.ru_stime
-        if time.monotonic() >= deadline:
-            raise subprocess.TimeoutExpired(p.args, timeout)
-        time.sleep(0.01)
 
 
 def steady_rate(n, steady):
@@ -267,12 +254,6 @@ def one_round(name, d, tag, qos, n, ack, k):
                  "%.2f us" % cpu_us if cpu_us else "n/a",
                  "" if ok else " (INCOMPLETE)"), flush=True)
     return out
-
-
-def median(xs):
-    xs = sorted(xs)
-    m = len(xs) // 2
-    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
 
 
 def workload(name, tag, qos, n, ack, target):

@@ -54,6 +54,7 @@ command -v mariadbd >/dev/null || { echo "missing mariadbd" >&2; exit 2; }
 
 exec timeout 600 python3 - "$SRC" <<'PY'
 import json, os, shutil, subprocess, sys, tempfile, time
+from statistics import median
 sys.path.insert(0, os.path.join(sys.argv[1], "tests", "integration", "lib"))
 import harness as h
 import mariadb as mdb
@@ -141,11 +142,9 @@ def run_json_baseline():
         p = subprocess.Popen([BASE, "--json", "127.0.0.1", str(srv.port), "bench", "bench", f0,
                               str(p0), str(p1)], stdout=fo, stderr=fe, stdin=subprocess.DEVNULL)
     _, t_first, l0, t_done = watch(out, lambda: p.poll() is None, t0, "json baseline")
-    _, status, ru = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
+    cpu = benchlib.wait_cpu(p, 60)  # the whole process, start to exit
     if p.returncode != 0:
         raise SystemExit("json baseline failed: " + open(err).read())
-    cpu = ru.ru_utime + ru.ru_stime  # the whole process, start to exit
     summary = [l for l in open(err).read().splitlines() if l.startswith("rows ")]
     others = [l for l in open(err).read().splitlines() if not l.startswith("rows ")]
     if others:
@@ -249,9 +248,6 @@ print("RESULT " + json.dumps({
 # CPU per row: the whole process (baton: all its threads, start to the N-th
 # line; the baseline: start to exit), the median over the rounds: it moves
 # less with the machine than the rates do.
-def median(xs):
-    xs = sorted(xs)
-    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
 cb, cjm = median([c for c, _ in cpu_rounds]), median([c for _, c in cpu_rounds])
 print("RESULT " + json.dumps({
     "workload": "mysql_cdc %d rows, CPU per row, baton vs bare loop + same JSON to a file (median of "

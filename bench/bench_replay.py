@@ -51,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from statistics import median
 
 SRC = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 if len(sys.argv) > 1:
@@ -85,12 +86,6 @@ def result(workload, baton, baseline, unit, ratio, target, ok):
          "ratio": ratio, "target": target, "pass": ok}
     RESULTS.append(r)
     print("RESULT " + json.dumps(r), flush=True)
-
-
-def median(xs):
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2.0
 
 
 def say(*a):

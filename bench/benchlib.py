@@ -5,12 +5,15 @@ per-process figures read from /proc.
     import benchlib
     h = benchlib.harness()          # BUILD_DIR from argv[1], BATON_* set
     cpu_s = benchlib.ticks(pid) / benchlib.HZ
+    cpu_s = benchlib.wait_cpu(popen, timeout)  # a child's CPU in all, at its exit
     ns = benchlib.cpu_ns(pid)       # every thread's run time, ns (schedstat)
     n = benchlib.LineCounter(path)  # lines of a growing file, read once
     benchlib.run(main)              # main's exit status, harness cleanups done
 """
 import os
+import subprocess
 import sys
+import time
 
 SRC = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 HZ = os.sysconf("SC_CLK_TCK")
@@ -37,6 +40,21 @@ def ticks(pid):
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])  # fields 14 and 15
+
+
+def wait_cpu(p, timeout):
+    """Waits for the subprocess.Popen p like p.wait(timeout)
+    (subprocess.TimeoutExpired after it) and returns the CPU seconds (user +
+    system) the process used in all, from wait4."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+        if pid == p.pid:
+            p.returncode = os.waitstatus_to_exitcode(status)
+            return ru.ru_utime + ru.ru_stime
+        if time.monotonic() >= deadline:
+            raise subprocess.TimeoutExpired(p.args, timeout)
+        time.sleep(0.01)
 
 
 def cpu_ns(pid):

@@ -936,6 +936,7 @@ static void observe_holders(struct gateway *gw, bool up)
     int rcs[HOLDERS_PER_ROUND];
     size_t idx[HOLDERS_PER_ROUND];
     size_t n = 0, seen = 0;
+    pthread_mutex_lock(&gw->obs.mu); /* the scan only reads lock-free lease state */
     for (; seen < gw->n_eps && n < HOLDERS_PER_ROUND; seen++) {
         size_t i = (gw->obs_cursor + seen) % gw->n_eps;
         const struct gw_endpoint *e = &gw->eps[i];
@@ -943,15 +944,14 @@ static void observe_holders(struct gateway *gw, bool up)
         if (baton_active_guard_is_leader_now(e->guard)) {
             /* what was observed before it led is stale now: unknown until
              * it is read again after a demotion */
-            pthread_mutex_lock(&gw->obs.mu);
             gw->obs.holder_known[i] = false;
-            pthread_mutex_unlock(&gw->obs.mu);
             continue;
         }
         keys[n] = e->lease_key;
         bufs[n] = who[n];
         idx[n++] = i;
     }
+    pthread_mutex_unlock(&gw->obs.mu);
     gw->obs_cursor = (gw->obs_cursor + seen) % gw->n_eps;
     if (n == 0) return;
     if (up)

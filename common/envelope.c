@@ -22,6 +22,8 @@ void envelope_init(struct envelope *e)
     e->epoch = 0;
     e->id[0] = '\0';
     e->pool = message_pool_create(ENVELOPE_POOL_MAX);
+    e->ts_ms = INT64_MIN;
+    e->ts[0] = '\0';
 }
 
 void envelope_free(struct envelope *e)
@@ -62,10 +64,12 @@ static void begin(struct envelope *e, const char *endpoint, const char *type, ui
         jbuf_raw(&e->buf, ",\"id\":", 6);
         jbuf_strz(&e->buf, id);
     }
-    char ts[32];
-    clock_format_rfc3339(received_wall_ms, ts, sizeof ts);
+    if (received_wall_ms != e->ts_ms) {
+        clock_format_rfc3339(received_wall_ms, e->ts, sizeof e->ts);
+        e->ts_ms = received_wall_ms;
+    }
     jbuf_raw(&e->buf, ",\"received_at\":", 15);
-    jbuf_strz(&e->buf, ts);
+    jbuf_strz(&e->buf, e->ts);
 }
 
 void envelope_begin(struct envelope *e, const char *endpoint, const char *type, uint64_t epoch,
@@ -138,11 +142,16 @@ void envelope_payload(struct envelope *e, const void *data, size_t n)
 
 struct message *envelope_finish(struct envelope *e)
 {
+    return envelope_finish_at(e, clock_mono_us());
+}
+
+struct message *envelope_finish_at(struct envelope *e, int64_t received_mono_us)
+{
     jbuf_char(&e->buf, '}');
     struct message *m = message_pool_new(e->pool, e->buf.data, e->buf.len);
     m->epoch = e->epoch;
     memcpy(m->id, e->id, sizeof m->id);
-    m->received_mono_us = clock_mono_us();
+    m->received_mono_us = received_mono_us;
     /* keep the buffer (and its capacity) for the next envelope, unless an
      * exceptionally large message grew it: do not pin that memory */
     if (e->buf.cap > ENVELOPE_KEEP_MAX) {

@@ -29,6 +29,10 @@ struct envelope {
     uint64_t epoch;
     char id[MESSAGE_ID_MAX];
     struct message_pool *pool; /* envelope_finish's messages come from it */
+    /* received_at of the last envelope, formatted: the messages of one
+     * read(2) share their receive time, so the text is reused */
+    int64_t ts_ms;
+    char ts[32];
 };
 
 void envelope_init(struct envelope *e);
@@ -55,6 +59,9 @@ void envelope_payload(struct envelope *e, const void *data, size_t n);
  * received_mono_us = now), from the envelope's message pool: envelope_init
  * creates it, envelope_free lets go of it (messages still out stay valid). */
 struct message *envelope_finish(struct envelope *e);
+/* The same with received_mono_us given: an endpoint that read the clock
+ * once for a read(2) holding many messages passes that reading. */
+struct message *envelope_finish_at(struct envelope *e, int64_t received_mono_us);
 /* A copy of m's envelope with the epoch replaced and, when replayed, a
  * "replayed":true field right after it (warm standby replay). fp, id and
  * received_mono_us are kept; done is not. NULL when m holds no envelope. */

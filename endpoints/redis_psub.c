@@ -207,7 +207,8 @@ struct raw_head {
     uint32_t kind;
 };
 
-struct message *redis_psub_raw(const struct psub_event *ev, int64_t wall_ms, uint64_t id)
+struct message *redis_psub_raw(const struct psub_event *ev, int64_t wall_ms, int64_t mono_us,
+                               uint64_t id)
 {
     struct raw_head hd = {.wall_ms = wall_ms, .id = id, .kind = (uint32_t)ev->kind,
                           .channel_len = (uint32_t)ev->channel_len,
@@ -223,7 +224,7 @@ struct message *redis_psub_raw(const struct psub_event *ev, int64_t wall_ms, uin
     p += hd.pattern_len;
     if (ev->payload_len) memcpy(p, ev->payload, ev->payload_len);
     m->raw = true;
-    m->received_mono_us = clock_mono_us();
+    m->received_mono_us = mono_us;
     return m;
 }
 
@@ -379,16 +380,27 @@ static void emit(struct psub *p, struct message *m, bool deferred)
     }
 }
 
-/* wall_ms: when the bytes holding this message were read. Every message
- * parsed from one read(2) arrived at the same moment, so the consumer reads
- * the clock once per read, not once per message. */
-static void handle_message(struct psub *p, const struct psub_event *ev, int64_t wall_ms,
+/* When the bytes of a read(2) arrived. Every message parsed from one read
+ * arrived at the same moment, so the consumer reads the clocks once per
+ * read, not once per message. */
+struct read_clock {
+    int64_t wall_ms; /* received_at */
+    int64_t mono_us; /* received_mono_us (latency) */
+};
+
+static struct read_clock read_clock_now(void)
+{
+    return (struct read_clock){.wall_ms = clock_wall_ms(), .mono_us = clock_mono_us()};
+}
+
+static void handle_message(struct psub *p, const struct psub_event *ev, const struct read_clock *rc,
                            bool deferred)
 {
     struct endpoint_host *h = p->host;
+    int64_t wall_ms = rc->wall_ms;
     if (!p->replay) {
         redis_psub_envelope(&p->env, h->name, h->epoch(h), wall_ms, ev, NULL);
-        emit(p, envelope_finish(&p->env), deferred);
+        emit(p, envelope_finish_at(&p->env, rc->mono_us), deferred);
         return;
     }
     /* the same id on every replica for the same message in the stream */
@@ -396,12 +408,12 @@ static void handle_message(struct psub *p, const struct psub_event *ev, int64_t 
     uint64_t idn = replay_id_next(&p->idctx, fp);
     struct message *m;
     if (!h->replay_live(h)) {
-        m = redis_psub_raw(ev, wall_ms, idn); /* a standby renders only what it replays */
+        m = redis_psub_raw(ev, wall_ms, rc->mono_us, idn); /* a standby renders only what it replays */
     } else {
         char id[REPLAY_ID_LEN];
         replay_id_format(idn, id);
         redis_psub_envelope(&p->env, h->name, h->epoch(h), wall_ms, ev, id);
-        m = envelope_finish(&p->env);
+        m = envelope_finish_at(&p->env, rc->mono_us);
     }
     m->fp = fp;
     emit(p, m, deferred);
@@ -423,12 +435,12 @@ static void count_bad(struct psub *p, const char *what, const struct psub_event 
 
 /* Handles one reply on a subscribed connection. Returns 1 for a message, 0
  * otherwise; *pong set when it was a PING answer. */
-static int handle_reply(struct psub *p, const redisReply *r, bool *pong, int64_t wall_ms)
+static int handle_reply(struct psub *p, const redisReply *r, bool *pong, const struct read_clock *rc)
 {
     struct psub_event ev;
     switch (redis_psub_decode(r, &ev)) {
     case PSUB_PMESSAGE:
-    case PSUB_MESSAGE: handle_message(p, &ev, wall_ms, true); return 1;
+    case PSUB_MESSAGE: handle_message(p, &ev, rc, true); return 1;
     case PSUB_PONG: *pong = true; return 0;
     case PSUB_SUBSCRIBED: return 0;
     case PSUB_UNSUBSCRIBED:
@@ -506,7 +518,8 @@ static redisContext *conn_open(struct psub *p, char *err, size_t errlen)
             if (ev.pattern_sub) want_p--;
             else want_c--;
         } else if (k == PSUB_MESSAGE || k == PSUB_PMESSAGE) {
-            handle_message(p, &ev, clock_wall_ms(), false);
+            struct read_clock rc = read_clock_now();
+            handle_message(p, &ev, &rc, false);
         } else {
             snprintf(err, errlen, "redis %s: subscription %s: %.*s", p->where,
                      k == PSUB_ERROR ? "refused" : "answered unexpectedly",
@@ -573,7 +586,7 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
     int poll_timeout = tfd >= 0 || p->probed ? -1 : wait;
     int64_t quiet_since = clock_mono_ms();
     bool ping_out = false;
-    int64_t read_wall_ms = clock_wall_ms();
+    struct read_clock read_at = read_clock_now();
     for (;;) {
         /* everything hiredis already holds, before blocking again */
         for (;;) {
@@ -584,7 +597,7 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
             }
             if (!rv) break;
             bool pong = false;
-            handle_reply(p, rv, &pong, read_wall_ms);
+            handle_reply(p, rv, &pong, &read_at);
             if (pong) ping_out = false;
             reply_pool_put(rv);
         }
@@ -623,8 +636,8 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
                              c->errstr[0] ? c->errstr : "connection lost");
                 return;
             }
-            read_wall_ms = clock_wall_ms();
-            quiet_since = clock_mono_ms();
+            read_at = read_clock_now();
+            quiet_since = read_at.mono_us / 1000;
             if (p->probed) atomic_store_explicit(&p->probe.last_read_ms, quiet_since, memory_order_relaxed);
             continue; /* the silence clock was just reset */
         }

@@ -66,8 +66,10 @@ void redis_psub_envelope(struct envelope *e, const char *endpoint, uint64_t epoc
                          int64_t received_wall_ms, const struct psub_event *ev, const char *id);
 
 /* failover = "replay", standby: the compact record of a MESSAGE/PMESSAGE
- * event (message.raw; id from replay_id_next), instead of its envelope. */
-struct message *redis_psub_raw(const struct psub_event *ev, int64_t wall_ms, uint64_t id);
+ * event (message.raw; id from replay_id_next), instead of its envelope.
+ * wall_ms / mono_us: when it was read (received_at, received_mono_us). */
+struct message *redis_psub_raw(const struct psub_event *ev, int64_t wall_ms, int64_t mono_us,
+                               uint64_t id);
 /* failover = "replay": renders the raw record a standby kept (message.raw)
  * into the envelope redis_psub_envelope would have built, in term epoch,
  * with "replayed":true when replayed. NULL when raw is not such a record. */

@@ -1092,6 +1092,13 @@ enum baton_leader_state baton_active_guard_leader_state(const struct baton_activ
     return baton_active_guard_term_state(g, atomic_load(&g->term_epoch), NULL);
 }
 
+bool baton_active_guard_term_open(const struct baton_active_guard *g)
+{
+    if (g == NULL) return false;
+    if (g->locker == NULL) return true;
+    return atomic_load(&((struct baton_active_guard *)g)->deadline) > 0;
+}
+
 uint64_t baton_active_guard_epoch(const struct baton_active_guard *g)
 {
     return g ? atomic_load(&g->stats.epoch) : 0;

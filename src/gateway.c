@@ -222,9 +222,10 @@ static int emit_as(struct endpoint_host *h, struct message *m, bool deferred)
     /* replay: every replica buffers; the live one also enqueues */
     if (e->warm) return warm_emit(e->warm, m, deferred);
     atomic_fetch_add_explicit(&e->stats.received, 1, memory_order_relaxed);
-    /* Early drop only when there is no lease at all; an unsure lease (being
-     * verified) is decided by the forwarder right before the sink. */
-    if (e->guard && baton_active_guard_leader_state(e->guard) == BATON_LEADER_NO) {
+    /* Early drop only when the term is known to be over; an unsure lease
+     * (being verified) or a deadline that passed a moment ago is decided
+     * by the term check right before the sink. No clock read per message. */
+    if (e->guard && !baton_active_guard_term_open(e->guard)) {
         drop_message(e, m, MSG_DROPPED_NOT_LEADER);
         return -1;
     }

@@ -113,6 +113,14 @@ BATON_API bool baton_active_guard_is_leader_now(const struct baton_active_guard 
 enum baton_leader_state { BATON_LEADER_NO = 0, BATON_LEADER_YES = 1, BATON_LEADER_UNSURE = 2 };
 BATON_API enum baton_leader_state baton_active_guard_leader_state(const struct baton_active_guard *g);
 BATON_API uint64_t baton_active_guard_epoch(const struct baton_active_guard *g);
+/* One atomic load, no clock read: false once this replica's current term is
+ * known to have ended (released, lost, given up, or its deadline seen to
+ * pass by a reader or the watch thread) or when none began; true otherwise,
+ * which includes a term whose deadline passed a moment ago and that nobody
+ * has ended yet. A filter for a per-message hot path (drop early what can
+ * never be delivered), never a licence to deliver: that is
+ * baton_active_guard_term_state's. Always true without a locker. */
+BATON_API bool baton_active_guard_term_open(const struct baton_active_guard *g);
 /* Term-scoped delivery. A term is one acquisition: one epoch, from the grant
  * until its deadline passes or the lease is released or lost; a passed
  * deadline is final (a renewal answered after it never revives the term).

@@ -189,7 +189,7 @@ static void test_raw_record_renders_the_envelope(void **state)
         redis_psub_envelope(&e, "orders", 9, 1764684000123LL, &ev, "r00000000000000ab");
         struct message *lead = envelope_finish(&e);
 
-        struct message *raw = redis_psub_raw(&ev, 1764684000123LL, 0xab);
+        struct message *raw = redis_psub_raw(&ev, 1764684000123LL, 42, 0xab);
         raw->fp = 77;
         assert_true(raw->raw);
         struct message *live = redis_psub_render("orders", &e, raw, 9, false);

@@ -39,6 +39,7 @@ static void begin(struct envelope *e, const char *endpoint, const char *type, ui
     jbuf_reset(&e->buf);
     e->first = true;
     e->epoch = epoch;
+    e->wall_ms = received_wall_ms;
     e->id[0] = '\0';
     if (id) {
         /* truncated to MESSAGE_ID_MAX-1 bytes, without cutting a UTF-8
@@ -152,6 +153,7 @@ struct message *envelope_finish_at(struct envelope *e, int64_t received_mono_us)
     m->epoch = e->epoch;
     memcpy(m->id, e->id, sizeof m->id);
     m->received_mono_us = received_mono_us;
+    m->received_wall_ms = e->wall_ms;
     /* keep the buffer (and its capacity) for the next envelope, unless an
      * exceptionally large message grew it: do not pin that memory */
     if (e->buf.cap > ENVELOPE_KEEP_MAX) {
@@ -190,6 +192,7 @@ struct message *envelope_restamp(const struct message *m, uint64_t epoch, bool r
     out->epoch = epoch;
     out->fp = m->fp;
     out->received_mono_us = m->received_mono_us;
+    out->received_wall_ms = m->received_wall_ms;
     memcpy(out->id, m->id, sizeof out->id);
     return out;
 }

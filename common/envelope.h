@@ -27,6 +27,7 @@ struct envelope {
     struct jbuf buf;
     bool first;
     uint64_t epoch;
+    int64_t wall_ms; /* the received_wall_ms given to begin */
     char id[MESSAGE_ID_MAX];
     struct message_pool *pool; /* envelope_finish's messages come from it */
     /* received_at of the last envelope, formatted: the messages of one
@@ -55,8 +56,8 @@ void envelope_bool(struct envelope *e, const char *key, bool v);
  * "<key>_encoding":"base64". */
 void envelope_bytes(struct envelope *e, const char *key, const void *data, size_t n);
 void envelope_payload(struct envelope *e, const void *data, size_t n);
-/* Closes the object and returns a new message (epoch and id filled in,
- * received_mono_us = now), from the envelope's message pool: envelope_init
+/* Closes the object and returns a new message (epoch, id and
+ * received_wall_ms filled in, received_mono_us = now), from the envelope's message pool: envelope_init
  * creates it, envelope_free lets go of it (messages still out stay valid). */
 struct message *envelope_finish(struct envelope *e);
 /* The same with received_mono_us given: an endpoint that read the clock
@@ -64,7 +65,7 @@ struct message *envelope_finish(struct envelope *e);
 struct message *envelope_finish_at(struct envelope *e, int64_t received_mono_us);
 /* A copy of m's envelope with the epoch replaced and, when replayed, a
  * "replayed":true field right after it (warm standby replay). fp, id and
- * received_mono_us are kept; done is not. NULL when m holds no envelope. */
+ * received_mono_us and received_wall_ms are kept; done is not. NULL when m holds no envelope. */
 struct message *envelope_restamp(const struct message *m, uint64_t epoch, bool replayed);
 
 #endif

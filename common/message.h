@@ -41,6 +41,8 @@ struct message {
     struct message *next;      /* queue link, owned by the queue */
     uint64_t epoch;            /* lease fencing epoch (0 = unguarded) */
     int64_t received_mono_us;  /* when the endpoint received it */
+    int64_t received_wall_ms;  /* the same on the wall clock (received_at);
+                                  0 = not known */
     message_done_fn done;      /* optional */
     void *done_arg;
     uint64_t seq;              /* endpoint-defined (delivery tag, offset) */

@@ -225,6 +225,7 @@ struct message *redis_psub_raw(const struct psub_event *ev, int64_t wall_ms, int
     if (ev->payload_len) memcpy(p, ev->payload, ev->payload_len);
     m->raw = true;
     m->received_mono_us = mono_us;
+    m->received_wall_ms = wall_ms;
     return m;
 }
 
@@ -253,6 +254,7 @@ struct message *redis_psub_render(const char *endpoint, struct envelope *e,
     struct message *m = envelope_finish(e);
     m->fp = raw->fp;
     m->received_mono_us = raw->received_mono_us;
+    m->received_wall_ms = raw->received_wall_ms;
     return m;
 }
 

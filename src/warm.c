@@ -130,7 +130,9 @@ static void publish_ring(struct warm *w)
 
 int warm_emit(struct warm *w, struct message *m, bool quiet)
 {
-    int64_t wall = clock_wall_ms();
+    /* the ring's time of a message is when it was received (the endpoint
+     * read the clock then, once per read for a burst) */
+    int64_t wall = m->received_wall_ms > 0 ? m->received_wall_ms : clock_wall_ms();
     int rc = 0;
     pthread_mutex_lock(&w->mu);
     uint64_t live = atomic_load(&w->live);
@@ -346,19 +348,26 @@ static bool settled_for_good(enum msg_outcome o)
 void warm_settled(struct warm *w, struct message *const *msgs, const enum msg_outcome *outcome,
                   size_t n)
 {
-    int64_t now_mono_us = clock_mono_us(), now_wall = clock_wall_ms();
+    int64_t now_mono_us = 0, now_wall = 0;
     bool noted = false;
     pthread_mutex_lock(&w->mk_mu);
     for (size_t i = 0; i < n; i++) {
         const struct message *m = msgs[i];
         if (!m->fp || !m->epoch || !settled_for_good(outcome[i])) continue;
-        int64_t wall = now_wall - (now_mono_us - m->received_mono_us) / 1000;
+        int64_t wall = m->received_wall_ms;
+        if (wall <= 0) { /* not known: from its age on the monotonic clock */
+            if (!now_mono_us) {
+                now_mono_us = clock_mono_us();
+                now_wall = clock_wall_ms();
+            }
+            wall = now_wall - (now_mono_us - m->received_mono_us) / 1000;
+        }
         replay_mark_note(&w->mark, m->epoch, m->fp, wall);
         noted = true;
     }
     if (noted && !w->dirty) {
         w->dirty = true;
-        w->dirty_since_ms = now_mono_us / 1000;
+        w->dirty_since_ms = (now_mono_us ? now_mono_us : clock_mono_us()) / 1000;
         atomic_store(&w->lag_since_ms, w->dirty_since_ms);
     }
     pthread_mutex_unlock(&w->mk_mu);

@@ -126,6 +126,7 @@ static void test_field_order_utf8(void **state)
     assert_int_equal(m->epoch, 7);
     assert_string_equal(m->id, "id-1");
     assert_true(m->received_mono_us > 0);
+    assert_int_equal(m->received_wall_ms, T0); /* the warm ring times it by this */
     assert_null(m->next);
     int calls = 0;
     m->done = on_done;
@@ -143,6 +144,17 @@ static void test_field_order_utf8(void **state)
     envelope_begin(&e, "tick", "schedule", 0, "", 0);
     m = envelope_finish(&e);
     assert_null(strstr(m->json, "\"id\""));
+    message_finish(m, MSG_DELIVERED);
+    /* received_at's text is kept for the next envelope of the same time
+     * only: back to T0, then one millisecond later */
+    envelope_begin(&e, "tick", "schedule", 0, NULL, T0);
+    m = envelope_finish_at(&e, 77);
+    assert_non_null(strstr(m->json, "\"received_at\":\"2026-12-02T14:00:00.123Z\""));
+    assert_int_equal(m->received_mono_us, 77);
+    message_finish(m, MSG_DELIVERED);
+    envelope_begin(&e, "tick", "schedule", 0, NULL, T0 + 1);
+    m = envelope_finish(&e);
+    assert_non_null(strstr(m->json, "\"received_at\":\"2026-12-02T14:00:00.124Z\""));
     message_finish(m, MSG_DELIVERED);
     envelope_free(&e);
 }
@@ -303,6 +315,7 @@ static void test_restamp(void **state)
     assert_int_equal(r->fp, 42);
     assert_string_equal(r->id, "r00ff");
     assert_int_equal(r->received_mono_us, m->received_mono_us);
+    assert_int_equal(r->received_wall_ms, m->received_wall_ms);
     assert_null(r->done); /* the callback stays with the original */
     assert_int_equal(r->len, strlen(r->json));
     const char *want = "{\"endpoint\":\"x\\\",\\\"epoch\\\":1\",\"type\":\"redis_psub\","

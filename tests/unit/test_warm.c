@@ -14,6 +14,7 @@
 
 #include "guard/locker.h"
 #include "common/envelope.h"
+#include "common/util.h"
 #include "src/replay.h"
 #include "src/warm.h"
 
@@ -45,7 +46,7 @@ static struct message *msg(uint64_t fp, uint64_t epoch)
 {
     struct envelope e;
     envelope_init(&e);
-    envelope_begin(&e, "orders", "redis_psub", epoch, NULL, 1764684000123LL);
+    envelope_begin(&e, "orders", "redis_psub", epoch, NULL, clock_wall_ms()); /* the ring times it by this */
     char p[32];
     snprintf(p, sizeof p, "p%llu", (unsigned long long)fp);
     envelope_payload(&e, p, strlen(p));

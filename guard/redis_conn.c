@@ -337,11 +337,15 @@ void redis_opts_clear(struct baton_redis_opts *o)
     memset(o, 0, sizeof *o);
 }
 
-/* hiredis's READ_BUF: a read takes up to this much */
-#define REDIS_READ_CHUNK (16 * 1024)
-
 int redis_buffer_read(redisContext *c)
 {
+    size_t got;
+    return redis_buffer_read_got(c, &got);
+}
+
+int redis_buffer_read_got(redisContext *c, size_t *got)
+{
+    *got = 0;
     if (c->err) return REDIS_ERR;
     /* malloc'd per read: freed at once, the chunk is reused by the next
      * read on any thread of the same arena (no page per thread) */
@@ -369,6 +373,8 @@ int redis_buffer_read(redisContext *c)
         c->err = c->reader->err;
         snprintf(c->errstr, sizeof c->errstr, "%s", c->reader->errstr);
         rc = REDIS_ERR;
+    } else {
+        *got = (size_t)n;
     }
     free(buf);
     return rc;

@@ -34,6 +34,11 @@ bool redis_array_size_ok(int elements);
  * that flushed once, a redis_psub consumer: ~8 MiB at 1,000 endpoints).
  * Same results and errors as hiredis's. */
 int redis_buffer_read(redisContext *c);
+/* hiredis's READ_BUF: a read takes up to this much */
+#define REDIS_READ_CHUNK (16 * 1024)
+/* The same; *got receives the bytes read (0 when none; REDIS_READ_CHUNK:
+ * more may be waiting). */
+int redis_buffer_read_got(redisContext *c, size_t *got);
 int redis_get_reply(redisContext *c, void **reply);
 /* Deep copy / free of the strings in opts. */
 /* redis_opts_copy: 0, or -1 out of memory (dst then cleared). */

@@ -12,7 +12,9 @@
 # Rate = N / (time from the start of redis-benchmark until the output file
 # holds N more lines). ROUNDS (default 4) rounds each run both, SETTLE_S
 # (default 1) apart; the two take turns at going first. The best round of
-# each is compared, and the median of the per-round ratios is printed.
+# each is printed; the figure is the median of the per-round ratios (a
+# round's two runs are minutes closer than the best of each, which are often
+# rounds apart on this noisy machine; bench_mqtt takes its figure the same way).
 # Then prints baton's peak RSS (VmHWM) and the CPU use of an idle standby
 # over IDLE_S (default 30) seconds.
 # Targets (issue 22): ratio >= 0.95 and CPU per message <= 1.5x the bare
@@ -234,17 +236,17 @@ echo
 printf '%-44s %12s %10s\n' "figure" "value" "target"
 printf '%-44s %12s %10s\n' "baseline (bare hiredis loop), msg/s" "$best_base" ""
 printf '%-44s %12s %10s\n' "baton leader -> stdout sink, msg/s" "$best_baton" ""
-printf '%-44s %12s %10s %s\n' "ratio baton / baseline" "$ratio" ">= 0.95" "$(ok "$ratio >= 0.95")"
-printf '%-44s %12s %10s\n' "median of the per-round ratios" "$median_ratio" ""
+printf '%-44s %12s %10s %s\n' "ratio baton / baseline, median of the rounds" "$median_ratio" ">= 0.95" "$(ok "$median_ratio >= 0.95")"
+printf '%-44s %12s %10s\n' "ratio of the best rounds (info)" "$ratio" ""
 printf '%-44s %12s %10s %s\n' "baton leader peak RSS (max VmHWM), KiB" "$peak_kb" "< 10240" "$(ok "$peak_kb < 10240")"
 printf '%-44s %12s %10s %s\n' "idle standby CPU over ${IDLE_S}s, % of a core" "$standby_cpu" "< 0.5" "$(ok "$standby_cpu < 0.5")"
 printf '%-44s %12s %10s\n' "idle leader CPU over ${IDLE_S}s, % of a core" "$leader_cpu" ""
 printf '%-44s %12s %10s\n' "CPU per message, baseline / baton (best rounds), us" "$best_base_cpu / $best_baton_cpu" "<= 1.5x"
 printf '%-44s %12s %10s\n' "idle standby peak RSS (VmHWM), KiB" "$standby_kb" ""
 
-python3 - "$N" "$best_base" "$best_baton" "$best_base_cpu" "$best_baton_cpu" "$peak_kb" "$standby_cpu" "$leader_cpu" "$IDLE_S" <<'EOF'
+python3 - "$N" "$best_base" "$best_baton" "$best_base_cpu" "$best_baton_cpu" "$peak_kb" "$standby_cpu" "$leader_cpu" "$IDLE_S" "$median_ratio" "${round_ratios[*]}" <<'EOF'
 import json, sys
-n, base, baton, base_cpu, baton_cpu, peak_kb, standby_cpu, leader_cpu, idle_s = sys.argv[1:]
+n, base, baton, base_cpu, baton_cpu, peak_kb, standby_cpu, leader_cpu, idle_s, median_ratio, rounds = sys.argv[1:]
 base, baton, base_cpu, baton_cpu = float(base), float(baton), float(base_cpu), float(baton_cpu)
 ratio = baton / base if base else None
 cpu_ratio = baton_cpu / base_cpu if base_cpu else None
@@ -254,9 +256,12 @@ def res(**kw):
     print("RESULT " + json.dumps(kw))
 
 
-res(workload="redis_psub -> stdout, %s msgs, best round" % n, baton=round(baton), baseline=round(base),
-    unit="msg/s", ratio=round(ratio, 3) if ratio else None, target=">= 0.95",
-    **{"pass": bool(ratio and ratio >= 0.95)})
+res(workload="redis_psub -> stdout, %s msgs, median of the per-round ratios (%s)" % (n, rounds),
+    baton=round(baton), baseline=round(base), unit="msg/s (best rounds)",
+    ratio=float(median_ratio), target=">= 0.95", **{"pass": float(median_ratio) >= 0.95})
+res(workload="redis_psub -> stdout, ratio of the best rounds (info)", baton=round(baton),
+    baseline=round(base), unit="msg/s", ratio=round(ratio, 3) if ratio else None, target=None,
+    **{"pass": None})
 res(workload="redis_psub CPU per message, best round", baton=baton_cpu, baseline=base_cpu,
     unit="us/msg", ratio=round(cpu_ratio, 2) if cpu_ratio else None, target="<= 1.5",
     **{"pass": bool(cpu_ratio and cpu_ratio <= 1.5)})

@@ -39,7 +39,6 @@ static void begin(struct envelope *e, const char *endpoint, const char *type, ui
     jbuf_reset(&e->buf);
     e->first = true;
     e->epoch = epoch;
-    e->wall_ms = received_wall_ms;
     e->id[0] = '\0';
     if (id) {
         /* truncated to MESSAGE_ID_MAX-1 bytes, without cutting a UTF-8
@@ -153,7 +152,7 @@ struct message *envelope_finish_at(struct envelope *e, int64_t received_mono_us)
     m->epoch = e->epoch;
     memcpy(m->id, e->id, sizeof m->id);
     m->received_mono_us = received_mono_us;
-    m->received_wall_ms = e->wall_ms;
+    m->received_wall_ms = e->ts_ms;
     /* keep the buffer (and its capacity) for the next envelope, unless an
      * exceptionally large message grew it: do not pin that memory */
     if (e->buf.cap > ENVELOPE_KEEP_MAX) {

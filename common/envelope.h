@@ -27,11 +27,11 @@ struct envelope {
     struct jbuf buf;
     bool first;
     uint64_t epoch;
-    int64_t wall_ms; /* the received_wall_ms given to begin */
     char id[MESSAGE_ID_MAX];
     struct message_pool *pool; /* envelope_finish's messages come from it */
-    /* received_at of the last envelope, formatted: the messages of one
-     * read(2) share their receive time, so the text is reused */
+    /* received_at of this (or the last) envelope, the message's
+     * received_wall_ms, and its text: the messages of one read(2) share
+     * their receive time, so the text is reused */
     int64_t ts_ms;
     char ts[32];
 };

@@ -351,8 +351,12 @@ def test_late_renew(t):
 
     def all_lead():
         st = h.status_endpoints(mport, 2.0)
-        return all(st.get(n, {}).get("role") == "leader" for n in names) and \
-            "consuming from" in b.stderr_text() and "subscribed to" in b.stderr_text()
+        # the role is "leader" from the promotion on, before the source is
+        # subscribed (a PUBLISH then reaches nobody): each endpoint's
+        # "consuming as leader" comes after its subscription is confirmed
+        err = b.stderr_text()
+        return all(st.get(n, {}).get("role") == "leader" and
+                   "gateway[%s]: consuming as leader" % n in err for n in names)
     t.require(h.wait_until(all_lead, 30, 0.1), "the three endpoints did not all lead within 30 s: %s"
               % {n: e.get("role") for n, e in h.status_endpoints(mport, 2.0).items()})
 

@@ -24,6 +24,7 @@ void envelope_init(struct envelope *e)
     e->pool = message_pool_create(ENVELOPE_POOL_MAX);
     e->ts_ms = INT64_MIN;
     e->ts[0] = '\0';
+    e->head_len = 0;
 }
 
 void envelope_free(struct envelope *e)
@@ -31,6 +32,34 @@ void envelope_free(struct envelope *e)
     jbuf_free(&e->buf);
     message_pool_release(e->pool);
     e->pool = NULL;
+}
+
+/* {"endpoint":...,"type":...,"epoch":N, the fixed keys as literals; the
+ * text of the last one is kept and reused while they stay the same */
+static void write_head(struct envelope *e, const char *endpoint, const char *type, uint64_t epoch)
+{
+    if (e->head_len && epoch == e->head_epoch && strcmp(endpoint, e->head_endpoint) == 0 &&
+        strcmp(type, e->head_type) == 0) {
+        jbuf_raw(&e->buf, e->head, e->head_len);
+        return;
+    }
+    size_t start = e->buf.len;
+    jbuf_raw(&e->buf, "{\"endpoint\":", 12);
+    jbuf_strz(&e->buf, endpoint);
+    jbuf_raw(&e->buf, ",\"type\":", 8);
+    jbuf_strz(&e->buf, type);
+    jbuf_raw(&e->buf, ",\"epoch\":", 9);
+    jbuf_u64(&e->buf, epoch);
+    size_t n = e->buf.len - start;
+    e->head_len = 0;
+    if (e->buf.data && n <= sizeof e->head && strlen(endpoint) < sizeof e->head_endpoint &&
+        strlen(type) < sizeof e->head_type) {
+        memcpy(e->head, e->buf.data + start, n);
+        strcpy(e->head_endpoint, endpoint);
+        strcpy(e->head_type, type);
+        e->head_epoch = epoch;
+        e->head_len = n;
+    }
 }
 
 static void begin(struct envelope *e, const char *endpoint, const char *type, uint64_t epoch,
@@ -51,13 +80,7 @@ static void begin(struct envelope *e, const char *endpoint, const char *type, ui
         memcpy(e->id, id, n);
         e->id[n] = '\0';
     }
-    /* the fixed keys as literals: {"endpoint":...,"type":...,"epoch":N */
-    jbuf_raw(&e->buf, "{\"endpoint\":", 12);
-    jbuf_strz(&e->buf, endpoint ? endpoint : "");
-    jbuf_raw(&e->buf, ",\"type\":", 8);
-    jbuf_strz(&e->buf, type ? type : "");
-    jbuf_raw(&e->buf, ",\"epoch\":", 9);
-    jbuf_u64(&e->buf, epoch);
+    write_head(e, endpoint ? endpoint : "", type ? type : "", epoch);
     if (replayed) jbuf_raw(&e->buf, ",\"replayed\":true", 16);
     e->first = false;
     if (id && *id) { /* the full id, not the truncated copy */

@@ -34,6 +34,15 @@ struct envelope {
      * their receive time, so the text is reused */
     int64_t ts_ms;
     char ts[32];
+    /* {"endpoint":..,"type":..,"epoch":N of the last envelope begun, and the
+     * endpoint, type and epoch it was made of: every message of an endpoint's
+     * term starts with the same text, so it is escaped and formatted once
+     * (head_len 0: none kept) */
+    char head[160];
+    size_t head_len;
+    char head_endpoint[64];
+    char head_type[32];
+    uint64_t head_epoch;
 };
 
 void envelope_init(struct envelope *e);

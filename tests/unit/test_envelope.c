@@ -206,6 +206,57 @@ static void test_escaped_names_and_long_id(void **state)
     envelope_free(&e);
 }
 
+/* The head ({"endpoint":..,"type":..,"epoch":N) is kept and reused: it
+ * must change with the epoch, the endpoint's and the type's text (also
+ * when the same buffer holds new text), and never after a long name that
+ * is not kept. */
+static void test_head_reused_only_while_the_same(void **state)
+{
+    (void)state;
+    struct envelope e;
+    envelope_init(&e);
+    char name[100] = "a";
+    char longname[100];
+    memset(longname, 'n', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    struct {
+        const char *endpoint, *type;
+        uint64_t epoch;
+        const char *want;
+    } steps[] = {
+        {name, "redis_psub", 7, "{\"endpoint\":\"a\",\"type\":\"redis_psub\",\"epoch\":7,"},
+        {name, "redis_psub", 7, "{\"endpoint\":\"a\",\"type\":\"redis_psub\",\"epoch\":7,"},
+        {name, "redis_psub", 8, "{\"endpoint\":\"a\",\"type\":\"redis_psub\",\"epoch\":8,"},
+        {name, "mqtt", 8, "{\"endpoint\":\"a\",\"type\":\"mqtt\",\"epoch\":8,"},
+        {NULL /* name, rewritten */, "mqtt", 8, "{\"endpoint\":\"b\\\"\",\"type\":\"mqtt\",\"epoch\":8,"},
+        {longname, "mqtt", 8, NULL},
+        {NULL, "mqtt", 8, "{\"endpoint\":\"b\\\"\",\"type\":\"mqtt\",\"epoch\":8,"},
+        {"", "", 0, "{\"endpoint\":\"\",\"type\":\"\",\"epoch\":0,"},
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        const char *ep = steps[i].endpoint;
+        if (ep == NULL) {
+            strcpy(name, "b\""); /* the same buffer, new text */
+            ep = name;
+        }
+        envelope_begin(&e, ep, steps[i].type, steps[i].epoch, NULL, T0);
+        envelope_str(&e, "k", "v", 1);
+        struct message *m = envelope_finish(&e);
+        if (steps[i].want) {
+            assert_true(strncmp(m->json, steps[i].want, strlen(steps[i].want)) == 0);
+        } else {
+            char want[200];
+            snprintf(want, sizeof want, "{\"endpoint\":\"%s\",\"type\":\"%s\",\"epoch\":%llu,",
+                     ep, steps[i].type, (unsigned long long)steps[i].epoch);
+            assert_true(strncmp(m->json, want, strlen(want)) == 0);
+        }
+        assert_non_null(strstr(m->json, ",\"received_at\":\"2026-12-02T14:00:00.123Z\",\"k\":\"v\"}"));
+        assert_int_equal(m->epoch, steps[i].epoch);
+        message_finish(m, MSG_DELIVERED);
+    }
+    envelope_free(&e);
+}
+
 static const char *find_payload(const struct message *m)
 {
     const char *p = strstr(m->json, ",\"payload\":\"");
@@ -485,6 +536,7 @@ int main(void)
         cmocka_unit_test(test_field_order_utf8),
         cmocka_unit_test(test_base64_path),
         cmocka_unit_test(test_escaped_names_and_long_id),
+        cmocka_unit_test(test_head_reused_only_while_the_same),
         cmocka_unit_test(test_16mib_payload_utf8),
         cmocka_unit_test(test_16mib_payload_binary),
         cmocka_unit_test(test_restamp),

@@ -585,6 +585,34 @@ static int conn_wait_ms(const struct psub *p)
     return wait;
 }
 
+/* One read into hiredis's buffer (nowait: without blocking, *got 0 when
+ * nothing was waiting). False, with err set, when the connection failed. */
+static bool read_some(struct psub *p, redisContext *c, bool nowait, size_t *got, char *err,
+                      size_t errlen)
+{
+    if ((nowait ? redis_buffer_read_nowait(c, got) : redis_buffer_read_got(c, got)) == REDIS_OK)
+        return true;
+    if (p->probed && atomic_load(&p->probe.dead))
+        snprintf(err, errlen, "redis %s: no answer to PING within %lld ms (the process PINGs "
+                 "each server on one of its connections)", p->where, (long long)p->s->ping_interval_ms);
+    else
+        snprintf(err, errlen, "redis %s: %s", p->where, c->errstr[0] ? c->errstr : "connection lost");
+    return false;
+}
+
+/* After a read that brought got bytes: the read's clock, the silence
+ * clock, whether a replay standby naps and whether the buffer came full. */
+static void after_read(struct psub *p, size_t got, struct read_clock *read_at, int64_t *quiet_since,
+                       bool *nap, bool *full)
+{
+    *read_at = read_clock_now();
+    *quiet_since = read_at->mono_us / 1000;
+    *nap = got >= STANDBY_NAP_MIN_BYTES && got < REDIS_READ_CHUNK && p->replay &&
+           !p->host->replay_live(p->host);
+    *full = got == REDIS_READ_CHUNK;
+    if (p->probed) atomic_store_explicit(&p->probe.last_read_ms, *quiet_since, memory_order_relaxed);
+}
+
 /* Reads until the connection fails or stop is set. err says why it ended.
  * tfd: tick_open(wait) or -1. */
 static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_t errlen)
@@ -598,7 +626,7 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
     int64_t quiet_since = clock_mono_ms();
     bool ping_out = false;
     struct read_clock read_at = read_clock_now();
-    bool nap = false;
+    bool nap = false, full = false;
     for (;;) {
         /* everything hiredis already holds, before blocking again */
         for (;;) {
@@ -628,6 +656,17 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
             nanosleep(&ts, NULL);
             nap = false;
         }
+        if (full) {
+            /* the last read filled the buffer: more is usually waiting, so
+             * read again without the poll(2) (at saturation most reads) */
+            full = false;
+            size_t got;
+            if (!read_some(p, c, true, &got, err, errlen)) return;
+            if (got > 0) {
+                after_read(p, got, &read_at, &quiet_since, &nap, &full);
+                continue;
+            }
+        }
         int n = poll(pfd, tfd >= 0 ? 2 : 1, poll_timeout);
         if (n < 0) {
             if (errno == EINTR) continue;
@@ -645,20 +684,8 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
         }
         if (pfd[0].revents) { /* data first: it may hold the PONG */
             size_t got;
-            if (redis_buffer_read_got(c, &got) != REDIS_OK) {
-                if (p->probed && atomic_load(&p->probe.dead))
-                    snprintf(err, errlen, "redis %s: no answer to PING within %d ms (the "
-                             "process PINGs each server on one of its connections)", p->where, timeout);
-                else
-                    snprintf(err, errlen, "redis %s: %s", p->where,
-                             c->errstr[0] ? c->errstr : "connection lost");
-                return;
-            }
-            read_at = read_clock_now();
-            quiet_since = read_at.mono_us / 1000;
-            nap = got >= STANDBY_NAP_MIN_BYTES && got < REDIS_READ_CHUNK && p->replay &&
-                  !p->host->replay_live(p->host);
-            if (p->probed) atomic_store_explicit(&p->probe.last_read_ms, quiet_since, memory_order_relaxed);
+            if (!read_some(p, c, false, &got, err, errlen)) return;
+            after_read(p, got, &read_at, &quiet_since, &nap, &full);
             continue; /* the silence clock was just reset */
         }
         if (!tick) continue;

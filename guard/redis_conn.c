@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -343,7 +344,19 @@ int redis_buffer_read(redisContext *c)
     return redis_buffer_read_got(c, &got);
 }
 
+static int buffer_read(redisContext *c, size_t *got, bool nowait);
+
 int redis_buffer_read_got(redisContext *c, size_t *got)
+{
+    return buffer_read(c, got, false);
+}
+
+int redis_buffer_read_nowait(redisContext *c, size_t *got)
+{
+    return buffer_read(c, got, true);
+}
+
+static int buffer_read(redisContext *c, size_t *got, bool nowait)
 {
     *got = 0;
     if (c->err) return REDIS_ERR;
@@ -356,9 +369,11 @@ int redis_buffer_read_got(redisContext *c, size_t *got)
         return REDIS_ERR;
     }
     int rc = REDIS_OK;
-    ssize_t n = read(c->fd, buf, REDIS_READ_CHUNK);
+    ssize_t n = nowait ? recv(c->fd, buf, REDIS_READ_CHUNK, MSG_DONTWAIT)
+                       : read(c->fd, buf, REDIS_READ_CHUNK);
     if (n < 0) {
-        if ((errno == EAGAIN && !(c->flags & REDIS_BLOCK)) || errno == EINTR) {
+        if (((errno == EAGAIN || errno == EWOULDBLOCK) && (nowait || !(c->flags & REDIS_BLOCK))) ||
+            errno == EINTR) {
             /* try again later, as hiredis */
         } else {
             c->err = REDIS_ERR_IO;

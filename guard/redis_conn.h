@@ -39,6 +39,11 @@ int redis_buffer_read(redisContext *c);
 /* The same; *got receives the bytes read (0 when none; REDIS_READ_CHUNK:
  * more may be waiting). */
 int redis_buffer_read_got(redisContext *c, size_t *got);
+/* The same without blocking (recv MSG_DONTWAIT on any context): *got 0
+ * and REDIS_OK when nothing is waiting. For a reader whose last read was
+ * full: the next one usually finds more, and poll(2) before it would be a
+ * wasted system call. */
+int redis_buffer_read_nowait(redisContext *c, size_t *got);
 int redis_get_reply(redisContext *c, void **reply);
 /* Deep copy / free of the strings in opts. */
 /* redis_opts_copy: 0, or -1 out of memory (dst then cleared). */

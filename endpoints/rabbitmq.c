@@ -183,6 +183,7 @@ struct rmq_ep {
     amqp_connection_state_t conn;
     unsigned gen;          /* connection generation, 16 bits used */
     uint64_t outstanding;  /* delivered with manual ack, not yet resolved */
+    unsigned deferred;     /* emitted deferred since the last flush */
     char queue[256];       /* queue actually bound */
     char where[300];       /* host:port of the live connection */
     struct envelope env;
@@ -676,7 +677,37 @@ static void forward(struct rmq_ep *ep, const amqp_envelope_t *d)
         m->seq = rmq_seq_pack(ep->gen, d->delivery_tag);
         ep->outstanding++;
     }
-    h->emit(h, m); /* dropped messages are counted and finished by the host */
+    /* deferred: the deliveries of one read go out together at the flush
+     * after it, on this thread when the forwarder is idle and the sink takes
+     * them at once (src/gateway.c host_flush), instead of a forwarder
+     * wake-up per delivery. Dropped messages are counted and finished by
+     * the host. */
+    if (h->emit_deferred) {
+        h->emit_deferred(h, m);
+        ep->deferred++;
+    } else {
+        h->emit(h, m);
+    }
+}
+
+/* Emitted deferred since the last flush: out now. */
+static void flush_deferred(struct rmq_ep *ep)
+{
+    if (ep->deferred) {
+        ep->deferred = 0;
+        ep->host->flush(ep->host);
+    }
+}
+
+/* Before a read that may block: when nothing is left in rabbitmq-c's
+ * buffer, or a burst has gathered FLUSH_EVERY (a frame cut at the end of
+ * the buffer keeps it non-empty). */
+#define FLUSH_EVERY 64
+static void flush_before_read(struct rmq_ep *ep)
+{
+    if (ep->deferred && (ep->deferred >= FLUSH_EVERY || (!amqp_data_in_buffer(ep->conn) &&
+                                                         !amqp_frames_enqueued(ep->conn))))
+        flush_deferred(ep);
 }
 
 /* A frame other than basic.deliver arrived. Returns 0 to keep consuming,
@@ -720,8 +751,13 @@ static int handle_other_frame(struct rmq_ep *ep)
 static int consume_loop(struct rmq_ep *ep)
 {
     const struct timeval idle = { 0, 250 * 1000 }, busy = { 0, 2 * 1000 };
+    int rc = 0;
     while (!atomic_load_explicit(&ep->stop, memory_order_relaxed)) {
-        if (ep->after_sink && flush_acks(ep) < 0) return -1;
+        flush_before_read(ep); /* first: what it delivers inline is acked just below */
+        if (ep->after_sink && flush_acks(ep) < 0) {
+            rc = -1;
+            break;
+        }
         amqp_envelope_t d;
         amqp_maybe_release_buffers(ep->conn);
         /* with deliveries awaiting their ack decision, wake up often to send
@@ -736,15 +772,21 @@ static int consume_loop(struct rmq_ep *ep)
         if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION) {
             if (r.library_error == AMQP_STATUS_TIMEOUT) continue;
             if (r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
-                if (handle_other_frame(ep) < 0) return -1;
+                flush_deferred(ep); /* it may block */
+                if (handle_other_frame(ep) < 0) {
+                    rc = -1;
+                    break;
+                }
                 continue;
             }
         }
-        if (atomic_load(&ep->stop)) return 0;
+        if (atomic_load(&ep->stop)) break;
         describe_reply(r, "consume", ep->reason, sizeof ep->reason);
-        return -1;
+        rc = -1;
+        break;
     }
-    return 0;
+    flush_deferred(ep); /* nothing emitted stays unannounced to the forwarder */
+    return rc;
 }
 
 /* after_sink: stop new deliveries and give the forwarder a bounded time to

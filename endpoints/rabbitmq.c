@@ -751,6 +751,9 @@ static int handle_other_frame(struct rmq_ep *ep)
 static int consume_loop(struct rmq_ep *ep)
 {
     const struct timeval idle = { 0, 250 * 1000 }, busy = { 0, 2 * 1000 };
+    /* deliveries still deferred (the buffer ends in a cut frame, whose rest
+     * is on its way): wait at most 1 ms for it before they go out anyway */
+    const struct timeval pending = { 0, 1000 };
     int rc = 0;
     while (!atomic_load_explicit(&ep->stop, memory_order_relaxed)) {
         flush_before_read(ep); /* first: what it delivers inline is acked just below */
@@ -762,7 +765,7 @@ static int consume_loop(struct rmq_ep *ep)
         amqp_maybe_release_buffers(ep->conn);
         /* with deliveries awaiting their ack decision, wake up often to send
          * the acks (the broker stops delivering at the prefetch limit) */
-        struct timeval tv = (ep->after_sink && ep->outstanding) ? busy : idle;
+        struct timeval tv = ep->deferred ? pending : (ep->after_sink && ep->outstanding) ? busy : idle;
         amqp_rpc_reply_t r = amqp_consume_message(ep->conn, &d, &tv, 0);
         if (r.reply_type == AMQP_RESPONSE_NORMAL) {
             forward(ep, &d);
@@ -770,7 +773,10 @@ static int consume_loop(struct rmq_ep *ep)
             continue;
         }
         if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION) {
-            if (r.library_error == AMQP_STATUS_TIMEOUT) continue;
+            if (r.library_error == AMQP_STATUS_TIMEOUT) {
+                flush_deferred(ep);
+                continue;
+            }
             if (r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
                 flush_deferred(ep); /* it may block */
                 if (handle_other_frame(ep) < 0) {

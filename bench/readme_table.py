@@ -84,6 +84,11 @@ def verdict(*results):
     return "**met**" if all(passes) else "**missed**"
 
 
+def triple(R, pattern, peers, what=("throughput", "CPU per message", "peak RSS")):
+    """For each of what: the results of pattern % (peer, what) for every peer."""
+    return [[R.get(pattern % (p, w)) for p in peers] for w in what]
+
+
 def rows(R):
     """(what, figure, target, command) of each row, as functions of the run."""
     out = []
@@ -196,11 +201,8 @@ def rows(R):
          "the same lease loop + PSUBSCRIBE → JSON lines, in Node.js/ioredis 6.1 and Go/redigo)",
          "`bench/bench_peers.py`, `bench/bench_paced.py`")
     def _():
-        w = "redis_psub 500000 msgs, baton / %s: %s"
         peers = ("node/ioredis", "go/redigo")
-        t = [R.get(w % (p, "throughput")) for p in peers]
-        c = [R.get(w % (p, "CPU per message")) for p in peers]
-        m = [R.get(w % (p, "peak RSS")) for p in peers]
+        t, c, m = triple(R, "redis_psub 500000 msgs, baton / %s: %s", peers)
         paced = {p: [R.get("redis_psub CPU per message at %d msg/s paced, baton / %s" % (n, p))
                      for n in (1000, 10000, 50000)] for p in peers}
         return ("saturated: throughput %.2f× Node's, %.2f× Go's (%s vs %s / %s msg/s); CPU per message "
@@ -220,12 +222,9 @@ def rows(R):
          "lines: Go/amqp091-go 1.5, Node.js/amqplib 2.3), each draining a 100,000 × 100 B backlog",
          "`bench/bench_peers_rabbitmq.py`")
     def _():
-        w = "rabbitmq backlog drain 100000 x 100 B, baton / %s: %s"
         peers = ("go/amqp091-go", "node/amqplib")
-        t = [R.get(w % (p, "throughput")) for p in peers]
-        c = [R.get(w % (p, "CPU per message")) for p in peers]
-        m = [R.get(w % (p, "peak RSS")) for p in peers]
-        f = [R.get(w % (p, "CPU per message of the bare")) for p in peers]
+        t, c, m, f = triple(R, "rabbitmq backlog drain 100000 x 100 B, baton / %s: %s", peers,
+                            ("throughput", "CPU per message", "peak RSS", "CPU per message of the bare"))
         return ("throughput %.2f× Go's, %.2f× Node's (%s vs %s / %s msg/s); CPU per message %.2f / %.2f "
                 "(%.2f vs %.1f / %.1f µs; the bare rabbitmq-c loop: %.2f µs, %.2f / %.2f); peak RSS "
                 "%.2f / %.2f (%.1f vs %.1f / %.1f MiB)"
@@ -245,11 +244,8 @@ def rows(R):
         q0 = "mqtt plain QoS 0, backlog of 200000 msgs, baton / %s: %s"
         q1 = "mqtt plain QoS 1 (baton ack=on_receive), backlog of 20000 msgs, baton / %s: %s"
         q1s = "mqtt plain QoS 1 (baton ack=after_sink, info), backlog of 20000 msgs, baton / %s: %s"
-        t0 = [R.get(q0 % (p, "throughput")) for p in peers]
-        c0 = [R.get(q0 % (p, "CPU per message")) for p in peers]
-        m0 = [R.get(q0 % (p, "peak RSS")) for p in peers]
-        t1 = [R.get(q1 % (p, "throughput")) for p in peers]
-        c1 = [R.get(q1 % (p, "CPU per message")) for p in peers]
+        t0, c0, m0 = triple(R, q0, peers)
+        t1, c1 = triple(R, q1, peers, ("throughput", "CPU per message"))
         s1 = R.get(q1s % (peers[0], "throughput"))
         s1c = R.get(q1s % (peers[0], "CPU per message"))
         return ("QoS 0 (200,000): throughput %.2f× Go's, %.2f× Node's (%s vs %s / %s msg/s); CPU per "

@@ -413,14 +413,22 @@ def main():
     ap.add_argument("results", help="the JSON bench/run wrote")
     ap.add_argument("--write", metavar="README", help="replace the table between the markers")
     a = ap.parse_args()
-    with open(a.results) as f:
-        doc = json.load(f)
-    text = render(doc, a.results)
+    try:
+        with open(a.results) as f:
+            doc = json.load(f)
+        text = render(doc, a.results)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print("%s: not a bench/run results file: %s" % (a.results, e), file=sys.stderr)
+        return 2
     if not a.write:
         sys.stdout.write(text)
         return 0
-    with open(a.write) as f:
-        readme = f.read()
+    try:
+        with open(a.write) as f:
+            readme = f.read()
+    except OSError as e:
+        print("%s: %s" % (a.write, e), file=sys.stderr)
+        return 2
     i, j = readme.find(BEGIN), readme.find(END)
     if i < 0 or j < i:
         print("%s: the markers %r and %r are not there" % (a.write, BEGIN, END), file=sys.stderr)

@@ -7,7 +7,12 @@
 # -c 4 -P 32, "PUBLISH chan.x <30-byte payload>") to a pattern subscriber and
 # measures, in the same run and on the same workload:
 #   - the bare hiredis PSUBSCRIBE loop (bench_redis_psub_baseline), payload
-#     lines to a file;
+#     lines to a file, written as soon as nothing more is read ("flush", as
+#     baton writes each read's messages and as bench_peers.py and
+#     bench_paced.py run the loop). Until 2026-12-05 it ran without "flush",
+#     holding its output in a 64 KiB stdio buffer until it filled: ~2,100
+#     messages per write(2), and the last ones never written while the
+#     publisher paused -- no consumer a user could run;
 #   - one baton leader (redis_psub endpoint, stdout sink redirected to a file).
 # Rate = N / (time from the start of redis-benchmark until the output file
 # holds N more lines). ROUNDS (default 4) rounds each run both, SETTLE_S
@@ -148,7 +153,7 @@ max_of() { python3 -c "import sys; print(max(int(sys.argv[1]), int(sys.argv[2]))
 
 run_base() { # round
     : > "$TMP/base.out"
-    "$BASELINE" 127.0.0.1 "$SPORT" 'chan.*' "$N" > "$TMP/base.out" 2> "$TMP/base.err" &
+    "$BASELINE" 127.0.0.1 "$SPORT" 'chan.*' "$N" flush > "$TMP/base.out" 2> "$TMP/base.err" &
     BPID=$!
     PIDS+=("$BPID")
     wait_numpat "$SPORT" 1 10

@@ -367,7 +367,7 @@ def rows(R):
         med = R.get("replay leader msg/s, on vs off (median")
         sl = R.get("replay standby vs leader CPU per msg")
         d16 = R.get("replay ring 16 MiB (default): peak ring bytes")
-        return ("on / off **%.2f** (best of 5; median %.2f); standby / leader **%.2f** (%.3f vs %.3f "
+        return ("on / off **%.3f** (best of 5; median %.2f); standby / leader **%.2f** (%.3f vs %.3f "
                 "µs); %.0f ring bytes per message; the default 16 MiB ring held %.1f MiB at most on "
                 "both replicas (standby RSS %.1f MiB); a 256 MiB ring: standby RSS %.1f MiB"
                 % (on["ratio"], med["ratio"], sl["ratio"], sl["baton"], sl["baseline"],

@@ -13,11 +13,17 @@ other, never at the same time:
 - baseline: bench_http_sink_baseline, a bare libcurl loop on one kept-alive
   connection posting the same bodies (baton's own first envelope, captured
   by the receiver) in batches of BATCH with the same headers; time until the
-  receiver counted N; its CPU from getrusage.
+  receiver counted N; its CPU from getrusage;
+- source loop, for information (like for like): the same program with
+  --psub, a bare hiredis PSUBSCRIBE loop that builds each message's envelope
+  with baton's own code and posts what it has read (BATCH lines or fewer)
+  before it blocks, on one thread; the same publish as baton's. It is what
+  the baseline is not: bounded by the source as baton is (at batch 64 the
+  baseline posts faster than Redis can deliver to anyone).
 For each BATCH in BATCHES (default "1,64"; N_1 = 20000 messages at batch 1,
-N = 200000 otherwise), ROUNDS (default 2) alternating rounds, the best of
-each compared. Target (issue 22): ratio >= 0.9. Prints RESULT {json} lines
-(bench/run's contract).
+N = 200000 otherwise), ROUNDS (default 3) rounds in which the three take
+turns at each place, the best of each compared. Target (issue 22): baton /
+baseline >= 0.9. Prints RESULT {json} lines (bench/run's contract).
 """
 import json
 import os
@@ -39,7 +45,8 @@ BASELINE = os.path.join(BUILD, "bench", "bench_http_sink_baseline")
 BATCHES = [int(x) for x in os.environ.get("BATCHES", "1,64").split(",") if x.strip()]
 N = int(os.environ.get("N", "200000"))
 N_1 = int(os.environ.get("N_1", "20000"))
-ROUNDS = int(os.environ.get("ROUNDS", "2"))
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+SUBJECTS = ("baton", "baseline", "source loop")
 TIMEOUT_S = float(os.environ.get("TIMEOUT_S", "120"))
 PAYLOAD = "payload-30-bytes-0123456789abc"
 HZ = benchlib.HZ
@@ -114,6 +121,30 @@ def run_baseline(rec, line, batch, n):
     return n / secs, cpu_us / n
 
 
+def run_source_loop(rec, source, batch, n):
+    """The bare loop that receives too (--psub): subscribes, then the same publish as baton's."""
+    base = rec.count()
+    p = subprocess.Popen([BASELINE, rec.url, str(n), str(batch), "--psub", "127.0.0.1",
+                          str(source.port), "chan.*"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        if not h.wait_until(lambda: source.client().cmd("PUBSUB", "NUMPAT") == 1, 15):
+            raise RuntimeError("the source loop did not subscribe")
+        t0 = time.monotonic()
+        pub = publish(source.port, n)
+        secs = rec.wait_for(base + n, t0)
+        pub.wait(30)
+        _, err = p.communicate(timeout=TIMEOUT_S)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    if p.returncode != 0 or secs is None:
+        raise RuntimeError("source loop failed (rc %s): %s" % (p.returncode, err[-500:]))
+    cpu_us = int(err.split("cpu_us")[1].split()[0])
+    return n / secs, cpu_us / n
+
+
 def main():
     for f in (h.BATON_BIN, RECEIVER, BASELINE):
         if not os.path.exists(f):
@@ -127,21 +158,25 @@ def main():
     try:
         for batch in BATCHES:
             n = N_1 if batch == 1 else N
-            best = {"baton": (0, None), "baseline": (0, None)}
+            best = {"baton": (0, None), "baseline": (0, None), "source loop": (0, None)}
             for rnd in range(ROUNDS):
-                r, cpu = run_baton(work, rec, source, locker, batch, n, "%d-%d" % (batch, rnd))
-                print("  batch %3d round %d baton:    %9.0f msg/s, CPU %.2f us/msg"
-                      % (batch, rnd + 1, r, cpu), flush=True)
-                if r > best["baton"][0]:
-                    best["baton"] = (r, cpu)
-                with open(rec.first) as f:
-                    line = f.read().split("\n")[0]
-                r, cpu = run_baseline(rec, line, batch, n)
-                print("  batch %3d round %d baseline: %9.0f msg/s, CPU %.2f us/msg"
-                      % (batch, rnd + 1, r, cpu), flush=True)
-                if r > best["baseline"][0]:
-                    best["baseline"] = (r, cpu)
-            (br, bc), (lr, lc) = best["baton"], best["baseline"]
+                # baton runs first in round 1 (the baseline posts baton's first envelope);
+                # then the three take turns at each place
+                for k in range(3):
+                    who = SUBJECTS[(rnd + k) % 3]
+                    if who == "baton":
+                        r, cpu = run_baton(work, rec, source, locker, batch, n, "%d-%d" % (batch, rnd))
+                    elif who == "baseline":
+                        with open(rec.first) as f:
+                            line = f.read().split("\n")[0]
+                        r, cpu = run_baseline(rec, line, batch, n)
+                    else:
+                        r, cpu = run_source_loop(rec, source, batch, n)
+                    print("  batch %3d round %d %-12s %9.0f msg/s, CPU %.2f us/msg"
+                          % (batch, rnd + 1, who + ":", r, cpu), flush=True)
+                    if r > best[who][0]:
+                        best[who] = (r, cpu)
+            (br, bc), (lr, lc), (sr, sc) = best["baton"], best["baseline"], best["source loop"]
             ratio = br / lr
             results.append({"workload": "redis_psub -> http sink, batch_max %d, %d msgs" % (batch, n),
                             "baton": round(br), "baseline": round(lr), "unit": "msg/s",
@@ -149,6 +184,14 @@ def main():
             results.append({"workload": "http sink CPU per message, batch_max %d (info)" % batch,
                             "baton": round(bc, 2), "baseline": round(lc, 2), "unit": "us/msg",
                             "ratio": round(bc / lc, 2) if lc else None, "target": None,
+                            "pass": None})
+            results.append({"workload": "redis_psub -> http sink like for like, batch_max %d: baton / "
+                                        "the loop that receives too (info)" % batch,
+                            "baton": round(br), "baseline": round(sr), "unit": "msg/s",
+                            "ratio": round(br / sr, 3), "target": None, "pass": None})
+            results.append({"workload": "http sink CPU per message like for like, batch_max %d (info)" % batch,
+                            "baton": round(bc, 2), "baseline": round(sc, 2), "unit": "us/msg",
+                            "ratio": round(bc / sc, 2) if sc else None, "target": None,
                             "pass": None})
     finally:
         rec.close()

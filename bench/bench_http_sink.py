@@ -85,6 +85,22 @@ def publish(port, n):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def subscribed(source):
+    """Whether one pattern subscriber is on the source within 15 s."""
+    return h.wait_until(lambda: source.client().cmd("PUBSUB", "NUMPAT") == 1, 15)
+
+
+def timed_publish(rec, source, n):
+    """Publishes n and returns (seconds from the first PUBLISH until the
+    receiver counted n more, None on timeout; how many it counted)."""
+    base = rec.count()
+    t0 = time.monotonic()
+    pub = publish(source.port, n)
+    secs = rec.wait_for(base + n, t0)
+    pub.wait(30)
+    return secs, rec.count() - base
+
+
 def run_baton(work, rec, source, locker, batch, n, tag):
     sink = '{ name = "hook"; type = "http"; url = "%s"; batch_max = %d; }' % (rec.url, batch)
     main = h.main_cfg(redis_port=locker.port, sinks=sink, log_level="warn")
@@ -92,18 +108,14 @@ def run_baton(work, rec, source, locker, batch, n, tag):
           'patterns = [ "chan.*" ];\n' % source.port)
     b = h.Baton(work, main, {"psub.cfg": ep}, name="baton-%s" % tag)
     try:
-        if not h.wait_until(lambda: source.client().cmd("PUBSUB", "NUMPAT") == 1, 15):
+        if not subscribed(source):
             raise RuntimeError("baton did not subscribe: %s" % b.stderr_text()[-1500:])
-        base = rec.count()
         c0 = ticks(b.pid)
-        t0 = time.monotonic()
-        pub = publish(source.port, n)
-        secs = rec.wait_for(base + n, t0)
+        secs, got = timed_publish(rec, source, n)
         c1 = ticks(b.pid)
-        pub.wait(30)
         if secs is None:
             raise RuntimeError("baton: %d of %d messages reached the receiver in %.0f s"
-                               % (rec.count() - base, n, TIMEOUT_S))
+                               % (got, n, TIMEOUT_S))
         return n / secs, (c1 - c0) * 1e6 / HZ / n
     finally:
         b.term()
@@ -123,17 +135,13 @@ def run_baseline(rec, line, batch, n):
 
 def run_source_loop(rec, source, batch, n):
     """The bare loop that receives too (--psub): subscribes, then the same publish as baton's."""
-    base = rec.count()
     p = subprocess.Popen([BASELINE, rec.url, str(n), str(batch), "--psub", "127.0.0.1",
                           str(source.port), "chan.*"], stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True)
     try:
-        if not h.wait_until(lambda: source.client().cmd("PUBSUB", "NUMPAT") == 1, 15):
+        if not subscribed(source):
             raise RuntimeError("the source loop did not subscribe")
-        t0 = time.monotonic()
-        pub = publish(source.port, n)
-        secs = rec.wait_for(base + n, t0)
-        pub.wait(30)
+        secs, _ = timed_publish(rec, source, n)
         _, err = p.communicate(timeout=TIMEOUT_S)
     finally:
         if p.poll() is None:

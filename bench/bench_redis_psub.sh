@@ -239,8 +239,6 @@ median_of() { python3 -c "import statistics, sys; print('%.3f' % statistics.medi
 median_ratio=$(median_of "${round_ratios[@]}")
 json_median=$(median_of "${json_ratios[@]}")
 
-ratio=$(python3 -c "import statistics, sys; print('%.3f' % statistics.median(float(x) for x in sys.argv[1:]))" "${round_ratios[@]}")
-
 ratio=$(python3 -c "import sys; print('%.2f' % (int(sys.argv[1]) / float(sys.argv[2])))" "$best_baton" "$best_base")
 
 # idle standby: a leader, then a second replica with the same configuration
@@ -274,7 +272,7 @@ printf '%-44s %12s %10s\n' "baton leader -> stdout sink, msg/s" "$best_baton" ""
 printf '%-44s %12s %10s %s\n' "ratio baton / baseline, median of the rounds" "$median_ratio" ">= 0.95" "$(ok "$median_ratio >= 0.95")"
 printf '%-44s %12s %10s\n' "ratio of the best rounds (info)" "$ratio" ""
 printf '%-44s %12s %10s\n' "json loop (baton's envelope), msg/s" "$best_json" ""
-printf '%-44s %12s %10s %s\n' "ratio baton / json loop, median (info)" "$json_median" ">= 0.95" "$(ok "$json_median >= 0.95")"
+printf '%-44s %12s %10s\n' "ratio baton / json loop, median (info)" "$json_median" ""
 printf '%-44s %12s %10s %s\n' "baton leader peak RSS (max VmHWM), KiB" "$peak_kb" "< 10240" "$(ok "$peak_kb < 10240")"
 printf '%-44s %12s %10s %s\n' "idle standby CPU over ${IDLE_S}s, % of a core" "$standby_cpu" "< 0.5" "$(ok "$standby_cpu < 0.5")"
 printf '%-44s %12s %10s\n' "idle leader CPU over ${IDLE_S}s, % of a core" "$leader_cpu" ""

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "bench/bench_psub.h"
 #include "common/envelope.h"
 #include "endpoints/redis_psub.h"
 #include "guard/curl_dl.h"
@@ -44,14 +45,15 @@ static long long posts;
 /* One POST of k lines (body, len) with the headers baton's HTTP sink sends. */
 static int post(const char *url, const char *body, size_t len, long long k, long long batch)
 {
-    char h_id[64], h_count[64];
+    char h_id[64], h_count[64], h_epoch[64];
+    snprintf(h_epoch, sizeof h_epoch, "X-Baton-Epoch: %llu", EPOCH);
     snprintf(h_id, sizeof h_id, "X-Baton-Id: r%016llx", ++posts);
     snprintf(h_count, sizeof h_count, "X-Baton-Count: %lld", k);
     struct curl_slist *h = sym_curl_slist_append(
         NULL, batch > 1 ? "Content-Type: application/x-ndjson" : "Content-Type: application/json");
     h = sym_curl_slist_append(h, "Expect:");
     h = sym_curl_slist_append(h, "X-Baton-Endpoint: bench");
-    h = sym_curl_slist_append(h, "X-Baton-Epoch: 1796360000000000");
+    h = sym_curl_slist_append(h, h_epoch);
     h = sym_curl_slist_append(h, h_id);
     if (batch > 1) h = sym_curl_slist_append(h, h_count);
     sym_curl_easy_setopt(curl, CURLOPT_HTTPHEADER, h);
@@ -94,22 +96,21 @@ static int run_lines(const char *url, long long n, long long batch, const char *
     return 0;
 }
 
+/* Posts the in_body lines gathered in body, if any, and empties it. */
+static int post_body(const char *url, struct jbuf *body, long long *in_body, long long batch)
+{
+    int rc = *in_body ? post(url, body->data, body->len, *in_body, batch) : 0;
+    jbuf_reset(body);
+    *in_body = 0;
+    return rc;
+}
+
 /* --psub: receives n messages and posts their envelopes (see the top). */
 static int run_psub(const char *url, long long n, long long batch, const char *host, int port,
                     const char *pattern)
 {
-    redisContext *c = redisConnect(host, port);
-    if (!c || c->err) {
-        fprintf(stderr, "http_sink_baseline: connect %s:%d: %s\n", host, port,
-                c ? c->errstr : "out of memory");
-        return 69;
-    }
-    redisReply *r = redisCommand(c, "PSUBSCRIBE %s", pattern);
-    if (!r || r->type != REDIS_REPLY_ARRAY) {
-        fprintf(stderr, "http_sink_baseline: PSUBSCRIBE failed: %s\n", c->errstr);
-        return 69;
-    }
-    freeReplyObject(r);
+    redisContext *c = bench_psub_connect("http_sink_baseline", host, port, pattern);
+    if (!c) return 69;
     struct envelope env;
     envelope_init(&env);
     struct jbuf body;
@@ -122,16 +123,14 @@ static int run_psub(const char *url, long long n, long long batch, const char *h
         if (redisGetReplyFromReader(c, &rv) != REDIS_OK) break;
         if (!rv) {
             /* nothing more already read: post what we have, then block */
-            if (in_body && post(url, body.data, body.len, in_body, batch) != 0) {
+            if (post_body(url, &body, &in_body, batch) != 0) {
                 rc = 1;
                 break;
             }
-            jbuf_reset(&body);
-            in_body = 0;
             if (redisGetReply(c, &rv) != REDIS_OK || !rv) break;
             read_wall_ms = clock_wall_ms();
         }
-        r = rv;
+        struct redisReply *r = rv;
         struct psub_event ev;
         if (redis_psub_decode(r, &ev) == PSUB_PMESSAGE) {
             redis_psub_envelope(&env, "bench", EPOCH, read_wall_ms, &ev, NULL);
@@ -139,19 +138,15 @@ static int run_psub(const char *url, long long n, long long batch, const char *h
             jbuf_raw(&body, env.buf.data, env.buf.len);
             if (batch > 1) jbuf_char(&body, '\n');
             got++;
-            if (++in_body == batch) {
-                if (post(url, body.data, body.len, in_body, batch) != 0) {
-                    rc = 1;
-                    freeReplyObject(r);
-                    break;
-                }
-                jbuf_reset(&body);
-                in_body = 0;
-            }
+            in_body++;
         }
         freeReplyObject(r);
+        if (in_body == batch && post_body(url, &body, &in_body, batch) != 0) {
+            rc = 1;
+            break;
+        }
     }
-    if (rc == 0 && in_body && post(url, body.data, body.len, in_body, batch) != 0) rc = 1;
+    if (rc == 0 && post_body(url, &body, &in_body, batch) != 0) rc = 1;
     if (rc == 0 && got < n) {
         fprintf(stderr, "http_sink_baseline: the connection ended after %lld of %lld messages: %s\n",
                 got, n, c->errstr);

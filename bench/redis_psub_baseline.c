@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "bench/bench_psub.h"
 #include "common/envelope.h"
 #include "endpoints/redis_psub.h"
 #include "guard/util.h"
@@ -49,18 +50,9 @@ int main(int argc, char **argv)
     long long count = atoll(argv[4]);
     int flush_when_idle = argc == 6;
 
-    redisContext *c = redisConnect(host, port);
-    if (!c || c->err) {
-        fprintf(stderr, "redis_psub_baseline: connect %s:%d: %s\n", host, port,
-                c ? c->errstr : "out of memory");
-        return 69;
-    }
-    redisReply *r = redisCommand(c, "PSUBSCRIBE %s", pattern);
-    if (!r || r->type != REDIS_REPLY_ARRAY) {
-        fprintf(stderr, "redis_psub_baseline: PSUBSCRIBE failed: %s\n", c->errstr);
-        return 69;
-    }
-    freeReplyObject(r);
+    redisContext *c = bench_psub_connect("redis_psub_baseline", host, port, pattern);
+    if (!c) return 69;
+    redisReply *r;
 
     static char outbuf[1 << 16];
     setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);

@@ -13,6 +13,7 @@
 
 #include "baton/log.h"
 #include "common/json.h"
+#include "common/redact.h"
 #include "common/util.h"
 
 static atomic_int log_level_current = LOG_INFO;
@@ -262,7 +263,13 @@ static void write_json(enum log_level level, const char *component, const char *
     int m = vsnprintf(msg, sizeof msg, fmt, ap);
     size_t len = m > 0 ? (size_t)m : 0;
     bool cut = len >= sizeof msg;
-    if (cut) len = trim_partial_utf8(msg, sizeof msg - 1);
+    /* a URL's password never reaches the log, whoever formatted it */
+    if (m > 0 && redact_needed(msg)) {
+        redact_urls_inplace(msg, sizeof msg);
+        len = strlen(msg);
+        if (len >= sizeof msg - 1) cut = true; /* the mask made it longer */
+    }
+    if (cut) len = trim_partial_utf8(msg, strlen(msg));
     char line[LOG_JSON_LINE_MAX];
     size_t n = json_line(line, sizeof line, clock_wall_ms(), level, component, endpoint, msg, len, cut);
     write_all(STDERR_FILENO, line, n);
@@ -303,7 +310,14 @@ void log_write(enum log_level level, const char *component, const char *endpoint
     int m = vsnprintf(line + len, sizeof line - len, fmt, ap);
     va_end(ap);
     if (m > 0) {
-        if ((size_t)m >= sizeof line - len) {
+        bool cut = (size_t)m >= sizeof line - len;
+        /* a URL's password never reaches the log, whoever formatted it */
+        if (redact_needed(line + len)) {
+            redact_urls_inplace(line + len, sizeof line - len);
+            m = (int)strlen(line + len);
+            if ((size_t)m >= sizeof line - len - 1) cut = true; /* the mask made it longer */
+        }
+        if (cut) {
             /* truncated: mark it */
             len = sizeof line - 1;
             memcpy(line + len - 3, "...", 3);

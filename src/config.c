@@ -17,6 +17,7 @@
 #include "baton/active_guard.h"
 #include "endpoints/redis_settings.h"
 #include "guard/locker.h"
+#include "common/redact.h"
 #include "common/util.h"
 #include "src/config_test.h"
 
@@ -1287,9 +1288,13 @@ void config_locker_describe(const struct baton_config *c, char *buf, size_t len)
     if (!c->has_locker) {
         snprintf(buf, len, "none");
     } else if (c->locker_backend == LOCKER_BACKEND_ETCD) {
+        /* shown in logs, STATUS= and errors: user information masked */
         size_t off = (size_t)snprintf(buf, len, "etcd");
-        for (size_t i = 0; i < c->locker_etcd.n_endpoints && off < len; i++)
-            off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? "," : " ", c->locker_etcd.endpoints[i]);
+        for (size_t i = 0; i < c->locker_etcd.n_endpoints && off < len; i++) {
+            char shown[300];
+            redact_urls(c->locker_etcd.endpoints[i], shown, sizeof shown);
+            off += (size_t)snprintf(buf + off, len - off, "%s%s", i ? "," : " ", shown);
+        }
     } else if (c->locker_redis.n_sentinels) {
         size_t off = (size_t)snprintf(buf, len, "redis%s sentinel master %s via", c->locker_redis.tls.enabled ? " (tls)" : "",
                                       c->locker_redis.master_name);
@@ -1316,7 +1321,8 @@ struct baton_locker *config_locker_create(const struct baton_config *c, char *er
     if (l == NULL) {
         char where[300];
         config_locker_describe(c, where, sizeof where);
-        snprintf(err, errlen, "locker %s: %s", where, lerr);
+        char shown[BATON_LOCKER_ERR_MAX + 32];
+        snprintf(err, errlen, "locker %s: %s", where, redact_urls(lerr, shown, sizeof shown));
     }
     return l;
 }

@@ -34,6 +34,7 @@
 #include "baton/once_guard.h"
 #include "guard/scope.h"
 #include "common/log.h"
+#include "common/redact.h"
 #include "common/util.h"
 #include "src/forward.h"
 #include "src/queue.h"
@@ -319,7 +320,7 @@ static void host_set_source(struct endpoint_host *h, const char *where)
 {
     struct gw_endpoint *e = h->gw;
     pthread_mutex_lock(&e->source_mu);
-    snprintf(e->source, sizeof e->source, "%s", where ? where : "");
+    redact_urls(where ? where : "", e->source, sizeof e->source); /* shown in /status */
     pthread_mutex_unlock(&e->source_mu);
 }
 
@@ -1307,10 +1308,11 @@ void gateway_render_status(struct gateway *gw, struct jbuf *b)
     jbuf_key(b, &first, "locker");
     jbuf_strz(b, config_locker_backend(gw->cfg));
     if (gw->locker && gw->locker->ops->where) {
-        char where[256] = "";
+        char where[256] = "", shown[300];
         gw->locker->ops->where(gw->locker, where, sizeof where);
         jbuf_key(b, &first, "locker_endpoint");
-        jbuf_strz(b, where);
+        jbuf_strz(b, redact_urls(where, shown, sizeof shown)); /* http://root:***@host */
+        explicit_bzero(where, sizeof where);
     }
     jbuf_key(b, &first, "endpoints");
     jbuf_char(b, '[');
@@ -1420,7 +1422,7 @@ int gateway_ready(struct gateway *gw, char *reason, size_t len)
         snprintf(reason, len, "starting: the locker and the sinks were not probed yet");
         rc = -1;
     } else if (gw->obs.ready_reason[0]) {
-        snprintf(reason, len, "%s", gw->obs.ready_reason);
+        redact_urls(gw->obs.ready_reason, reason, len); /* a sink's or etcd's URL: shown in /readyz */
         rc = -1;
     }
     pthread_mutex_unlock(&gw->obs.mu);

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/redact.h"
 #include "common/util.h"
 #include "src/config.h"
 #include "src/gateway.h"
@@ -145,9 +146,10 @@ int main(int argc, char **argv)
     struct config_error cerr;
     memset(&cerr, 0, sizeof cerr);
     if (config_load(config_path, &cfg, &cerr) != 0) {
-        char msg[1200];
+        char msg[1200], shown[1300];
         config_error_format(&cerr, msg, sizeof msg);
-        fprintf(stderr, "baton: configuration error: %s\n", msg);
+        /* a URL quoted in the message keeps its password out of the output */
+        fprintf(stderr, "baton: configuration error: %s\n", redact_urls(msg, shown, sizeof shown));
         config_free(&cfg);
         return BATON_EXIT_CONFIG;
     }

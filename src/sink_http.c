@@ -32,6 +32,7 @@
 #include "guard/curl_dl.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/redact.h"
 #include "common/util.h"
 #include "src/sink_impl.h"
 
@@ -72,7 +73,8 @@ static const struct setting_def http_defs[] = {
 
 struct http_sink {
     char *name;
-    char *url;
+    char *url;       /* what curl gets */
+    char *url_shown; /* what logs and messages show: user information masked */
     long timeout_ms, connect_timeout_ms;
     unsigned retries;
     int64_t backoff_ms, backoff_max_ms;
@@ -121,18 +123,22 @@ static bool reserved_header(const char *s, size_t n)
 static int http_validate(const void *settings, char *msg, size_t msglen)
 {
     const struct http_settings *s = settings;
+    char shown[512];
+    redact_urls(s->url ? s->url : "", shown, sizeof shown);
     if (!s->url || (strncasecmp(s->url, "http://", 7) != 0 && strncasecmp(s->url, "https://", 8) != 0)) {
-        snprintf(msg, msglen, "'url' expected an http:// or https:// URL, got '%s'",
-                 s->url ? s->url : "");
+        snprintf(msg, msglen, "'url' expected an http:// or https:// URL, got '%s'", shown);
         return -1;
     }
     size_t hostpart = strncasecmp(s->url, "https://", 8) == 0 ? 8 : 7;
     if (s->url[hostpart] == '\0' || s->url[hostpart] == '/') {
-        snprintf(msg, msglen, "'url' has no host: '%s'", s->url);
+        snprintf(msg, msglen, "'url' has no host: '%s'", shown);
         return -1;
     }
-    if (strpbrk(s->url, " \t\r\n")) {
-        snprintf(msg, msglen, "'url' must not contain whitespace: '%s'", s->url);
+    const char *space = strpbrk(s->url, " \t\r\n");
+    if (space) {
+        /* the mask stops at the first space: say where, not what */
+        snprintf(msg, msglen, "'url' must not contain whitespace (byte %zu)",
+                 (size_t)(space - s->url) + 1);
         return -1;
     }
     if (s->backoff_max_ms < s->backoff_ms) {
@@ -210,6 +216,7 @@ static void http_destroy(void *sink)
     jbuf_free(&k->body);
     free(k->name);
     free(k->url);
+    free(k->url_shown);
     free(k);
 }
 
@@ -233,6 +240,9 @@ static void *http_create(const char *name, const void *settings, char *err, size
     struct http_sink *k = xcalloc(1, sizeof *k);
     k->name = xstrdup(name ? name : "http");
     k->url = xstrdup(s->url);
+    size_t shown_len = strlen(s->url) + 1 + strlen(REDACT_MASK);
+    k->url_shown = xmalloc(shown_len);
+    redact_urls(s->url, k->url_shown, shown_len);
     k->timeout_ms = (long)s->timeout_ms;
     k->connect_timeout_ms = (long)s->connect_timeout_ms;
     k->retries = (unsigned)s->retries;
@@ -442,6 +452,14 @@ static enum attempt_result post_once(struct http_sink *k, struct sink_call *call
                                                            : "aborted: shutdown");
         return stop;
     }
+    if (rc == CURLE_OUT_OF_MEMORY) {
+        /* what libcurl answers to a response header line over its limit
+         * (100 KiB) or one it cannot take apart: say what it is */
+        bool detail = k->errbuf[0] && strcasecmp(k->errbuf, "out of memory") != 0;
+        snprintf(what, whatlen, "receiver's answer has a header line too long or malformed "
+                 "(curl: out of memory%s%s)", detail ? ": " : "", detail ? k->errbuf : "");
+        return ATTEMPT_FATAL;
+    }
     if (rc != CURLE_OK) {
         snprintf(what, whatlen, "%s", k->errbuf[0] ? k->errbuf : sym_curl_easy_strerror(rc));
         return curl_error_retryable(rc) ? ATTEMPT_RETRY : ATTEMPT_FATAL;
@@ -519,7 +537,7 @@ static enum msg_outcome deliver(struct http_sink *k, struct message *const *msgs
             log_warn("sink_http", epn,
                      "sink '%s': POST %s %s; %zu message(s) not delivered (the receiver may still "
                      "process what was written: X-Baton-Epoch %llu), id '%s'%s",
-                     k->name, k->url, what, n, (unsigned long long)epoch, msgs[0]->id,
+                     k->name, k->url_shown, what, n, (unsigned long long)epoch, msgs[0]->id,
                      n > 1 ? " and following" : "");
             break;
         }
@@ -539,14 +557,14 @@ static enum msg_outcome deliver(struct http_sink *k, struct message *const *msgs
             log_error("sink_http", epn,
                       "sink '%s': POST %s failed, not retried: %s; dropping %zu message(s), "
                       "id '%s'%s",
-                      k->name, k->url, what, n, msgs[0]->id, n > 1 ? " and following" : "");
+                      k->name, k->url_shown, what, n, msgs[0]->id, n > 1 ? " and following" : "");
             break;
         }
         if (attempt >= k->retries) {
             log_error("sink_http", epn,
                       "sink '%s': POST %s failed after %u attempts in %lld ms: %s; dropping "
                       "%zu message(s), id '%s'%s",
-                      k->name, k->url, attempt + 1, (long long)(clock_mono_ms() - t0), what, n,
+                      k->name, k->url_shown, attempt + 1, (long long)(clock_mono_ms() - t0), what, n,
                       msgs[0]->id, n > 1 ? " and following" : "");
             break;
         }
@@ -625,7 +643,7 @@ static int http_check(void *sink, char *msg, size_t msglen)
     CURLcode rc = sym_curl_easy_perform(c);
     sym_curl_easy_cleanup(c);
     if (rc != CURLE_OK) {
-        snprintf(msg, msglen, "sink '%s': %s unreachable: %s", k->name, k->url,
+        snprintf(msg, msglen, "sink '%s': %s unreachable: %s", k->name, k->url_shown,
                  eb[0] ? eb : sym_curl_easy_strerror(rc));
         return -1;
     }

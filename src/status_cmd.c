@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "common/redact.h"
+
 #include "guard/locker.h"
 #include "guard/scope.h"
 
@@ -42,7 +44,8 @@ int status_cmd_run(const struct baton_config *cfg, FILE *out)
     /* the locker's inspect op: the same view for every backend */
     struct baton_locker *l = config_locker_create(cfg, err, sizeof err);
     if (!l) {
-        fprintf(stderr, "baton status: %s\n", err);
+        char shown[600];
+        fprintf(stderr, "baton status: %s\n", redact_urls(err, shown, sizeof shown));
         return BATON_EXIT_START;
     }
     int rc = BATON_EXIT_OK;
@@ -61,7 +64,8 @@ int status_cmd_run(const struct baton_config *cfg, FILE *out)
         char lerr[BATON_LOCKER_ERR_MAX];
         if (baton_locker_inspect(l, key, &info, lerr) != BATON_LOCKER_OK) {
             /* the first failure says it all (the backend is down): stop there */
-            fprintf(stderr, "baton status: %s\n", lerr);
+            char shown[BATON_LOCKER_ERR_MAX + 32];
+            fprintf(stderr, "baton status: %s\n", redact_urls(lerr, shown, sizeof shown));
             rc = BATON_EXIT_START;
             break;
         }

@@ -12,7 +12,7 @@
 #include "guard/glog.h"
 #include "guard/util.h"
 
-#define RESPONSE_MAX (4u << 20) /* baton's answers are tiny; a runaway one is an error */
+/* baton's answers are tiny; a runaway one (over ETCD_RESPONSE_MAX) is an error */
 
 /* gRPC status codes the gateway reports (google.golang.org/grpc/codes). */
 enum {
@@ -121,27 +121,356 @@ char *etcd_unb64(const char *s, size_t *outlen)
     return out;
 }
 
-int64_t etcd_int(json_object *o, const char *field, int64_t def)
+/* ---- strict readers -------------------------------------------------------------- */
+
+/* The field's JSON text, escaped (control characters and quotes cannot
+ * reach a log line raw) and cut for a message. */
+static const char *shown(json_object *v)
+{
+    const char *t = json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN);
+    return t ? t : "?";
+}
+
+/* The field v of o: OK, ABSENT (o NULL or no such field), MALFORMED (o is
+ * not an object). */
+static enum etcd_field field_of(json_object *o, const char *field, json_object **v, char *err,
+                                size_t errlen)
+{
+    *v = NULL;
+    if (o == NULL) return ETCD_FIELD_ABSENT;
+    if (!json_object_is_type(o, json_type_object)) {
+        snprintf(err, errlen, "field \"%s\": its parent is %s, not an object", field,
+                 json_type_to_name(json_object_get_type(o)));
+        return ETCD_FIELD_MALFORMED;
+    }
+    if (!json_object_object_get_ex(o, field, v)) return ETCD_FIELD_ABSENT;
+    if (*v == NULL) { /* the gateway omits a field, it never sends null */
+        snprintf(err, errlen, "field \"%s\": null", field);
+        return ETCD_FIELD_MALFORMED;
+    }
+    return ETCD_FIELD_OK;
+}
+
+/* Decimal digits only (the caller has taken the sign), into *mag; false on
+ * anything else or beyond UINT64_MAX. */
+static bool digits_u64(const char *s, uint64_t *mag, bool *overflow)
+{
+    *overflow = false;
+    if (*s == '\0') return false;
+    uint64_t x = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9') return false;
+        if (__builtin_mul_overflow(x, 10u, &x) || __builtin_add_overflow(x, (uint64_t)(*s - '0'), &x))
+            *overflow = true;
+    }
+    *mag = x;
+    return true;
+}
+
+/* An integer field as a sign and a magnitude: OK, or MALFORMED with err. */
+static enum etcd_field read_integer(json_object *v, const char *field, bool allow_negative,
+                                    bool *neg, uint64_t *mag, char *err, size_t errlen)
+{
+    *neg = false;
+    if (json_object_is_type(v, json_type_int)) {
+        /* json-c clamps an out-of-range number to the nearest limit: a limit
+         * itself cannot be told from an overflow, and etcd sends neither */
+        int64_t x = json_object_get_int64(v);
+        uint64_t u = json_object_get_uint64(v);
+        if (x == INT64_MIN || u == UINT64_MAX) {
+            snprintf(err, errlen, "field \"%s\": %.40s is out of range", field, shown(v));
+            return ETCD_FIELD_MALFORMED;
+        }
+        if (x < 0) {
+            *neg = true;
+            *mag = (uint64_t)(-(x + 1)) + 1;
+        } else {
+            *mag = x == INT64_MAX ? u : (uint64_t)x;
+        }
+    } else if (json_object_is_type(v, json_type_string)) {
+        const char *s = json_object_get_string(v);
+        if (*s == '-') {
+            *neg = true;
+            s++;
+        }
+        bool overflow = false;
+        if (!digits_u64(s, mag, &overflow)) {
+            snprintf(err, errlen, "field \"%s\": %.40s is not a decimal integer", field, shown(v));
+            return ETCD_FIELD_MALFORMED;
+        }
+        if (overflow) {
+            snprintf(err, errlen, "field \"%s\": %.40s is out of range", field, shown(v));
+            return ETCD_FIELD_MALFORMED;
+        }
+    } else {
+        snprintf(err, errlen, "field \"%s\": %s %.40s, not an integer", field,
+                 json_type_to_name(json_object_get_type(v)), shown(v));
+        return ETCD_FIELD_MALFORMED;
+    }
+    if (*neg && !allow_negative && *mag != 0) {
+        snprintf(err, errlen, "field \"%s\": %.40s is negative", field, shown(v));
+        return ETCD_FIELD_MALFORMED;
+    }
+    if (*neg && !allow_negative) { /* "-0" */
+        snprintf(err, errlen, "field \"%s\": %.40s has a sign", field, shown(v));
+        return ETCD_FIELD_MALFORMED;
+    }
+    return ETCD_FIELD_OK;
+}
+
+enum etcd_field etcd_field_int64(json_object *o, const char *field, bool allow_negative,
+                                 int64_t *out, char *err, size_t errlen)
 {
     json_object *v;
-    if (o == NULL || !json_object_object_get_ex(o, field, &v)) return def;
-    if (json_object_is_type(v, json_type_string)) {
-        const char *s = json_object_get_string(v);
-        char *end;
-        long long x = strtoll(s, &end, 10);
-        return (end != s && *end == '\0') ? (int64_t)x : def;
+    enum etcd_field f = field_of(o, field, &v, err, errlen);
+    if (f != ETCD_FIELD_OK) return f;
+    bool neg;
+    uint64_t mag;
+    if (read_integer(v, field, allow_negative, &neg, &mag, err, errlen) != ETCD_FIELD_OK)
+        return ETCD_FIELD_MALFORMED;
+    if (neg ? mag > (uint64_t)INT64_MAX + 1 : mag > (uint64_t)INT64_MAX) {
+        snprintf(err, errlen, "field \"%s\": %.40s is out of the int64 range", field, shown(v));
+        return ETCD_FIELD_MALFORMED;
     }
-    if (json_object_is_type(v, json_type_int)) return json_object_get_int64(v);
-    return def;
+    *out = neg ? (mag == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)mag) : (int64_t)mag;
+    return ETCD_FIELD_OK;
+}
+
+enum etcd_field etcd_field_uint64(json_object *o, const char *field, uint64_t *out, char *err,
+                                  size_t errlen)
+{
+    json_object *v;
+    enum etcd_field f = field_of(o, field, &v, err, errlen);
+    if (f != ETCD_FIELD_OK) return f;
+    bool neg;
+    uint64_t mag;
+    if (read_integer(v, field, false, &neg, &mag, err, errlen) != ETCD_FIELD_OK)
+        return ETCD_FIELD_MALFORMED;
+    *out = mag;
+    return ETCD_FIELD_OK;
+}
+
+enum etcd_field etcd_field_bool(json_object *o, const char *field, bool *out, char *err,
+                                size_t errlen)
+{
+    json_object *v;
+    enum etcd_field f = field_of(o, field, &v, err, errlen);
+    if (f != ETCD_FIELD_OK) return f;
+    if (!json_object_is_type(v, json_type_boolean)) {
+        snprintf(err, errlen, "field \"%s\": %s %.40s, not a JSON boolean", field,
+                 json_type_to_name(json_object_get_type(v)), shown(v));
+        return ETCD_FIELD_MALFORMED;
+    }
+    *out = json_object_get_boolean(v);
+    return ETCD_FIELD_OK;
+}
+
+/* ---- whole answers ------------------------------------------------------------------ */
+
+int etcd_answer_positive(json_object *o, const char *field, const char *what, int64_t *out,
+                         char *err, size_t errlen)
+{
+    int64_t r = 0;
+    enum etcd_field f = etcd_field_int64(o, field, true, &r, err, errlen);
+    if (f == ETCD_FIELD_MALFORMED) return -1;
+    if (f == ETCD_FIELD_ABSENT || r == 0) {
+        snprintf(err, errlen, "no %s in the answer", what);
+        return -1;
+    }
+    if (r < 0) {
+        snprintf(err, errlen, "negative %s %lld in the answer", what, (long long)r);
+        return -1;
+    }
+    *out = r;
+    return 0;
+}
+
+int etcd_answer_revision(json_object *resp, int64_t *rev, char *err, size_t errlen)
+{
+    json_object *hdr;
+    if (field_of(resp, "header", &hdr, err, errlen) == ETCD_FIELD_MALFORMED) return -1;
+    return etcd_answer_positive(hdr, "revision", "revision", rev, err, errlen);
+}
+
+int etcd_answer_succeeded(json_object *resp, bool *ok, char *err, size_t errlen)
+{
+    bool b = false;
+    if (etcd_field_bool(resp, "succeeded", &b, err, errlen) == ETCD_FIELD_MALFORMED) return -1;
+    *ok = b;
+    return 0;
+}
+
+int etcd_answer_first_kv(json_object *range, json_object **kv, char *err, size_t errlen)
+{
+    *kv = NULL;
+    json_object *kvs;
+    if (field_of(range, "kvs", &kvs, err, errlen) == ETCD_FIELD_MALFORMED) return -1;
+    if (kvs == NULL) return 0;
+    if (!json_object_is_type(kvs, json_type_array)) {
+        snprintf(err, errlen, "field \"kvs\": %s, not an array",
+                 json_type_to_name(json_object_get_type(kvs)));
+        return -1;
+    }
+    if (json_object_array_length(kvs) == 0) return 0;
+    json_object *k = json_object_array_get_idx(kvs, 0);
+    if (k == NULL || !json_object_is_type(k, json_type_object)) {
+        snprintf(err, errlen, "field \"kvs\": its first entry is not an object");
+        return -1;
+    }
+    *kv = k;
+    return 0;
+}
+
+int etcd_answer_ttl_ms(json_object *o, const char *field, int64_t *ttl_ms, char *err,
+                       size_t errlen)
+{
+    int64_t t = 0;
+    if (etcd_field_int64(o, field, true, &t, err, errlen) == ETCD_FIELD_MALFORMED) return -1;
+    if (t < -1 || t > ETCD_MAX_LEASE_TTL_S) {
+        snprintf(err, errlen, "field \"%s\": %lld s is outside what etcd grants (-1 to %lld s)",
+                 field, (long long)t, ETCD_MAX_LEASE_TTL_S);
+        return -1;
+    }
+    int64_t ms;
+    if (t == -1) {
+        ms = -1;
+    } else if (__builtin_mul_overflow(t, (int64_t)1000, &ms)) { /* cannot happen below the max */
+        snprintf(err, errlen, "field \"%s\": %lld s overflows in milliseconds", field, (long long)t);
+        return -1;
+    }
+    *ttl_ms = ms;
+    return 0;
+}
+
+int etcd_answer_watch(json_object *o, struct etcd_watch_msg *m, char *err, size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    if (o == NULL || !json_object_is_type(o, json_type_object)) {
+        snprintf(err, errlen, "a watch message that is not a JSON object");
+        return -1;
+    }
+    json_object *res;
+    if (field_of(o, "result", &res, err, errlen) != ETCD_FIELD_OK) return 0; /* {"error": ...} */
+    if (!json_object_is_type(res, json_type_object)) {
+        snprintf(err, errlen, "field \"result\": %s, not an object",
+                 json_type_to_name(json_object_get_type(res)));
+        return -1;
+    }
+    m->result = true;
+    if (etcd_field_bool(res, "created", &m->created, err, errlen) == ETCD_FIELD_MALFORMED ||
+        etcd_field_bool(res, "canceled", &m->canceled, err, errlen) == ETCD_FIELD_MALFORMED)
+        return -1;
+    json_object *evs;
+    if (field_of(res, "events", &evs, err, errlen) != ETCD_FIELD_OK) return 0;
+    if (!json_object_is_type(evs, json_type_array)) {
+        snprintf(err, errlen, "field \"events\": %s, not an array",
+                 json_type_to_name(json_object_get_type(evs)));
+        return -1;
+    }
+    for (size_t i = 0; i < json_object_array_length(evs); i++) {
+        json_object *ev = json_object_array_get_idx(evs, i), *type;
+        /* PUT is the enum's zero: the gateway omits it */
+        enum etcd_field f = field_of(ev, "type", &type, err, errlen);
+        if (f == ETCD_FIELD_MALFORMED) return -1;
+        if (f == ETCD_FIELD_ABSENT) continue;
+        if (!json_object_is_type(type, json_type_string)) {
+            snprintf(err, errlen, "field \"type\": %s %.40s, not a string",
+                     json_type_to_name(json_object_get_type(type)), shown(type));
+            return -1;
+        }
+        if (strcmp(json_object_get_string(type), "DELETE") == 0) m->deletes++;
+    }
+    return 0;
+}
+
+/* ---- streams ------------------------------------------------------------------------ */
+
+struct etcd_stream {
+    json_tokener *tok;
+    size_t max;
+    size_t pending; /* bytes fed since the last complete object */
+};
+
+struct etcd_stream *etcd_stream_create(size_t max)
+{
+    struct etcd_stream *s = calloc(1, sizeof *s);
+    if (s == NULL) return NULL;
+    s->tok = json_tokener_new();
+    if (s->tok == NULL) {
+        free(s);
+        return NULL;
+    }
+    s->max = max;
+    return s;
+}
+
+void etcd_stream_destroy(struct etcd_stream *s)
+{
+    if (s == NULL) return;
+    json_tokener_free(s->tok);
+    free(s);
+}
+
+static bool blank(char ch)
+{
+    return ch == '\n' || ch == '\r' || ch == ' ' || ch == '\t';
+}
+
+enum etcd_stream_rc etcd_stream_feed(struct etcd_stream *s, const char *data, size_t n,
+                                     void (*on_object)(json_object *o, void *arg), void *arg,
+                                     char *err, size_t errlen)
+{
+    size_t off = 0;
+    /* blanks between messages are not part of one */
+    while (off < n && s->pending == 0 && blank(data[off])) off++;
+    while (off < n) {
+        /* never more than the cap allows (and within an int) at once */
+        size_t room = s->max - s->pending + 1, len = n - off;
+        if (len > room) len = room;
+        if (len > (1u << 30)) len = 1u << 30;
+        json_object *o = json_tokener_parse_ex(s->tok, data + off, (int)len);
+        enum json_tokener_error je = json_tokener_get_error(s->tok);
+        if (o == NULL) {
+            if (je != json_tokener_continue) {
+                snprintf(err, errlen, "malformed stream (%s)", json_tokener_error_desc(je));
+                return ETCD_STREAM_MALFORMED;
+            }
+            s->pending += len;
+            if (s->pending > s->max) {
+                snprintf(err, errlen, "a message of more than %zu bytes", s->max);
+                return ETCD_STREAM_TOO_LARGE;
+            }
+            off += len;
+            continue;
+        }
+        size_t used = json_tokener_get_parse_end(s->tok);
+        json_tokener_reset(s->tok);
+        s->pending = 0;
+        on_object(o, arg);
+        json_object_put(o);
+        if (used == 0) used = 1; /* never loops in place */
+        off += used;
+        while (off < n && blank(data[off])) off++;
+    }
+    return ETCD_STREAM_OK;
 }
 
 /* ---- connection -------------------------------------------------------------- */
+
+const char *etcd_transport_reason(int curl_code, const char *detail)
+{
+    /* curl reports a header line over its 100 KiB limit as "Out of memory" */
+    if (curl_code == CURLE_OUT_OF_MEMORY) return "answer header line too long or malformed";
+    if (curl_code == CURLE_WEIRD_SERVER_REPLY)
+        return detail && detail[0] ? detail : "malformed answer (not HTTP)";
+    return detail && detail[0] ? detail : sym_curl_easy_strerror((CURLcode)curl_code);
+}
 
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *arg)
 {
     struct etcd_conn *c = arg;
     size_t n = size * nmemb;
-    if (c->len + n + 1 > RESPONSE_MAX) {
+    if (c->len + n + 1 > ETCD_RESPONSE_MAX) {
         c->overflow = true;
         return 0;
     }
@@ -310,9 +639,7 @@ static enum post_rc post_once(struct etcd_conn *c, const char *path, const char 
     sym_curl_slist_free_all(h);
     if (cc != CURLE_OK) {
         snprintf(err, errlen, "etcd %s: %s: %s", ep, path,
-                 c->overflow      ? "answer too large"
-                 : c->curl_err[0] ? c->curl_err
-                                  : sym_curl_easy_strerror(cc));
+                 c->overflow ? "answer too large" : etcd_transport_reason(cc, c->curl_err));
         return POST_TRANSPORT;
     }
     long status = 0;
@@ -327,7 +654,13 @@ static enum post_rc post_once(struct etcd_conn *c, const char *path, const char 
     }
     json_object *msg;
     if (status != 200 || json_object_object_get_ex(o, "error", &msg)) {
-        *code = (int)etcd_int(o, "code", 0);
+        /* a code that is not an int32 is no code: the answer fails anyway */
+        int64_t gc = 0;
+        char cerr[128];
+        if (etcd_field_int64(o, "code", false, &gc, cerr, sizeof cerr) != ETCD_FIELD_OK ||
+            gc > INT32_MAX)
+            gc = 0;
+        *code = (int)gc;
         const char *m = json_object_object_get_ex(o, "message", &msg) ? json_object_get_string(msg)
                         : json_object_object_get_ex(o, "error", &msg) ? json_object_get_string(msg)
                                                                        : "error";

@@ -57,6 +57,10 @@ void etcd_conn_endpoint(struct etcd_conn *c, char *buf, size_t len);
 struct curl_slist;
 int etcd_conn_prepare_stream(struct etcd_conn *c, void *easy, const char *path, const char *body,
                              struct curl_slist **headers, char *err, size_t errlen);
+/* A transport error in words: curl's own (detail, its error buffer, when
+ * not empty) except where curl's words mislead ("Out of memory" for a
+ * header line over its limit). */
+const char *etcd_transport_reason(int curl_code, const char *detail);
 /* Moves to the next listed endpoint (a stream failed on the one in use). */
 void etcd_conn_rotate(struct etcd_conn *c);
 /* A counter that advances whenever a call failed on transport or moved to
@@ -67,7 +71,82 @@ uint64_t etcd_conn_breaks(struct etcd_conn *c);
  * terminated, *outlen set; NULL on bad input). */
 char *etcd_b64(const void *data, size_t len);
 char *etcd_unb64(const char *s, size_t *outlen);
-/* An int64 field given as a decimal string (or number); def when absent. */
-int64_t etcd_int(json_object *o, const char *field, int64_t def);
+
+/* ---- reading answers strictly ------------------------------------------------
+ *
+ * The server (or whatever answers on its port) is not trusted to send the
+ * types etcd sends: every field that decides leadership, an epoch or a wait
+ * is read with exact JSON types, and anything else is an error naming the
+ * field. The gateway (grpc-gateway) omits fields holding false or zero, so
+ * "absent" is a value of its own, never folded into "malformed".
+ *
+ * The field readers take the object holding the field (NULL reads as
+ * absent; another JSON type than an object is malformed) and return: */
+enum etcd_field {
+    ETCD_FIELD_MALFORMED = -1, /* err: field "<name>": <why> */
+    ETCD_FIELD_OK = 0,         /* *out set */
+    ETCD_FIELD_ABSENT = 1,     /* *out untouched */
+};
+/* An int64: a JSON integer, or a string of decimal digits (etcd's gateway
+ * sends int64 as strings) with a leading '-' only when allow_negative; no
+ * spaces, no '+', within the int64 range. */
+enum etcd_field etcd_field_int64(json_object *o, const char *field, bool allow_negative,
+                                 int64_t *out, char *err, size_t errlen);
+/* A uint64 (member IDs, "leader"): the same without a sign. */
+enum etcd_field etcd_field_uint64(json_object *o, const char *field, uint64_t *out, char *err,
+                                  size_t errlen);
+/* A JSON boolean (never a string or a number). */
+enum etcd_field etcd_field_bool(json_object *o, const char *field, bool *out, char *err,
+                                size_t errlen);
+
+/* Whole answers. Each returns 0, or -1 with err saying what is wrong with
+ * the answer (the caller adds the server and the operation). */
+
+/* o's field, an int64 that must be > 0 (a revision, an ID): "no <what> in
+ * the answer" when absent or 0, "negative <what> -5 in the answer", or the
+ * field's error. */
+int etcd_answer_positive(json_object *o, const char *field, const char *what, int64_t *out,
+                         char *err, size_t errlen);
+/* header.revision: > 0 ("no revision in the answer", "negative revision -5
+ * in the answer", or the field's error). */
+int etcd_answer_revision(json_object *resp, int64_t *rev, char *err, size_t errlen);
+/* A transaction's "succeeded": absent is false (the gateway omits false). */
+int etcd_answer_succeeded(json_object *resp, bool *ok, char *err, size_t errlen);
+/* The first kv of a range answer (a range's or a txn's response_range):
+ * *kv borrowed from range, NULL when the key is absent. */
+int etcd_answer_first_kv(json_object *range, json_object **kv, char *err, size_t errlen);
+/* The longest lease etcd grants (etcd's MaxLeaseTTL), in seconds. */
+#define ETCD_MAX_LEASE_TTL_S 9000000000LL
+/* A lease ttl field in seconds (o's field), as milliseconds: -1 stays -1
+ * (expired or unknown, /v3/lease/timetolive), absent is 0 (the gateway
+ * omits 0); below -1 or above ETCD_MAX_LEASE_TTL_S is an error. */
+int etcd_answer_ttl_ms(json_object *o, const char *field, int64_t *ttl_ms, char *err,
+                       size_t errlen);
+/* One message of a watch stream. result: the message is a {"result": ...}
+ * (else an {"error": ...}: the stream ends); deletes: DELETE events. */
+struct etcd_watch_msg {
+    bool result, created, canceled;
+    size_t deletes;
+};
+int etcd_answer_watch(json_object *o, struct etcd_watch_msg *m, char *err, size_t errlen);
+
+/* A stream of JSON objects (a watch's body): bytes in, one callback per
+ * complete object. A message of more than max bytes (counted since the last
+ * complete object) ends the stream, as an ordinary answer over
+ * ETCD_RESPONSE_MAX ends its request. */
+#define ETCD_RESPONSE_MAX (4u << 20)
+struct etcd_stream;
+struct etcd_stream *etcd_stream_create(size_t max);
+void etcd_stream_destroy(struct etcd_stream *s);
+enum etcd_stream_rc {
+    ETCD_STREAM_OK = 0,          /* all of data taken */
+    ETCD_STREAM_MALFORMED = -1,  /* not JSON: err says why */
+    ETCD_STREAM_TOO_LARGE = -2,  /* a message over max: err says so */
+};
+/* Feeds n bytes; on_object (o borrowed for the call) runs for every object
+ * completed. After an error the stream is unusable. */
+enum etcd_stream_rc etcd_stream_feed(struct etcd_stream *s, const char *data, size_t n,
+                                     void (*on_object)(json_object *o, void *arg), void *arg,
+                                     char *err, size_t errlen);
 
 #endif

@@ -72,7 +72,8 @@ struct watch_key {
     bool confirmed;
     CURL *easy;
     struct curl_slist *headers;
-    json_tokener *tok;
+    struct etcd_stream *stream;
+    bool bad; /* a malformed message: the stream ends */
     int64_t started_ms, retry_at_ms;
     unsigned failures;
     bool got_data;
@@ -102,6 +103,7 @@ struct etcd_locker {
     bool w_started;
     atomic_bool w_stop;
     pthread_t w_thread;
+    struct ratelimit w_rl; /* warnings about aborted streams */
 };
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -194,15 +196,6 @@ static json_object *arr1(json_object *a)
     return r;
 }
 
-/* The first kv of a range answer (a plain range or a txn's response_range),
- * or NULL when the key is absent. */
-static json_object *first_kv(json_object *range)
-{
-    json_object *kvs = get(range, "kvs");
-    if (kvs == NULL || !json_object_is_type(kvs, json_type_array) || json_object_array_length(kvs) == 0)
-        return NULL;
-    return json_object_array_get_idx(kvs, 0);
-}
 
 /* The response_range of the txn answer's i-th response. */
 static json_object *txn_range(json_object *resp, size_t i)
@@ -218,6 +211,7 @@ static json_object *txn_range(json_object *resp, size_t i)
 static bool kv_value(json_object *kv, char *buf, size_t len, size_t *outlen)
 {
     json_object *v = get(kv, "value");
+    if (v && !json_object_is_type(v, json_type_string)) return false;
     const char *s = v ? json_object_get_string(v) : "";
     size_t n = 0;
     char *d = etcd_unb64(s ? s : "", &n);
@@ -229,17 +223,6 @@ static bool kv_value(json_object *kv, char *buf, size_t len, size_t *outlen)
     free(d);
     if (outlen) *outlen = n;
     return true;
-}
-
-static bool json_true(json_object *o, const char *field)
-{
-    json_object *v = get(o, field);
-    return v && json_object_get_boolean(v);
-}
-
-static int64_t revision(json_object *resp)
-{
-    return etcd_int(get(resp, "header"), "revision", 0);
 }
 
 /* The locker operation this thread runs, for error messages: a failed
@@ -258,6 +241,29 @@ static void label_err(char err[BATON_LOCKER_ERR_MAX])
     snprintf(tmp, sizeof tmp, "%.*s: %s %.120s%s", (int)(p - err), err, op_what,
              op_key ? op_key : "", rest);
     memcpy(err, tmp, BATON_LOCKER_ERR_MAX);
+}
+
+/* An answer that does not say what etcd would: err = "etcd <endpoint>:
+ * <what> <key>: <path>: <why>". Returns -1. */
+static int bad_answer(struct etcd_conn *conn, const char *path, const char *why,
+                      char err[BATON_LOCKER_ERR_MAX])
+{
+    char ep[256];
+    etcd_conn_endpoint(conn, ep, sizeof ep);
+    errf(err, "etcd %s: %s%s%.120s: %s: %s", ep, op_what ? op_what : "answer",
+         op_key ? " " : "", op_key ? op_key : "", path, why);
+    return -1;
+}
+
+/* A transaction's "succeeded" (strictly: a JSON boolean, absent false);
+ * resp is put. 0, or -1 with err. */
+static int txn_succeeded(struct etcd_conn *conn, json_object *resp, bool *ok,
+                         char err[BATON_LOCKER_ERR_MAX])
+{
+    char why[200];
+    int rc = etcd_answer_succeeded(resp, ok, why, sizeof why);
+    json_object_put(resp);
+    return rc == 0 ? 0 : bad_answer(conn, "/v3/kv/txn", why, err);
 }
 
 /* One call on conn; req is consumed. */
@@ -283,13 +289,18 @@ static int grant(struct etcd_conn *conn, int64_t deadline, int64_t ttl_s,
     json_object_object_add(req, "TTL", json_object_new_int64(ttl_s));
     json_object *resp;
     if (call(conn, deadline, "/v3/lease/grant", req, &resp, sent, err) != 0) return -1;
-    int64_t lid = etcd_int(resp, "ID", 0), got = etcd_int(resp, "TTL", 0);
+    int64_t lid = 0, got = 0;
+    char why[200];
+    int bad = etcd_answer_positive(resp, "ID", "lease ID", &lid, why, sizeof why);
+    if (bad == 0 && etcd_field_int64(resp, "TTL", false, &got, why, sizeof why) == ETCD_FIELD_MALFORMED)
+        bad = -1;
     json_object_put(resp);
-    if (lid == 0 || got < ttl_s) {
-        errf(err, "etcd: lease grant: unexpected answer (ID %lld, TTL %lld)", (long long)lid,
-             (long long)got);
-        return -1;
+    if (bad == 0 && got < ttl_s) {
+        snprintf(why, sizeof why, "lease of %lld s granted for %lld s asked", (long long)got,
+                 (long long)ttl_s);
+        bad = -1;
     }
+    if (bad != 0) return bad_answer(conn, "/v3/lease/grant", why, err);
     snprintf(id, 24, "%lld", (long long)lid);
     return 0;
 }
@@ -312,28 +323,55 @@ static bool lease_revoke(struct etcd_conn *conn, int64_t deadline, const char *i
     return false;
 }
 
-/* Remaining seconds of lease id (-1 expired or unknown). */
-static int64_t time_to_live(struct etcd_conn *conn, int64_t deadline, const char *id)
+/* Remaining milliseconds of lease id in *ttl_ms (-1 expired, unknown, or
+ * the cluster could not be asked: 0 returned all the same). -1 with err: the
+ * answer is malformed (a TTL that is no number, or beyond any lease). */
+static int time_to_live(struct etcd_conn *conn, int64_t deadline, const char *id, int64_t *ttl_ms,
+                        char err[BATON_LOCKER_ERR_MAX])
 {
+    *ttl_ms = -1;
     json_object *req = json_object_new_object();
     json_object_object_add(req, "ID", json_object_new_string(id));
     json_object *resp;
-    char err[BATON_LOCKER_ERR_MAX];
-    if (call(conn, deadline, "/v3/lease/timetolive", req, &resp, NULL, err) != 0) return -1;
-    int64_t t = etcd_int(resp, "TTL", -1);
+    char cerr[BATON_LOCKER_ERR_MAX];
+    if (call(conn, deadline, "/v3/lease/timetolive", req, &resp, NULL, cerr) != 0) return 0;
+    char why[200];
+    int64_t ms = -1;
+    /* absent is 0 s left: the gateway omits 0 */
+    int rc = etcd_answer_ttl_ms(resp, "TTL", &ms, why, sizeof why);
     json_object_put(resp);
-    return t;
+    if (rc != 0) return bad_answer(conn, "/v3/lease/timetolive", why, err);
+    *ttl_ms = ms;
+    return 0;
+}
+
+/* The lease a kv is attached to, as the decimal ID a request takes: 1 (id
+ * set), 0 none, -1 malformed (err). */
+static int kv_lease(struct etcd_conn *conn, const char *path, json_object *kv, char id[24],
+                    char err[BATON_LOCKER_ERR_MAX])
+{
+    int64_t lid = 0;
+    char why[200];
+    enum etcd_field f = etcd_field_int64(kv, "lease", false, &lid, why, sizeof why);
+    if (f == ETCD_FIELD_MALFORMED) return bad_answer(conn, path, why, err);
+    if (f == ETCD_FIELD_ABSENT || lid == 0) return 0;
+    snprintf(id, 24, "%lld", (long long)lid);
+    return 1;
 }
 
 /* A linearizable range of key: 1 present (*kv_out a new reference when
  * non-NULL), 0 absent, -1 error. */
 static int range_key(struct etcd_conn *conn, int64_t deadline, const char *key,
-                     json_object **kv_out, int64_t *rev, char err[BATON_LOCKER_ERR_MAX])
+                     json_object **kv_out, char err[BATON_LOCKER_ERR_MAX])
 {
     json_object *resp;
     if (call(conn, deadline, "/v3/kv/range", obj_key(key), &resp, NULL, err) != 0) return -1;
-    if (rev) *rev = revision(resp);
-    json_object *kv = first_kv(resp);
+    json_object *kv = NULL;
+    char why[200];
+    if (etcd_answer_first_kv(resp, &kv, why, sizeof why) != 0) {
+        json_object_put(resp);
+        return bad_answer(conn, "/v3/kv/range", why, err);
+    }
     if (kv && kv_out) *kv_out = json_object_get(kv);
     json_object_put(resp);
     return kv ? 1 : 0;
@@ -462,14 +500,17 @@ static int etcd_try_lock(struct baton_locker *l, const char *key, int64_t ttl_ms
     revoke_stale(el, key);
     int64_t deadline = deadline_of(el);
     json_object *kv = NULL;
-    int present = range_key(el->lease, deadline, key, &kv, NULL, err);
+    int present = range_key(el->lease, deadline, key, &kv, err);
     if (present < 0) return BATON_LOCKER_ERR;
     if (present == 1) {
-        json_object *lease = get(kv, "lease");
+        char lid[24];
         int64_t left = -1;
-        if (lease) left = time_to_live(el->lease, deadline_of(el), json_object_get_string(lease));
+        int has = kv_lease(el->lease, "/v3/kv/range", kv, lid, err);
         json_object_put(kv);
-        out->held_pttl_ms = left > 0 ? left * 1000 : 0;
+        if (has < 0) return BATON_LOCKER_ERR;
+        if (has && time_to_live(el->lease, deadline_of(el), lid, &left, err) != 0)
+            return BATON_LOCKER_ERR;
+        out->held_pttl_ms = left > 0 ? left : 0;
         return BATON_LOCKER_HELD;
     }
     char token[RANDOM_TOKEN_LEN], id[24];
@@ -496,17 +537,24 @@ static int etcd_try_lock(struct baton_locker *l, const char *key, int64_t ttl_ms
             held_add(el, key, token, id, ttl_ms / 1000, true);
         return BATON_LOCKER_ERR;
     }
-    bool ok = json_true(resp, "succeeded");
-    int64_t rev = revision(resp);
+    /* Strictly: a "succeeded" that is not a JSON boolean, or a revision
+     * that is not a positive int64, is no grant (whatever ran, revoking the
+     * lease deletes what it put) */
+    bool ok = false;
+    int64_t rev = 0;
+    char why[200];
+    int bad = etcd_answer_succeeded(resp, &ok, why, sizeof why);
+    if (bad == 0 && ok) bad = etcd_answer_revision(resp, &rev, why, sizeof why);
     json_object_put(resp);
+    if (bad != 0) {
+        bad_answer(el->lease, "/v3/kv/txn", why, err);
+        if (!lease_revoke(el->lease, deadline_of(el), id))
+            held_add(el, key, token, id, ttl_ms / 1000, true);
+        return BATON_LOCKER_ERR;
+    }
     if (!ok) {
         lease_revoke(el->lease, deadline_of(el), id);
         return BATON_LOCKER_HELD;
-    }
-    if (rev <= 0) {
-        errf(err, "etcd locker: lock %s: no revision in the answer", key);
-        lease_revoke(el->lease, deadline_of(el), id);
-        return BATON_LOCKER_ERR;
     }
     held_add(el, key, token, id, ttl_ms / 1000, false);
     memcpy(out->token, token, sizeof out->token);
@@ -522,7 +570,7 @@ static int confirm_token(struct etcd_conn *conn, int64_t deadline,
                          char err[BATON_LOCKER_ERR_MAX])
 {
     json_object *kv = NULL;
-    int present = range_key(conn, deadline, key, &kv, NULL, err);
+    int present = range_key(conn, deadline, key, &kv, err);
     if (present < 0) return BATON_LOCKER_ERR;
     if (present == 0) {
         errf(err, "etcd locker: %s %s: not held (expired or released)", what, key);
@@ -567,8 +615,12 @@ static int renew_moving(struct etcd_locker *el, const char *key, const char *tok
         lease_revoke(el->lease, deadline_of(el), id); /* else it expires unused */
         return BATON_LOCKER_ERR;
     }
-    bool ok = json_true(resp, "succeeded");
-    json_object_put(resp);
+    bool ok = false;
+    if (txn_succeeded(el->lease, resp, &ok, err) != 0) {
+        /* if the move ran, this deletes the key: a lost term, never a false one */
+        lease_revoke(el->lease, deadline_of(el), id);
+        return BATON_LOCKER_ERR;
+    }
     if (!ok) {
         lease_revoke(el->lease, deadline_of(el), id);
         held_do(el, key, token, HELD_STALE, NULL, NULL);
@@ -603,13 +655,20 @@ static int etcd_renew(struct baton_locker *l, const char *key, const char *token
         return BATON_LOCKER_ERR;
     json_object *res = get(resp, "result");
     json_object *e = get(resp, "error");
-    int64_t left = etcd_int(res, "TTL", 0);
     if (e != NULL) {
         errf(err, "etcd locker: renew %s: %.150s", key, json_object_get_string(e));
         json_object_put(resp);
         return BATON_LOCKER_ERR;
     }
+    /* absent is 0: expired (the gateway omits 0) */
+    int64_t left = 0;
+    char why[200];
+    enum etcd_field f = etcd_field_int64(res, "TTL", true, &left, why, sizeof why);
     json_object_put(resp);
+    if (f == ETCD_FIELD_MALFORMED) {
+        bad_answer(el->lease, "/v3/lease/keepalive", why, err);
+        return BATON_LOCKER_ERR;
+    }
     if (left <= 0) {
         errf(err, "etcd locker: renew %s: lease %s expired", key, id);
         held_do(el, key, token, HELD_STALE, NULL, NULL);
@@ -637,10 +696,15 @@ static int etcd_unlock(struct baton_locker *l, const char *key, const char *toke
     json_object *resp;
     int rc = BATON_LOCKER_ERR;
     if (call(el->lease, deadline_of(el), "/v3/kv/txn", t, &resp, NULL, err) == 0) {
-        if (json_true(resp, "succeeded")) {
+        bool ok = false;
+        json_object *other = NULL;
+        char why[200];
+        if (etcd_answer_succeeded(resp, &ok, why, sizeof why) != 0 ||
+            (!ok && etcd_answer_first_kv(txn_range(resp, 0), &other, why, sizeof why) != 0)) {
+            bad_answer(el->lease, "/v3/kv/txn", why, err);
+        } else if (ok) {
             rc = BATON_LOCKER_OK;
         } else {
-            bool other = first_kv(txn_range(resp, 0)) != NULL;
             errf(err, "etcd locker: unlock %s: %s", key,
                  other ? "held with another token" : "not held (expired or released)");
             rc = BATON_LOCKER_MISMATCH;
@@ -677,54 +741,63 @@ static struct watch_key *wk_find(struct etcd_locker *el, const char *key)
     return NULL;
 }
 
-/* One JSON message of a watch stream (w_mu held). */
-static void watch_message(struct etcd_locker *el, struct watch_key *w, json_object *o)
+/* Warns (at most every 10 s per locker) that the stream of w was aborted. */
+static void watch_warn(struct etcd_locker *el, struct watch_key *w, const char *why)
 {
-    json_object *res = get(o, "result");
-    if (res == NULL) return; /* {"error": ...}: the stream ends and is re-created */
-    if (json_true(res, "created")) {
+    long long suppressed = 0;
+    if (!ratelimit_ok(&el->w_rl, 10000, &suppressed)) return;
+    char ep[256];
+    etcd_conn_endpoint(el->watch, ep, sizeof ep);
+    glog_warn("locker", NULL, "etcd %s: watch %.120s: %s: stream aborted, re-created after a "
+              "back-off (%lld such warnings suppressed)", ep, w->key, why, suppressed);
+}
+
+/* One JSON message of a watch stream. */
+static void watch_message(json_object *o, void *arg)
+{
+    struct watch_key *w = arg;
+    struct etcd_locker *el = w->el;
+    struct etcd_watch_msg m;
+    char why[200];
+    if (w->bad) return;
+    if (etcd_answer_watch(o, &m, why, sizeof why) != 0) {
+        watch_warn(el, w, why);
+        w->bad = true;
+        return;
+    }
+    if (!m.result) return; /* {"error": ...}: the stream ends and is re-created */
+    pthread_mutex_lock(&el->w_mu);
+    if (m.created) {
         w->confirmed = true;
         w->seq++; /* releases before it were not seen */
         w->failures = 0;
     }
-    json_object *evs = get(res, "events");
-    if (evs && json_object_is_type(evs, json_type_array)) {
-        for (size_t i = 0; i < json_object_array_length(evs); i++) {
-            json_object *type = get(json_object_array_get_idx(evs, i), "type");
-            if (type && strcmp(json_object_get_string(type), "DELETE") == 0) w->seq++;
-        }
-    }
-    if (json_true(res, "canceled")) w->seq++;
+    w->seq += m.deletes;
+    if (m.canceled) w->seq++;
     pthread_cond_broadcast(&el->w_cv);
+    pthread_mutex_unlock(&el->w_mu);
 }
 
-/* Streamed body of a watch: one JSON object per message. Returns 0 (abort
- * the transfer, re-created later) on a malformed stream. */
+/* Streamed body of a watch: one JSON object per message, each at most
+ * ETCD_RESPONSE_MAX bytes. Returns 0 (abort the transfer, re-created after
+ * a back-off) on a malformed stream or a message over the cap. */
 static size_t on_watch_body(char *ptr, size_t size, size_t nmemb, void *arg)
 {
     struct watch_key *w = arg;
-    size_t n = size * nmemb, off = 0;
+    size_t n = size * nmemb;
     w->got_data = true;
-    while (off < n) {
-        json_object *o = json_tokener_parse_ex(w->tok, ptr + off, (int)(n - off));
-        enum json_tokener_error je = json_tokener_get_error(w->tok);
-        if (o == NULL) {
-            if (je == json_tokener_continue) return n;
-            glog_debug("locker", NULL, "etcd watch %s: malformed stream (%s)", w->key,
-                      json_tokener_error_desc(je));
-            return 0;
-        }
-        size_t used = json_tokener_get_parse_end(w->tok);
-        json_tokener_reset(w->tok);
-        pthread_mutex_lock(&w->el->w_mu);
-        watch_message(w->el, w, o);
-        pthread_mutex_unlock(&w->el->w_mu);
-        json_object_put(o);
-        if (used == 0) break;
-        off += used;
-        while (off < n && (ptr[off] == '\n' || ptr[off] == '\r' || ptr[off] == ' ')) off++;
+    if (w->stream == NULL) return 0; /* out of memory at its start: re-created later */
+    char why[200];
+    enum etcd_stream_rc rc = etcd_stream_feed(w->stream, ptr, n, watch_message, w, why, sizeof why);
+    if (rc == ETCD_STREAM_TOO_LARGE) {
+        watch_warn(w->el, w, why);
+        return 0;
     }
-    return n;
+    if (rc != ETCD_STREAM_OK) {
+        glog_debug("locker", NULL, "etcd watch %s: %s", w->key, why);
+        return 0;
+    }
+    return w->bad ? 0 : n;
 }
 
 static void stream_end(struct etcd_locker *el, CURLM *m, struct watch_key *w, bool failed)
@@ -732,10 +805,10 @@ static void stream_end(struct etcd_locker *el, CURLM *m, struct watch_key *w, bo
     sym_curl_multi_remove_handle(m, w->easy);
     sym_curl_easy_cleanup(w->easy);
     sym_curl_slist_free_all(w->headers);
-    json_tokener_free(w->tok);
+    etcd_stream_destroy(w->stream);
     w->easy = NULL;
     w->headers = NULL;
-    w->tok = NULL;
+    w->stream = NULL;
     pthread_mutex_lock(&el->w_mu);
     w->confirmed = false;
     w->seq++; /* releases while no stream was open are not seen */
@@ -775,7 +848,8 @@ static void stream_start(struct etcd_locker *el, CURLM *m, struct watch_key *w)
     sym_curl_easy_setopt(e, CURLOPT_PRIVATE, w);
     w->easy = e;
     w->headers = h;
-    w->tok = json_tokener_new();
+    w->stream = etcd_stream_create(ETCD_RESPONSE_MAX);
+    w->bad = false;
     w->got_data = false;
     w->started_ms = clock_boot_ms();
     sym_curl_multi_add_handle(m, e);
@@ -806,7 +880,7 @@ static void *watch_main(void *arg)
             if (w == NULL) continue;
             if (msg->data.result != CURLE_OK)
                 glog_debug("locker", NULL, "etcd watch %s: %s", w->key,
-                          sym_curl_easy_strerror(msg->data.result));
+                          etcd_transport_reason(msg->data.result, NULL));
             stream_end(el, m, w, true);
         }
         sym_curl_multi_poll(m, NULL, 0, WATCH_POLL_MS, &nfds);
@@ -877,7 +951,7 @@ static int etcd_claim(struct baton_locker *l, const char *key, int64_t ttl_ms, c
 {
     OP("claim", key);
     struct etcd_locker *el = (struct etcd_locker *)l;
-    int present = range_key(el->side, deadline_of(el), key, NULL, NULL, err);
+    int present = range_key(el->side, deadline_of(el), key, NULL, err);
     if (present < 0) return BATON_LOCKER_ERR;
     if (present == 1) return BATON_LOCKER_HELD;
     char id[24];
@@ -890,8 +964,8 @@ static int etcd_claim(struct baton_locker *l, const char *key, int64_t ttl_ms, c
         /* it may have run: the claim then holds for its ttl, as it should */
         return BATON_LOCKER_ERR;
     }
-    bool ok = json_true(resp, "succeeded");
-    json_object_put(resp);
+    bool ok = false;
+    if (txn_succeeded(el->side, resp, &ok, err) != 0) return BATON_LOCKER_ERR; /* as above */
     if (ok) return BATON_LOCKER_OK;
     lease_revoke(el->side, deadline_of(el), id);
     return BATON_LOCKER_HELD;
@@ -905,7 +979,7 @@ static int etcd_holder(struct baton_locker *l, const char *key, char *buf, size_
     char hkey[LOCKER_SUBKEY_MAX];
     locker_subkey(hkey, key, "holder");
     json_object *kv = NULL;
-    int present = range_key(el->side, deadline_of(el), hkey, &kv, NULL, err);
+    int present = range_key(el->side, deadline_of(el), hkey, &kv, err);
     if (present < 0) return BATON_LOCKER_ERR;
     if (present == 0) return BATON_LOCKER_LOST;
     if (!kv_value(kv, buf, len, NULL)) snprintf(buf, len, "?");
@@ -923,8 +997,14 @@ static int etcd_ping(struct baton_locker *l, char err[BATON_LOCKER_ERR_MAX])
     if (call(el->side, deadline_of(el), "/v3/maintenance/status", json_object_new_object(), &resp,
              NULL, err) != 0)
         return BATON_LOCKER_ERR;
-    int64_t leader = etcd_int(resp, "leader", 0);
+    uint64_t leader = 0; /* a member ID, a uint64; absent is 0 */
+    char why[200];
+    enum etcd_field f = etcd_field_uint64(resp, "leader", &leader, why, sizeof why);
     json_object_put(resp);
+    if (f == ETCD_FIELD_MALFORMED) {
+        bad_answer(el->side, "/v3/maintenance/status", why, err);
+        return BATON_LOCKER_ERR;
+    }
     if (leader != 0) return BATON_LOCKER_OK;
     char ep[256];
     etcd_conn_endpoint(el->side, ep, sizeof ep);
@@ -982,8 +1062,8 @@ static int etcd_fenced_set(struct baton_locker *l, const char *key, const char *
             if (strstr(err, "lease not found") != NULL) continue; /* expired early: a new one */
             break;
         }
-        bool ok = json_true(resp, "succeeded");
-        json_object_put(resp);
+        bool ok = false;
+        if (txn_succeeded(el->side, resp, &ok, err) != 0) break;
         if (ok) {
             rc = BATON_LOCKER_OK;
         } else {
@@ -1003,7 +1083,7 @@ static int etcd_shared_get(struct baton_locker *l, const char *key, const char *
     locker_subkey(vkey, key, name);
     OP("shared read", vkey);
     json_object *kv = NULL;
-    int present = range_key(el->side, deadline_of(el), vkey, &kv, NULL, err);
+    int present = range_key(el->side, deadline_of(el), vkey, &kv, err);
     int rc = BATON_LOCKER_ERR;
     if (present == 0) {
         errf(err, "etcd locker: shared read %s: not set (or expired)", vkey);
@@ -1036,18 +1116,29 @@ static int etcd_inspect(struct baton_locker *l, const char *key, struct baton_lo
     json_object *resp;
     if (call(el->side, deadline_of(el), "/v3/kv/txn", txn(NULL, ops, NULL), &resp, NULL, err) != 0)
         return BATON_LOCKER_ERR;
-    json_object *kv = first_kv(txn_range(resp, 0)), *hkv = first_kv(txn_range(resp, 1)),
-                *ekv = first_kv(txn_range(resp, 2));
+    json_object *kv = NULL, *hkv = NULL, *ekv = NULL;
+    char why[200], lease[24] = "";
+    int64_t epoch = 0;
+    int has = 0;
+    if (etcd_answer_first_kv(txn_range(resp, 0), &kv, why, sizeof why) != 0 ||
+        etcd_answer_first_kv(txn_range(resp, 1), &hkv, why, sizeof why) != 0 ||
+        etcd_answer_first_kv(txn_range(resp, 2), &ekv, why, sizeof why) != 0 ||
+        (ekv && etcd_answer_positive(ekv, "mod_revision", "mod_revision", &epoch, why,
+                                     sizeof why) != 0)) {
+        json_object_put(resp);
+        bad_answer(el->side, "/v3/kv/txn", why, err);
+        return BATON_LOCKER_ERR;
+    }
     info->held = kv != NULL;
     if (hkv && !kv_value(hkv, info->holder, sizeof info->holder, NULL)) info->holder[0] = '\0';
-    if (ekv) info->epoch = (uint64_t)etcd_int(ekv, "mod_revision", 0);
-    char lease[32] = "";
-    json_object *lv = kv ? get(kv, "lease") : NULL;
-    if (lv) snprintf(lease, sizeof lease, "%s", json_object_get_string(lv));
+    info->epoch = (uint64_t)epoch;
+    if (kv) has = kv_lease(el->side, "/v3/kv/txn", kv, lease, err);
     json_object_put(resp);
-    if (lease[0]) {
-        int64_t t = time_to_live(el->side, deadline_of(el), lease);
-        info->ttl_ms = t >= 0 ? t * 1000 : -1;
+    if (has < 0) return BATON_LOCKER_ERR;
+    if (has) {
+        int64_t ms = -1;
+        if (time_to_live(el->side, deadline_of(el), lease, &ms, err) != 0) return BATON_LOCKER_ERR;
+        info->ttl_ms = ms;
     }
     return BATON_LOCKER_OK;
 }

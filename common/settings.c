@@ -504,6 +504,26 @@ void settings_free(const struct setting_def *defs, void *out)
     }
 }
 
+/* True when path names a file in $CREDENTIALS_DIRECTORY (systemd's
+ * credentials: a directory only the service can read, whatever the modes of
+ * the files in it). Compared after resolving both, so "credential:NAME" and
+ * the full path are alike. */
+static bool under_credentials_dir(const char *path)
+{
+    const char *dir = getenv("CREDENTIALS_DIRECTORY");
+    if (!dir || !dir[0]) return false;
+    char *rdir = realpath(dir, NULL);
+    char *rpath = realpath(path, NULL);
+    bool in = false;
+    if (rdir && rpath) {
+        size_t n = strlen(rdir);
+        in = strncmp(rpath, rdir, n) == 0 && rpath[n] == '/' && !strchr(rpath + n + 1, '/');
+    }
+    free(rdir);
+    free(rpath);
+    return in;
+}
+
 int secret_resolve(const char *env_name, const char *file, char **out, char *msg, size_t msglen)
 {
     *out = NULL;
@@ -543,30 +563,75 @@ int secret_resolve(const char *env_name, const char *file, char **out, char *msg
         close(fd);
         return -1;
     }
-    FILE *f = fdopen(fd, "r");
-    if (!f) {
-        snprintf(msg, msglen, "cannot read secret file '%s': %s", file, strerror(errno));
+    /* as ssh does with its keys: a secret others can read is no secret */
+    if ((st.st_mode & S_IRWXO) && !under_credentials_dir(file)) {
+        unsigned mode = (unsigned)(st.st_mode & 07777);
+        snprintf(msg, msglen, "secret file '%s' is %s by others (mode %04o): chmod 600 %s (or 640)",
+                 file, (st.st_mode & S_IROTH) ? "readable" : (st.st_mode & S_IWOTH) ? "writable" : "accessible",
+                 mode, file);
         close(fd);
         return -1;
     }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len = getline(&line, &cap, f);
-    int read_errno = errno;
-    bool failed = ferror(f) != 0;
-    fclose(f);
-    if (failed) {
-        free(line);
-        snprintf(msg, msglen, "cannot read secret file '%s': %s", file, strerror(read_errno));
+    if (st.st_size > SECRET_FILE_MAX) {
+        snprintf(msg, msglen, "secret file '%s' is %lld bytes; secret files are limited to %d KiB "
+                 "(%d bytes; the secret is its first line)",
+                 file, (long long)st.st_size, SECRET_FILE_MAX / 1024, SECRET_FILE_MAX);
+        close(fd);
         return -1;
     }
-    if (len < 0) len = 0;
-    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
-    if (len == 0) {
-        free(line);
+    /* read(2) into a buffer of our own, wiped after use (stdio would leave
+     * a copy in its buffer); one byte more than the cap tells a file that
+     * grew since fstat */
+    char *buf = oom_check(malloc(SECRET_FILE_MAX + 2));
+    size_t len = 0;
+    int read_errno = 0;
+    while (len < SECRET_FILE_MAX + 1) {
+        ssize_t r = read(fd, buf + len, SECRET_FILE_MAX + 1 - len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            read_errno = errno;
+            break;
+        }
+        if (r == 0) break;
+        len += (size_t)r;
+    }
+    close(fd);
+    if (read_errno || len > SECRET_FILE_MAX) {
+        if (read_errno)
+            snprintf(msg, msglen, "cannot read secret file '%s': %s", file, strerror(read_errno));
+        else
+            snprintf(msg, msglen, "secret file '%s' is over %d KiB; secret files are limited to %d "
+                     "bytes (the secret is its first line)", file, SECRET_FILE_MAX / 1024, SECRET_FILE_MAX);
+        explicit_bzero(buf, SECRET_FILE_MAX + 2);
+        free(buf);
+        return -1;
+    }
+    size_t line = 0;
+    while (line < len && buf[line] != '\n') line++;
+    while (line > 0 && buf[line - 1] == '\r') line--;
+    if (line == 0) {
+        explicit_bzero(buf, len);
+        free(buf);
         snprintf(msg, msglen, "secret file '%s' is empty (the secret is its first line)", file);
         return -1;
     }
-    *out = line;
+    if (memchr(buf, '\0', line)) {
+        explicit_bzero(buf, len);
+        free(buf);
+        snprintf(msg, msglen, "secret file '%s': its first line holds a NUL byte", file);
+        return -1;
+    }
+    *out = oom_check(malloc(line + 1));
+    memcpy(*out, buf, line);
+    (*out)[line] = '\0';
+    explicit_bzero(buf, len);
+    free(buf);
     return 0;
+}
+
+void secret_free(char *secret)
+{
+    if (!secret) return;
+    explicit_bzero(secret, strlen(secret));
+    free(secret);
 }

@@ -82,7 +82,17 @@ void strlist_free(struct strlist *l);
 /* Resolves a secret given as either the name of an environment variable or
  * the path of a file (first line, trailing newline stripped). Neither set:
  * *out = NULL, returns 0. Both set, variable unset, file unreadable: -1 with
- * msg filled (naming the variable or file). *out is malloc'd. */
+ * msg filled (naming the variable or file). *out is malloc'd: free it with
+ * secret_free.
+ * A file is refused, as ssh refuses a key, when others than its owner and
+ * group may read, write or search it (mode & 007: "chmod 600 FILE (or
+ * 640)"), except in $CREDENTIALS_DIRECTORY (systemd credentials); refused
+ * too when over SECRET_FILE_MAX bytes or not a regular file. What was read
+ * is wiped before it is freed. */
+#define SECRET_FILE_MAX (64 * 1024)
 int secret_resolve(const char *env_name, const char *file, char **out, char *msg, size_t msglen);
+/* Wipes a secret (explicit_bzero over its length) and frees it; NULL is
+ * fine. */
+void secret_free(char *secret);
 
 #endif

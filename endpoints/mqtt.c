@@ -1104,7 +1104,7 @@ static void *mqtt_create(const void *settings, struct endpoint_host *host, char 
     envelope_init(&ep->env);
     return ep;
 fail:
-    free(ep->password);
+    secret_free(ep->password);
     free(ep->servers_text);
     free(ep->uris);
     free(ep);
@@ -1222,10 +1222,7 @@ static void mqtt_destroy(void *p)
     free(ep->client_id);
     free(ep->servers_text);
     free(ep->uris);
-    if (ep->password) {
-        memset(ep->password, 0, strlen(ep->password));
-        free(ep->password);
-    }
+    secret_free(ep->password); /* wiped: memset before free may be optimised away */
     envelope_free(&ep->env);
     pthread_mutex_destroy(&ep->slot->mu);
     pthread_cond_destroy(&ep->slot->cv);

@@ -1717,10 +1717,7 @@ static void cdc_destroy(void *ep)
     jbuf_free(&c->ev_tail);
     cdc_progress_destroy(c->progress);
     free(c->hosts);
-    if (c->password) {
-        memset(c->password, 0, strlen(c->password));
-        free(c->password);
-    }
+    secret_free(c->password); /* wiped: memset before free may be optimised away */
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->cond);
     free(c);

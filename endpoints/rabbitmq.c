@@ -1003,7 +1003,7 @@ static void *create(const void *sv, struct endpoint_host *host, char *err, size_
         if (rmq_queue_name_expand(tmpl, &v, ep->queue_cfg, sizeof ep->queue_cfg, msg,
                                   sizeof msg) < 0) {
             snprintf(err, errlen, "%s", msg);
-            free(ep->password);
+            secret_free(ep->password);
             free(ep->hosts);
             free(ep);
             return NULL;
@@ -1092,10 +1092,7 @@ static void destroy(void *p)
     envelope_free(&ep->env);
     free(ep->acks);
     free(ep->hosts);
-    if (ep->password) {
-        memset(ep->password, 0, strlen(ep->password));
-        free(ep->password);
-    }
+    secret_free(ep->password); /* wiped: memset before free may be optimised away */
     pthread_mutex_destroy(&ep->lock);
     pthread_cond_destroy(&ep->cond);
     pthread_mutex_destroy(&ep->ack_lock);

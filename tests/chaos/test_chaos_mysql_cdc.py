@@ -60,6 +60,7 @@ def server():
         _pwfile = os.path.join(d, "pw")
         with open(_pwfile, "w") as f:
             f.write(CDC_PW + "\n")
+        os.chmod(_pwfile, 0o600)  # baton refuses a secret file others can read
     return _server
 
 

@@ -284,6 +284,7 @@ def test_broker_down_and_bad_credentials(t):
     secret_dir = h.mktemp()
     with open(os.path.join(secret_dir, "pw"), "w") as f:
         f.write("right\n")
+    os.chmod(os.path.join(secret_dir, "pw"), 0o600)  # baton refuses a secret file others can read
     cfgs = {
         "a-good.cfg": ep_cfg("good", good.port, ["ok/#"], 'shared_group = "g"; user = "baton"; '
                              'password_file = "%s";' % os.path.join(secret_dir, "pw")),

@@ -200,6 +200,8 @@ static void write_tree(struct tree *t, const struct file *files, bool endpoints_
             if (!f) fail_msg("cannot write %s", p);
             fputs(files[i].text, f);
             fclose(f);
+            /* secret files others can read are refused (secret_resolve) */
+            if (strncmp(files[i].name, "secrets/", 8) == 0) assert_int_equal(chmod(p, 0600), 0);
         }
     }
 }

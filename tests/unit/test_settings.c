@@ -1,6 +1,7 @@
 /* settings_parse on every setting type, defaults, ranges, enums, unknown
  * keys; config_error_format; secret_resolve (env, file, neither, both,
- * missing); "credential:NAME" in *_file settings ($CREDENTIALS_DIRECTORY).
+ * missing; files others can read, over 64 KiB, in $CREDENTIALS_DIRECTORY);
+ * "credential:NAME" in *_file settings ($CREDENTIALS_DIRECTORY).
  * Each case reads a real file so that file and line are checked. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -362,6 +363,7 @@ static void write_text(const char *p, const char *text)
     assert_non_null(f);
     fputs(text, f);
     fclose(f);
+    assert_int_equal(chmod(p, 0600), 0);
 }
 
 static void test_secret_env(void **state)
@@ -424,6 +426,131 @@ static void test_secret_file(void **state)
     assert_null(out);
     assert_non_null(strstr(msg, "not a regular file"));
     unlink(p);
+}
+
+/* As ssh: a secret file others may read (or write) is refused, naming the
+ * file, its mode and the fix; group access is fine. */
+static void test_secret_file_mode(void **state)
+{
+    (void)state;
+    char p[600], msg[700];
+    char *out = NULL;
+    snprintf(p, sizeof p, "%s/secret-mode", tmpdir);
+    write_text(p, "Pw-s3cr3t\n");
+    static const struct {
+        mode_t mode;
+        const char *word; /* NULL: accepted */
+    } cases[] = {
+        { 0600, NULL }, { 0400, NULL }, { 0640, NULL }, { 0660, NULL },
+        { 0644, "readable" }, { 0604, "readable" }, { 0666, "readable" },
+        { 0602, "writable" }, { 0601, "accessible" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(chmod(p, cases[i].mode), 0);
+        int rc = secret_resolve(NULL, p, &out, msg, sizeof msg);
+        if (!cases[i].word) {
+            if (rc != 0) fail_msg("mode %04o: refused: %s", (unsigned)cases[i].mode, msg);
+            assert_string_equal(out, "Pw-s3cr3t");
+            secret_free(out);
+            out = NULL;
+            continue;
+        }
+        if (rc != -1) fail_msg("mode %04o: accepted", (unsigned)cases[i].mode);
+        assert_null(out);
+        char want[1600];
+        snprintf(want, sizeof want, "secret file '%s' is %s by others (mode %04o): chmod 600 %s (or 640)",
+                 p, cases[i].word, (unsigned)cases[i].mode, p);
+        assert_string_equal(msg, want);
+        assert_null(strstr(msg, "Pw-s3cr3t"));
+    }
+    unlink(p);
+}
+
+/* systemd credentials ($CREDENTIALS_DIRECTORY) are fine whatever their
+ * mode: the directory is the service's alone. Elsewhere, no. */
+static void test_secret_file_credentials_dir(void **state)
+{
+    (void)state;
+    char dir[600], p[700], msg[900];
+    char *out = NULL;
+    snprintf(dir, sizeof dir, "%s/creds", tmpdir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(p, sizeof p, "%s/redis-password", dir);
+    write_text(p, "from-systemd\n");
+    assert_int_equal(chmod(p, 0644), 0);
+
+    unsetenv("CREDENTIALS_DIRECTORY");
+    assert_int_equal(secret_resolve(NULL, p, &out, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "readable by others (mode 0644)"));
+
+    setenv("CREDENTIALS_DIRECTORY", dir, 1);
+    assert_int_equal(secret_resolve(NULL, p, &out, msg, sizeof msg), 0);
+    assert_string_equal(out, "from-systemd");
+    secret_free(out);
+    out = NULL;
+    /* the same file named through a path that is not the directory's own */
+    char other[800];
+    snprintf(other, sizeof other, "%s/../creds/./redis-password", dir);
+    assert_int_equal(secret_resolve(NULL, other, &out, msg, sizeof msg), 0);
+    secret_free(out);
+    out = NULL;
+
+    /* a file beside the credentials directory is not in it */
+    char beside[700];
+    snprintf(beside, sizeof beside, "%s/creds-not", tmpdir);
+    write_text(beside, "x\n");
+    assert_int_equal(chmod(beside, 0644), 0);
+    assert_int_equal(secret_resolve(NULL, beside, &out, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "readable by others"));
+    unsetenv("CREDENTIALS_DIRECTORY");
+    unlink(beside);
+    unlink(p);
+    rmdir(dir);
+}
+
+/* At most 64 KiB: a bigger file is refused naming file and limit, before
+ * anything is read. */
+static void test_secret_file_size(void **state)
+{
+    (void)state;
+    char p[600], msg[700];
+    char *out = NULL;
+    snprintf(p, sizeof p, "%s/secret-big", tmpdir);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("big-secret\n", f);
+    for (size_t n = strlen("big-secret\n"); n < SECRET_FILE_MAX; n++) fputc('x', f);
+    fclose(f);
+    assert_int_equal(chmod(p, 0600), 0);
+    /* exactly the limit: fine (the secret is the first line) */
+    assert_int_equal(secret_resolve(NULL, p, &out, msg, sizeof msg), 0);
+    assert_string_equal(out, "big-secret");
+    secret_free(out);
+    out = NULL;
+
+    f = fopen(p, "a");
+    assert_non_null(f);
+    fputc('y', f);
+    fclose(f);
+    assert_int_equal(secret_resolve(NULL, p, &out, msg, sizeof msg), -1);
+    assert_null(out);
+    char want[1600];
+    snprintf(want, sizeof want, "secret file '%s' is %d bytes; secret files are limited to 64 KiB (65536 "
+             "bytes; the secret is its first line)", p, SECRET_FILE_MAX + 1);
+    assert_string_equal(msg, want);
+    unlink(p);
+
+    /* a NUL in the first line would cut the secret short: refused */
+    snprintf(p, sizeof p, "%s/secret-nul", tmpdir);
+    f = fopen(p, "w");
+    assert_non_null(f);
+    fwrite("ab\0cd\n", 1, 6, f);
+    fclose(f);
+    assert_int_equal(chmod(p, 0600), 0);
+    assert_int_equal(secret_resolve(NULL, p, &out, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "NUL byte"));
+    unlink(p);
+    secret_free(NULL);
 }
 
 static void test_secret_neither_and_both(void **state)
@@ -508,6 +635,9 @@ int main(void)
         cmocka_unit_test(test_error_format),
         cmocka_unit_test(test_secret_env),
         cmocka_unit_test(test_secret_file),
+        cmocka_unit_test(test_secret_file_mode),
+        cmocka_unit_test(test_secret_file_credentials_dir),
+        cmocka_unit_test(test_secret_file_size),
         cmocka_unit_test(test_secret_neither_and_both),
         cmocka_unit_test(test_credential_files),
     };

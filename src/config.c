@@ -209,7 +209,8 @@ static const char *file_kind(mode_t mode)
  * again (config_read_file: the only call that keeps the file name every
  * error message needs), so a file replaced by a FIFO in that window could
  * still block; that takes someone racing the check on purpose. Files pulled
- * in with @include are opened by libconfig alone and are not checked. */
+ * in with @include are checked the same way before libconfig opens them
+ * (check_includes). */
 static int check_input_file(const char *path, struct config_error *err)
 {
     struct stat st, lst;
@@ -254,14 +255,90 @@ static int check_input_file(const char *path, struct config_error *err)
     return 0;
 }
 
+/* libconfig's own limit on @include nesting. */
+#define INCLUDE_DEPTH_MAX 10
+
+/* The file name of an @include line (libconfig 1.5's scanner: the line
+ * starts with optional blanks, "@include", blanks and a quoted name with \\
+ * and \" escapes). NULL when line is no @include; *bad set when it is one
+ * whose name is unterminated (libconfig reports that itself). */
+static char *include_name(const char *line, size_t n, bool *bad)
+{
+    size_t i = 0;
+    *bad = false;
+    while (i < n && (line[i] == ' ' || line[i] == '\t')) i++;
+    if (n - i < 8 || memcmp(line + i, "@include", 8) != 0) return NULL;
+    i += 8;
+    size_t blanks = i;
+    while (i < n && (line[i] == ' ' || line[i] == '\t')) i++;
+    if (i == blanks || i >= n || line[i] != '"') return NULL;
+    i++;
+    char *name = xmalloc(n - i + 1);
+    size_t k = 0;
+    for (; i < n && line[i] != '"'; i++) {
+        if (line[i] == '\\' && i + 1 < n && (line[i + 1] == '\\' || line[i + 1] == '"')) i++;
+        name[k++] = line[i];
+    }
+    name[k] = '\0';
+    if (i >= n) {
+        *bad = true;
+        free(name);
+        return NULL;
+    }
+    return name;
+}
+
+/* Checks every file path @includes (recursively, relative to include_dir as
+ * libconfig resolves them) as check_input_file checks the main file: a
+ * directory, FIFO or device given to libconfig 1.5 ends the process from
+ * inside its scanner ("input in flex scanner failed", exit 2) or blocks. An
+ * error names the including file and the line of the @include. A file that
+ * does not exist is left to libconfig, which reports it with file and line
+ * ("cannot open include file"). path itself passed check_input_file. */
+static int check_includes(const char *path, const char *include_dir, int depth, struct config_error *err)
+{
+    if (depth >= INCLUDE_DEPTH_MAX) return 0; /* libconfig refuses deeper nesting itself */
+    FILE *f = fopen(path, "r");
+    if (!f) return 0; /* libconfig says why */
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int lineno = 0, rc = 0;
+    while (rc == 0 && (n = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        bool bad;
+        char *name = include_name(line, (size_t)n, &bad);
+        if (!name) continue;
+        char *inc = include_dir && name[0] != '/' ? path_join(include_dir, name) : xstrdup(name);
+        struct stat st;
+        if (stat(inc, &st) == 0) {
+            struct config_error why = { 0 };
+            if (check_input_file(inc, &why) != 0) {
+                config_error_set(err, path, lineno, "@include \"%s\": %s: %s", name, inc, why.msg);
+                rc = -1;
+            } else {
+                rc = check_includes(inc, include_dir, depth + 1, err);
+            }
+        }
+        free(inc);
+        free(name);
+    }
+    free(line);
+    fclose(f);
+    return rc;
+}
+
 /* Reads one libconfig file; errors name the file (unreadable, not a regular
- * file, too large: line 0) or file and line (syntax). */
+ * file, too large: line 0) or file and line (syntax, an @include of
+ * something that is not a regular file). */
 static int read_file(config_t *cf, const char *path, struct config_error *err)
 {
     if (check_input_file(path, err)) return -1;
     char *dir = dir_of(path);
     config_set_include_dir(cf, dir);
+    int inc = check_includes(path, dir, 0, err);
     free(dir);
+    if (inc) return -1;
     if (config_read_file(cf, path) != CONFIG_TRUE) {
         if (config_error_type(cf) == CONFIG_ERR_FILE_IO) {
             config_error_set(err, config_error_file(cf) ? config_error_file(cf) : path, 0,

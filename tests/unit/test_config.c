@@ -1283,6 +1283,78 @@ static void test_guard_resolution(void **state)
     }
 }
 
+/* config_load on files, expecting an error at file (relative to the tree)
+ * and line whose message holds want. */
+static void expect_error_at(const struct file *files, const char *file, int line, const char *want)
+{
+    struct tree t;
+    write_tree(&t, files, true);
+    struct baton_config c = { 0 };
+    struct config_error err = { 0 };
+    assert_int_equal(config_load(t.main, &c, &err), -1);
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s", t.root, file);
+    if (strcmp(err.file, path) != 0 || err.line != line || !strstr(err.msg, want))
+        fail_msg("got %s:%d: %s; wanted %s:%d: ...%s...", err.file, err.line, err.msg, path, line, want);
+    config_free(&c);
+    remove_tree(&t);
+}
+
+/* @include of a directory: libconfig 1.5's scanner would end the process
+ * ("input in flex scanner failed", exit 2); a FIFO would block it. Both are
+ * a configuration error at the @include's file and line, in the main file
+ * and in an included one; a regular file is included as before. */
+static void test_include_not_a_file(void **state)
+{
+    (void)state;
+    const struct file dir_in_main[] = {
+        { "baton.cfg", SINKS_OUT "# endpoints\n  @include \"endpoints.d\"\n" },
+        { NULL, NULL },
+    };
+    expect_error_at(dir_in_main, "baton.cfg", 3, "@include \"endpoints.d\": ");
+    expect_error_at(dir_in_main, "baton.cfg", 3, "is a directory");
+
+    const struct file fifo[] = {
+        { "baton.cfg", SINKS_OUT "@include \"pipe\"\n" },
+        { "pipe", FIFO_MARK },
+        { NULL, NULL },
+    };
+    expect_error_at(fifo, "baton.cfg", 2, "is a FIFO");
+
+    const struct file nested[] = {
+        { "baton.cfg", SINKS_OUT "@include \"more.inc\"\n" },
+        { "more.inc", "owner = \"t\";\n@include \"sub\"\n" },
+        { "sub", DIR_MARK },
+        { NULL, NULL },
+    };
+    expect_error_at(nested, "more.inc", 2, "is a directory");
+
+    /* in an endpoint file, relative to that file's directory */
+    const struct file in_endpoint[] = {
+        { "baton.cfg", SINKS_OUT },
+        { "endpoints.d/a.cfg", EP_A "@include \"x\"\n" },
+        { "endpoints.d/x", DIR_MARK },
+        { NULL, NULL },
+    };
+    expect_error_at(in_endpoint, "endpoints.d/a.cfg", 5, "is a directory");
+
+    /* a regular file is included; a name in a comment or a string is no
+     * @include */
+    const struct file ok[] = {
+        { "baton.cfg", SINKS_OUT "@include \"owner.inc\"\n// @include \"endpoints.d\"\n" },
+        { "owner.inc", "owner = \"from-include\";\n" },
+        { NULL, NULL },
+    };
+    struct tree t;
+    write_tree(&t, ok, true);
+    struct baton_config c = { 0 };
+    struct config_error err = { 0 };
+    if (config_load(t.main, &c, &err)) fail_msg("%s:%d: %s", err.file, err.line, err.msg);
+    assert_string_equal(c.owner, "from-include");
+    config_free(&c);
+    remove_tree(&t);
+}
+
 static void test_password_file_relative_to_main(void **state)
 {
     (void)state;
@@ -1411,6 +1483,7 @@ int main(void)
         cmocka_unit_test(test_full_config),
         cmocka_unit_test(test_file_selection_and_order),
         cmocka_unit_test(test_guard_resolution),
+        cmocka_unit_test(test_include_not_a_file),
         cmocka_unit_test(test_password_file_relative_to_main),
         cmocka_unit_test(test_absolute_endpoints_dir_and_metrics_default),
         cmocka_unit_test(test_repeat_load_error_paths_free),

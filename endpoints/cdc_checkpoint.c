@@ -354,3 +354,23 @@ int cdc_checkpoint_parse(const char *value, const char *key, struct cdc_ckpt *c,
              key, value ? value : "");
     return -1;
 }
+
+int cdc_checkpoint_parse_n(const char *value, size_t len, const char *key, struct cdc_ckpt *c,
+                           char *err, size_t errlen)
+{
+    const char *nul = value ? memchr(value, '\0', len) : NULL;
+    if (!nul) return cdc_checkpoint_parse(value, key, c, err, errlen);
+    memset(c, 0, sizeof *c);
+    size_t at = (size_t)(nul - value);
+    snprintf(err, errlen, "checkpoint %s contains a NUL byte (at byte %zu of %zu: \"%.100s\" then %zu "
+             "more); refused rather than resumed from the part before it", key, at + 1, len, value,
+             len - at - 1);
+    return -1;
+}
+
+size_t cdc_checkpoint_value_len(const char *buf, size_t cap)
+{
+    size_t n = cap;
+    while (n > 0 && buf[n - 1] == '\0') n--;
+    return n;
+}

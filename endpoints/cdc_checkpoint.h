@@ -115,5 +115,16 @@ int cdc_checkpoint_format(char *buf, size_t len, const struct cdc_ckpt *c);
  * saying what the key holds instead. */
 int cdc_checkpoint_parse(const char *value, const char *key, struct cdc_ckpt *c, char *err,
                          size_t errlen);
+/* The same for a value of len bytes as read (a Redis GET reply's len): a
+ * value holding a NUL byte is refused, naming the key and the NUL's offset,
+ * never read up to the NUL ("file:611\0;server_id=9" would resume at 611 on
+ * whatever server, its server_id dropped without a word). */
+int cdc_checkpoint_parse_n(const char *value, size_t len, const char *key, struct cdc_ckpt *c,
+                           char *err, size_t errlen);
+/* The length of a value a locker copied into buf (cap bytes, all zero
+ * before the read; the locker NUL-terminates the bytes it copies): up to its
+ * last non-NUL byte, so a NUL inside the value is seen by
+ * cdc_checkpoint_parse_n. */
+size_t cdc_checkpoint_value_len(const char *buf, size_t cap);
 
 #endif

@@ -559,7 +559,8 @@ static int write_checkpoint(struct cdc *c, const struct cdc_ckpt *ck)
  * locker error or an unparsable value (err filled). */
 static int read_checkpoint(struct cdc *c, struct cdc_ckpt *ck, char *err, size_t errlen)
 {
-    char value[CDC_CHECKPOINT_MAX], lerr[BATON_LOCKER_ERR_MAX];
+    /* zeroed: a NUL inside the value shows as bytes after it */
+    char value[CDC_CHECKPOINT_MAX] = "", lerr[BATON_LOCKER_ERR_MAX];
     int rc = baton_locker_shared_get(c->h->locker, c->h->lease_key, CDC_CHECKPOINT_NAME, value,
                                sizeof value, lerr);
     if (rc == BATON_LOCKER_LOST) return 0;
@@ -567,7 +568,8 @@ static int read_checkpoint(struct cdc *c, struct cdc_ckpt *ck, char *err, size_t
         snprintf(err, errlen, "%s", lerr);
         return -1;
     }
-    return cdc_checkpoint_parse(value, c->ckpt_key, ck, err, errlen) == 0 ? 1 : -1;
+    return cdc_checkpoint_parse_n(value, cdc_checkpoint_value_len(value, sizeof value), c->ckpt_key, ck,
+                                  err, errlen) == 0 ? 1 : -1;
 }
 
 /* Upgrade path: the checkpoint an older baton kept in the locker's Redis at
@@ -589,7 +591,7 @@ static int read_legacy_checkpoint(struct cdc *c, struct cdc_ckpt *ck, char *err,
     } else if (r->type == REDIS_REPLY_NIL) {
         found = 0;
     } else if (r->type == REDIS_REPLY_STRING) {
-        found = cdc_checkpoint_parse(r->str, c->legacy_key, ck, err, errlen) == 0 ? 1 : -1;
+        found = cdc_checkpoint_parse_n(r->str, r->len, c->legacy_key, ck, err, errlen) == 0 ? 1 : -1;
     } else {
         snprintf(err, errlen, "GET %.200s: %.200s", c->legacy_key,
                  r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");

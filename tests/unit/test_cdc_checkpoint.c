@@ -103,6 +103,47 @@ static void test_format_parse(void **state)
     assert_non_null(strstr(err, "holds \"\""));
 }
 
+/* A NUL inside a value read with its length (a GET reply's len) is refused
+ * naming the key, never read up to the NUL: "binlog.000002:611\0;server_id=9"
+ * would otherwise resume at 611 on whatever server answers. */
+static void test_parse_refuses_nul(void **state)
+{
+    (void)state;
+    struct cdc_ckpt out;
+    char err[400];
+    static const char v[] = "binlog.000002:611\0;server_id=9";
+    size_t len = sizeof v - 1;
+    assert_int_equal(cdc_checkpoint_parse_n(v, len, "baton:active:{x}:cdc", &out, err, sizeof err), -1);
+    assert_non_null(strstr(err, "checkpoint baton:active:{x}:cdc contains a NUL byte"));
+    assert_non_null(strstr(err, "at byte 18 of 30"));
+    assert_string_equal(out.file, "");
+    assert_int_equal(out.pos, 0);
+    /* a trailing NUL is refused too: the value is not what was written */
+    assert_int_equal(cdc_checkpoint_parse_n("b.1:4\0", 6, "k", &out, err, sizeof err), -1);
+    assert_non_null(strstr(err, "NUL byte"));
+    /* without a NUL: as cdc_checkpoint_parse */
+    assert_int_equal(cdc_checkpoint_parse_n("binlog.000002:611;server_id=9", 29, "k", &out, err, sizeof err),
+                     0);
+    assert_string_equal(out.file, "binlog.000002");
+    assert_int_equal(out.pos, 611);
+    assert_int_equal(out.server_id, 9);
+    assert_int_equal(cdc_checkpoint_parse_n("garbage", 7, "k", &out, err, sizeof err), -1);
+    assert_non_null(strstr(err, "\"garbage\""));
+
+    /* what a locker copied into a zeroed buffer: its length reaches past an
+     * embedded NUL */
+    char buf[64] = "";
+    memcpy(buf, v, len + 1);
+    assert_int_equal(cdc_checkpoint_value_len(buf, sizeof buf), len);
+    assert_int_equal(cdc_checkpoint_parse_n(buf, cdc_checkpoint_value_len(buf, sizeof buf), "k", &out, err,
+                                            sizeof err), -1);
+    memset(buf, 0, sizeof buf);
+    memcpy(buf, "b.1:4", 6);
+    assert_int_equal(cdc_checkpoint_value_len(buf, sizeof buf), 5);
+    memset(buf, 0, sizeof buf);
+    assert_int_equal(cdc_checkpoint_value_len(buf, sizeof buf), 0);
+}
+
 static void test_gtid_text(void **state)
 {
     (void)state;
@@ -330,6 +371,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_format_parse),
+        cmocka_unit_test(test_parse_refuses_nul),
         cmocka_unit_test(test_gtid_text),
         cmocka_unit_test(test_progress),
         cmocka_unit_test(test_progress_gtid),

@@ -513,12 +513,9 @@ static redisContext *conn_open(struct psub *p, char *err, size_t errlen)
     while (want_p > 0 || want_c > 0) {
         void *rv = NULL;
         if (redis_get_reply(c, &rv) != REDIS_OK || !rv) {
-            /* a read timeout surfaces as EAGAIN's text */
-            bool timed_out = strstr(c->errstr, "temporarily unavailable") != NULL;
-            char what[64];
-            snprintf(what, sizeof what, "no answer within %" PRId64 " ms", p->s->command_timeout_ms);
+            /* one deadline per reply: "no answer within N ms" */
             snprintf(err, errlen, "redis %s: waiting for the subscription confirmation: %s",
-                     p->where, timed_out ? what : c->errstr[0] ? c->errstr : "connection lost");
+                     p->where, c->errstr[0] ? c->errstr : "connection lost");
             conn_close(p, c);
             return NULL;
         }
@@ -627,21 +624,36 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
     bool ping_out = false;
     struct read_clock read_at = read_clock_now();
     bool nap = false, full = false;
+    /* a message that began arriving must be complete within the command
+     * timeout (a trickle would otherwise hold the connection forever);
+     * 0: none in progress. Only looked at when a read completed nothing. */
+    int64_t partial_since = 0;
     for (;;) {
         /* everything hiredis already holds, before blocking again */
+        int completed = 0;
         for (;;) {
             void *rv = NULL;
-            if (redisGetReplyFromReader(c, &rv) != REDIS_OK) {
+            if (redis_next_reply(c, &rv) != REDIS_OK) {
                 snprintf(err, errlen, "redis %s: protocol error: %s", p->where, c->errstr);
                 return;
             }
             if (!rv) break;
+            completed++;
             bool pong = false;
             handle_reply(p, rv, &pong, &read_at);
             if (pong) ping_out = false;
             reply_pool_put(rv);
         }
         flush_deferred(p); /* this read's messages, before we block again */
+        if (!redis_reply_pending(c)) {
+            partial_since = 0;
+        } else if (completed > 0 || partial_since == 0) {
+            partial_since = read_at.mono_us / 1000;
+        } else if (clock_mono_ms() - partial_since > p->s->command_timeout_ms) {
+            snprintf(err, errlen, "redis %s: no complete message within %" PRId64 " ms",
+                     p->where, p->s->command_timeout_ms);
+            return;
+        }
         if (atomic_load_explicit(&p->stop, memory_order_relaxed)) {
             snprintf(err, errlen, "stopping");
             return;
@@ -689,6 +701,11 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
             continue; /* the silence clock was just reset */
         }
         if (!tick) continue;
+        if (partial_since && clock_mono_ms() - partial_since > p->s->command_timeout_ms) {
+            snprintf(err, errlen, "redis %s: no complete message within %" PRId64 " ms",
+                     p->where, p->s->command_timeout_ms);
+            return;
+        }
         if (timeout < 0 || clock_mono_ms() - quiet_since < timeout) continue;
         quiet_since = clock_mono_ms();
         if (ping_out) {
@@ -878,6 +895,7 @@ static void *psub_create(const void *settings, struct endpoint_host *host, char 
     p->ro.password = password;
     p->ro.connect_timeout_ms = s->connect_timeout_ms;
     p->ro.command_timeout_ms = s->command_timeout_ms;
+    p->ro.max_reply_bytes = s->max_reply_bytes > 0 ? s->max_reply_bytes : REDIS_MAX_REPLY_SOURCE;
     redis_settings_apply(&p->ro, &s->sentinels, s->master_name, &s->tls);
     if (p->ro.n_sentinels)
         snprintf(p->where, sizeof p->where, "sentinel master %.120s db %d", p->ro.master_name,

@@ -32,6 +32,7 @@ struct redis_psub_settings {
     struct strlist sentinels; /* Sentinel discovery instead of host/port */
     char *master_name;
     struct redis_tls_settings tls;
+    int64_t max_reply_bytes; /* 0 = REDIS_MAX_REPLY_SOURCE (64 MiB) */
 };
 
 enum psub_kind {

@@ -122,6 +122,8 @@ void reply_pool_put(void *reply)
 
 static void *create_string(const redisReadTask *task, char *str, size_t len)
 {
+    /* bounded as every baton connection's reader (redis_reader_bound) */
+    if (!redis_reply_string_ok(task, len)) return NULL;
     struct node *n = take(task, task->type);
     if (!n) return NULL;
     if (n->buf_cap < len + 1) {
@@ -141,7 +143,7 @@ static void *create_string(const redisReadTask *task, char *str, size_t len)
 static void *create_array(const redisReadTask *task, int elements)
 {
     /* bounded as every baton connection's reader (redis_reader_bound) */
-    if (!redis_array_size_ok(elements)) return NULL;
+    if (!redis_reply_array_ok(task, elements)) return NULL;
     struct node *n = take(task, REDIS_REPLY_ARRAY);
     if (!n) return NULL;
     size_t want = elements > 0 ? (size_t)elements : 0;
@@ -161,6 +163,7 @@ static void *create_array(const redisReadTask *task, int elements)
 
 static void *create_integer(const redisReadTask *task, long long value)
 {
+    if (!redis_reply_integer_ok(task, value)) return NULL;
     struct node *n = take(task, REDIS_REPLY_INTEGER);
     if (!n) return NULL;
     n->r.integer = value;

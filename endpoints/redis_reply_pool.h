@@ -13,8 +13,10 @@
  * them with reply_pool_put, never with freeReplyObject. The pool is used
  * by one thread (the connection's reader) and must outlive every context
  * attached to it: redisFree hands a reply the reader was still building
- * back to the pool. Arrays are bounded as on every baton connection
- * (redis_reader_bound: REDIS_MAX_ARRAY_ELEMENTS). */
+ * back to the pool. Replies are bounded as on every baton connection
+ * (redis_reader_bound: array size and depth, strict integers, and the
+ * reply's bytes within the limit set by redis_reader_set_max, which
+ * attaching keeps). */
 #ifndef BATON_REDIS_REPLY_POOL_H
 #define BATON_REDIS_REPLY_POOL_H
 

@@ -562,7 +562,7 @@ static void run_scripts_on(struct redis_locker *rl, struct rconn *cn, struct scr
     for (int idx = 0; idx < S_COUNT && cn->c; idx++) {
         if (!reload[idx]) continue;
         /* reload after NOSCRIPT (Redis restarted or SCRIPT FLUSH) */
-        redisReply *lr = redisCommand(cn->c, "SCRIPT LOAD %s", SCRIPTS[idx]);
+        redisReply *lr = redis_commandf(cn->c, "SCRIPT LOAD %s", SCRIPTS[idx]);
         if (lr == NULL) {
             char ignored[BATON_LOCKER_ERR_MAX];
             conn_broken(rl, cn, "SCRIPT LOAD", ignored);
@@ -962,7 +962,8 @@ static void *sub_main(void *arg)
                     broken = true;
                 } else {
                     void *reply = NULL;
-                    while (redisReaderGetReply(sc->reader, &reply) == REDIS_OK && reply) {
+                    int rc;
+                    while ((rc = redis_next_reply(sc, &reply)) == REDIS_OK && reply) {
                         redisReply *rr = reply;
                         if (setname_pending && rr->type != REDIS_REPLY_ARRAY)
                             setname_pending = false; /* +OK, or refused by an ACL: fine */
@@ -971,7 +972,7 @@ static void *sub_main(void *arg)
                         freeReplyObject(reply);
                         reply = NULL;
                     }
-                    if (sc->reader->err) broken = true;
+                    if (rc != REDIS_OK) broken = true;
                 }
             }
         }
@@ -1309,7 +1310,7 @@ static int redis_announce(struct baton_locker *l, const char *key, char err[BATO
     if (!ensure_conn(rl, &rl->lease, err)) {
         rc = BATON_LOCKER_ERR;
     } else {
-        redisReply *r = redisCommand(rl->lease.c, "PUBLISH %s" RELEASED_SUFFIX " released", key);
+        redisReply *r = redis_commandf(rl->lease.c, "PUBLISH %s" RELEASED_SUFFIX " released", key);
         if (r == NULL) {
             conn_broken(rl, &rl->lease, "publish", err);
             rc = BATON_LOCKER_ERR;
@@ -1652,6 +1653,22 @@ static int redis_shared_get(struct baton_locker *l, const char *key, const char 
     return rc;
 }
 
+/* An epoch as the acquire script stores it: 1 to 20 decimal digits, no
+ * sign or space, within uint64, not 0. */
+static bool epoch_text(const char *s, size_t len, uint64_t *out)
+{
+    if (len == 0 || len > 20 || s[0] == '0') return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return false;
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
 /* GET key, PTTL key, GET <key>:epoch, GET <key>:holder in one round trip on
  * the side connection. */
 static int redis_inspect(struct baton_locker *l, const char *key, struct baton_lock_info *info,
@@ -1677,7 +1694,11 @@ static int redis_inspect(struct baton_locker *l, const char *key, struct baton_l
     if (rc == BATON_LOCKER_OK) {
         info->held = r[0]->type == REDIS_REPLY_STRING;
         info->ttl_ms = r[1]->type == REDIS_REPLY_INTEGER && r[1]->integer >= 0 ? r[1]->integer : -1;
-        if (r[2]->type == REDIS_REPLY_STRING) info->epoch = strtoull(r[2]->str, NULL, 10);
+        if (r[2]->type == REDIS_REPLY_STRING && !epoch_text(r[2]->str, r[2]->len, &info->epoch)) {
+            errf(err, "redis %s: inspect %.100s: %.100s holds \"%.40s\", not an epoch", rl->where,
+                 key, ekey, r[2]->str);
+            rc = BATON_LOCKER_ERR;
+        }
         if (r[3]->type == REDIS_REPLY_STRING)
             snprintf(info->holder, sizeof info->holder, "%.*s", (int)r[3]->len, r[3]->str);
     }

@@ -3,7 +3,10 @@
 #include "guard/redis_conn.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,39 +26,192 @@ static struct timeval ms_to_tv(int64_t ms)
     return tv;
 }
 
-/* hiredis's own reply functions with createArray bounded. hiredis keeps its
+/* ---- bounded replies ------------------------------------------------------
+ *
+ * hiredis 0.14's reader has no room for a limit of ours, and baton does not
+ * own the end of every context (callers redisFree them), so nothing can be
+ * hung on a context. The limit and the count of the reply being built live
+ * in the reader itself, in its last read task rstack[8]: hiredis uses it
+ * only for an array nested 8 deep, and redis_reply_array_ok refuses
+ * nesting beyond 7 (baton's deepest reply nests 2), so hiredis never
+ * touches it. Its fields here: privdata = the limit in bytes (0: the
+ * default), obj = the bytes of the reply being built (reset when a reply
+ * starts), type = why the last reply was refused (REFUSED_*), elements =
+ * unused. A create function finds the reader from its task: the tasks are
+ * rstack[0..7], the root's parent is NULL. */
+_Static_assert(sizeof(((redisReader *)0)->rstack) / sizeof(redisReadTask) == 9,
+               "hiredis's reader keeps 9 read tasks (rstack[8] holds baton's bounds)");
+#define SPARE_TASK 8
+#define MAX_DEPTH 7         /* an array at rstack[7] may have no elements */
+#define ARRAY_ELEM_COST 16  /* bytes counted per array element */
+
+enum { REFUSED_NONE, REFUSED_SIZE, REFUSED_ARRAY, REFUSED_DEPTH, REFUSED_INTEGER };
+
+static redisReader *reader_of(const redisReadTask *task, int *depth)
+{
+    const redisReadTask *root = task;
+    int d = 0;
+    while (root->parent) {
+        root = root->parent;
+        d++;
+    }
+    if (depth) *depth = d;
+    return (redisReader *)((char *)(uintptr_t)root - offsetof(redisReader, rstack));
+}
+
+static redisReadTask *spare(const redisReader *r)
+{
+    return (redisReadTask *)&r->rstack[SPARE_TASK];
+}
+
+static size_t reader_max(const redisReader *r)
+{
+    uintptr_t v = (uintptr_t)spare(r)->privdata;
+    return v ? (size_t)v : (size_t)BATON_REDIS_MAX_REPLY_DEFAULT;
+}
+
+static size_t reply_bytes(const redisReader *r)
+{
+    return (size_t)(uintptr_t)spare(r)->obj;
+}
+
+static void set_reply_bytes(redisReader *r, size_t n)
+{
+    spare(r)->obj = (void *)(uintptr_t)n;
+}
+
+static void refuse(redisReader *r, int why, size_t size)
+{
+    spare(r)->type = why;
+    set_reply_bytes(r, size);
+}
+
+void redis_reader_set_max(redisReader *reader, int64_t max_reply_bytes)
+{
+    if (reader == NULL) return;
+    redisReadTask *t = spare(reader);
+    t->privdata = (void *)(uintptr_t)(max_reply_bytes > 0 ? (size_t)max_reply_bytes : 0);
+    t->type = REFUSED_NONE;
+}
+
+bool redis_array_size_ok(int elements)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static struct ratelimit rl;
+    if (elements >= 0 && elements <= REDIS_MAX_ARRAY_ELEMENTS) return true;
+    long long supp = 0;
+    pthread_mutex_lock(&mu);
+    bool say = ratelimit_ok(&rl, 10000, &supp);
+    pthread_mutex_unlock(&mu);
+    if (say)
+        glog_warn("redis", NULL,
+                  "refusing an array reply of %d elements (limit %d): misbehaving server or "
+                  "corrupt stream; the connection is dropped (%lld similar suppressed)",
+                  elements, REDIS_MAX_ARRAY_ELEMENTS, supp);
+    return false;
+}
+
+/* Counts n more bytes into the reply task belongs to: false (refused) over
+ * the limit. A reply's first object starts the count. */
+static bool count_bytes(const redisReadTask *task, size_t n)
+{
+    int depth;
+    redisReader *r = reader_of(task, &depth);
+    size_t have = depth == 0 ? 0 : reply_bytes(r), max = reader_max(r);
+    if (n > max || have > max - n) {
+        refuse(r, REFUSED_SIZE, n > SIZE_MAX - have ? SIZE_MAX : have + n);
+        return false;
+    }
+    set_reply_bytes(r, have + n);
+    return true;
+}
+
+bool redis_reply_array_ok(const redisReadTask *task, int elements)
+{
+    int depth;
+    redisReader *r = reader_of(task, &depth);
+    if (!redis_array_size_ok(elements)) {
+        refuse(r, REFUSED_ARRAY, (size_t)(elements < 0 ? 0 : elements));
+        return false;
+    }
+    if (depth >= MAX_DEPTH && elements > 0) {
+        refuse(r, REFUSED_DEPTH, (size_t)depth + 1);
+        return false;
+    }
+    return count_bytes(task, (size_t)elements * ARRAY_ELEM_COST);
+}
+
+bool redis_reply_string_ok(const redisReadTask *task, size_t len)
+{
+    return count_bytes(task, len);
+}
+
+bool redis_reply_integer_ok(const redisReadTask *task, long long value)
+{
+    /* hiredis calls createInteger right after reading the line: it ends with
+     * "\r\n" at pos. Its first byte follows the ':' type byte, or starts the
+     * buffer when hiredis cut what it had parsed before the line came
+     * whole. Strict: "-?[0-9]{1,19}" within int64, no '+', no spaces. */
+    redisReader *r = reader_of(task, NULL);
+    const char *b = r->buf;
+    bool ok = false;
+    if (b && r->pos >= 3 && r->pos <= r->len && b[r->pos - 2] == '\r') {
+        size_t end = r->pos - 2, s = end;
+        while (s > 0 && b[s - 1] >= '0' && b[s - 1] <= '9') s--;
+        size_t digits = end - s;
+        if (s > 0 && b[s - 1] == '-') s--;
+        if (digits >= 1 && digits <= 19 && (s == 0 || b[s - 1] == ':')) {
+            char text[24];
+            memcpy(text, b + s, end - s);
+            text[end - s] = '\0';
+            char *e;
+            errno = 0;
+            long long v = strtoll(text, &e, 10);
+            ok = errno == 0 && *e == '\0' && v == value;
+        }
+    }
+    if (!ok) refuse(r, REFUSED_INTEGER, 0);
+    return ok && count_bytes(task, 0);
+}
+
+/* hiredis's own reply functions behind the checks above. hiredis keeps its
  * default table private: it is copied once from a throwaway reader, so every
- * other kind of reply is built exactly as hiredis builds it. */
+ * reply is built exactly as hiredis builds it. */
 static redisReplyObjectFunctions bounded_fn;
 static const redisReplyObjectFunctions *hiredis_fn;
 static pthread_once_t bounded_once = PTHREAD_ONCE_INIT;
 
-bool redis_array_size_ok(int elements)
-{
-    if (elements >= 0 && elements <= REDIS_MAX_ARRAY_ELEMENTS) return true;
-    glog_warn("redis", NULL,
-             "refusing an array reply of %d elements (limit %d): misbehaving server or "
-             "corrupt stream; the connection is dropped",
-             elements, REDIS_MAX_ARRAY_ELEMENTS);
-    return false;
-}
-
 static void *bounded_create_array(const redisReadTask *task, int elements)
 {
-    if (!redis_array_size_ok(elements)) return NULL; /* the reader fails the reply */
+    if (!redis_reply_array_ok(task, elements)) return NULL; /* the reader fails the reply */
     return hiredis_fn->createArray(task, elements);
+}
+
+static void *bounded_create_string(const redisReadTask *task, char *str, size_t len)
+{
+    if (!redis_reply_string_ok(task, len)) return NULL;
+    return hiredis_fn->createString(task, str, len);
+}
+
+static void *bounded_create_integer(const redisReadTask *task, long long value)
+{
+    if (!redis_reply_integer_ok(task, value)) return NULL;
+    return hiredis_fn->createInteger(task, value);
 }
 
 static void bounded_init(void)
 {
     redisReader *r = redisReaderCreate();
-    if (r == NULL || r->fn == NULL || r->fn->createArray == NULL) {
+    if (r == NULL || r->fn == NULL || r->fn->createArray == NULL || r->fn->createString == NULL ||
+        r->fn->createInteger == NULL) {
         if (r) redisReaderFree(r);
         return;
     }
     hiredis_fn = r->fn;
     bounded_fn = *r->fn;
     bounded_fn.createArray = bounded_create_array;
+    bounded_fn.createString = bounded_create_string;
+    bounded_fn.createInteger = bounded_create_integer;
     redisReaderFree(r);
 }
 
@@ -63,6 +219,73 @@ void redis_reader_bound(redisReader *reader)
 {
     pthread_once(&bounded_once, bounded_init);
     if (reader && hiredis_fn && reader->fn == hiredis_fn) reader->fn = &bounded_fn;
+}
+
+/* After a reader error: c->errstr says what a bound refused. */
+static void bound_error(redisContext *c)
+{
+    redisReader *r = c->reader;
+    if (r == NULL) return;
+    redisReadTask *t = spare(r);
+    size_t n = reply_bytes(r);
+    switch (t->type) {
+    case REFUSED_SIZE:
+        snprintf(c->errstr, sizeof c->errstr,
+                 "reply over %zu bytes (max_reply_bytes; at least %zu): raise max_reply_bytes if expected",
+                 reader_max(r), n);
+        break;
+    case REFUSED_ARRAY:
+        snprintf(c->errstr, sizeof c->errstr, "array reply of %zu elements (limit %d)", n,
+                 REDIS_MAX_ARRAY_ELEMENTS);
+        break;
+    case REFUSED_DEPTH:
+        snprintf(c->errstr, sizeof c->errstr, "array reply nested %zu deep (limit %d)", n, MAX_DEPTH);
+        break;
+    case REFUSED_INTEGER:
+        snprintf(c->errstr, sizeof c->errstr, "integer reply not a 64-bit decimal integer");
+        break;
+    default: return;
+    }
+    c->err = REDIS_ERR_PROTOCOL;
+}
+
+int redis_next_reply(redisContext *c, void **reply)
+{
+    if (redisGetReplyFromReader(c, reply) == REDIS_OK) return REDIS_OK;
+    bound_error(c);
+    return REDIS_ERR;
+}
+
+/* After a feed: a bulk string whose declared length is over the limit, or
+ * more unparsed bytes than one reply may have, fails at once (hiredis would
+ * buffer the whole bulk before making it a string: 3 GB for "$3000000000"). */
+static bool feed_within(redisContext *c)
+{
+    redisReader *r = c->reader;
+    size_t max = reader_max(r);
+    size_t unparsed = r->len > r->pos ? r->len - r->pos : 0;
+    if (r->ridx >= 0 && r->ridx < SPARE_TASK && r->rstack[r->ridx].type == REDIS_REPLY_STRING) {
+        /* "$<len>\r\n": pos is past the '$' */
+        const char *p = r->buf + r->pos;
+        size_t i = 0;
+        unsigned long long v = 0;
+        while (i < unparsed && i < 20 && p[i] >= '0' && p[i] <= '9') v = v * 10 + (unsigned)(p[i++] - '0');
+        size_t before = r->ridx > 0 ? reply_bytes(r) : 0;
+        if (i > 0 && (i == 20 || v > max || before > max - v)) {
+            snprintf(c->errstr, sizeof c->errstr,
+                     "reply of %s%llu bytes, over %zu (max_reply_bytes): raise max_reply_bytes if expected",
+                     i == 20 ? "more than " : "", v + before, max);
+            c->err = REDIS_ERR_PROTOCOL;
+            return false;
+        }
+    }
+    if (unparsed > max + REDIS_READ_CHUNK) {
+        snprintf(c->errstr, sizeof c->errstr,
+                 "reply over %zu bytes (max_reply_bytes): raise max_reply_bytes if expected", max);
+        c->err = REDIS_ERR_PROTOCOL;
+        return false;
+    }
+    return true;
 }
 
 redisContext *redis_conn_connect(const struct baton_redis_opts *o, const char *host, int port, char *err,
@@ -127,6 +350,7 @@ static redisContext *open_at(const struct baton_redis_opts *o, const char *at_ho
         return NULL;
     }
     redis_reader_bound(c->reader);
+    redis_reader_set_max(c->reader, o ? o->max_reply_bytes : 0);
 
     /* AUTH and SELECT pipelined: one round trip, replies checked in order
      * (after a refused AUTH, SELECT's NOAUTH is not the reason to report). */
@@ -207,7 +431,7 @@ static int role_of(redisContext *c, const char *label, const char **what, char *
 {
     static struct ratelimit rl_role;
     *what = "replica";
-    redisReply *r = redisCommand(c, "ROLE");
+    redisReply *r = redis_commandf(c, "ROLE");
     if (r == NULL) {
         snprintf(err, errlen, "redis %s: ROLE: %s", label,
                  c->errstr[0] ? c->errstr : "connection lost");
@@ -356,6 +580,29 @@ int redis_buffer_read_nowait(redisContext *c, size_t *got)
     return buffer_read(c, got, true);
 }
 
+/* The receive timeout of c's socket (the command timeout), 0 if none. */
+static int64_t rcv_timeout_ms(const redisContext *c)
+{
+    struct timeval tv;
+    socklen_t l = sizeof tv;
+    if (getsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &l) != 0) return 0;
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+/* Fails c: no (complete) answer within ms. */
+static void timed_out(redisContext *c, int64_t ms, bool partial)
+{
+    c->err = REDIS_ERR_IO;
+    snprintf(c->errstr, sizeof c->errstr, "no %sanswer within %lld ms", partial ? "complete " : "",
+             (long long)ms);
+    shutdown(c->fd, SHUT_RDWR); /* closed: nothing later is read as this answer */
+}
+
+bool redis_reply_pending(const redisContext *c)
+{
+    return c->reader->ridx >= 0 || c->reader->len > c->reader->pos;
+}
+
 static int buffer_read(redisContext *c, size_t *got, bool nowait)
 {
     *got = 0;
@@ -375,6 +622,10 @@ static int buffer_read(redisContext *c, size_t *got, bool nowait)
         if (((errno == EAGAIN || errno == EWOULDBLOCK) && (nowait || !(c->flags & REDIS_BLOCK))) ||
             errno == EINTR) {
             /* try again later, as hiredis */
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            /* the blocking read's SO_RCVTIMEO ran out */
+            timed_out(c, rcv_timeout_ms(c), redis_reply_pending(c));
+            rc = REDIS_ERR;
         } else {
             c->err = REDIS_ERR_IO;
             snprintf(c->errstr, sizeof c->errstr, "%s", strerror(errno));
@@ -388,6 +639,8 @@ static int buffer_read(redisContext *c, size_t *got, bool nowait)
         c->err = c->reader->err;
         snprintf(c->errstr, sizeof c->errstr, "%s", c->reader->errstr);
         rc = REDIS_ERR;
+    } else if (!feed_within(c)) {
+        rc = REDIS_ERR;
     } else {
         *got = (size_t)n;
     }
@@ -395,21 +648,65 @@ static int buffer_read(redisContext *c, size_t *got, bool nowait)
     return rc;
 }
 
+/* Waits until c's socket is readable or the deadline (monotonic ms) has
+ * passed: false (c failed) then. */
+static bool wait_readable(redisContext *c, int64_t deadline, int64_t timeout)
+{
+    for (;;) {
+        int64_t left = deadline - clock_mono_ms();
+        if (left <= 0) {
+            timed_out(c, timeout, redis_reply_pending(c));
+            return false;
+        }
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        int n = poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left);
+        if (n > 0) return true;
+        if (n < 0 && errno != EINTR) {
+            c->err = REDIS_ERR_IO;
+            snprintf(c->errstr, sizeof c->errstr, "poll: %s", strerror(errno));
+            return false;
+        }
+    }
+}
+
 int redis_get_reply(redisContext *c, void **reply)
 {
     void *aux = NULL;
-    if (redisGetReplyFromReader(c, &aux) == REDIS_ERR) return REDIS_ERR;
+    if (redis_next_reply(c, &aux) == REDIS_ERR) return REDIS_ERR;
     if (aux == NULL && (c->flags & REDIS_BLOCK)) {
+        int64_t timeout = rcv_timeout_ms(c);
+        int64_t deadline = timeout > 0 ? clock_mono_ms() + timeout : 0;
         int wdone = 0;
         do {
             if (redisBufferWrite(c, &wdone) == REDIS_ERR) return REDIS_ERR;
         } while (!wdone);
         do {
+            if (deadline && !wait_readable(c, deadline, timeout)) return REDIS_ERR;
             if (redis_buffer_read(c) == REDIS_ERR) return REDIS_ERR;
-            if (redisGetReplyFromReader(c, &aux) == REDIS_ERR) return REDIS_ERR;
+            if (redis_next_reply(c, &aux) == REDIS_ERR) return REDIS_ERR;
         } while (aux == NULL);
     }
     if (reply != NULL) *reply = aux;
     else if (aux != NULL) freeReplyObject(aux);
     return REDIS_OK;
+}
+
+redisReply *redis_command_argv(redisContext *c, int argc, const char **argv, const size_t *argvlen)
+{
+    if (redisAppendCommandArgv(c, argc, argv, argvlen) != REDIS_OK) return NULL;
+    void *r = NULL;
+    if (redis_get_reply(c, &r) != REDIS_OK) return NULL;
+    return r;
+}
+
+redisReply *redis_commandf(redisContext *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = redisvAppendCommand(c, fmt, ap);
+    va_end(ap);
+    if (rc != REDIS_OK) return NULL;
+    void *r = NULL;
+    if (redis_get_reply(c, &r) != REDIS_OK) return NULL;
+    return r;
 }

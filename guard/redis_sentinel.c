@@ -30,6 +30,16 @@ static struct timeval ms_tv(int64_t ms)
     return tv;
 }
 
+/* "1".."65535", digits only (strtol takes " +26400abc" as 26400): the
+ * port, or -1. */
+static long port_of(const char *s)
+{
+    long v = 0;
+    size_t i = 0;
+    for (; s[i] >= '0' && s[i] <= '9' && i < 6; i++) v = v * 10 + (s[i] - '0');
+    return i > 0 && s[i] == '\0' && s[0] != '0' && v >= 1 && v <= 65535 ? v : -1;
+}
+
 bool redis_sentinel_parse_addr(const char *s, char *host, size_t hostlen, int *port)
 {
     if (s == NULL || hostlen == 0) return false;
@@ -52,10 +62,8 @@ bool redis_sentinel_parse_addr(const char *s, char *host, size_t hostlen, int *p
     host[hl] = '\0';
     *port = DEFAULT_SENTINEL_PORT;
     if (ps) {
-        char *end;
-        errno = 0;
-        long v = strtol(ps, &end, 10);
-        if (ps[0] == '\0' || *end != '\0' || errno || v < 1 || v > 65535) return false;
+        long v = port_of(ps);
+        if (v < 0) return false;
         *port = (int)v;
     }
     return true;
@@ -99,6 +107,9 @@ static redisContext *sentinel_connect(const struct baton_redis_opts *o, const ch
         return NULL;
     }
     redis_reader_bound(c->reader);
+    /* a sentinel's answers are a few addresses: 1 MiB whatever the data
+     * connections allow */
+    redis_reader_set_max(c->reader, BATON_REDIS_MAX_REPLY_DEFAULT);
     return c;
 }
 
@@ -120,8 +131,9 @@ static int master_answer(const redisReply *r, const char *name, char *host, size
         snprintf(why, whylen, "unexpected answer (type %d)", r->type);
         return -1;
     }
-    long p = strtol(r->element[1]->str, NULL, 10);
-    if (r->element[0]->len == 0 || (size_t)r->element[0]->len >= hostlen || p < 1 || p > 65535) {
+    long p = port_of(r->element[1]->str);
+    if (r->element[0]->len == 0 || (size_t)r->element[0]->len >= hostlen || p < 1 ||
+        memchr(r->element[0]->str, '\0', r->element[0]->len)) {
         snprintf(why, whylen, "unusable address \"%.60s:%.10s\"", r->element[0]->str,
                  r->element[1]->str);
         return -1;
@@ -147,13 +159,10 @@ int redis_sentinel_resolve(const struct baton_redis_opts *o, char *host, size_t 
         if (!redis_sentinel_parse_addr(s, shost, sizeof shost, &sport)) {
             snprintf(why, sizeof why, "not a host:port");
         } else if ((c = sentinel_connect(o, shost, sport, why, sizeof why)) != NULL) {
-            redisReply *r = redisCommand(c, "SENTINEL get-master-addr-by-name %s", name);
+            /* one deadline for the whole answer (redis_get_reply) */
+            redisReply *r = redis_commandf(c, "SENTINEL get-master-addr-by-name %s", name);
             if (r == NULL) {
-                snprintf(why, sizeof why, "%s",
-                         c->errstr[0] ? (strstr(c->errstr, "temporarily unavailable")
-                                             ? "no answer in time"
-                                             : c->errstr)
-                                      : "connection lost");
+                snprintf(why, sizeof why, "%s", c->errstr[0] ? c->errstr : "connection lost");
             } else {
                 int a = master_answer(r, name, host, hostlen, port, why, sizeof why);
                 freeReplyObject(r);
@@ -294,9 +303,15 @@ static bool watch_on(struct redis_sentinel_watch *w, redisContext *c, const char
 
     int64_t interval = mto_of(&w->o);
     bool ping_out = false;
+    int64_t started = 0; /* when the reply now arriving began, 0: none */
     while (!atomic_load(&w->stop)) {
         struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = w->wake[0], .events = POLLIN}};
         int n = poll(p, 2, (int)interval);
+        if (started && clock_mono_ms() - started > interval) {
+            glog_warn("redis", NULL, "sentinel %s: no complete message within %lld ms; watching "
+                      "another sentinel", sentinel, (long long)interval);
+            return true;
+        }
         if (n < 0) {
             if (errno == EINTR) continue;
             return true;
@@ -319,14 +334,21 @@ static bool watch_on(struct redis_sentinel_watch *w, redisContext *c, const char
             return true;
         }
         void *rv = NULL;
-        while (redisReaderGetReply(c->reader, &rv) == REDIS_OK && rv) {
+        int rc;
+        while ((rc = redis_next_reply(c, &rv)) == REDIS_OK && rv) {
             redisReply *r = rv;
             ping_out = false; /* any traffic shows it alive */
             on_message(w, sentinel, r);
             freeReplyObject(r);
             rv = NULL;
         }
-        if (c->reader->err) return true;
+        if (rc != REDIS_OK) {
+            glog_warn("redis", NULL, "sentinel %s: %s; watching another sentinel", sentinel,
+                      c->errstr);
+            return true;
+        }
+        if (!redis_reply_pending(c)) started = 0;
+        else if (!started) started = clock_mono_ms();
     }
     return true;
 }

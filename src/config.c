@@ -381,6 +381,7 @@ struct locker_settings {
     struct strlist sentinels;
     char *master_name;
     struct redis_tls_settings tls;
+    int64_t max_reply_bytes;
     bool hash_tag;
     char *host;
     int64_t port;
@@ -710,6 +711,7 @@ static int parse_locker(struct baton_config *c, const config_setting_t *g, struc
             c->locker_redis.password = password;
             c->locker_redis.connect_timeout_ms = ls.connect_timeout_ms;
             c->locker_redis.command_timeout_ms = ls.command_timeout_ms;
+            c->locker_redis.max_reply_bytes = ls.max_reply_bytes;
             redis_settings_apply(&c->locker_redis, &ls.sentinels, ls.master_name, &ls.tls);
         }
         free(c->key_prefix);

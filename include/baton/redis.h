@@ -40,7 +40,15 @@ struct baton_redis_opts {
     char **sentinels;
     size_t n_sentinels;
     char *master_name;
+    /* Largest reply accepted, in bytes (a bulk string, or all the strings of
+     * one array reply together): a bigger one fails its command and closes
+     * the connection. 0 = the default, 1 MiB (BATON_REDIS_MAX_REPLY_DEFAULT):
+     * the locker's replies are tiny; a source connection sets more. The
+     * sentinels' answers are held to 1 MiB whatever this says. */
+    int64_t max_reply_bytes;
 };
+
+#define BATON_REDIS_MAX_REPLY_DEFAULT ((int64_t)1 << 20)
 
 #ifdef __cplusplus
 }

@@ -173,6 +173,7 @@ static void test_commands_over_tls(void **state)
 {
     (void)state;
     struct baton_redis_opts o = opts_for(tls_srv.port);
+    o.max_reply_bytes = 8 << 20; /* the 3 MiB value below (the default is 1 MiB) */
     char err[512];
     redisContext *c = redis_conn_open(&o, err, sizeof err);
     if (c == NULL) fprintf(stderr, "%s\n", err);

@@ -15,11 +15,13 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "guard/redis_conn.h"
@@ -359,9 +361,265 @@ static void test_heap_read_replies_and_errors(void **state)
     redisFree(c);
 }
 
+
+/* ---- one deadline per command, bounded replies (issue 39) ---------------- */
+
+struct trickle {
+    int fd;
+    const char *head; /* written at once */
+    int bytes;        /* then this many 'x', one at a time */
+    int every_ms;
+};
+
+static void *trickle_serve(void *arg)
+{
+    struct trickle *t = arg;
+    if (t->head) {
+        ssize_t w = write(t->fd, t->head, strlen(t->head));
+        (void)w;
+    }
+    for (int i = 0; i < t->bytes; i++) {
+        usleep((useconds_t)t->every_ms * 1000);
+        if (write(t->fd, "x", 1) != 1) break; /* the client shut the connection */
+    }
+    return NULL;
+}
+
+static redisContext *pair_context(int sv[2], int64_t timeout_ms)
+{
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    redisContext *c = redisConnectFd(sv[0]);
+    assert_non_null(c);
+    if (timeout_ms > 0) {
+        struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+        assert_int_equal(redisSetTimeout(c, tv), REDIS_OK);
+    }
+    redis_reader_bound(c->reader);
+    return c;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A sentinel answering "$100000\r\n" then one byte every 100 ms: before, each
+ * read waited its own SO_RCVTIMEO and the command took 100,000 x 100 ms; now
+ * it fails at its deadline, and the socket is shut. */
+static void test_deadline_trickled_answer(void **state)
+{
+    (void)state;
+    int sv[2];
+    redisContext *c = pair_context(sv, 300);
+    struct trickle t = {.fd = sv[1], .head = "$100000\r\n", .bytes = 40, .every_ms = 100};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, trickle_serve, &t), 0);
+    int64_t t0 = mono_ms();
+    redisReply *r = redis_commandf(c, "SENTINEL get-master-addr-by-name %s", "m");
+    int64_t took = mono_ms() - t0;
+    printf("trickled answer: failed after %lld ms: %s\n", (long long)took, c->errstr);
+    assert_null(r);
+    assert_true(took >= 280 && took < 700);
+    assert_string_equal(c->errstr, "no complete answer within 300 ms");
+    assert_int_not_equal(c->err, 0);
+    pthread_join(th, NULL); /* its writes fail once the socket is shut */
+    redisFree(c);
+    close(sv[1]);
+
+    /* nothing at all: "no answer", not EAGAIN's "Resource temporarily unavailable" */
+    c = pair_context(sv, 200);
+    t0 = mono_ms();
+    assert_null(redis_commandf(c, "ROLE"));
+    took = mono_ms() - t0;
+    assert_true(took >= 180 && took < 600);
+    assert_string_equal(c->errstr, "no answer within 200 ms");
+    redisFree(c);
+    close(sv[1]);
+
+    /* the blocking read alone (a caller that polled first): the same words */
+    c = pair_context(sv, 100);
+    assert_int_equal(redis_buffer_read(c), REDIS_ERR);
+    assert_string_equal(c->errstr, "no answer within 100 ms");
+    redisFree(c);
+    close(sv[1]);
+}
+
+/* "$3000000000" then data: refused as soon as the length is read, not after
+ * hiredis has buffered 3 GB. */
+static void test_declared_bulk_over_limit(void **state)
+{
+    (void)state;
+    int sv[2];
+    redisContext *c = pair_context(sv, 2000);
+    redis_reader_set_max(c->reader, 1 << 20);
+    char *chunk = malloc(65536);
+    memset(chunk, 'y', 65536);
+    put(sv[1], "$3000000000\r\n", 13);
+    put(sv[1], chunk, 65536);
+    redisReply *r = NULL;
+    assert_int_equal(redisAppendCommand(c, "GET k"), REDIS_OK);
+    assert_int_equal(redis_get_reply(c, (void **)&r), REDIS_ERR);
+    printf("declared bulk: %s (reader holds %zu bytes)\n", c->errstr, c->reader->len);
+    assert_non_null(strstr(c->errstr, "3000000000"));
+    assert_non_null(strstr(c->errstr, "max_reply_bytes"));
+    assert_true(c->reader->len < 2 * 65536);
+    redisFree(c);
+    close(sv[1]);
+
+    /* at the limit: accepted; one byte over: refused */
+    size_t max = 100000;
+    for (int over = 0; over <= 1; over++) {
+        c = pair_context(sv, 2000);
+        redis_reader_set_max(c->reader, (int64_t)max);
+        size_t n = max + (size_t)over;
+        char *msg = malloc(n + 32);
+        int h = snprintf(msg, 32, "$%zu\r\n", n);
+        memset(msg + h, 'z', n);
+        memcpy(msg + h + n, "\r\n", 2);
+        put(sv[1], msg, (size_t)h + n + 2);
+        free(msg);
+        int rc = redis_get_reply(c, (void **)&r);
+        if (over) {
+            assert_int_equal(rc, REDIS_ERR);
+            assert_non_null(strstr(c->errstr, "max_reply_bytes"));
+        } else {
+            assert_int_equal(rc, REDIS_OK);
+            assert_int_equal(r->len, max);
+            freeReplyObject(r);
+        }
+        redisFree(c);
+        close(sv[1]);
+    }
+    free(chunk);
+}
+
+/* Many strings each under the limit, together over it: refused, with a
+ * message naming the limit (not hiredis's "Out of memory"). */
+static void test_total_reply_over_limit(void **state)
+{
+    (void)state;
+    redisReader *r = bounded_reader();
+    redis_reader_set_max(r, 1000);
+    char msg[2048];
+    int off = sprintf(msg, "*3\r\n");
+    for (int i = 0; i < 3; i++) {
+        off += sprintf(msg + off, "$400\r\n");
+        memset(msg + off, 'a', 400);
+        off += 400;
+        off += sprintf(msg + off, "\r\n");
+    }
+    redisReply *rep = NULL;
+    assert_int_equal(feed_get(r, msg, (size_t)off, &rep), REDIS_ERR);
+    assert_null(rep);
+    redisReaderFree(r);
+
+    int sv[2];
+    redisContext *c = pair_context(sv, 1000);
+    redis_reader_set_max(c->reader, 1000);
+    put(sv[1], msg, (size_t)off);
+    assert_int_equal(redis_get_reply(c, (void **)&rep), REDIS_ERR);
+    printf("total: %s\n", c->errstr);
+    assert_non_null(strstr(c->errstr, "over 1000 bytes"));
+    assert_non_null(strstr(c->errstr, "max_reply_bytes"));
+    redisFree(c);
+    close(sv[1]);
+
+    /* two replies of 800 each under a limit of 1000: each counted alone */
+    r = bounded_reader();
+    redis_reader_set_max(r, 1000);
+    off = 0;
+    for (int i = 0; i < 2; i++) {
+        off += sprintf(msg + off, "*1\r\n$800\r\n");
+        memset(msg + off, 'b', 800);
+        off += 800;
+        off += sprintf(msg + off, "\r\n");
+    }
+    redisReaderFeed(r, msg, (size_t)off);
+    for (int i = 0; i < 2; i++) {
+        void *v = NULL;
+        assert_int_equal(redisReaderGetReply(r, &v), REDIS_OK);
+        assert_non_null(v);
+        freeReplyObject(v);
+    }
+    redisReaderFree(r);
+}
+
+/* hiredis 0.14 reads ":99999999999999999999" as whatever the overflow makes
+ * of it and ":1x" as -1: refused; valid integers unchanged. */
+static void test_strict_integers(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {":99999999999999999999\r\n", ":9223372036854775808\r\n",
+                                      ":+5\r\n", ":1x\r\n", ": 12\r\n", ":\r\n", ":-\r\n",
+                                      "*2\r\n:1\r\n:12a\r\n", ":--1\r\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        redisReader *r = bounded_reader();
+        redisReply *rep = NULL;
+        assert_int_equal(feed_get(r, bad[i], strlen(bad[i]), &rep), REDIS_ERR);
+        assert_null(rep);
+        redisReaderFree(r);
+    }
+    static const struct {
+        const char *in;
+        long long v;
+    } good[] = {{":0\r\n", 0}, {":-42\r\n", -42}, {":9223372036854775807\r\n", INT64_MAX},
+                {":-9223372036854775808\r\n", INT64_MIN}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        redisReader *r = bounded_reader();
+        redisReply *rep = NULL;
+        assert_int_equal(feed_get(r, good[i].in, strlen(good[i].in), &rep), REDIS_OK);
+        assert_int_equal(rep->type, REDIS_REPLY_INTEGER);
+        assert_true(rep->integer == good[i].v);
+        freeReplyObject(rep);
+        redisReaderFree(r);
+    }
+    /* an integer whose line came in two feeds after hiredis cut its
+     * buffer (more than 1024 bytes parsed before it) */
+    redisReader *r = bounded_reader();
+    char big[1200];
+    int off = sprintf(big, "*2\r\n$1100\r\n");
+    memset(big + off, 'c', 1100);
+    off += 1100;
+    off += sprintf(big + off, "\r\n:12");
+    redisReply *rep = NULL;
+    assert_int_equal(feed_get(r, big, (size_t)off, &rep), REDIS_OK);
+    assert_null(rep);
+    assert_int_equal(feed_get(r, "34\r\n", 4, &rep), REDIS_OK);
+    assert_non_null(rep);
+    assert_int_equal(rep->element[1]->integer, 1234);
+    freeReplyObject(rep);
+    redisReaderFree(r);
+}
+
+static void test_nesting_bounded(void **state)
+{
+    (void)state;
+    char msg[128];
+    int off = 0;
+    for (int i = 0; i < 7; i++) off += sprintf(msg + off, "*1\r\n");
+    off += sprintf(msg + off, "*0\r\n");
+    redisReader *r = bounded_reader();
+    redisReply *rep = NULL;
+    assert_int_equal(feed_get(r, msg, (size_t)off, &rep), REDIS_OK); /* 8 levels, the last empty */
+    assert_non_null(rep);
+    freeReplyObject(rep);
+    redisReaderFree(r);
+
+    off = 0;
+    for (int i = 0; i < 8; i++) off += sprintf(msg + off, "*1\r\n");
+    off += sprintf(msg + off, ":1\r\n");
+    r = bounded_reader();
+    assert_int_equal(feed_get(r, msg, (size_t)off, &rep), REDIS_ERR);
+    assert_null(rep);
+    redisReaderFree(r);
+}
+
 int main(void)
 {
     log_set_level(LOG_ERROR); /* the refusal warnings are expected here */
+    signal(SIGPIPE, SIG_IGN); /* the trickling peer writes on after the shutdown */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_normal_replies_unchanged),
         cmocka_unit_test(test_huge_array_refused),
@@ -371,6 +629,11 @@ int main(void)
         cmocka_unit_test(test_conn_open_installs_bound),
         cmocka_unit_test(test_auth_and_select_one_round_trip),
         cmocka_unit_test(test_heap_read_replies_and_errors),
+        cmocka_unit_test(test_deadline_trickled_answer),
+        cmocka_unit_test(test_declared_bulk_over_limit),
+        cmocka_unit_test(test_total_reply_over_limit),
+        cmocka_unit_test(test_strict_integers),
+        cmocka_unit_test(test_nesting_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,7 @@
 
 #include "endpoints/redis_psub.h"
 #include "endpoints/redis_reply_pool.h"
+#include "guard/redis_conn.h"
 #include "common/log.h"
 
 static void *get(redisReader *r)
@@ -177,6 +178,45 @@ static void test_large_partial_and_broken_replies(void **state)
     free(in);
 }
 
+
+/* The pool's functions bound replies as every baton reader: the reply's
+ * bytes within redis_reader_set_max's limit, strict integers. */
+static void test_pool_reader_bounded(void **state)
+{
+    (void)state;
+    struct reply_pool *p = reply_pool_create();
+    redisReader *r = redisReaderCreate();
+    reply_pool_attach(p, r);
+    redis_reader_set_max(r, 1000);
+    char msg[2048];
+    int off = sprintf(msg, "*4\r\n$8\r\npmessage\r\n$1\r\na\r\n$1\r\na\r\n$990\r\n");
+    memset(msg + off, 'p', 990);
+    off += 990;
+    off += sprintf(msg + off, "\r\n");
+    redisReaderFeed(r, msg, (size_t)off);
+    void *v = NULL;
+    assert_int_equal(redisReaderGetReply(r, &v), REDIS_ERR);
+    assert_null(v);
+    redisReaderFree(r);
+
+    r = redisReaderCreate();
+    reply_pool_attach(p, r);
+    redisReaderFeed(r, ":99999999999999999999\r\n", 23);
+    assert_int_equal(redisReaderGetReply(r, &v), REDIS_ERR);
+    redisReaderFree(r);
+
+    /* the same message under a limit it fits */
+    r = redisReaderCreate();
+    reply_pool_attach(p, r);
+    redis_reader_set_max(r, 2000);
+    redisReaderFeed(r, msg, (size_t)off);
+    assert_int_equal(redisReaderGetReply(r, &v), REDIS_OK);
+    assert_non_null(v);
+    reply_pool_put(v);
+    redisReaderFree(r);
+    reply_pool_destroy(p);
+}
+
 int main(void)
 {
     log_set_level(LOG_ERROR); /* the refusal's warning is expected */
@@ -184,6 +224,7 @@ int main(void)
         cmocka_unit_test(test_stream_of_messages_reuses_objects),
         cmocka_unit_test(test_every_shape),
         cmocka_unit_test(test_large_partial_and_broken_replies),
+        cmocka_unit_test(test_pool_reader_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

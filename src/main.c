@@ -141,6 +141,12 @@ int main(int argc, char **argv)
         return BATON_EXIT_USAGE;
     }
 
+    /* From here on the guard library logs through log_write (which masks a
+     * URL's password) instead of its own stderr default: `baton status`
+     * creates a locker before the configured level applies. Warnings and
+     * errors, as that default. */
+    log_set_level(cli_level ? level : LOG_WARN);
+
     struct baton_config cfg;
     memset(&cfg, 0, sizeof cfg);
     struct config_error cerr;

@@ -267,6 +267,30 @@ enum etcd_field etcd_field_bool(json_object *o, const char *field, bool *out, ch
 
 /* ---- whole answers ------------------------------------------------------------------ */
 
+/* RFC 8259 only (json-c otherwise reads TRUE, 'x' and 012); what follows
+ * the first value is left alone, as a stream's next message is. */
+static int strict_flags(void)
+{
+#ifdef JSON_TOKENER_ALLOW_TRAILING_CHARS
+    return JSON_TOKENER_STRICT | JSON_TOKENER_ALLOW_TRAILING_CHARS;
+#else
+    return 0; /* json-c before 0.15: strict mode would refuse the next message */
+#endif
+}
+
+json_object *etcd_answer_parse(const char *buf, size_t len)
+{
+    if (buf == NULL || len == 0 || len > ETCD_RESPONSE_MAX) return NULL;
+    json_tokener *tok = json_tokener_new();
+    if (tok == NULL) return NULL;
+    json_tokener_set_flags(tok, strict_flags());
+    json_object *o = json_tokener_parse_ex(tok, buf, (int)len);
+    if (o == NULL && json_tokener_get_error(tok) == json_tokener_continue)
+        o = json_tokener_parse_ex(tok, "", 1); /* a number at the very end */
+    json_tokener_free(tok);
+    return o;
+}
+
 int etcd_answer_positive(json_object *o, const char *field, const char *what, int64_t *out,
                          char *err, size_t errlen)
 {
@@ -400,6 +424,7 @@ struct etcd_stream *etcd_stream_create(size_t max)
         free(s);
         return NULL;
     }
+    json_tokener_set_flags(s->tok, strict_flags());
     s->max = max;
     return s;
 }
@@ -644,7 +669,7 @@ static enum post_rc post_once(struct etcd_conn *c, const char *path, const char 
     }
     long status = 0;
     sym_curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-    json_object *o = c->len ? json_tokener_parse(c->buf) : NULL;
+    json_object *o = etcd_answer_parse(c->buf, c->len);
     if (o == NULL || !json_object_is_type(o, json_type_object)) {
         snprintf(err, errlen, "etcd %s: %s: HTTP %ld, not a JSON object: %.80s", ep, path, status,
                  c->buf ? c->buf : "");

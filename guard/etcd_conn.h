@@ -99,6 +99,11 @@ enum etcd_field etcd_field_uint64(json_object *o, const char *field, uint64_t *o
 enum etcd_field etcd_field_bool(json_object *o, const char *field, bool *out, char *err,
                                 size_t errlen);
 
+/* An answer's body (len bytes, not necessarily NUL terminated) as JSON,
+ * RFC 8259 strictly (no TRUE, 'x' or 012 as json-c reads by default);
+ * bytes after the first value are ignored. NULL when it is not JSON. */
+json_object *etcd_answer_parse(const char *buf, size_t len);
+
 /* Whole answers. Each returns 0, or -1 with err saying what is wrong with
  * the answer (the caller adds the server and the operation). */
 

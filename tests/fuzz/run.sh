@@ -14,7 +14,7 @@ SECS="${1:-60}"
 BUILD="$ROOT/build-fuzz"
 command -v clang >/dev/null || apt-get install -y -qq clang libclang-rt-14-dev >/dev/null
 CC=clang cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DBATON_FUZZ=ON -DBATON_TESTS=OFF >/dev/null
-cmake --build "$BUILD" -j"$(nproc)" --target fuzz_config fuzz_cron fuzz_envelope fuzz_redis_reply >/dev/null
+cmake --build "$BUILD" -j"$(nproc)" --target fuzz_config fuzz_cron fuzz_envelope fuzz_redis_reply fuzz_etcd_answer >/dev/null
 export LSAN_OPTIONS="suppressions=$ROOT/tests/fuzz/lsan.supp:${LSAN_OPTIONS:-}"
 SEED_ARG=()
 if [ -n "${FUZZ_SEED:-}" ]; then SEED_ARG=(-seed="$FUZZ_SEED"); fi
@@ -50,7 +50,7 @@ finish() { # waits for the running targets, in order, and prints their summaries
   pids=()
   names=()
 }
-for t in config cron envelope redis_reply; do
+for t in config cron envelope redis_reply etcd_answer; do
   fuzz_one "$t" >"$out/$t" 2>&1 &
   pids+=("$!")
   names+=("$t")

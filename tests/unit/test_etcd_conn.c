@@ -309,6 +309,38 @@ static void test_stream_cap(void **state)
     etcd_stream_destroy(s);
 }
 
+/* Answers are RFC 8259: json-c's liberties are refused. */
+static void test_answer_parse(void **state)
+{
+    (void)state;
+    const char *good[] = {"{\"succeeded\":true}", "{\"result\":{}}\n", "{\"a\":1}\n{\"b\":2}\n",
+                          " {\"a\":[1,2]} "};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        json_object *o = etcd_answer_parse(good[i], strlen(good[i]));
+        if (o == NULL) fail_msg("refused: %s", good[i]);
+        json_object_put(o);
+    }
+    const char *bad[] = {"{\"succeeded\":TRUE}", "{\"a\":'x'}", "{\"a\":012}", "{\"a\":1,}",
+                         "{\"a\":", "", "not json"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_object *o = etcd_answer_parse(bad[i], strlen(bad[i]));
+        if (o != NULL) fail_msg("accepted: %s", bad[i]);
+    }
+    /* the length counts, not a NUL */
+    assert_null(etcd_answer_parse("{\"a\":1}", 6));
+    json_object *o = etcd_answer_parse("{\"a\":1}garbage", 7);
+    assert_non_null(o);
+    json_object_put(o);
+    char err[256];
+    struct etcd_stream *s = etcd_stream_create(1024);
+    objects = 0;
+    assert_int_equal(etcd_stream_feed(s, "{\"result\":{\"created\":TRUE}}", 29, count_object, NULL,
+                                      err, sizeof err),
+                     ETCD_STREAM_MALFORMED);
+    assert_int_equal(objects, 0);
+    etcd_stream_destroy(s);
+}
+
 static void test_transport_reason(void **state)
 {
     (void)state;
@@ -347,6 +379,7 @@ int main(void)
         cmocka_unit_test(test_bool_fields),
         cmocka_unit_test(test_answers),
         cmocka_unit_test(test_stream_cap),
+        cmocka_unit_test(test_answer_parse),
         cmocka_unit_test(test_transport_reason),
         cmocka_unit_test(test_ttl_refused),
     };

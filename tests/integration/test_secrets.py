@@ -234,5 +234,54 @@ def test_secret_files(t):
     no_marker(t, "the 'password' error", err, ["password_file"])
 
 
+def test_http_header_too_long(t):
+    """Issue 39 item 8: a receiver whose answer has a header line over
+    libcurl's limit got "Out of memory" in the log; now one line saying what
+    it is, URL masked."""
+    import socket
+    import threading
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    port = srv.getsockname()[1]
+    stop = threading.Event()
+
+    def serve():
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                continue
+            try:
+                c.settimeout(2)
+                c.recv(65536)
+                c.sendall(b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * (300 * 1024) + b"\r\n\r\n")
+            except OSError:
+                pass
+            finally:
+                c.close()
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    t.cleanup(lambda: (stop.set(), th.join(2), srv.close()))
+    main = h.main_cfg(sinks='{ name = "hook"; type = "http"; url = "http://hook:%s@127.0.0.1:%d/in"; '
+                            'retries = 0; }' % (MARKER, port))
+    b = t.baton(main, {"tick.cfg": 'name = "tick"; type = "schedule"; sink = "hook"; '
+                                   'cron = "* * * * * *";\n'})
+    ok = h.wait_until(lambda: "header line too long" in b.stderr_text(), 10, 0.1)
+    b.term()
+    log = b.stderr_text()
+    lines = [l for l in log.splitlines() if "header line too long" in l]
+    h.log("lines: %s" % lines[:2])
+    t.check(ok, "no 'header line too long' line within 10 s: %s" % log[-800:])
+    t.check("ut of memory" not in log.replace("(curl: out of memory", ""),
+            "a bare 'out of memory' is still logged: %s" % log[-600:])
+    no_marker(t, "the log", log, ["POST http://hook:***@127.0.0.1:%d/in failed, not retried: receiver's "
+                                  "answer has a header line too long or malformed (curl: out of memory"
+                                  % port])
+
+
 if __name__ == "__main__":
     h.main(globals())

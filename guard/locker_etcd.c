@@ -76,6 +76,7 @@ struct watch_key {
     bool bad; /* a malformed message: the stream ends */
     int64_t started_ms, retry_at_ms;
     unsigned failures;
+    unsigned aborts; /* streams in a row ended for a bad or oversized message */
     bool got_data;
 };
 
@@ -791,10 +792,12 @@ static size_t on_watch_body(char *ptr, size_t size, size_t nmemb, void *arg)
     enum etcd_stream_rc rc = etcd_stream_feed(w->stream, ptr, n, watch_message, w, why, sizeof why);
     if (rc == ETCD_STREAM_TOO_LARGE) {
         watch_warn(w->el, w, why);
+        w->bad = true;
         return 0;
     }
     if (rc != ETCD_STREAM_OK) {
         glog_debug("locker", NULL, "etcd watch %s: %s", w->key, why);
+        w->bad = true;
         return 0;
     }
     return w->bad ? 0 : n;
@@ -814,10 +817,14 @@ static void stream_end(struct etcd_locker *el, CURLM *m, struct watch_key *w, bo
     w->seq++; /* releases while no stream was open are not seen */
     pthread_cond_broadcast(&el->w_cv);
     pthread_mutex_unlock(&el->w_mu);
+    /* a server that answers "created" then garbage resets failures every
+     * time: its streams back off by the aborts in a row instead */
+    w->aborts = w->bad ? w->aborts + 1 : 0;
     if (failed) {
         if (!w->got_data) etcd_conn_rotate(el->watch);
         w->failures++;
-        w->retry_at_ms = clock_boot_ms() + backoff_ms(w->failures < 8 ? w->failures : 8, 100, 2000);
+        unsigned n = w->failures + w->aborts;
+        w->retry_at_ms = clock_boot_ms() + backoff_ms(n < 8 ? n : 8, 100, 2000);
     } else {
         w->retry_at_ms = 0;
     }

@@ -25,12 +25,14 @@ drain_timeout_ms + 1 s of SIGTERM.
                      before), a clear message naming "TTL", no promotion;
                      `baton status` refuses with the same message instead
                      of crashing.
+  long_header        /v3/kv/range answered with a 200 kB header line: curl's
+                     "Out of memory" reads "answer header line too long or
+                     malformed", with the endpoint; no promotion.
 
 Run standalone: BATON_BIN=/path/baton python3 tests/integration/test_hostile_etcd.py [test_name ...]
 """
+import json
 import os
-import re
-import signal
 import subprocess
 import sys
 import time
@@ -253,8 +255,25 @@ def test_huge_ttl(t):
     term_in_time(t, b)
 
 
+def test_long_header(t):
+    f = fake(t)
+
+    def padded(req, honest):
+        a = honest()
+        return fake_etcd.Raw(json.dumps(a), headers=[("X-Pad", "a" * 200000)])
+    f.on("/v3/kv/range", padded)
+    b, mport = start(t, f)
+    never_leads(t, b, mport, 2.0)
+    errs = logged(b, f.url, "answer header line too long or malformed")
+    t.check(errs, "no clear message for a 200 kB header line: %s" % b.stderr_text()[-600:])
+    t.check(not logged(b, "Out of memory"), "curl's 'Out of memory' is shown: %s"
+            % logged(b, "Out of memory")[:1])
+    h.log("logged: %s" % (errs[:1],))
+    term_in_time(t, b)
+
+
 ORDER = ["test_succeeded_string", "test_revision_overflow", "test_revision_space",
-         "test_negative_revision", "test_watch_endless", "test_huge_ttl"]
+         "test_negative_revision", "test_watch_endless", "test_huge_ttl", "test_long_header"]
 
 if __name__ == "__main__":
     h.main(globals())

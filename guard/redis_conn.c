@@ -600,7 +600,11 @@ static void timed_out(redisContext *c, int64_t ms, bool partial)
 
 bool redis_reply_pending(const redisContext *c)
 {
-    return c->reader->ridx >= 0 || c->reader->len > c->reader->pos;
+    /* hiredis sets up rstack[0] (type -1) on every call that finds no
+     * reply, so ridx >= 0 alone says nothing: a reply has begun when bytes
+     * wait unparsed or its first byte (the type) has been read */
+    const redisReader *r = c->reader;
+    return r->len > r->pos || (r->ridx >= 0 && r->rstack[0].type >= 0);
 }
 
 static int buffer_read(redisContext *c, size_t *got, bool nowait)

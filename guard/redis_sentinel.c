@@ -271,13 +271,19 @@ static bool watch_on(struct redis_sentinel_watch *w, redisContext *c, const char
     snprintf(why, whylen, "%s", "connection lost");
     if (!flush_out(c)) return false;
     redisReply *q = NULL, *s = NULL;
-    if (redis_get_reply(c, (void **)&q) != REDIS_OK || q == NULL) return false;
+    if (redis_get_reply(c, (void **)&q) != REDIS_OK || q == NULL) {
+        if (c->errstr[0]) snprintf(why, whylen, "%s", c->errstr); /* e.g. no answer within N ms */
+        return false;
+    }
     char host[256];
     int port = 0;
     int a = master_answer(q, name, host, sizeof host, &port, why, whylen);
     freeReplyObject(q);
     if (a != 1) return false;
-    if (redis_get_reply(c, (void **)&s) != REDIS_OK || s == NULL) return false;
+    if (redis_get_reply(c, (void **)&s) != REDIS_OK || s == NULL) {
+        if (c->errstr[0]) snprintf(why, whylen, "%s", c->errstr);
+        return false;
+    }
     bool confirmed = s->type == REDIS_REPLY_ARRAY && s->elements == 3 &&
                      s->element[0]->type == REDIS_REPLY_STRING &&
                      strcmp(s->element[0]->str, "subscribe") == 0;

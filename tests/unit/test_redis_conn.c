@@ -438,6 +438,25 @@ static void test_deadline_trickled_answer(void **state)
     redisFree(c);
     close(sv[1]);
 
+    /* a complete reply, then a look for more: nothing pending (hiredis sets
+     * up a read task on that look); a reply begun: pending */
+    c = pair_context(sv, 200);
+    put(sv[1], "+PONG\r\n", 7);
+    redisReply *pr = NULL;
+    assert_int_equal(redis_get_reply(c, (void **)&pr), REDIS_OK);
+    freeReplyObject(pr);
+    void *none = NULL;
+    assert_int_equal(redis_next_reply(c, &none), REDIS_OK);
+    assert_null(none);
+    assert_false(redis_reply_pending(c));
+    put(sv[1], "*2\r\n$3\r\nab", 10);
+    assert_int_equal(redis_buffer_read(c), REDIS_OK);
+    assert_int_equal(redis_next_reply(c, &none), REDIS_OK);
+    assert_null(none);
+    assert_true(redis_reply_pending(c));
+    redisFree(c);
+    close(sv[1]);
+
     /* the blocking read alone (a caller that polled first): the same words */
     c = pair_context(sv, 100);
     assert_int_equal(redis_buffer_read(c), REDIS_ERR);

@@ -12,8 +12,6 @@
 #include "guard/glog.h"
 #include "guard/util.h"
 
-/* baton's answers are tiny; a runaway one (over ETCD_RESPONSE_MAX) is an error */
-
 /* gRPC status codes the gateway reports (google.golang.org/grpc/codes). */
 enum {
     GRPC_DEADLINE_EXCEEDED = 4,
@@ -491,6 +489,7 @@ const char *etcd_transport_reason(int curl_code, const char *detail)
     return detail && detail[0] ? detail : sym_curl_easy_strerror((CURLcode)curl_code);
 }
 
+/* baton's answers are tiny; a runaway one (over ETCD_RESPONSE_MAX) is an error */
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *arg)
 {
     struct etcd_conn *c = arg;

@@ -197,7 +197,6 @@ static json_object *arr1(json_object *a)
     return r;
 }
 
-
 /* The response_range of the txn answer's i-th response. */
 static json_object *txn_range(json_object *resp, size_t i)
 {
@@ -324,9 +323,10 @@ static bool lease_revoke(struct etcd_conn *conn, int64_t deadline, const char *i
     return false;
 }
 
-/* Remaining milliseconds of lease id in *ttl_ms (-1 expired, unknown, or
- * the cluster could not be asked: 0 returned all the same). -1 with err: the
- * answer is malformed (a TTL that is no number, or beyond any lease). */
+/* The remaining milliseconds of lease id in *ttl_ms: -1 when it expired or
+ * is unknown, and also when the cluster could not be asked (0 is returned
+ * then, the caller goes on without it). -1 with err: the answer is
+ * malformed (a TTL that is no integer, or beyond any lease etcd grants). */
 static int time_to_live(struct etcd_conn *conn, int64_t deadline, const char *id, int64_t *ttl_ms,
                         char err[BATON_LOCKER_ERR_MAX])
 {

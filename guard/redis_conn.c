@@ -231,8 +231,8 @@ static void bound_error(redisContext *c)
     switch (t->type) {
     case REFUSED_SIZE:
         snprintf(c->errstr, sizeof c->errstr,
-                 "reply over %zu bytes (max_reply_bytes; at least %zu): raise max_reply_bytes if expected",
-                 reader_max(r), n);
+                 "reply of at least %zu bytes over max_reply_bytes (%zu): raise it if that is expected",
+                 n, reader_max(r));
         break;
     case REFUSED_ARRAY:
         snprintf(c->errstr, sizeof c->errstr, "array reply of %zu elements (limit %d)", n,
@@ -259,9 +259,8 @@ int redis_next_reply(redisContext *c, void **reply)
 /* After a feed: a bulk string whose declared length is over the limit, or
  * more unparsed bytes than one reply may have, fails at once (hiredis would
  * buffer the whole bulk before making it a string: 3 GB for "$3000000000"). */
-static bool feed_within(redisContext *c)
+bool redis_reader_fed_ok(const redisReader *r, char *why, size_t whylen)
 {
-    redisReader *r = c->reader;
     size_t max = reader_max(r);
     size_t unparsed = r->len > r->pos ? r->len - r->pos : 0;
     if (r->ridx >= 0 && r->ridx < SPARE_TASK && r->rstack[r->ridx].type == REDIS_REPLY_STRING) {
@@ -272,20 +271,26 @@ static bool feed_within(redisContext *c)
         while (i < unparsed && i < 20 && p[i] >= '0' && p[i] <= '9') v = v * 10 + (unsigned)(p[i++] - '0');
         size_t before = r->ridx > 0 ? reply_bytes(r) : 0;
         if (i > 0 && (i == 20 || v > max || before > max - v)) {
-            snprintf(c->errstr, sizeof c->errstr,
-                     "reply of %s%llu bytes, over %zu (max_reply_bytes): raise max_reply_bytes if expected",
+            snprintf(why, whylen,
+                     "reply of %s%llu bytes over max_reply_bytes (%zu): raise it if that is expected",
                      i == 20 ? "more than " : "", v + before, max);
-            c->err = REDIS_ERR_PROTOCOL;
             return false;
         }
     }
     if (unparsed > max + REDIS_READ_CHUNK) {
-        snprintf(c->errstr, sizeof c->errstr,
-                 "reply over %zu bytes (max_reply_bytes): raise max_reply_bytes if expected", max);
-        c->err = REDIS_ERR_PROTOCOL;
+        snprintf(why, whylen,
+                 "reply of more than %zu bytes over max_reply_bytes (%zu): raise it if that is "
+                 "expected", unparsed, max);
         return false;
     }
     return true;
+}
+
+static bool feed_within(redisContext *c)
+{
+    if (redis_reader_fed_ok(c->reader, c->errstr, sizeof c->errstr)) return true;
+    c->err = REDIS_ERR_PROTOCOL;
+    return false;
 }
 
 redisContext *redis_conn_connect(const struct baton_redis_opts *o, const char *host, int port, char *err,

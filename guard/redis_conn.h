@@ -40,6 +40,10 @@ void redis_reader_set_max(redisReader *reader, int64_t max_reply_bytes);
 bool redis_reply_array_ok(const redisReadTask *task, int elements);
 bool redis_reply_string_ok(const redisReadTask *task, size_t len);
 bool redis_reply_integer_ok(const redisReadTask *task, long long value);
+/* After feeding reader: false, with why, when a bulk string's declared
+ * length (header read, data still coming) or the bytes not yet parsed
+ * exceed the limit. redis_buffer_read checks this after every read. */
+bool redis_reader_fed_ok(const redisReader *reader, char *why, size_t whylen);
 /* The array size check alone (a warning, rate-limited, names the size). */
 bool redis_array_size_ok(int elements);
 /* redisGetReplyFromReader with a refusal of the checks above reported in

@@ -223,7 +223,7 @@ def huge_case(t, b, mport, what, limit_text, server_port, seconds=3.0):
           % (what, baseline / MiB, peak / MiB, seconds, rss_limit(baseline) / MiB,
              ", ASan build" if ASAN else "", line))
     t.check(line is not None, "%s: no error naming the server and max_reply_bytes" % what)
-    t.check(line is None or limit_text in line, "%s: the error does not name the limit %s"
+    t.check(line is None or "max_reply_bytes (%s)" % limit_text in line, "%s: the error does not name the limit %s"
             % (what, limit_text))
     t.check(b.alive(), "%s: baton died" % what)
     t.check(0 < peak < rss_limit(baseline), "%s: RSS peak %.1f MiB" % (what, peak / MiB))
@@ -275,6 +275,37 @@ def test_c_psub_source_huge_message(t):
                 {"psub.cfg": psub_text(srcf.port)})
     t.require(wait_log(b, r"promoted to leader", 15), "never promoted (real Redis locker)")
     huge_case(t, b, mport, "redis_psub source pmessage declaring $3000000000", str(64 * MiB), srcf.port)
+
+
+def test_c_psub_max_reply_bytes_setting(t):
+    """max_reply_bytes in the endpoint's file is the limit: a 5000-byte
+    message under max_reply_bytes = 4096 is refused naming 4096; a 3000-byte
+    one goes through."""
+    def psubscribe(conn, args):
+        conn.subscribed = True
+        conn.send([b"psubscribe", args[1], 1])
+        for n in (3000, 5000):
+            conn.send([b"pmessage", args[1], b"chan.x", b"p" * n])
+        return NO_REPLY
+
+    srcf = fake(t, PSUBSCRIBE=psubscribe)
+    lk = t.redis()
+    b = start(t, main_text('host = "127.0.0.1"; port = %d;' % lk.port, h.free_port()),
+              {"psub.cfg": psub_text(srcf.port, "max_reply_bytes = 4096;")})
+    line = wait_log(b, r".*127\.0\.0\.1:%d.*over max_reply_bytes \(4096\).*" % srcf.port, 15)
+    h.log("redis_psub, max_reply_bytes = 4096: %s" % line)
+    t.check(line is not None, "no refusal naming the configured limit")
+    t.check(h.wait_until(lambda: any(len(r.get("payload", "")) == 3000
+                                     for r in (b.poll_records() or b.records)), 5, 0.1),
+            "the 3000-byte message was not forwarded")
+    b.term()
+    rc, out, err = h.run_baton(["-c", b.cfg, "--check-config"])
+    t.check(rc == 0, "--check-config with max_reply_bytes = 4096: exit %d %s" % (rc, err[-200:]))
+    with open(os.path.join(b.dir, "endpoints.d", "psub.cfg"), "w") as f:
+        f.write(psub_text(srcf.port, "max_reply_bytes = -1;"))
+    rc, out, err = h.run_baton(["-c", b.cfg, "--check-config"])
+    t.check(rc == 78 and "max_reply_bytes" in out + err,
+            "max_reply_bytes = -1: exit %d %r" % (rc, (out + err)[-200:]))
 
 
 # ---- d. locker script answers of the wrong type ---------------------------------

@@ -540,7 +540,7 @@ static void test_total_reply_over_limit(void **state)
     put(sv[1], msg, (size_t)off);
     assert_int_equal(redis_get_reply(c, (void **)&rep), REDIS_ERR);
     printf("total: %s\n", c->errstr);
-    assert_non_null(strstr(c->errstr, "over 1000 bytes"));
+    assert_non_null(strstr(c->errstr, "over max_reply_bytes (1000)"));
     assert_non_null(strstr(c->errstr, "max_reply_bytes"));
     redisFree(c);
     close(sv[1]);

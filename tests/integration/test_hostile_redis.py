@@ -14,7 +14,9 @@ ASan, whose shadow memory is counted in RSS).
   b. the locker's Redis, and a sentinel, declaring "$3000000000" and streaming
      data: RSS bounded, the connection closed naming max_reply_bytes.
   c. a redis_psub source doing the same inside a pmessage (real Redis as the
-     locker): RSS bounded, the error names the limit (64 MiB).
+     locker): RSS bounded, the error names the limit (64 MiB); its
+     max_reply_bytes setting obeyed; a message trickled in is dropped once
+     the command timeout has passed since it began.
   d. lease scripts answered with a bulk "1" or ":99999999999999999999"
      where an integer epoch is expected: no promotion, /status not leader,
      a clear error.
@@ -306,6 +308,27 @@ def test_c_psub_max_reply_bytes_setting(t):
     rc, out, err = h.run_baton(["-c", b.cfg, "--check-config"])
     t.check(rc == 78 and "max_reply_bytes" in out + err,
             "max_reply_bytes = -1: exit %d %r" % (rc, (out + err)[-200:]))
+
+
+def test_c_psub_trickled_message(t):
+    """A message that has begun must be complete within the command
+    timeout: a source trickling one at a byte per 0.2 s is dropped."""
+    def psubscribe(conn, args):
+        conn.subscribed = True
+        conn.send([b"psubscribe", args[1], 1])
+        msg = b"*4\r\n$8\r\npmessage\r\n$6\r\nchan.*\r\n$6\r\nchan.x\r\n$100\r\n" + b"t" * 100
+        return conn.trickle(msg, interval=0.2, limit_s=30)
+
+    srcf = fake(t, PSUBSCRIBE=psubscribe)
+    lk = t.redis()
+    b = start(t, main_text('host = "127.0.0.1"; port = %d;' % lk.port, h.free_port()),
+              {"psub.cfg": psub_text(srcf.port)})
+    line = wait_log(b, r".*127\.0\.0\.1:%d.*no complete message within %d ms.*"
+                    % (srcf.port, CMD_TIMEOUT), 15)
+    h.log("redis_psub, trickled message: %s" % line)
+    t.check(line is not None, "the trickled message was not dropped with its deadline")
+    dt = term_time(b)
+    t.check(dt is not None and dt <= DRAIN / 1000.0 + 1.0, "exit %s s after SIGTERM" % dt)
 
 
 # ---- d. locker script answers of the wrong type ---------------------------------

@@ -793,11 +793,17 @@ static void *consumer_main(void *arg)
                          "meanwhile are lost: pub/sub keeps nothing)",
                          p->where, clock_mono_ms() - lost_since);
             }
-            attempt = 0;
             lost_since = 0;
+            int64_t up_at = clock_mono_ms();
             conn_run(p, c, err, sizeof err);
             conn_close(p, c);
             if (atomic_load(&p->stop)) break;
+            /* the back-off starts again after a connection that lasted; one
+             * dropped within a second of its subscription (a source sending
+             * what baton refuses: an oversized or malformed reply) backs off
+             * further, instead of a reconnect and two log lines every
+             * reconnect_backoff_ms */
+            if (clock_mono_ms() - up_at >= 1000) attempt = 0;
             atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
             lost_since = clock_mono_ms();
             log_warn(COMPONENT, name, "connection lost: %s; reconnecting", err);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "guard/redis_sentinel.h"
 
 const struct setting_def redis_tls_defs[] = {
     {"ca_file", SETTING_STRING, offsetof(struct redis_tls_settings, ca_file),
@@ -32,14 +33,16 @@ static const char *file_of(const config_setting_t *s)
     return f ? f : "";
 }
 
-/* "host:port" with a port 1..65535. */
+/* "host:port" with a port 1..65535 in digits only (strtol would take
+ * "26400abc" up to the junk's end check, but also " 26400" and "+26400"),
+ * parsed as the sentinels are asked (redis_sentinel_parse_addr). */
 static bool host_port_ok(const char *v)
 {
     const char *colon = strrchr(v, ':');
     if (colon == NULL || colon == v || colon[1] == '\0') return false;
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    return *end == '\0' && p >= 1 && p <= 65535;
+    char host[256];
+    int port;
+    return redis_sentinel_parse_addr(v, host, sizeof host, &port);
 }
 
 static char *resolve(const char *base_dir, const char *path)

@@ -26,6 +26,7 @@
 
 #include "guard/redis_conn.h"
 #include "guard/redis_conn_private.h"
+#include "guard/redis_sentinel.h"
 #include "common/log.h"
 
 static redisReader *bounded_reader(void)
@@ -635,6 +636,26 @@ static void test_nesting_bounded(void **state)
     redisReaderFree(r);
 }
 
+/* Sentinel addresses: the port in digits only, 1..65535 (strtol took
+ * "26400abc" from a sentinel's answer as 26400). */
+static void test_sentinel_addr_strict(void **state)
+{
+    (void)state;
+    char host[64];
+    int port = 0;
+    assert_true(redis_sentinel_parse_addr("s1:26400", host, sizeof host, &port));
+    assert_string_equal(host, "s1");
+    assert_int_equal(port, 26400);
+    assert_true(redis_sentinel_parse_addr("[::1]:65535", host, sizeof host, &port));
+    assert_int_equal(port, 65535);
+    assert_true(redis_sentinel_parse_addr("s1", host, sizeof host, &port));
+    assert_int_equal(port, 26379);
+    static const char *const bad[] = {"s1:26400abc", "s1: 26400", "s1:+26400", "s1:0",
+                                      "s1:65536", "s1:", "s1:026400", ":26400", "[::1]:x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_false(redis_sentinel_parse_addr(bad[i], host, sizeof host, &port));
+}
+
 int main(void)
 {
     log_set_level(LOG_ERROR); /* the refusal warnings are expected here */
@@ -653,6 +674,7 @@ int main(void)
         cmocka_unit_test(test_total_reply_over_limit),
         cmocka_unit_test(test_strict_integers),
         cmocka_unit_test(test_nesting_bounded),
+        cmocka_unit_test(test_sentinel_addr_strict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

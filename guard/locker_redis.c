@@ -433,6 +433,17 @@ struct script_call {
 
 #define SCRIPT_ARGS_MAX 9
 
+static const char *reply_type_name(int type)
+{
+    switch (type) {
+    case REDIS_REPLY_STRING: return "a string";
+    case REDIS_REPLY_ARRAY: return "an array";
+    case REDIS_REPLY_NIL: return "nil";
+    case REDIS_REPLY_STATUS: return "a status";
+    default: return "an unknown type";
+    }
+}
+
 /* Runs n script calls on cn (cn->mu held) in one pipelined round trip (two
  * when the server lost its scripts: those calls go again by EVAL). */
 static void run_scripts_on(struct redis_locker *rl, struct rconn *cn, struct script_call **calls,
@@ -550,7 +561,9 @@ static void run_scripts_on(struct redis_locker *rl, struct rconn *cn, struct scr
                 errf(c->err, "redis %s: %s: %s", rl->where, label, r->str);
             if (redis_failover_error(r->str) && cn->c) conn_failover(rl, cn, c->err);
         } else if (r->type != REDIS_REPLY_INTEGER) {
-            errf(c->err, "redis %s: %s: unexpected reply type %d", rl->where, label, r->type);
+            /* never read as a grant: a script's answer is an integer */
+            errf(c->err, "redis %s: %s: the script answered %s, not an integer (a proxy or "
+                 "server that is not Redis?)", rl->where, label, reply_type_name(r->type));
         } else {
             if (!c->by_sha && cn->sha[c->idx][0] == '\0') reload[c->idx] = true;
             continue;

@@ -354,13 +354,53 @@ def script_answer_case(t, answer, expect):
 
 
 def test_d_script_answer_string(t):
-    script_answer_case(t, b"$1\r\n1\r\n", "unexpected reply type")
+    script_answer_case(t, b"$1\r\n1\r\n", "the script answered a string, not an integer")
 
 
 def test_d_script_answer_overflow(t):
     # hiredis 0.14.1 says "Bad integer value"; baton's own check the other
     script_answer_case(t, b":99999999999999999999\r\n",
                        "(Bad integer value|integer reply not a 64-bit)")
+
+
+def test_d_script_answer_other_types(t):
+    for answer, expect in ((b"$-1\r\n", "the script answered nil"),
+                           (b"*1\r\n:1\r\n", "the script answered an array"),
+                           (b"+OK\r\n", "the script answered a status"),
+                           (b":-1\r\n", "bad epoch -1")):
+        script_answer_case(t, answer, re.escape(expect))
+
+
+def test_d_renew_answered_with_a_string(t):
+    """A lease the server did grant (acquire :<epoch>), then renewals answered
+    "1" as a string: never taken as renewed; the leader steps down by the
+    lease deadline."""
+    from fake_redis import script_kind
+
+    def evalsha(conn, args):
+        if b"redis.call('TIME')" in script_kind(lk, args):
+            return 1800000000000000
+        return b"1"
+
+    lk = fake(t, EVALSHA=evalsha, EVAL=evalsha)
+    src = t.redis()
+    mport = h.free_port()
+    b = start(t, main_text('host = "127.0.0.1"; port = %d;' % lk.port, mport),
+              {"psub.cfg": psub_text(src.port)})
+    t.require(wait_log(b, r"promoted to leader", 10), "the granted lease was not taken")
+    t0 = time.monotonic()
+    line = wait_log(b, r".*demoted from leader.*", 3 * int(LEASE["ttl_ms"]) / 1000.0)
+    took = time.monotonic() - t0
+    err = re.search(r".*127\.0\.0\.1:%d: (renew|check)[^\n]*the script answered a string.*"
+                    % lk.port, b.stderr_text())
+    h.log("renew answered \"1\": demoted %.2f s after the promotion was seen (ttl %d ms): %s; %s"
+          % (took, LEASE["ttl_ms"], line, err.group(0) if err else None))
+    t.check(line is not None, "still leader with every renewal answered by a string")
+    t.check(err is not None, "no error naming the server and the answer")
+    # (the fake grants every acquisition: baton may lead again right after)
+    t.check(took <= LEASE["ttl_ms"] / 1000.0 + 0.5,
+            "led %.2f s on renewals answered by a string (ttl %d ms)" % (took, LEASE["ttl_ms"]))
+    b.term()
 
 
 # ---- e. a sentinel port with junk ---------------------------------------------------

@@ -188,7 +188,7 @@ class Conn:
                     self.fake.commands.append((self.num, name, args))
                 handler = self.fake.handlers.get(name) or self.fake.default_handler(name)
                 answer = handler(self, args)
-                if answer is not NO_REPLY and not self.send(answer):
+                if answer is not NO_REPLY and not self.send(encode(answer)):
                     break
         except Exception:  # a handler that raised, a broken stream: close
             pass

@@ -21,6 +21,7 @@ ASan, whose shadow memory is counted in RSS).
      where an integer epoch is expected: no promotion, /status not leader,
      a clear error.
   e. a sentinel port "26400abc": --check-config exits 78 naming it.
+  TLS: a trickled answer and a huge bulk through the TLS bridge.
 
 Bounded: about a minute.
 """
@@ -329,6 +330,36 @@ def test_c_psub_trickled_message(t):
     t.check(line is not None, "the trickled message was not dropped with its deadline")
     dt = term_time(b)
     t.check(dt is not None and dt <= DRAIN / 1000.0 + 1.0, "exit %s s after SIGTERM" % dt)
+
+
+def test_tls_trickle_and_huge_bulk(t):
+    """The same through the TLS bridge (guard/redis_tls.c): the deadline and
+    the limit hold on hiredis's side of it, and SIGTERM is not held up."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
+    from tlsfiles import make_tls_files
+    tls = make_tls_files(h.mktemp())
+    group = 'tls = { ca_file = "%s"; server_name = "localhost"; };' % tls["ca"]
+    src = t.redis()
+    for what, handler, pattern in (
+            ("trickled PING answer", lambda conn, args: conn.trickle(
+                b"$100000\r\n" + b"x" * 100000, interval=0.3, limit_s=30),
+             r"PING: no complete answer within %d ms" % CMD_TIMEOUT),
+            ("$3000000000 PING answer", huge, r"max_reply_bytes \(1048576\)")):
+        lk = FakeRedis({"PING": handler}, tls=(tls["server_cert"], tls["server_key"]))
+        t.cleanup(lk.close)
+        mport = h.free_port()
+        b = start(t, main_text('host = "127.0.0.1"; port = %d; %s' % (lk.port, group), mport),
+                  {"psub.cfg": psub_text(src.port)})
+        h.wait_until(lambda: h.http_status(mport, 0.3) is not None, 10, 0.05, "metrics")
+        baseline = rss(b.pid)
+        line = wait_log(b, r".*127\.0\.0\.1:%d.*%s.*" % (lk.port, pattern), 10)
+        peak = watch_rss(b, 1.5)
+        dt = term_time(b)
+        h.log("TLS, %s: %s; RSS peak %.1f MiB; exit %s s after SIGTERM" % (what, line, peak / MiB, dt))
+        t.check(line is not None, "TLS, %s: no error naming the server" % what)
+        t.check(dt is not None and dt <= DRAIN / 1000.0 + 1.0, "TLS, %s: exit %s s" % (what, dt))
+        t.check(peak < rss_limit(baseline), "TLS, %s: RSS %.1f MiB (start %.1f)"
+                % (what, peak / MiB, baseline / MiB))
 
 
 # ---- d. locker script answers of the wrong type ---------------------------------

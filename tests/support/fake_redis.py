@@ -29,6 +29,7 @@ elsewhere) or -NOSCRIPT, EVAL (:0), SUBSCRIBE / PSUBSCRIBE (one confirmation
 per channel or pattern), PUBLISH (:0), GET (nil), SENTINEL
 get-master-addr-by-name (nil). Anything else: -ERR unknown command.
 fake.commands lists (connection number, name, args) of every command seen.
+FakeRedis(tls=(cert, key)) serves TLS (ssl module) instead of plain TCP.
 """
 
 import hashlib
@@ -201,7 +202,14 @@ class Conn:
 
 
 class FakeRedis:
-    def __init__(self, handlers=None, host="127.0.0.1", port=0):
+    def __init__(self, handlers=None, host="127.0.0.1", port=0, tls=None):
+        """tls: None, or (certificate file, key file): every connection is
+        TLS (the handshake in its own thread)."""
+        self.tls = None
+        if tls:
+            import ssl
+            self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.tls.load_cert_chain(tls[0], tls[1])
         self.handlers = dict((k.upper(), v) for k, v in (handlers or {}).items())
         self.scripts = {}
         self.commands = []
@@ -238,10 +246,21 @@ class FakeRedis:
                 break
             n += 1
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            c = Conn(self, s, n)
-            with self.lock:
-                self.conns.append(c)
-            threading.Thread(target=c.serve, daemon=True).start()
+            threading.Thread(target=self._serve, args=(s, n), daemon=True).start()
+
+    def _serve(self, s, n):
+        if self.tls:
+            try:
+                s.settimeout(10)
+                s = self.tls.wrap_socket(s, server_side=True)
+                s.settimeout(None)
+            except OSError:
+                s.close()
+                return
+        c = Conn(self, s, n)
+        with self.lock:
+            self.conns.append(c)
+        c.serve()
 
     def kill_connections(self):
         """Closes every client connection now (the fake keeps listening)."""

@@ -519,6 +519,15 @@ struct etcd_conn *etcd_conn_create(const struct baton_etcd_opts *o, const char *
         snprintf(err, errlen, "etcd: no endpoints");
         return NULL;
     }
+    for (size_t i = 0; i < o->n_endpoints; i++) {
+        if (o->endpoints[i] && etcd_url_has_userinfo(o->endpoints[i])) {
+            snprintf(err, errlen,
+                     "etcd: endpoint %zu of %zu has user information in its URL (user:password@): "
+                     "etcd answers such requests 401; give user and password instead",
+                     i + 1, o->n_endpoints);
+            return NULL;
+        }
+    }
     char lerr[256];
     if (curl_dl_load(lerr, sizeof lerr) != 0) {
         snprintf(err, errlen, "etcd %s: %s", o->endpoints[0], lerr);
@@ -533,6 +542,14 @@ struct etcd_conn *etcd_conn_create(const struct baton_etcd_opts *o, const char *
     pthread_mutex_init(&c->mu, NULL);
     snprintf(c->role, sizeof c->role, "%s", role ? role : "etcd");
     return c;
+}
+
+bool etcd_url_has_userinfo(const char *url)
+{
+    const char *p = url ? strstr(url, "://") : NULL;
+    if (p == NULL) return false;
+    size_t auth = strcspn(p + 3, "/?#");
+    return memchr(p + 3, '@', auth) != NULL;
 }
 
 void etcd_conn_destroy(struct etcd_conn *c)

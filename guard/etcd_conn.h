@@ -28,10 +28,18 @@ void etcd_opts_clear(struct baton_etcd_opts *o);
 struct etcd_conn;
 
 /* Never fails for an unreachable cluster (calls report it); NULL with err
- * when libcurl cannot be loaded. role names the connection in logs. */
+ * when libcurl cannot be loaded, or when an endpoint carries user
+ * information (http://user:pw@host): etcd's JSON gateway reads Basic
+ * credentials as an auth token and answers every request 401, and a
+ * password kept in a URL ends up wherever the URL is shown; user and
+ * password are the way (err names the endpoint's position, never its text).
+ * role names the connection in logs. */
 struct etcd_conn *etcd_conn_create(const struct baton_etcd_opts *o, const char *role, char *err,
                                    size_t errlen);
 void etcd_conn_destroy(struct etcd_conn *c);
+/* True when url's authority ("scheme://authority/...") holds user
+ * information ('@' before the first '/', '?' or '#'). */
+bool etcd_url_has_userinfo(const char *url);
 
 /* POSTs req (a JSON object, not consumed) to path ("/v3/kv/txn") and parses
  * the answer. Returns 0 with *resp (caller puts it), or -1 with err

@@ -419,7 +419,9 @@ struct redis_sentinel_watch *redis_sentinel_watch_acquire(const struct baton_red
     }
     w->key = key;
     w->refs = 1;
-    free(w->o.password); /* not used towards sentinels */
+    if (w->o.password) /* not used towards sentinels: wiped, not left in freed memory */
+        explicit_bzero(w->o.password, strlen(w->o.password));
+    free(w->o.password);
     w->o.password = NULL;
     atomic_init(&w->stop, false);
     atomic_init(&w->count, 0);

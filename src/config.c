@@ -633,6 +633,13 @@ static int parse_locker(struct baton_config *c, const config_setting_t *g, struc
                 config_error_set(err, file, line_of(s),
                                  "locker: endpoint \"%s\": expected http://host:port or https://host:port", u);
                 rc = -1;
+            } else if (redact_needed(u)) {
+                /* never echoed: the URL holds a password */
+                config_error_set(err, file, line_of(s),
+                                 "locker: endpoint %zu has user information in its URL (user:password@): "
+                                 "etcd answers such requests 401 and the password would be shown with "
+                                 "the URL; set user and password_file (or password_env) instead", i + 1);
+                rc = -1;
             } else if (!https && (ls.ca_file || ls.cert_file || ls.key_file)) {
                 config_error_set(err, file, line_of(s),
                                  "locker: endpoint \"%s\" is plain http while TLS files are given; use https://", u);

@@ -371,6 +371,26 @@ static void test_ttl_refused(void **state)
     baton_locker_destroy(l);
 }
 
+/* an endpoint with user:password@ is refused, its text (the password) not
+ * echoed; the same URL without it is taken */
+static void test_userinfo_refused(void **state)
+{
+    (void)state;
+    char *eps[2] = {"http://127.0.0.1:2379", "http://root:Pw-XYZ@127.0.0.1:2379/v3"};
+    struct baton_etcd_opts o = {.endpoints = eps, .n_endpoints = 2};
+    char err[ETCD_ERR_MAX] = "";
+    assert_null(etcd_conn_create(&o, "test", err, sizeof err));
+    assert_non_null(strstr(err, "endpoint 2 of 2 has user information"));
+    assert_null(strstr(err, "Pw-XYZ"));
+    assert_true(etcd_url_has_userinfo("https://tok@h:2379"));
+    assert_false(etcd_url_has_userinfo("http://h:2379/a@b"));
+    assert_false(etcd_url_has_userinfo("http://h:2379?x=a@b"));
+    o.n_endpoints = 1;
+    struct etcd_conn *c = etcd_conn_create(&o, "test", err, sizeof err);
+    assert_non_null(c);
+    etcd_conn_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -382,6 +402,7 @@ int main(void)
         cmocka_unit_test(test_answer_parse),
         cmocka_unit_test(test_transport_reason),
         cmocka_unit_test(test_ttl_refused),
+        cmocka_unit_test(test_userinfo_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

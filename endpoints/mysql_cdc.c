@@ -583,7 +583,7 @@ static int read_legacy_checkpoint(struct cdc *c, struct cdc_ckpt *ck, char *err,
         snprintf(err, errlen, "legacy checkpoint %.200s: %.280s", c->legacy_key, cerr);
         return -1;
     }
-    redisReply *r = redisCommand(rc, "GET %s", c->legacy_key);
+    redisReply *r = redis_commandf(rc, "GET %s", c->legacy_key); /* within the command timeout */
     int found = -1;
     if (!r) {
         snprintf(err, errlen, "GET %.200s: %.200s", c->legacy_key,

@@ -41,6 +41,7 @@
 #include "common/util.h"
 #include "tests/support/etcd_server.h"
 #include "tests/support/redis_server.h"
+#include "tests/support/wait.h"
 
 /* ---- the backend under test ---------------------------------------------------- */
 
@@ -313,18 +314,7 @@ static int group_teardown(void **state)
 
 #define PORT redis_server_port(shared.r)
 
-#define WAIT_FOR(cond, timeout_ms)                                      \
-    ({                                                                  \
-        int64_t t0_ = clock_mono_ms(), r_ = -1;                         \
-        while (clock_mono_ms() - t0_ < (timeout_ms)) {                  \
-            if (cond) {                                                 \
-                r_ = clock_mono_ms() - t0_;                             \
-                break;                                                  \
-            }                                                           \
-            usleep(2000);                                               \
-        }                                                               \
-        r_;                                                             \
-    })
+/* WAIT_FOR: tests/support/wait.h */
 
 /* ---- locker --------------------------------------------------------------- */
 

@@ -16,6 +16,7 @@
 #include "guard/locker.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "tests/support/wait.h"
 
 /* ---- event journal shared by the flaky locker and the callbacks ---------- */
 
@@ -294,19 +295,7 @@ static struct baton_active_guard *make_guard(struct baton_locker *l, struct cons
     return g;
 }
 
-/* Polls cond every 5 ms up to timeout_ms; returns the elapsed ms or -1. */
-#define WAIT_FOR(cond, timeout_ms)                                      \
-    ({                                                                  \
-        int64_t t0_ = clock_mono_ms(), r_ = -1;                         \
-        while (clock_mono_ms() - t0_ < (timeout_ms)) {                  \
-            if (cond) {                                                 \
-                r_ = clock_mono_ms() - t0_;                             \
-                break;                                                  \
-            }                                                           \
-            usleep(5000);                                               \
-        }                                                               \
-        r_;                                                             \
-    })
+/* WAIT_FOR: tests/support/wait.h */
 
 #define STAT(g, f) atomic_load(&baton_active_guard_stats(g)->f)
 

@@ -8,7 +8,7 @@
 #include "guard/scope.h"
 
 /* The STATE column, in the words /status uses for a replica's role
- * (role_name() in src/gateway.c; README "Status words"):
+ * (role_name() in src/status_pages.c; README "Status words"):
  *   has-leader     ActiveGuard: a replica holds the lease (HOLDER says which)
  *   no-leader      ActiveGuard: nobody holds it (a takeover is pending, or no
  *                  replica runs or reaches Redis)

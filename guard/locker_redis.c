@@ -42,7 +42,6 @@
  * use. */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdarg.h>
@@ -57,6 +56,7 @@
 #include "guard/redis_conn_private.h"
 #include "guard/redis_sentinel.h"
 #include "guard/glog.h"
+#include "guard/locker_redis_private.h"
 #include "guard/util.h"
 
 #define EPOCH_KEY_MIN_TTL_MS (24LL * 3600 * 1000)
@@ -72,22 +72,6 @@ static const char *token_lost_text(long long v)
 {
     return v == 2 ? "held with another token" : "not held (expired or released)";
 }
-#define RELEASED_SUFFIX ":released"
-#define SUB_POLL_MS 1000 /* the wake pipe interrupts it (new channel, destroy) */
-#define CHAN_BUCKETS 1024 /* release channels index (power of two) */
-#define ORPHAN_MAX 64    /* acquisitions with lost replies remembered, all keys */
-
-/* Scripts [0, S_LEASE_COUNT) run on the lease connection, the others on the
- * side connection; each connection loads its own on connect. */
-enum {
-    S_ACQUIRE,
-    S_UNLOCK,
-    S_RENEW,
-    S_CHECK,
-    S_LEASE_COUNT,
-    S_FENCED_SET = S_LEASE_COUNT,
-    S_COUNT
-};
 
 /* KEYS[1] lock key, KEYS[2] epoch key; ARGV[1] token, ARGV[2] ttl ms,
  * ARGV[3] epoch key ttl ms, ARGV[4] holder ("host pid N", stored beside the
@@ -163,90 +147,12 @@ static const char SCRIPT_FENCED_SET[] =
 static const char *const SCRIPTS[S_COUNT] = {SCRIPT_ACQUIRE, SCRIPT_UNLOCK, SCRIPT_RENEW,
                                              SCRIPT_CHECK, SCRIPT_FENCED_SET};
 
-struct sub_channel {
-    struct sub_channel *next;  /* all channels */
-    struct sub_channel *hnext; /* same bucket of the index */
-    char *key;
-    size_t klen;
-    uint32_t hash;
-    uint64_t seq;    /* announcements seen + re-subscriptions (release_seq) */
-    bool subscribed; /* SUBSCRIBE sent on the current subscriber connection */
-    bool confirmed;  /* ... and confirmed */
-};
-
-/* An acquisition whose reply was lost (timeout, broken connection) may still
- * have run on the server: its token is kept and released before the next
- * attempt on the same key, so it never blocks the key for a whole ttl. */
-struct orphan {
-    char *key;
-    char token[RANDOM_TOKEN_LEN];
-};
-
-/* One lazily (re)connected blocking connection. */
-struct rconn {
-    pthread_mutex_t mu;
-    redisContext *c;
-    const char *role; /* "lease", "side" */
-    bool ever_connected;
-    char sha[S_COUNT][41]; /* of this connection's scripts ("" = use EVAL) */
-    struct ratelimit rl_break;
-    uint64_t switch_seen; /* sentinel switches counted before it connected */
-};
-
-struct redis_locker {
-    struct baton_locker base;
-    struct baton_redis_opts opts;
-    char where[128];
-    char holder[128]; /* "host pid N": who holds a lock, for `baton status` */
-    /* the value of this locker's claims: the holder and a token of this
-     * locker instance, so a claim whose answer was lost can be recognised as
-     * ours (a restarted process with the same pid is another instance) */
-    char claim_value[128 + RANDOM_TOKEN_LEN + 1];
-
-    /* Calls for the lease connection queue here (group commit): the first
-     * caller to find no batch in flight takes everything queued and sends
-     * it in one pipelined round trip, so the renewals of all the leases a
-     * replica holds (and its standbys' attempts) cost a round trip per
-     * tick, not one per lease. */
-    pthread_mutex_t q_mu;
-    struct lease_waiter *q_head, *q_tail;
-    bool q_busy;
-    atomic_ullong q_batches, q_calls; /* round trips and the calls they carried */
-
-    struct rconn lease; /* + everything below up to side: under lease.mu */
-    struct orphan orphans[ORPHAN_MAX]; /* oldest first */
-    int n_orphans;
-    /* renew_batch's calls and their argument strings, kept between batches
-     * (the renewer sends one every renewal interval) */
-    struct rb_call *rb_calls;
-    struct script_call **rb_ptrs;
-    size_t rb_ncap;
-    char *rb_arena;
-    size_t rb_acap;
-
-    struct rconn side;
-
-    atomic_ullong generation; /* lease connection and subscriber only */
-    struct redis_sentinel_watch *watch; /* +switch-master counter; NULL without sentinels */
-
-    struct ratelimit rl_sub_err; /* subscriber thread only */
-    pthread_mutex_t sub_mu;
-    pthread_cond_t sub_cv; /* CLOCK_MONOTONIC */
-    uint64_t sub_woken;    /* wake_waiters calls (under sub_mu) */
-    bool sub_started;
-    pthread_t sub_thread;
-    atomic_bool sub_stop;
-    int wake_pipe[2];
-    struct sub_channel *channels;
-    struct sub_channel *chan_index[CHAN_BUCKETS]; /* by key: a standby looks up its key per attempt */
-};
-
 /* ---- blocking connections -------------------------------------------------- */
 
 /* The lease connection or the subscriber broke or was re-established:
  * leading guards verify their leases at once (they wait on their renewal
  * timers, not on a poll of the generation). */
-static void gen_bump(struct redis_locker *rl)
+void locker_redis_gen_bump(struct redis_locker *rl)
 {
     atomic_fetch_add(&rl->generation, 1);
     locker_notify_gen(&rl->base);
@@ -264,7 +170,7 @@ static void conn_broken(struct redis_locker *rl, struct rconn *cn, const char *w
                  cn->role, suppressed);
     if (cn->c) redisFree(cn->c);
     cn->c = NULL;
-    if (cn == &rl->lease) gen_bump(rl);
+    if (cn == &rl->lease) locker_redis_gen_bump(rl);
 }
 
 /* An error reply saying the server is no longer (or not yet) the master to
@@ -280,7 +186,7 @@ static void conn_failover(struct redis_locker *rl, struct rconn *cn, const char 
                  "suppressed)", err, cn->role, suppressed);
     if (cn->c) redisFree(cn->c);
     cn->c = NULL;
-    if (cn == &rl->lease) gen_bump(rl);
+    if (cn == &rl->lease) locker_redis_gen_bump(rl);
 }
 
 /* The generation the guard sees: the connection breaks counted, plus the
@@ -341,13 +247,13 @@ static bool ensure_conn(struct redis_locker *rl, struct rconn *cn, char err[BATO
                  "reconnects", rl->where, cn->role);
         redisFree(cn->c);
         cn->c = NULL;
-        if (cn == &rl->lease) gen_bump(rl);
+        if (cn == &rl->lease) locker_redis_gen_bump(rl);
     }
     if (cn->c) return true;
     cn->c = redis_conn_open(&rl->opts, err, BATON_LOCKER_ERR_MAX);
     if (cn->c == NULL) return false;
     cn->switch_seen = sw;
-    if (cn == &rl->lease) gen_bump(rl);
+    if (cn == &rl->lease) locker_redis_gen_bump(rl);
     if (cn->ever_connected)
         glog_info("locker", NULL, "redis %s: %s connection re-established", rl->where, cn->role);
     cn->ever_connected = true;
@@ -825,228 +731,6 @@ static bool orphans_release(struct redis_locker *rl, const char *key, char err[B
     return true;
 }
 
-/* ---- subscriber ------------------------------------------------------------ */
-
-static void wake_sub(struct redis_locker *rl)
-{
-    char b = 1;
-    ssize_t n = write(rl->wake_pipe[1], &b, 1);
-    (void)n; /* a full pipe already means "wake up" */
-}
-
-static void drain_pipe(int fd)
-{
-    char buf[64];
-    while (read(fd, buf, sizeof buf) > 0) {
-    }
-}
-
-/* sub_mu held. */
-static uint32_t chan_hash(const char *key, size_t kl)
-{
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (size_t i = 0; i < kl; i++) h = (h ^ (unsigned char)key[i]) * 16777619u;
-    return h;
-}
-
-static struct sub_channel *channel_find(struct redis_locker *rl, const char *key, size_t kl)
-{
-    uint32_t h = chan_hash(key, kl);
-    for (struct sub_channel *ch = rl->chan_index[h & (CHAN_BUCKETS - 1)]; ch; ch = ch->hnext)
-        if (ch->hash == h && ch->klen == kl && memcmp(ch->key, key, kl) == 0) return ch;
-    return NULL;
-}
-
-/* "message" on <key>:released counts one announcement; a "subscribe"
- * confirmation counts one too (announcements before it were not seen). */
-static void sub_deliver(struct redis_locker *rl, redisReply *r)
-{
-    if (r->type == REDIS_REPLY_ERROR) {
-        /* e.g. an ACL without +subscribe or the &<prefix>:* channels:
-         * standbys then learn of releases only at the lease's expiry */
-        long long suppressed = 0;
-        if (ratelimit_ok(&rl->rl_sub_err, 60000, &suppressed))
-            glog_error("locker", NULL,
-                      "redis %s: release subscriber: %s (standbys wait for the lease's expiry "
-                      "instead of the release announcement; %lld similar suppressed)",
-                      rl->where, r->str, suppressed);
-        return;
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3) return;
-    redisReply *kind = r->element[0], *chan = r->element[1];
-    if (kind->type != REDIS_REPLY_STRING || chan->type != REDIS_REPLY_STRING) return;
-    bool message = strcmp(kind->str, "message") == 0;
-    bool confirm = strcmp(kind->str, "subscribe") == 0;
-    if (!message && !confirm) return;
-    size_t sl = strlen(RELEASED_SUFFIX);
-    if (chan->len <= sl || strcmp(chan->str + chan->len - sl, RELEASED_SUFFIX) != 0) return;
-    pthread_mutex_lock(&rl->sub_mu);
-    struct sub_channel *ch = channel_find(rl, chan->str, chan->len - sl);
-    if (ch) {
-        ch->seq++;
-        if (confirm) ch->confirmed = true;
-        pthread_cond_broadcast(&rl->sub_cv);
-    }
-    pthread_mutex_unlock(&rl->sub_mu);
-    /* the standbys the acquirer attempts for (a confirmation too: any
-     * announcement before it was missed) */
-    if (ch) locker_release_notify(&rl->base, chan->str, chan->len - sl);
-}
-
-/* Sends SUBSCRIBE for channels not yet subscribed on sc (named first when
- * fresh). false = broken. */
-static bool sub_flush_subscriptions(struct redis_locker *rl, redisContext *sc, bool fresh)
-{
-    bool any = fresh;
-    if (fresh) redisAppendCommand(sc, "CLIENT SETNAME baton-sub");
-    pthread_mutex_lock(&rl->sub_mu);
-    for (struct sub_channel *ch = rl->channels; ch; ch = ch->next) {
-        if (ch->subscribed) continue;
-        redisAppendCommand(sc, "SUBSCRIBE %s" RELEASED_SUFFIX, ch->key);
-        ch->subscribed = true;
-        any = true;
-    }
-    pthread_mutex_unlock(&rl->sub_mu);
-    if (!any) return true;
-    int done = 0;
-    while (!done)
-        if (redisBufferWrite(sc, &done) != REDIS_OK) return false;
-    return true;
-}
-
-static void sub_wait(struct redis_locker *rl, int64_t ms)
-{
-    struct pollfd p = {.fd = rl->wake_pipe[0], .events = POLLIN};
-    if (poll(&p, 1, (int)ms) > 0) drain_pipe(rl->wake_pipe[0]);
-}
-
-/* Frees the subscriber connection: every channel is to be subscribed again,
- * and the generation moves (announcements may have been missed meanwhile). */
-static void sub_drop(struct redis_locker *rl, redisContext **sc)
-{
-    redisFree(*sc);
-    *sc = NULL;
-    pthread_mutex_lock(&rl->sub_mu);
-    for (struct sub_channel *ch = rl->channels; ch; ch = ch->next)
-        ch->subscribed = ch->confirmed = false;
-    pthread_mutex_unlock(&rl->sub_mu);
-    gen_bump(rl);
-}
-
-static void *sub_main(void *arg)
-{
-    struct redis_locker *rl = arg;
-    redisContext *sc = NULL;
-    bool fresh = false;
-    bool setname_pending = false; /* CLIENT SETNAME's reply (best effort) not read yet */
-    unsigned attempt = 0;
-    uint64_t sub_switch_seen = 0;
-    while (!atomic_load(&rl->sub_stop)) {
-        if (sc && redis_sentinel_watch_count(rl->watch) != sub_switch_seen) {
-            /* subscribed on the old master: announcements go to the new one */
-            glog_debug("locker", NULL, "release subscriber on redis %s: the sentinels switched "
-                      "the master; resubscribing", rl->where);
-            sub_drop(rl, &sc);
-        }
-        if (sc == NULL) {
-            char err[BATON_LOCKER_ERR_MAX];
-            sub_switch_seen = redis_sentinel_watch_count(rl->watch);
-            sc = redis_conn_open(&rl->opts, err, sizeof err);
-            if (sc == NULL) {
-                glog_debug("locker", NULL, "release subscriber: %s", err);
-                sub_wait(rl, backoff_ms(attempt < 10 ? attempt : 10, 50, 500));
-                attempt++;
-                continue;
-            }
-            attempt = 0;
-            fresh = true;
-            setname_pending = true;
-        }
-        bool broken = !sub_flush_subscriptions(rl, sc, fresh);
-        fresh = false;
-        if (!broken) {
-            struct pollfd p[2] = {{.fd = sc->fd, .events = POLLIN},
-                                  {.fd = rl->wake_pipe[0], .events = POLLIN}};
-            int n = poll(p, 2, SUB_POLL_MS);
-            if (n < 0 && errno != EINTR) broken = true;
-            if (n > 0 && (p[1].revents & POLLIN)) drain_pipe(rl->wake_pipe[0]);
-            if (n > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
-                if (redis_buffer_read(sc) != REDIS_OK) {
-                    broken = true;
-                } else {
-                    void *reply = NULL;
-                    int rc;
-                    while ((rc = redis_next_reply(sc, &reply)) == REDIS_OK && reply) {
-                        redisReply *rr = reply;
-                        if (setname_pending && rr->type != REDIS_REPLY_ARRAY)
-                            setname_pending = false; /* +OK, or refused by an ACL: fine */
-                        else
-                            sub_deliver(rl, reply);
-                        freeReplyObject(reply);
-                        reply = NULL;
-                    }
-                    if (rc != REDIS_OK) broken = true;
-                }
-            }
-        }
-        if (broken) {
-            glog_debug("locker", NULL, "release subscriber on redis %s: connection broke (%s)",
-                      rl->where, sc->errstr[0] ? sc->errstr : "closed");
-            sub_drop(rl, &sc);
-        }
-    }
-    if (sc) redisFree(sc);
-    return NULL;
-}
-
-/* sub_mu held. */
-static bool sub_ensure_started_locked(struct redis_locker *rl)
-{
-    if (rl->sub_started) return true;
-    if (pthread_create(&rl->sub_thread, NULL, sub_main, rl) == 0) {
-        thread_name(rl->sub_thread, "locker", "sub");
-    } else {
-        glog_error("locker", NULL, "redis %s: cannot start the release subscriber thread",
-                  rl->where);
-        return false;
-    }
-    rl->sub_started = true;
-    return true;
-}
-
-static void sub_ensure_started(struct redis_locker *rl)
-{
-    pthread_mutex_lock(&rl->sub_mu);
-    sub_ensure_started_locked(rl);
-    pthread_mutex_unlock(&rl->sub_mu);
-}
-
-/* sub_mu held: the channel of key, created (and handed to the subscriber
- * thread) on first use; *created tells. NULL when the thread cannot start. */
-static struct sub_channel *channel_watch(struct redis_locker *rl, const char *key, bool *created)
-{
-    *created = false;
-    if (!sub_ensure_started_locked(rl)) return NULL;
-    struct sub_channel *ch = channel_find(rl, key, strlen(key));
-    if (ch == NULL) {
-        ch = calloc(1, sizeof *ch);
-        if (ch) ch->key = strdup(key);
-        if (!ch || !ch->key) { /* out of memory: not watched, the standby polls */
-            free(ch);
-            return NULL;
-        }
-        ch->klen = strlen(key);
-        ch->hash = chan_hash(key, ch->klen);
-        ch->next = rl->channels;
-        rl->channels = ch;
-        ch->hnext = rl->chan_index[ch->hash & (CHAN_BUCKETS - 1)];
-        rl->chan_index[ch->hash & (CHAN_BUCKETS - 1)] = ch;
-        *created = true;
-        wake_sub(rl);
-    }
-    return ch;
-}
-
 /* ---- ops ------------------------------------------------------------------- */
 
 /* One acquisition's arguments: KEYS = {key, "<key>:epoch"}, ARGV = {token,
@@ -1095,7 +779,7 @@ static int acquire_answer(struct redis_locker *rl, const char *key, struct scrip
         return BATON_LOCKER_HELD;
     }
     /* a new holder wants to notice a Redis restart between renewals */
-    sub_ensure_started(rl);
+    locker_redis_sub_ensure_started(rl);
     if (v < 0) {
         snprintf(err, BATON_LOCKER_ERR_MAX, "redis %s: acquire %s: bad epoch %lld", rl->where, key, v);
         return BATON_LOCKER_ERR;
@@ -1211,7 +895,7 @@ static int redis_renew(struct baton_locker *l, const char *key, const char *toke
 {
     struct redis_locker *rl = (struct redis_locker *)l;
     /* a renewing leader wants to notice a Redis restart between renewals */
-    sub_ensure_started(rl);
+    locker_redis_sub_ensure_started(rl);
     char ttl[24], ettl[24];
     int64_t et = epoch_ttl_ms(ttl_ms);
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
@@ -1236,7 +920,7 @@ static void redis_renew_batch(struct baton_locker *l, size_t n, struct locker_re
 {
     struct redis_locker *rl = (struct redis_locker *)l;
     if (n == 0) return;
-    sub_ensure_started(rl); /* renewing leaders want to notice a Redis restart between renewals */
+    locker_redis_sub_ensure_started(rl); /* renewing leaders want to notice a Redis restart between renewals */
     /* the argument strings: "<key>:epoch", ttl, epoch ttl per renewal */
     size_t need = 0;
     for (size_t i = 0; i < n; i++) need += strlen(rv[i]->key) + sizeof ":epoch" + 2 * 24;
@@ -1342,64 +1026,11 @@ static int redis_announce(struct baton_locker *l, const char *key, char err[BATO
     return rc;
 }
 
-static uint64_t redis_release_seq(struct baton_locker *l, const char *key)
-{
-    struct redis_locker *rl = (struct redis_locker *)l;
-    pthread_mutex_lock(&rl->sub_mu);
-    bool created;
-    struct sub_channel *ch = channel_watch(rl, key, &created);
-    uint64_t seq = 0;
-    if (ch != NULL) {
-        if (created) {
-            /* wait (briefly) for the SUBSCRIBE confirmation, so that every
-             * announcement after this call is counted; if it comes later,
-             * it advances the count then */
-            int64_t to = rl->opts.command_timeout_ms > 0 ? rl->opts.command_timeout_ms : 1000;
-            struct timespec ts = clock_deadline(CLOCK_MONOTONIC, to);
-            while (!ch->confirmed && !atomic_load(&rl->sub_stop))
-                if (pthread_cond_timedwait(&rl->sub_cv, &rl->sub_mu, &ts) != 0) break;
-        }
-        seq = ch->seq;
-    }
-    pthread_mutex_unlock(&rl->sub_mu);
-    return seq;
-}
-
-static bool redis_wait_release(struct baton_locker *l, const char *key, uint64_t seen,
-                               int64_t timeout_ms)
-{
-    struct redis_locker *rl = (struct redis_locker *)l;
-    struct timespec ts = clock_deadline(CLOCK_MONOTONIC, timeout_ms);
-    pthread_mutex_lock(&rl->sub_mu);
-    bool created;
-    struct sub_channel *ch = channel_watch(rl, key, &created);
-    if (ch == NULL) {
-        pthread_mutex_unlock(&rl->sub_mu);
-        sleep_ms_cancellable(timeout_ms, NULL);
-        return false;
-    }
-    uint64_t woken = rl->sub_woken;
-    while (ch->seq == seen && rl->sub_woken == woken && !atomic_load(&rl->sub_stop))
-        if (pthread_cond_timedwait(&rl->sub_cv, &rl->sub_mu, &ts) != 0) break;
-    bool changed = ch->seq != seen;
-    pthread_mutex_unlock(&rl->sub_mu);
-    return changed;
-}
-
 static void redis_lease_traffic(const struct baton_locker *l, uint64_t *round_trips, uint64_t *calls)
 {
     struct redis_locker *rl = (struct redis_locker *)l;
     *round_trips = atomic_load(&rl->q_batches);
     *calls = atomic_load(&rl->q_calls);
-}
-
-static void redis_wake_waiters(struct baton_locker *l)
-{
-    struct redis_locker *rl = (struct redis_locker *)l;
-    pthread_mutex_lock(&rl->sub_mu);
-    rl->sub_woken++;
-    pthread_cond_broadcast(&rl->sub_cv);
-    pthread_mutex_unlock(&rl->sub_mu);
 }
 
 static uint64_t redis_generation(struct baton_locker *l)
@@ -1416,7 +1047,7 @@ static void redis_destroy(struct baton_locker *l)
     pthread_cond_broadcast(&rl->sub_cv);
     pthread_mutex_unlock(&rl->sub_mu);
     if (started) {
-        wake_sub(rl);
+        locker_redis_wake_sub(rl);
         pthread_join(rl->sub_thread, NULL);
     }
     while (rl->channels) {
@@ -1736,9 +1367,9 @@ static const struct locker_ops redis_ops = {
     .renew_batch = redis_renew_batch,
     .try_lock_batch = redis_try_lock_batch,
     .announce_release = redis_announce,
-    .release_seq = redis_release_seq,
-    .wait_release = redis_wait_release,
-    .wake_waiters = redis_wake_waiters,
+    .release_seq = locker_redis_release_seq,
+    .wait_release = locker_redis_wait_release,
+    .wake_waiters = locker_redis_wake_waiters,
     .lease_traffic = redis_lease_traffic,
     .holders = redis_holders,
     .generation = redis_generation,

@@ -44,14 +44,11 @@
 
 #include "guard/etcd_conn.h"
 #include "guard/locker.h"
-#include "guard/curl_dl.h"
 #include "guard/glog.h"
+#include "guard/locker_etcd_private.h"
 #include "guard/util.h"
 
-#define WATCH_RECYCLE_MS 30000
-#define WATCH_POLL_MS 200
 #define MIN_TTL_MS 2000
-#define SHARED_LEASES 8
 
 /* A lease this process holds on a key (try_lock granted it). */
 struct held {
@@ -61,50 +58,6 @@ struct held {
     char lease[24]; /* decimal lease ID */
     int64_t ttl_s;  /* its ttl */
     bool stale;     /* from an ended term: revoke before the next try_lock */
-};
-
-struct etcd_locker;
-struct watch_key {
-    struct watch_key *next;
-    struct etcd_locker *el;
-    char *key;
-    uint64_t seq;
-    bool confirmed;
-    CURL *easy;
-    struct curl_slist *headers;
-    struct etcd_stream *stream;
-    bool bad; /* a malformed message: the stream ends */
-    int64_t started_ms, retry_at_ms;
-    unsigned failures;
-    unsigned aborts; /* streams in a row ended for a bad or oversized message */
-    bool got_data;
-};
-
-struct shared_lease {
-    int64_t ttl_s;
-    char id[24];
-    int64_t granted_ms;
-};
-
-struct etcd_locker {
-    struct baton_locker base;
-    char holder[128];
-    struct etcd_conn *lease; /* try_lock, renew, unlock, check */
-    struct etcd_conn *side;  /* claim, holder, ping, shared state, inspect */
-    struct etcd_conn *watch; /* endpoint and token for the watch streams */
-    int64_t command_timeout_ms;
-
-    pthread_mutex_t held_mu;
-    struct held *held;
-    struct shared_lease shared[SHARED_LEASES]; /* under held_mu */
-
-    pthread_mutex_t w_mu;
-    pthread_cond_t w_cv; /* CLOCK_MONOTONIC */
-    struct watch_key *keys;
-    bool w_started;
-    atomic_bool w_stop;
-    pthread_t w_thread;
-    struct ratelimit w_rl; /* warnings about aborted streams */
 };
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -132,7 +85,7 @@ static void add_str64(json_object *o, const char *field, const char *s)
     add_b64(o, field, s, strlen(s));
 }
 
-static json_object *obj_key(const char *key)
+json_object *locker_etcd_obj_key(const char *key)
 {
     json_object *o = json_object_new_object();
     add_str64(o, "key", key);
@@ -149,7 +102,7 @@ static json_object *get(json_object *o, const char *field)
 /* {"request_put": {key, value, [lease]}} */
 static json_object *op_put(const char *key, const char *value, size_t vlen, const char *lease)
 {
-    json_object *p = obj_key(key);
+    json_object *p = locker_etcd_obj_key(key);
     add_b64(p, "value", value, vlen);
     if (lease) json_object_object_add(p, "lease", json_object_new_string(lease));
     json_object *op = json_object_new_object();
@@ -160,21 +113,21 @@ static json_object *op_put(const char *key, const char *value, size_t vlen, cons
 static json_object *op_range(const char *key)
 {
     json_object *op = json_object_new_object();
-    json_object_object_add(op, "request_range", obj_key(key));
+    json_object_object_add(op, "request_range", locker_etcd_obj_key(key));
     return op;
 }
 
 static json_object *op_delete(const char *key)
 {
     json_object *op = json_object_new_object();
-    json_object_object_add(op, "request_delete_range", obj_key(key));
+    json_object_object_add(op, "request_delete_range", locker_etcd_obj_key(key));
     return op;
 }
 
 /* {"key": k, "target": target, "result": "EQUAL", <field>: value} */
 static json_object *cmp(const char *key, const char *target, const char *field, json_object *value)
 {
-    json_object *c = obj_key(key);
+    json_object *c = locker_etcd_obj_key(key);
     json_object_object_add(c, "target", json_object_new_string(target));
     json_object_object_add(c, "result", json_object_new_string("EQUAL"));
     json_object_object_add(c, field, value);
@@ -366,7 +319,7 @@ static int range_key(struct etcd_conn *conn, int64_t deadline, const char *key,
                      json_object **kv_out, char err[BATON_LOCKER_ERR_MAX])
 {
     json_object *resp;
-    if (call(conn, deadline, "/v3/kv/range", obj_key(key), &resp, NULL, err) != 0) return -1;
+    if (call(conn, deadline, "/v3/kv/range", locker_etcd_obj_key(key), &resp, NULL, err) != 0) return -1;
     json_object *kv = NULL;
     char why[200];
     if (etcd_answer_first_kv(resp, &kv, why, sizeof why) != 0) {
@@ -457,8 +410,6 @@ static void held_move(struct etcd_locker *el, const char *key, const char *token
 }
 
 /* ---- lease operations ---------------------------------------------------------------- */
-
-static void watch_ensure(struct etcd_locker *el, const char *key);
 
 /* Revokes the stale leases this process still has on key, before trying
  * again: a lease nobody renews must not block the key for its ttl, nor for
@@ -733,225 +684,6 @@ static int etcd_check(struct baton_locker *l, const char *key, const char *token
     return rc;
 }
 
-/* ---- watch ------------------------------------------------------------------------ */
-
-static struct watch_key *wk_find(struct etcd_locker *el, const char *key)
-{
-    for (struct watch_key *w = el->keys; w; w = w->next)
-        if (strcmp(w->key, key) == 0) return w;
-    return NULL;
-}
-
-/* Warns (at most every 10 s per locker) that the stream of w was aborted. */
-static void watch_warn(struct etcd_locker *el, struct watch_key *w, const char *why)
-{
-    long long suppressed = 0;
-    if (!ratelimit_ok(&el->w_rl, 10000, &suppressed)) return;
-    char ep[256];
-    etcd_conn_endpoint(el->watch, ep, sizeof ep);
-    glog_warn("locker", NULL, "etcd %s: watch %.120s: %s: stream aborted, re-created after a "
-              "back-off (%lld such warnings suppressed)", ep, w->key, why, suppressed);
-}
-
-/* One JSON message of a watch stream. */
-static void watch_message(json_object *o, void *arg)
-{
-    struct watch_key *w = arg;
-    struct etcd_locker *el = w->el;
-    struct etcd_watch_msg m;
-    char why[200];
-    if (w->bad) return;
-    if (etcd_answer_watch(o, &m, why, sizeof why) != 0) {
-        watch_warn(el, w, why);
-        w->bad = true;
-        return;
-    }
-    if (!m.result) return; /* {"error": ...}: the stream ends and is re-created */
-    pthread_mutex_lock(&el->w_mu);
-    if (m.created) {
-        w->confirmed = true;
-        w->seq++; /* releases before it were not seen */
-        w->failures = 0;
-    }
-    w->seq += m.deletes;
-    if (m.canceled) w->seq++;
-    pthread_cond_broadcast(&el->w_cv);
-    pthread_mutex_unlock(&el->w_mu);
-}
-
-/* Streamed body of a watch: one JSON object per message, each at most
- * ETCD_RESPONSE_MAX bytes. Returns 0 (abort the transfer, re-created after
- * a back-off) on a malformed stream or a message over the cap. */
-static size_t on_watch_body(char *ptr, size_t size, size_t nmemb, void *arg)
-{
-    struct watch_key *w = arg;
-    size_t n = size * nmemb;
-    w->got_data = true;
-    if (w->stream == NULL) return 0; /* out of memory at its start: re-created later */
-    char why[200];
-    enum etcd_stream_rc rc = etcd_stream_feed(w->stream, ptr, n, watch_message, w, why, sizeof why);
-    if (rc == ETCD_STREAM_TOO_LARGE) {
-        watch_warn(w->el, w, why);
-        w->bad = true;
-        return 0;
-    }
-    if (rc != ETCD_STREAM_OK) {
-        glog_debug("locker", NULL, "etcd watch %s: %s", w->key, why);
-        w->bad = true;
-        return 0;
-    }
-    return w->bad ? 0 : n;
-}
-
-static void stream_end(struct etcd_locker *el, CURLM *m, struct watch_key *w, bool failed)
-{
-    sym_curl_multi_remove_handle(m, w->easy);
-    sym_curl_easy_cleanup(w->easy);
-    sym_curl_slist_free_all(w->headers);
-    etcd_stream_destroy(w->stream);
-    w->easy = NULL;
-    w->headers = NULL;
-    w->stream = NULL;
-    pthread_mutex_lock(&el->w_mu);
-    w->confirmed = false;
-    w->seq++; /* releases while no stream was open are not seen */
-    pthread_cond_broadcast(&el->w_cv);
-    pthread_mutex_unlock(&el->w_mu);
-    /* a server that answers "created" then garbage resets failures every
-     * time: its streams back off by the aborts in a row instead */
-    w->aborts = w->bad ? w->aborts + 1 : 0;
-    if (failed) {
-        if (!w->got_data) etcd_conn_rotate(el->watch);
-        w->failures++;
-        unsigned n = w->failures + w->aborts;
-        w->retry_at_ms = clock_boot_ms() + backoff_ms(n < 8 ? n : 8, 100, 2000);
-    } else {
-        w->retry_at_ms = 0;
-    }
-}
-
-static void stream_start(struct etcd_locker *el, CURLM *m, struct watch_key *w)
-{
-    CURL *e = sym_curl_easy_init();
-    if (e == NULL) return;
-    json_object *req = json_object_new_object();
-    json_object *cr = obj_key(w->key);
-    json_object_object_add(req, "create_request", cr);
-    char err[BATON_LOCKER_ERR_MAX];
-    struct curl_slist *h = NULL;
-    if (etcd_conn_prepare_stream(el->watch, e,  "/v3/watch",
-                                 json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN), &h,
-                                 err, sizeof err) != 0) {
-        json_object_put(req);
-        sym_curl_easy_cleanup(e);
-        glog_debug("locker", NULL, "etcd watch %s: %s", w->key, err);
-        w->failures++;
-        w->retry_at_ms = clock_boot_ms() + backoff_ms(w->failures < 8 ? w->failures : 8, 100, 2000);
-        return;
-    }
-    json_object_put(req);
-    sym_curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_watch_body);
-    sym_curl_easy_setopt(e, CURLOPT_WRITEDATA, w);
-    sym_curl_easy_setopt(e, CURLOPT_PRIVATE, w);
-    w->easy = e;
-    w->headers = h;
-    w->stream = etcd_stream_create(ETCD_RESPONSE_MAX);
-    w->bad = false;
-    w->got_data = false;
-    w->started_ms = clock_boot_ms();
-    sym_curl_multi_add_handle(m, e);
-}
-
-static void *watch_main(void *arg)
-{
-    struct etcd_locker *el = arg;
-    CURLM *m = sym_curl_multi_init();
-    while (!atomic_load(&el->w_stop)) {
-        int64_t now = clock_boot_ms();
-        /* the key list only grows while the thread runs */
-        pthread_mutex_lock(&el->w_mu);
-        struct watch_key *first = el->keys;
-        pthread_mutex_unlock(&el->w_mu);
-        for (struct watch_key *w = first; w; w = w->next) {
-            if (w->easy && now - w->started_ms > WATCH_RECYCLE_MS) stream_end(el, m, w, false);
-            if (w->easy == NULL && now >= w->retry_at_ms) stream_start(el, m, w);
-        }
-        int running = 0, nfds = 0;
-        sym_curl_multi_perform(m, &running);
-        CURLMsg *msg;
-        int left;
-        while ((msg = sym_curl_multi_info_read(m, &left)) != NULL) {
-            if (msg->msg != CURLMSG_DONE) continue;
-            struct watch_key *w = NULL;
-            sym_curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&w);
-            if (w == NULL) continue;
-            if (msg->data.result != CURLE_OK)
-                glog_debug("locker", NULL, "etcd watch %s: %s", w->key,
-                          etcd_transport_reason(msg->data.result, NULL));
-            stream_end(el, m, w, true);
-        }
-        sym_curl_multi_poll(m, NULL, 0, WATCH_POLL_MS, &nfds);
-    }
-    for (struct watch_key *w = el->keys; w; w = w->next)
-        if (w->easy) stream_end(el, m, w, false);
-    sym_curl_multi_cleanup(m);
-    return NULL;
-}
-
-/* Starts watching key (and the thread) on first use. */
-static void watch_ensure(struct etcd_locker *el, const char *key)
-{
-    pthread_mutex_lock(&el->w_mu);
-    if (wk_find(el, key) == NULL) {
-        struct watch_key *w = calloc(1, sizeof *w);
-        if (w) w->key = strdup(key);
-        if (w && w->key) {
-            w->el = el;
-            w->next = el->keys;
-            el->keys = w;
-        } else { /* out of memory: not watched, standbys poll */
-            free(w);
-        }
-    }
-    if (!el->w_started && !atomic_load(&el->w_stop)) {
-        if (pthread_create(&el->w_thread, NULL, watch_main, el) == 0) {
-            el->w_started = true;
-            thread_name(el->w_thread, "locker", "watch");
-        } else
-            glog_warn("locker", NULL, "etcd locker: cannot start the watch thread; standbys poll");
-    }
-    pthread_mutex_unlock(&el->w_mu);
-}
-
-static uint64_t etcd_release_seq(struct baton_locker *l, const char *key)
-{
-    struct etcd_locker *el = (struct etcd_locker *)l;
-    watch_ensure(el, key);
-    pthread_mutex_lock(&el->w_mu);
-    struct watch_key *w = wk_find(el, key);
-    /* wait (briefly) for the stream, so that releases after this call count */
-    struct timespec ts = clock_deadline(CLOCK_MONOTONIC, el->command_timeout_ms);
-    while (w && !w->confirmed && !atomic_load(&el->w_stop))
-        if (pthread_cond_timedwait(&el->w_cv, &el->w_mu, &ts) != 0) break;
-    uint64_t seq = w ? w->seq : 0;
-    pthread_mutex_unlock(&el->w_mu);
-    return seq;
-}
-
-static bool etcd_wait_release(struct baton_locker *l, const char *key, uint64_t seen, int64_t timeout_ms)
-{
-    struct etcd_locker *el = (struct etcd_locker *)l;
-    watch_ensure(el, key);
-    struct timespec ts = clock_deadline(CLOCK_MONOTONIC, timeout_ms);
-    pthread_mutex_lock(&el->w_mu);
-    struct watch_key *w = wk_find(el, key);
-    while (w && w->seq == seen && !atomic_load(&el->w_stop))
-        if (pthread_cond_timedwait(&el->w_cv, &el->w_mu, &ts) != 0) break;
-    bool changed = w && w->seq != seen;
-    pthread_mutex_unlock(&el->w_mu);
-    return changed;
-}
-
 /* ---- side connection: claim, holder, ping, shared state, inspect ----------------- */
 
 static int etcd_claim(struct baton_locker *l, const char *key, int64_t ttl_ms, char err[BATON_LOCKER_ERR_MAX])
@@ -1191,8 +923,8 @@ static const struct locker_ops etcd_ops = {
     .try_lock = etcd_try_lock,
     .unlock = etcd_unlock,
     .renew = etcd_renew,
-    .release_seq = etcd_release_seq,
-    .wait_release = etcd_wait_release,
+    .release_seq = locker_etcd_release_seq,
+    .wait_release = locker_etcd_wait_release,
     .generation = etcd_generation,
     .check = etcd_check,
     .destroy = etcd_destroy,

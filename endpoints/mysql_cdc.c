@@ -39,14 +39,13 @@
 #include "endpoints/cdc_decode.h"
 #include "endpoints/cdc_filter.h"
 #include "endpoints/endpoint.h"
+#include "endpoints/mysql_cdc_private.h"
 #include "guard/locker.h"
-#include "guard/redis_conn.h"
 #include "guard/scope.h"
 #include "common/envelope.h"
 #include "common/log.h"
 #include "common/util.h"
 
-#define COMPONENT "mysql_cdc"
 #define HEADER_LEN 19 /* binlog v4 common event header */
 
 /* ------------------------------------------------------------ settings */
@@ -55,37 +54,6 @@
  * older name, still accepted. */
 enum { CKPT_AUTO = 0, CKPT_LOCKER, CKPT_REDIS, CKPT_NONE };
 enum { PURGED_FAIL = 0, PURGED_OLDEST };
-
-struct cdc_settings {
-    char *host;
-    int64_t port;
-    struct strlist hosts;
-    char *user;
-    char *password_env;
-    char *password_file;
-    bool ssl;
-    char *ssl_ca;
-    char *ssl_capath;
-    char *ssl_cert;
-    char *ssl_key;
-    bool ssl_verify;
-    int64_t server_id;
-    struct strlist tables;
-    struct strlist exclude_tables;
-    struct strlist ops;
-    char *start;
-    int checkpoint;
-    int64_t checkpoint_every_events;
-    int64_t checkpoint_every_ms;
-    int64_t backlog_max_rows;
-    int64_t backlog_max_ms;
-    bool ddl;
-    int on_purged;
-    int64_t connect_timeout_ms;
-    int64_t heartbeat_ms;
-    int64_t reconnect_backoff_ms;
-    int64_t reconnect_backoff_max_ms;
-};
 
 static const char *const ckpt_choices[] = { "auto", "locker", "redis", "none", NULL };
 static const char *const purged_choices[] = { "fail", "oldest", NULL };
@@ -235,103 +203,6 @@ static enum guard_kind cdc_auto_guard(const void *settings)
 
 /* ------------------------------------------------------------ endpoint */
 
-enum start_state { START_PENDING, START_OK, START_FAILED };
-
-struct table_entry {
-    struct cdc_table t;
-    bool pass;       /* table filter result */
-    bool used;
-};
-
-struct cdc {
-    const struct cdc_settings *s;
-    struct endpoint_host *h;
-    char *password;
-    struct cdc_filter filter;
-    bool guarded;
-    bool ckpt_on;
-    struct net_host *hosts; /* tried in order (parse_hosts) */
-    size_t nhosts;
-    size_t host_next;       /* where the next connect starts */
-    size_t host_cur;        /* the one connected (while connected) */
-    char where[300];        /* "host:port" connected (or the first) */
-    char ckpt_key[GUARD_KEY_MAX + 8]; /* "<lease key>:cdc", for messages */
-    bool legacy_on;                   /* a redis locker: look at legacy_key too */
-    char legacy_key[GUARD_KEY_MAX];   /* "<prefix>:cdc:<scope>", before the locker kept it */
-    struct cdc_progress *progress;
-
-    pthread_mutex_t lock; /* fds, start state */
-    pthread_cond_t cond;
-    int fds[2];           /* sockets to shut down on stop: binlog, metadata */
-    enum start_state start_state;
-    char start_err[512];
-    atomic_bool stop;
-    bool running;
-    pthread_t thread;
-    struct ratelimit rl_retry, rl_bad, rl_ckpt, rl_start;
-
-    /* consumer thread state */
-    uint64_t epoch;
-    MYSQL *meta; /* information_schema connection, opened on demand */
-    struct envelope env;
-    struct jbuf ev_head;     /* ,"db":..,"table":..,"op":..,"before": of the rows event */
-    struct jbuf ev_tail;     /* ,"gtid":..,"position":{..},"ts":.. of the rows event */
-    bool have_pos;
-    bool confirmed;          /* the stream delivered its first event this term */
-    bool streamed;           /* ... this session */
-    bool server_crc;
-    char file[CDC_FILE_MAX]; /* current binlog file */
-    uint64_t pos;            /* position after the last event read */
-    char resume_file[CDC_FILE_MAX];
-    uint64_t resume_pos;     /* last transaction boundary */
-    uint32_t server_now;     /* @@server_id of the server connected */
-    uint32_t resume_server;  /* ... of the server resume_file:pos is on (0 = unknown) */
-    /* GTID position at the resume point (read side: what the next session
-     * asks a different server for) */
-    bool rstate_known;
-    struct cdc_gtid rstate[CDC_GTID_DOMAINS];
-    size_t nrstate;
-    bool by_gtid;            /* this session streams by GTID: no own position until the
-                                first transaction ends */
-    struct cdc_gtid txn_gtid; /* of the transaction being read */
-    bool txn_has_gtid;
-    struct cdc_gtid skip_gtid; /* ... of the transaction to skip rows of */
-    uint32_t skip_server;      /* the server skip_file:skip_pos is on */
-    bool term_ended;         /* end_term called: stop reading */
-    bool in_txn, standalone;
-    char txn_file[CDC_FILE_MAX];
-    uint64_t txn_pos;        /* where the current transaction's GTID event starts */
-    uint64_t txn_rows;       /* rows emitted for it */
-    char skip_file[CDC_FILE_MAX];
-    uint64_t skip_pos, skip_rows, skip_left; /* replay suppression after a reconnect */
-    char gtid[64];
-    bool ts_valid;           /* ts_text holds ts_secs formatted */
-    uint32_t ts_secs;
-    char ts_text[32];
-    struct table_entry *tables;
-    size_t ntables;
-    uint64_t rows_since_ckpt;
-    int64_t last_ckpt_ms;
-    bool written;            /* wrote `written` this term, at written_ms */
-    struct cdc_ckpt written_ck;
-    int64_t written_ms;
-    uint64_t events, rows_emitted;
-    size_t deferred; /* consumer thread: rows emitted since the last flush */
-
-    /* Checkpoint cache: every replica (leader and standbys) follows the
-     * checkpoint in the locker on its own thread and keeps the last one
-     * seen, so if the locker loses its data (a Redis restart without
-     * persistence) the next leader still resumes near where the last one
-     * stopped instead of at `start`, which would skip the rows in between. */
-    pthread_t follower;
-    bool follower_started;
-    atomic_bool follower_stop;
-    pthread_mutex_t cache_mu;
-    bool cache_valid;
-    struct cdc_ckpt cache;
-    int64_t cache_at_ms; /* monotonic ms when it was last seen or written */
-};
-
 static void cache_store(struct cdc *c, const struct cdc_ckpt *ck)
 {
     pthread_mutex_lock(&c->cache_mu);
@@ -464,8 +335,8 @@ static int run_sql(struct cdc *c, MYSQL *m, const char *sql, char *err, size_t e
 }
 
 /* First row, column col of a query; out "" when there is no row. */
-static int query_value(struct cdc *c, MYSQL *m, const char *sql, unsigned col, char *out,
-                       size_t outlen, char *out2, size_t out2len, char *err, size_t errlen)
+int mysql_cdc_query_value(struct cdc *c, MYSQL *m, const char *sql, unsigned col, char *out,
+                          size_t outlen, char *out2, size_t out2len, char *err, size_t errlen)
 {
     if (mysql_query(m, sql)) {
         snprintf(err, errlen, "mysql %s: %s: %s (error %u)", c->where, sql, mysql_error(m),
@@ -486,45 +357,12 @@ static int query_value(struct cdc *c, MYSQL *m, const char *sql, unsigned col, c
     return 0;
 }
 
-/* Resolves `start` into file/pos on the connected server. */
-static int resolve_start(struct cdc *c, MYSQL *m, const char *start, char *err, size_t errlen)
-{
-    char a[CDC_FILE_MAX], b[32];
-    if (strcmp(start, "latest") == 0) {
-        if (query_value(c, m, "SHOW MASTER STATUS", 0, a, sizeof a, b, sizeof b, err, errlen))
-            return -1;
-    } else if (strcmp(start, "oldest") == 0) {
-        if (query_value(c, m, "SHOW BINARY LOGS", 0, a, sizeof a, NULL, 0, err, errlen))
-            return -1;
-        snprintf(b, sizeof b, "4");
-    } else {
-        uint64_t pos;
-        if (cdc_position_parse(start, a, sizeof a, &pos)) {
-            snprintf(err, errlen, "bad position \"%s\"", start);
-            return -1;
-        }
-        snprintf(c->file, sizeof c->file, "%s", a);
-        c->pos = pos;
-        return 0;
-    }
-    if (!a[0]) {
-        snprintf(err, errlen, "mysql %s: binary logging is disabled on the server (log_bin is "
-                 "OFF): there is no binlog to stream; enable log_bin with binlog_format=ROW",
-                 c->where);
-        return -1;
-    }
-    snprintf(c->file, sizeof c->file, "%s", a);
-    c->pos = strtoull(b, NULL, 10);
-    if (c->pos < 4) c->pos = 4;
-    return 0;
-}
-
 /* ------------------------------------------------------------ checkpoint */
 
 /* Writes ck fenced by this term's epoch; logs the outcome. Returns 1,
  * 0 (the epoch is stale: a newer leader exists) or -1 (locker error, the next
  * write retries). */
-static int write_checkpoint(struct cdc *c, const struct cdc_ckpt *ck)
+int mysql_cdc_write_checkpoint(struct cdc *c, const struct cdc_ckpt *ck)
 {
     char value[CDC_CHECKPOINT_MAX], err[BATON_LOCKER_ERR_MAX];
     const char *name = c->h->name;
@@ -557,7 +395,7 @@ static int write_checkpoint(struct cdc *c, const struct cdc_ckpt *ck)
 
 /* Reads "<lease key>:cdc". Returns 1 found (*ck filled), 0 absent, -1 on a
  * locker error or an unparsable value (err filled). */
-static int read_checkpoint(struct cdc *c, struct cdc_ckpt *ck, char *err, size_t errlen)
+int mysql_cdc_read_checkpoint(struct cdc *c, struct cdc_ckpt *ck, char *err, size_t errlen)
 {
     /* zeroed: a NUL inside the value shows as bytes after it */
     char value[CDC_CHECKPOINT_MAX] = "", lerr[BATON_LOCKER_ERR_MAX];
@@ -572,35 +410,6 @@ static int read_checkpoint(struct cdc *c, struct cdc_ckpt *ck, char *err, size_t
                                   err, errlen) == 0 ? 1 : -1;
 }
 
-/* Upgrade path: the checkpoint an older baton kept in the locker's Redis at
- * "<prefix>:cdc:<scope>", read with a one-shot connection. Returns 1 found
- * (*ck filled), 0 absent, -1 on an error (err filled). */
-static int read_legacy_checkpoint(struct cdc *c, struct cdc_ckpt *ck, char *err, size_t errlen)
-{
-    char cerr[512];
-    redisContext *rc = redis_conn_open(c->h->locker_redis, cerr, sizeof cerr);
-    if (!rc) {
-        snprintf(err, errlen, "legacy checkpoint %.200s: %.280s", c->legacy_key, cerr);
-        return -1;
-    }
-    redisReply *r = redis_commandf(rc, "GET %s", c->legacy_key); /* within the command timeout */
-    int found = -1;
-    if (!r) {
-        snprintf(err, errlen, "GET %.200s: %.200s", c->legacy_key,
-                 rc->errstr[0] ? rc->errstr : "connection lost");
-    } else if (r->type == REDIS_REPLY_NIL) {
-        found = 0;
-    } else if (r->type == REDIS_REPLY_STRING) {
-        found = cdc_checkpoint_parse_n(r->str, r->len, c->legacy_key, ck, err, errlen) == 0 ? 1 : -1;
-    } else {
-        snprintf(err, errlen, "GET %.200s: %.200s", c->legacy_key,
-                 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-    }
-    if (r) freeReplyObject(r);
-    redisFree(rc);
-    return found;
-}
-
 /* Follows the checkpoint in the locker (see struct cdc): a read every
  * checkpoint_every_ms (at least 200 ms); the locker runs it on its side
  * connection, never delaying lease traffic. */
@@ -611,7 +420,7 @@ static void *follower_main(void *arg)
     while (!atomic_load(&c->follower_stop)) {
         char err[512];
         struct cdc_ckpt ck;
-        if (read_checkpoint(c, &ck, err, sizeof err) == 1) cache_store(c, &ck);
+        if (mysql_cdc_read_checkpoint(c, &ck, err, sizeof err) == 1) cache_store(c, &ck);
         sleep_ms_cancellable(every, &c->follower_stop);
     }
     return NULL;
@@ -652,9 +461,9 @@ static void maybe_checkpoint(struct cdc *c, bool force)
     c->rows_since_ckpt = 0;
     c->last_ckpt_ms = now;
     struct cdc_ckpt ck;
-    if (cdc_progress_checkpoint(c->progress, &ck)) write_checkpoint(c, &ck);
+    if (cdc_progress_checkpoint(c->progress, &ck)) mysql_cdc_write_checkpoint(c, &ck);
     else if (c->written && now - c->written_ms >= CDC_CHECKPOINT_REFRESH_MS)
-        write_checkpoint(c, &c->written_ck); /* keeps it from expiring */
+        mysql_cdc_write_checkpoint(c, &c->written_ck); /* keeps it from expiring */
     if (!force && c->guarded) backlog_check(c, now);
 }
 
@@ -1165,157 +974,6 @@ static void handle_event(struct cdc *c, MARIADB_RPL_EVENT *ev)
 
 /* ------------------------------------------------------------ session */
 
-static bool is_purged_error(unsigned errnum, const char *msg)
-{
-    return errnum == 1236 && msg &&
-           (strstr(msg, "Could not find first log file") || strstr(msg, "purged") ||
-            strstr(msg, "could not find") || strstr(msg, "Could not find"));
-}
-
-
-/* The GTID position of file:pos on the connected server (BINLOG_GTID_POS):
- * 1 with out filled, 0 when the server cannot say (NULL: not a position of
- * its binlog, or purged), -1 on a query error. */
-static int gtid_at(struct cdc *c, MYSQL *m, const char *file, uint64_t pos, char *out,
-                   size_t outlen, char *err, size_t errlen)
-{
-    char ef[2 * CDC_FILE_MAX + 1], sql[2 * CDC_FILE_MAX + 80], v[CDC_GTID_MAX];
-    mysql_real_escape_string(m, ef, file, (unsigned long)strlen(file));
-    snprintf(sql, sizeof sql, "SELECT BINLOG_GTID_POS('%s', %" PRIu64 ")", ef, pos);
-    if (mysql_query(m, sql)) {
-        snprintf(err, errlen, "mysql %.100s: %.150s: %.150s (error %u)", c->where, sql, mysql_error(m),
-                 mysql_errno(m));
-        return -1;
-    }
-    MYSQL_RES *r = mysql_store_result(m);
-    int found = 0;
-    if (r) {
-        MYSQL_ROW row = mysql_fetch_row(r);
-        if (row && row[0]) {
-            snprintf(v, sizeof v, "%s", row[0]);
-            struct cdc_gtid g[CDC_GTID_DOMAINS];
-            size_t n;
-            if (cdc_gtid_parse(v, g, CDC_GTID_DOMAINS, &n) == 0) {
-                snprintf(out, outlen, "%s", v);
-                found = 1;
-            }
-        }
-        mysql_free_result(r);
-    }
-    return found;
-}
-
-/* The read side starts at ck (file:pos on server ck->server_id, 0 =
- * unknown: taken as this server, as before the server id was kept, and
- * its GTID position). */
-static void set_resume(struct cdc *c, const struct cdc_ckpt *ck)
-{
-    snprintf(c->resume_file, sizeof c->resume_file, "%s", ck->file);
-    c->resume_pos = ck->pos;
-    c->resume_server = ck->server_id;
-    c->nrstate = 0;
-    c->rstate_known = ck->gtid_known &&
-                      cdc_gtid_parse(ck->gtid, c->rstate, CDC_GTID_DOMAINS, &c->nrstate) == 0;
-}
-
-/* Finds where this term starts (checkpoint, cached checkpoint, legacy key or
- * `start`) on the connected server m. 0, or -1 with err. */
-static int find_start(struct cdc *c, MYSQL *m, char *err, size_t errlen)
-{
-    const char *name = c->h->name;
-    struct cdc_ckpt ck;
-    memset(&ck, 0, sizeof ck);
-    int found = 0;
-    char e2[512];
-    if (c->ckpt_on) {
-        found = read_checkpoint(c, &ck, e2, sizeof e2);
-        if (found < 0) {
-            snprintf(err, errlen, "cannot read the checkpoint: %s", e2);
-            return -1;
-        }
-    }
-    bool cached = false;
-    if (!found && c->ckpt_on) {
-        /* The locker has no checkpoint. If this replica saw one (as leader
-         * or following it as a standby), the locker lost its data: resume
-         * there rather than at `start`, which would skip the rows in
-         * between. */
-        pthread_mutex_lock(&c->cache_mu);
-        if (c->cache_valid) {
-            ck = c->cache;
-            found = 2;
-        }
-        cached = c->cache_valid;
-        int64_t age = clock_mono_ms() - c->cache_at_ms;
-        pthread_mutex_unlock(&c->cache_mu);
-        if (found) {
-            log_warn(COMPONENT, name, "no checkpoint in the locker (%s), but this replica "
-                     "saw %s:%" PRIu64 " %lld ms ago: the locker lost its data (Redis "
-                     "restarted without persistence?); resuming there (rows after it may be "
-                     "forwarded again)",
-                     c->ckpt_key, ck.file, ck.pos, (long long)age);
-            if (write_checkpoint(c, &ck) != 1) {
-                snprintf(err, errlen, "cannot restore the checkpoint %s", c->ckpt_key);
-                return -1;
-            }
-        }
-    }
-    const char *from = c->ckpt_key;
-    if (!found && !cached && c->legacy_on) {
-        /* Upgrade: no checkpoint under the new key and this process never
-         * saw one there; an older baton may have kept it under the legacy
-         * key. Taken over once: it is written under the new key at once,
-         * which every later promotion finds (the legacy key is left as it
-         * is, for a rollback). */
-        found = read_legacy_checkpoint(c, &ck, e2, sizeof e2);
-        if (found < 0) {
-            snprintf(err, errlen, "cannot read the legacy checkpoint: %s", e2);
-            return -1;
-        }
-        if (found) {
-            log_info(COMPONENT, name, "checkpoint taken over from legacy key %s = %s:%" PRIu64
-                     "; from now on it is kept at %s (the legacy key is left as it is)",
-                     c->legacy_key, ck.file, ck.pos, c->ckpt_key);
-            if (write_checkpoint(c, &ck) != 1) {
-                snprintf(err, errlen, "cannot write the checkpoint taken over from %.200s "
-                         "to %.200s", c->legacy_key, c->ckpt_key);
-                return -1;
-            }
-            from = c->legacy_key;
-        }
-    }
-    if (found) {
-        log_info(COMPONENT, name, "resuming from checkpoint %s = %s:%" PRIu64 "%s%s%s%s", from,
-                 ck.file, ck.pos, ck.server_id ? " on server_id " : "",
-                 ck.server_id ? (snprintf(e2, sizeof e2, "%" PRIu32, ck.server_id), e2) : "",
-                 ck.gtid_known ? ", GTID position " : "", ck.gtid_known ? ck.gtid : "");
-        /* a checkpoint from before the server id and GTID were kept: of this
-         * server (as it was then); learn its GTID position for a later
-         * switchover */
-        bool same = ck.server_id == 0 || ck.server_id == c->server_now;
-        if (ck.server_id == 0) ck.server_id = c->server_now;
-        if (same && !ck.gtid_known && gtid_at(c, m, ck.file, ck.pos, ck.gtid, sizeof ck.gtid,
-                                              e2, sizeof e2) == 1)
-            ck.gtid_known = true;
-    } else {
-        if (resolve_start(c, m, c->s->start, err, errlen)) return -1;
-        snprintf(ck.file, sizeof ck.file, "%s", c->file);
-        ck.pos = c->pos;
-        ck.server_id = c->server_now;
-        ck.gtid_known = gtid_at(c, m, ck.file, ck.pos, ck.gtid, sizeof ck.gtid, e2, sizeof e2) == 1;
-        log_info(COMPONENT, name, "%s; start = \"%s\" = %s:%" PRIu64 "%s%s",
-                 c->ckpt_on ? "no checkpoint yet" : "checkpoint off", c->s->start, ck.file, ck.pos,
-                 ck.gtid_known ? ", GTID position " : "", ck.gtid_known ? ck.gtid : "");
-        if (c->ckpt_on && write_checkpoint(c, &ck) != 1) {
-            snprintf(err, errlen, "cannot write the initial checkpoint %s", c->ckpt_key);
-            return -1;
-        }
-    }
-    set_resume(c, &ck);
-    if (c->ckpt_on) cdc_progress_reset(c->progress, &ck);
-    return 0;
-}
-
 enum { SESSION_STOPPED = 0, SESSION_ERROR = -1, SESSION_PURGED = -2, SESSION_TERM_ENDED = -3 };
 
 /* Connects (the hosts in order), resolves the position, streams until an
@@ -1329,8 +987,8 @@ static int session(struct cdc *c, MYSQL **mp, unsigned read_timeout_s, char *err
     if (c->h->set_source) c->h->set_source(c->h, c->where);
 
     char crc[32], sid[32];
-    if (query_value(c, m, "SELECT @@global.binlog_checksum, @@global.server_id", 0, crc,
-                    sizeof crc, sid, sizeof sid, err, errlen))
+    if (mysql_cdc_query_value(c, m, "SELECT @@global.binlog_checksum, @@global.server_id", 0, crc,
+                              sizeof crc, sid, sizeof sid, err, errlen))
         return SESSION_ERROR;
     c->server_crc = strcasecmp(crc, "NONE") != 0 && crc[0];
     c->server_now = (uint32_t)strtoul(sid, NULL, 10);
@@ -1342,7 +1000,7 @@ static int session(struct cdc *c, MYSQL **mp, unsigned read_timeout_s, char *err
         return SESSION_ERROR;
 
     if (!c->have_pos) {
-        if (find_start(c, m, err, errlen)) return SESSION_ERROR;
+        if (mysql_cdc_find_start(c, m, err, errlen)) return SESSION_ERROR;
         c->have_pos = true;
     }
 
@@ -1407,7 +1065,7 @@ static int session(struct cdc *c, MYSQL **mp, unsigned read_timeout_s, char *err
                 snprintf(err, errlen, "mysql %s: cannot stream from the GTID position of %s:%"
                          PRIu64 " (server_id %" PRIu32 "): %s (error %u)", c->where,
                          c->resume_file, c->resume_pos, c->resume_server, em, en);
-            } else if (is_purged_error(en, em)) {
+            } else if (mysql_cdc_is_purged_error(en, em)) {
                 snprintf(err, errlen, "mysql %s: position %s:%" PRIu64 " is no longer on the "
                          "server (binlog purged?): %s (error %u)", c->where, c->file, c->pos, em, en);
                 rc = SESSION_PURGED;
@@ -1483,7 +1141,7 @@ static void *consumer_main(void *arg)
             snprintf(oldf, sizeof oldf, "%s", c->resume_file);
             MYSQL *m2 = conn_new(c, rt);
             if (m2 && conn_connect(c, m2, e2, sizeof e2) == 0 && register_fd(c, 0, m2) &&
-                resolve_start(c, m2, "oldest", e2, sizeof e2) == 0) {
+                mysql_cdc_resolve_start(c, m2, "oldest", e2, sizeof e2) == 0) {
                 log_error(COMPONENT, name, "%s; on_purged = oldest: restarting from %s:%" PRIu64
                           " (the events between %s:%" PRIu64 " and it are LOST)", err, c->file,
                           c->pos, oldf, oldp);
@@ -1492,12 +1150,12 @@ static void *consumer_main(void *arg)
                 c->resume_server = c->server_now;
                 c->rstate_known = false; /* the gap: what GTID position is that? asked below */
                 char gt[CDC_GTID_MAX];
-                if (gtid_at(c, m2, c->file, c->pos, gt, sizeof gt, e2, sizeof e2) == 1) {
+                if (mysql_cdc_gtid_at(c, m2, c->file, c->pos, gt, sizeof gt, e2, sizeof e2) == 1) {
                     struct cdc_ckpt ck = {.server_id = c->server_now, .gtid_known = true};
                     snprintf(ck.file, sizeof ck.file, "%s", c->file);
                     ck.pos = c->pos;
                     snprintf(ck.gtid, sizeof ck.gtid, "%s", gt);
-                    set_resume(c, &ck);
+                    mysql_cdc_set_resume(c, &ck);
                 }
                 c->skip_rows = 0;
                 if (c->ckpt_on)

@@ -36,7 +36,7 @@
  * two ways: an error reply READONLY, MASTERDOWN or LOADING counts as a
  * broken connection (freed; on the lease connection the generation moves, so
  * the guard verifies its token on the next master), and the process's
- * +switch-master watcher (guard/redis_sentinel.h) counts switches: that
+ * +switch-master watcher (guard/redis/sentinel.h) counts switches: that
  * count is part of the generation, and each connection made before the last
  * switch is dropped and reopened (rediscovering the master) before its next
  * use. */
@@ -54,7 +54,7 @@
 #include "guard/locker.h"
 #include "guard/redis_conn.h"
 #include "guard/redis_conn_private.h"
-#include "guard/redis_sentinel.h"
+#include "guard/redis/sentinel.h"
 #include "guard/glog.h"
 #include "guard/locker_redis_private.h"
 #include "guard/util.h"

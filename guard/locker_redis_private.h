@@ -12,7 +12,7 @@
 
 #include "guard/locker.h"
 #include "guard/redis_conn.h"
-#include "guard/redis_sentinel.h"
+#include "guard/redis/sentinel.h"
 #include "guard/util.h"
 
 #define RELEASED_SUFFIX ":released"

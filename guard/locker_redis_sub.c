@@ -13,7 +13,7 @@
 
 #include "guard/locker.h"
 #include "guard/redis_conn.h"
-#include "guard/redis_sentinel.h"
+#include "guard/redis/sentinel.h"
 #include "guard/glog.h"
 #include "guard/locker_redis_private.h"
 #include "guard/util.h"

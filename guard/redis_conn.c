@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "guard/redis_conn_private.h"
-#include "guard/redis_sentinel.h"
-#include "guard/redis_tls.h"
+#include "guard/redis/sentinel.h"
+#include "guard/redis/tls.h"
 #include "guard/glog.h"
 #include "guard/util.h"
 
@@ -302,7 +302,7 @@ redisContext *redis_conn_connect(const struct baton_redis_opts *o, const char *h
     redisContext *c;
     if (o && o->tls.enabled) {
         /* TLS: the handshake here, hiredis over the bridge's socketpair
-         * (guard/redis_tls.c); keepalive is set on the TCP socket there
+         * (guard/redis/tls.c); keepalive is set on the TCP socket there
          * (hiredis's TCP_KEEPIDLE fails on an AF_UNIX socket) */
         int fd = redis_tls_connect(&o->tls, host, port, cto, err, errlen);
         if (fd < 0) return NULL;

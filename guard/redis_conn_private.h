@@ -14,7 +14,7 @@ redisContext *redis_conn_open_ex(const struct baton_redis_opts *o, char *err, si
                                  bool *refused);
 
 /* The connect step of redis_conn_open_ex (also for reaching sentinels):
- * host:port over TLS when o->tls.enabled (guard/redis_tls.h, never plain
+ * host:port over TLS when o->tls.enabled (guard/redis/tls.h, never plain
  * text then), else plain TCP; within o->connect_timeout_ms. A connected
  * blocking context (no AUTH, SELECT or command timeout yet), or NULL with
  * err naming host:port ("redis h:p: connect: ...", "redis h:p: TLS: ..."). */

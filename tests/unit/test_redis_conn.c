@@ -26,7 +26,7 @@
 
 #include "guard/redis_conn.h"
 #include "guard/redis_conn_private.h"
-#include "guard/redis_sentinel.h"
+#include "guard/redis/sentinel.h"
 #include "common/log.h"
 
 static redisReader *bounded_reader(void)

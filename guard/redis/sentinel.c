@@ -1,5 +1,5 @@
-/* See redis_sentinel.h. */
-#include "guard/redis_sentinel.h"
+/* See sentinel.h. */
+#include "guard/redis/sentinel.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -4,14 +4,14 @@
  * certificate) and returns one end of a socketpair; the caller hands it to
  * redisConnectFd and uses hiredis exactly as over TCP. One bridge thread
  * for the whole process pumps bytes between the other end and the TLS
- * session (see redis_tls.c for why this design). */
+ * session (see tls.c for why this design). */
 #ifndef BATON_REDIS_TLS_H
 #define BATON_REDIS_TLS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "guard/redis_conn.h"
+#include "baton/redis.h"
 
 /* Connects to host:port (TCP, then the TLS handshake, both within
  * timeout_ms in all), verifying the server's certificate against

@@ -31,7 +31,7 @@
 
 #include "guard/etcd_conn.h"
 #include "guard/locker.h"
-#include "guard/redis_conn.h"
+#include "guard/redis/io.h"
 #include "common/log.h"
 #include "tests/support/etcd_server.h"
 #include "tests/support/redis_server.h"

@@ -29,7 +29,7 @@
 
 #include "guard/locker.h"
 #include "baton/once_guard.h"
-#include "guard/redis_conn.h"
+#include "guard/redis/io.h"
 #include "common/log.h"
 #include "common/util.h"
 

@@ -12,7 +12,7 @@
 
 #include "endpoints/cdc_checkpoint.h"
 #include "endpoints/mysql_cdc_private.h"
-#include "guard/redis_conn.h"
+#include "guard/redis/open.h"
 #include "common/log.h"
 #include "common/util.h"
 

@@ -49,7 +49,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
-#include "guard/redis_conn.h"
+#include "guard/redis/open.h"
 #include "guard/redis/sentinel.h"
 #include "common/log.h"
 #include "common/replay_id.h"

@@ -52,8 +52,7 @@
 #include <unistd.h>
 
 #include "guard/locker.h"
-#include "guard/redis_conn.h"
-#include "guard/redis_conn_private.h"
+#include "guard/redis/open.h"
 #include "guard/redis/sentinel.h"
 #include "guard/glog.h"
 #include "guard/locker_redis_private.h"

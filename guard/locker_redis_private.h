@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "guard/locker.h"
-#include "guard/redis_conn.h"
+#include "guard/redis/io.h"
 #include "guard/redis/sentinel.h"
 #include "guard/util.h"
 

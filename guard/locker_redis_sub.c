@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "guard/locker.h"
-#include "guard/redis_conn.h"
+#include "guard/redis/open.h"
 #include "guard/redis/sentinel.h"
 #include "guard/glog.h"
 #include "guard/locker_redis_private.h"

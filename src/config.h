@@ -10,7 +10,7 @@
 
 #include "endpoints/endpoint.h"
 #include "guard/etcd_conn.h"
-#include "guard/redis_conn.h"
+#include "guard/redis/io.h"
 #include "common/log.h"
 #include "common/settings.h"
 #include "src/queue.h"

@@ -12,7 +12,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "guard/redis_conn_private.h"
+#include "guard/redis/io.h"
 #include "guard/glog.h"
 #include "guard/util.h"
 

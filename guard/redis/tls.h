@@ -4,7 +4,11 @@
  * certificate) and returns one end of a socketpair; the caller hands it to
  * redisConnectFd and uses hiredis exactly as over TCP. One bridge thread
  * for the whole process pumps bytes between the other end and the TLS
- * session (see tls.c for why this design). */
+ * session (see tls.c for why this design). No hiredis here.
+ *
+ * guard/redis/, bottom to top: tls <- io <- sentinel <- open; a file includes
+ * only the layers below its own (tests/check_redis_layers.sh). This: tls, the bottom.
+ */
 #ifndef BATON_REDIS_TLS_H
 #define BATON_REDIS_TLS_H
 

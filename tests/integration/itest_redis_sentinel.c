@@ -28,8 +28,7 @@
 #include <unistd.h>
 
 #include "guard/locker.h"
-#include "guard/redis_conn.h"
-#include "guard/redis_conn_private.h"
+#include "guard/redis/open.h"
 #include "guard/redis/sentinel.h"
 #include "common/util.h"
 #include "tests/support/free_port.h"

@@ -26,8 +26,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "guard/redis_conn.h"
-#include "guard/redis_conn_private.h"
+#include "guard/redis/open.h"
 #include "guard/redis/tls.h"
 #include "common/util.h"
 #include "tests/support/child.h"

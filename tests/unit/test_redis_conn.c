@@ -24,8 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "guard/redis_conn.h"
-#include "guard/redis_conn_private.h"
+#include "guard/redis/open.h"
 #include "guard/redis/sentinel.h"
 #include "common/log.h"
 

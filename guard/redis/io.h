@@ -1,8 +1,13 @@
-/* Connecting to Redis the same way everywhere (locker, redis_psub endpoint,
- * CDC checkpoints): TCP connect with timeout, AUTH [user] password, SELECT
- * db, command timeout. hiredis 0.14 (no TLS, RESP2). */
-#ifndef BATON_REDIS_CONN_H
-#define BATON_REDIS_CONN_H
+/* The low layer of a Redis connection: the connect step (plain TCP, or TLS
+ * through tls.h), replies bounded in size, reads into a heap buffer, one
+ * deadline per reply, the command helpers, opts copy/clear. hiredis 0.14
+ * (no TLS, RESP2). Opening a connection (AUTH, SELECT, Sentinel) is open.h.
+ *
+ * guard/redis/, bottom to top: tls <- io <- sentinel <- open; a file includes
+ * only the layers below its own (tests/check_redis_layers.sh). This: io, over tls.
+ */
+#ifndef BATON_REDIS_IO_H
+#define BATON_REDIS_IO_H
 
 #include <hiredis/hiredis.h>
 #include <stdbool.h>
@@ -11,9 +16,13 @@
 
 #include "baton/redis.h"
 
-/* Returns a connected, authenticated context with db selected, or NULL with
- * err naming host:port and the reason ("connection refused", "WRONGPASS ..."). */
-redisContext *redis_conn_open(const struct baton_redis_opts *o, char *err, size_t errlen);
+/* The connect step of redis_conn_open_ex (also for reaching sentinels):
+ * host:port over TLS when o->tls.enabled (guard/redis/tls.h, never plain
+ * text then), else plain TCP; within o->connect_timeout_ms. A connected
+ * blocking context (no AUTH, SELECT or command timeout yet), or NULL with
+ * err naming host:port ("redis h:p: connect: ...", "redis h:p: TLS: ..."). */
+redisContext *redis_conn_connect(const struct baton_redis_opts *o, const char *host, int port, char *err,
+                                 size_t errlen);
 /* Largest array reply baton accepts from any Redis. hiredis 0.14 allocates
  * an array's element table as soon as it reads the "*N" header, so a
  * misbehaving server or a corrupt stream declaring "*366666666" would make it

@@ -3,7 +3,7 @@
  * (NDJSON with X-Baton-Count when BATCH > 1, one JSON body otherwise) with
  * the headers baton's HTTP sink sends, each line the given envelope. The
  * least an HTTP forwarder can do with the same bodies. libcurl is loaded
- * the way baton loads it (guard/curl_dl). Prints the CPU it used
+ * the way baton loads it (base/curl_dl). Prints the CPU it used
  * ("cpu_us N") on stderr.
  *
  *   bench_http_sink_baseline URL N BATCH LINE
@@ -27,8 +27,8 @@
 #include "bench/bench_psub.h"
 #include "common/envelope.h"
 #include "endpoints/redis_psub.h"
-#include "guard/curl_dl.h"
-#include "guard/util.h"
+#include "base/curl_dl.h"
+#include "base/util.h"
 
 #define EPOCH 1796360000000000ULL
 

@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "endpoints/cdc_decode.h"
 #include "common/envelope.h"
 #include "common/json.h"

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "guard/locker.h"
 #include "baton/once_guard.h"
 #include "guard/redis/io.h"

@@ -28,7 +28,7 @@
 #include "bench/bench_psub.h"
 #include "common/envelope.h"
 #include "endpoints/redis_psub.h"
-#include "guard/util.h"
+#include "base/util.h"
 
 #define EPOCH 1796500000000000ULL /* as many digits as baton's epochs */
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "common/util.h"
 
 /* Largest buffer kept between envelopes. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "common/util.h"
 
 void jbuf_init(struct jbuf *b, size_t initial_cap)

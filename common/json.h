@@ -7,8 +7,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "guard/util.h" /* base64_encoded_len, base64_encode */
-
 struct jbuf {
     char *data;
     size_t len;

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "baton/log.h"
 #include "common/json.h"
 #include "common/redact.h"

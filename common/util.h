@@ -1,7 +1,6 @@
 /* Small helpers the daemon and the endpoints share: allocation that treats
- * OOM as fatal, host lists; plus the guard library's own helpers
- * (guard/util.h: clocks and their RFC 3339 form, randomness, sleeping,
- * back-off). */
+ * OOM as fatal, host lists. Clocks, tokens, sleeping, back-off, base64 and
+ * rate limiting are in base/util.h (the base room): include it where used. */
 #ifndef BATON_UTIL_H
 #define BATON_UTIL_H
 
@@ -10,8 +9,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
-
-#include "guard/util.h" /* clocks, tokens, sleeping, back-off, base64, ratelimit */
 
 /* strdup that aborts on OOM (baton treats OOM as fatal, like redis). */
 char *xstrdup(const char *s);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "endpoints/cdc_decode.h"
 #include "common/util.h"
 

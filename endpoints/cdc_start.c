@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "endpoints/cdc_checkpoint.h"
 #include "endpoints/mysql_cdc_private.h"
 #include "guard/redis/open.h"

@@ -55,6 +55,7 @@
 
 #include <MQTTAsync.h>
 
+#include "base/util.h"
 #include "endpoints/endpoint.h"
 #include "endpoints/mqtt_util.h"
 #include "common/envelope.h"

@@ -35,6 +35,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include "base/util.h"
 #include "endpoints/cdc_checkpoint.h"
 #include "endpoints/cdc_decode.h"
 #include "endpoints/cdc_filter.h"

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/util.h"
 #include "endpoints/cdc_checkpoint.h"
 #include "endpoints/cdc_decode.h"
 #include "endpoints/cdc_filter.h"

@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "endpoints/endpoint.h"
 #include "endpoints/rabbitmq_util.h"
 #include "common/envelope.h"

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "base/util.h"
 #include "common/log.h"
 #include "common/util.h"
 

@@ -34,6 +34,7 @@
  * least every SWITCH_POLL_MS) and resubscribes on the new master when it
  * moves, like after a lost connection. */
 #include "endpoints/redis_psub.h"
+#include "base/util.h"
 #include "endpoints/redis_probe.h"
 #include "endpoints/redis_reply_pool.h"
 

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/util.h"
 #include "endpoints/cron.h"
 #include "endpoints/endpoint.h"
 #include "baton/once_guard.h"

@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "guard/glog.h"
-#include "guard/util.h"
+#include "base/glog.h"
+#include "base/util.h"
 
 #define ACQUIRER_MAX_SLEEP_MS 1000
 #define ACQUIRER_COALESCE_MS 20

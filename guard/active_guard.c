@@ -43,8 +43,8 @@
 #include "guard/locker.h"
 #include "guard/renewer.h"
 #include "guard/scope.h"
-#include "guard/glog.h"
-#include "guard/util.h"
+#include "base/glog.h"
+#include "base/util.h"
 
 #define DEFAULT_TTL_MS 3000
 #define DEFAULT_RETRY_MS 250

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "guard/curl_dl.h"
-#include "guard/glog.h"
-#include "guard/util.h"
+#include "base/curl_dl.h"
+#include "base/glog.h"
+#include "base/util.h"
 
 /* gRPC status codes the gateway reports (google.golang.org/grpc/codes). */
 enum {

@@ -1,6 +1,6 @@
 /* Talking to etcd v3 through its JSON gateway (POST /v3/..., keys and values
  * base64, int64 fields as decimal strings) over libcurl (loaded on first use,
- * guard/curl_dl.h), responses parsed with json-c.
+ * base/curl_dl.h), responses parsed with json-c.
  *
  * One struct etcd_conn is one blocking "connection": a curl easy handle
  * (keep-alive) under its own mutex, the endpoint in use, and the auth token.

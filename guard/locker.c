@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "guard/glog.h"
+#include "base/glog.h"
 #include "guard/acquirer.h"
 #include "guard/renewer.h"
 #include "guard/scope.h"
@@ -14,7 +14,7 @@
  * and call some backend operations directly (check, holder): those keys
  * must pass the wrappers' bound too, so their side keys always fit. */
 _Static_assert(GUARD_KEY_MAX <= BATON_KEY_MAX, "guard keys exceed the lockers' key bound");
-#include "guard/util.h"
+#include "base/util.h"
 
 void locker_base_init(struct baton_locker *l, const struct locker_ops *ops, bool notifies_gen)
 {

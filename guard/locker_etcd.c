@@ -44,9 +44,9 @@
 
 #include "guard/etcd_conn.h"
 #include "guard/locker.h"
-#include "guard/glog.h"
+#include "base/glog.h"
 #include "guard/locker_etcd_private.h"
-#include "guard/util.h"
+#include "base/util.h"
 
 #define MIN_TTL_MS 2000
 

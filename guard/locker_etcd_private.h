@@ -10,10 +10,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "guard/curl_dl.h"
+#include "base/curl_dl.h"
 #include "guard/etcd_conn.h"
 #include "guard/locker.h"
-#include "guard/util.h"
+#include "base/util.h"
 
 #define SHARED_LEASES 8
 

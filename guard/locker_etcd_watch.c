@@ -12,10 +12,10 @@
 
 #include "guard/etcd_conn.h"
 #include "guard/locker.h"
-#include "guard/curl_dl.h"
-#include "guard/glog.h"
+#include "base/curl_dl.h"
+#include "base/glog.h"
 #include "guard/locker_etcd_private.h"
-#include "guard/util.h"
+#include "base/util.h"
 
 #define WATCH_RECYCLE_MS 30000
 #define WATCH_POLL_MS 200

@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "guard/locker.h"
-#include "guard/util.h"
+#include "base/util.h"
 
 #define LOCAL_BUCKETS 256
 #define SWEEP_EVERY_MS 1000

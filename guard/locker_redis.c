@@ -54,9 +54,9 @@
 #include "guard/locker.h"
 #include "guard/redis/open.h"
 #include "guard/redis/sentinel.h"
-#include "guard/glog.h"
+#include "base/glog.h"
 #include "guard/locker_redis_private.h"
-#include "guard/util.h"
+#include "base/util.h"
 
 #define EPOCH_KEY_MIN_TTL_MS (24LL * 3600 * 1000)
 

@@ -13,7 +13,7 @@
 #include "guard/locker.h"
 #include "guard/redis/io.h"
 #include "guard/redis/sentinel.h"
-#include "guard/util.h"
+#include "base/util.h"
 
 #define RELEASED_SUFFIX ":released"
 #define CHAN_BUCKETS 1024 /* release channels index (power of two) */

@@ -14,9 +14,9 @@
 #include "guard/locker.h"
 #include "guard/redis/open.h"
 #include "guard/redis/sentinel.h"
-#include "guard/glog.h"
+#include "base/glog.h"
 #include "guard/locker_redis_private.h"
-#include "guard/util.h"
+#include "base/util.h"
 
 #define SUB_POLL_MS 1000 /* the wake pipe interrupts it (new channel, destroy) */
 

@@ -6,8 +6,8 @@
 
 #include "guard/locker.h"
 #include "guard/scope.h"
-#include "guard/glog.h"
-#include "guard/util.h"
+#include "base/glog.h"
+#include "base/util.h"
 
 #define ONCE_DEFAULT_TTL_MS (3600LL * 1000)
 

@@ -27,8 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "guard/glog.h"
-#include "guard/util.h"
+#include "base/glog.h"
+#include "base/util.h"
 
 #define RENEWER_MAX_SLEEP_MS 1000
 

@@ -19,6 +19,7 @@
  *           itself (schedule: OnceGuard on the planned slot)
  *   none    the endpoint runs everywhere (source already single-delivery)
  */
+#include "base/util.h"
 #include "src/gateway_private.h"
 
 #include <pthread.h>

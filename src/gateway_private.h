@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/util.h"
 #include "baton/active_guard.h"
 #include "guard/locker.h"
 #include "guard/scope.h"

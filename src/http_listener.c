@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/util.h"

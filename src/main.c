@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "common/log.h"
 #include "common/redact.h"
 #include "common/util.h"

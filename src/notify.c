@@ -7,6 +7,7 @@
 #include <string.h>
 #include <systemd/sd-daemon.h>
 
+#include "base/util.h"
 #include "common/log.h"
 
 static int64_t watchdog_period_ms; /* 0: no pings (not armed, or stopped) */

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "base/util.h"
 #include "common/util.h"
 
 struct queue {

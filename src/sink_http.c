@@ -29,7 +29,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "guard/curl_dl.h"
+#include "base/curl_dl.h"
+#include "base/util.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/redact.h"

@@ -25,6 +25,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "src/sink_impl.h"

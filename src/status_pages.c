@@ -3,6 +3,7 @@
  * backend (the locker probe, the holders of the leases, the sinks'
  * readiness), so the listener never waits for Redis or a sink. Split out of
  * src/gateway.c; the state it reads is in src/gateway_private.h. */
+#include "base/util.h"
 #include "src/gateway_private.h"
 
 #include <pthread.h>

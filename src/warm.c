@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "guard/locker.h"
 #include "common/envelope.h"
 #include "common/log.h"

@@ -10,7 +10,8 @@
 #
 # A file of one layer may include only the layers below it (and its own
 # header); tls includes no hiredis header; of the rest of guard/ the unit
-# uses only BELOW (the helpers and the logging callback), never a locker. A
+# uses only BELOW (nothing now: the helpers and the logging callback it
+# needs are in base/, below guard/), never a locker. A
 # file in guard/redis/ that is none of these fails too: place it in LAYERS
 # first.
 #
@@ -19,7 +20,7 @@ set -euo pipefail
 ROOT="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
 DIR="$ROOT/guard/redis"
 LAYERS=(tls io sentinel open)
-BELOW=(util glog)
+BELOW=()
 
 rank() {
     local i
@@ -52,8 +53,8 @@ for f in "$DIR"/*.c "$DIR"/*.h; do
     done < <(grep -nE '^#[[:space:]]*include[[:space:]]*"((guard/)?redis/)?[a-z_]+\.h"' "$f" || true)
     while IFS=: read -r line inc; do
         dep="$(sed -E 's@^#[[:space:]]*include[[:space:]]*"guard/([a-z_]+)\.h".*@\1@' <<<"$inc")"
-        if [[ " ${BELOW[*]} " != *" $dep "* ]]; then
-            echo "guard/redis/$base:$line: includes guard/$dep.h: of guard/ the unit uses only ${BELOW[*]}" >&2
+        if [[ " ${BELOW[*]-} " != *" $dep "* ]]; then
+            echo "guard/redis/$base:$line: includes guard/$dep.h: of guard/ the unit uses only: ${BELOW[*]:-nothing (base/ is below it)}" >&2
             fail=1
         fi
     done < <(grep -nE '^#[[:space:]]*include[[:space:]]*"guard/[a-z_]+\.h"' "$f" || true)

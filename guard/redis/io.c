@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "guard/redis/tls.h"
-#include "guard/glog.h"
-#include "guard/util.h"
+#include "base/glog.h"
+#include "base/util.h"
 
 static struct timeval ms_to_tv(int64_t ms)
 {

@@ -10,8 +10,8 @@
 #include <sys/time.h>
 
 #include "guard/redis/sentinel.h"
-#include "guard/glog.h"
-#include "guard/util.h"
+#include "base/glog.h"
+#include "base/util.h"
 
 static struct timeval ms_to_tv(int64_t ms)
 {

@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "guard/redis/io.h"
-#include "guard/glog.h"
-#include "guard/util.h"
+#include "base/glog.h"
+#include "base/util.h"
 
 #define DEFAULT_SENTINEL_PORT 26379
 #define SWITCH_CHANNEL "+switch-master"

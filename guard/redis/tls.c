@@ -54,8 +54,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "guard/glog.h"
-#include "guard/util.h"
+#include "base/glog.h"
+#include "base/util.h"
 
 #define BRIDGE_BUF 16384 /* one TLS record of plaintext */
 #define BRIDGE_ROUNDS 16 /* pump rounds per connection before polling again */

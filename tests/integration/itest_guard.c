@@ -32,6 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "baton/active_guard.h"
 #include "guard/etcd_conn.h"
 #include "guard/locker.h"

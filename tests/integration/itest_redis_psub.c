@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "endpoints/redis_psub.h"
 #include "common/util.h"
 #include "tests/support/free_port.h"

@@ -27,6 +27,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "guard/locker.h"
 #include "guard/redis/open.h"
 #include "guard/redis/sentinel.h"

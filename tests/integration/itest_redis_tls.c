@@ -26,6 +26,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "guard/redis/open.h"
 #include "guard/redis/tls.h"
 #include "common/util.h"

@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "common/envelope.h"
 #include "common/log.h"
 #include "common/util.h"

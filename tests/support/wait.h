@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <unistd.h>
 
-#include "guard/util.h" /* clock_mono_ms */
+#include "base/util.h" /* clock_mono_ms */
 
 /* Polls cond every 2 ms up to timeout_ms; evaluates to the elapsed ms when
  * cond became true, or -1 when it did not within timeout_ms. */

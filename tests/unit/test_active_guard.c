@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "baton/active_guard.h"
 #include "guard/locker.h"
 #include "common/log.h"

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "common/json.h"
 
 /* Writes s[0..n) with jbuf_str and returns a malloc'd copy of the output. */

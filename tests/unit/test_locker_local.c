@@ -11,8 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "baton/log.h"
-#include "guard/glog.h"
+#include "base/glog.h"
 #include "guard/locker.h"
 #include "common/util.h"
 

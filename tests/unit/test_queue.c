@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/util.h"
 #include "common/util.h"
 #include "src/queue.h"
 

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "common/envelope.h"
 #include "common/util.h"
 #include "src/sink.h"

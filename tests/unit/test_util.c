@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "common/log.h"
 #include "common/util.h"
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "guard/locker.h"
 #include "common/envelope.h"
 #include "common/util.h"

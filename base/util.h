@@ -1,9 +1,11 @@
-/* The guard library's own small helpers: clocks, randomness, sleeping,
- * back-off, base64, a rate limiter. Internal to libbaton-guard (hidden in the
- * shared library, not installed); the daemon reaches them through
- * common/util.h, so the tree has one copy of each. */
-#ifndef BATON_GUARD_UTIL_H
-#define BATON_GUARD_UTIL_H
+/* The base room's small helpers, used by every layer (guard/, common/,
+ * endpoints/, src/): clocks, randomness, sleeping, back-off, base64, a rate
+ * limiter. Built into libbaton-guard (hidden in the shared library, not
+ * installed); the daemon links them from the in-tree static library, so the
+ * tree has one copy of each. Include it where used (common/util.h does not
+ * re-export it). */
+#ifndef BATON_BASE_UTIL_H
+#define BATON_BASE_UTIL_H
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,8 +1,9 @@
-/* The guard library's logging (include/baton/log.h): glog_warn(component,
+/* The library's logging (include/baton/log.h; in the base room because
+ * curl_dl logs through it too): glog_warn(component,
  * subject, fmt, ...) formats only when the level is enabled and hands the
  * line to the callback the caller set, or to the stderr writer. */
-#ifndef BATON_GUARD_GLOG_H
-#define BATON_GUARD_GLOG_H
+#ifndef BATON_BASE_GLOG_H
+#define BATON_BASE_GLOG_H
 
 #include <stdbool.h>
 

@@ -1,7 +1,7 @@
 /* The guard library's logging: one process-wide sink (callback, context,
  * level), swapped atomically as a whole, so a line is never delivered to a
  * new callback with the old context. */
-#include "guard/glog.h"
+#include "base/glog.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "guard/util.h"
+#include "base/util.h"
 
 struct glog_sink {
     baton_log_fn fn; /* NULL = stderr */

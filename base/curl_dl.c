@@ -1,5 +1,5 @@
 /* See curl_dl.h. */
-#include "guard/curl_dl.h"
+#include "base/curl_dl.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "guard/glog.h"
+#include "base/glog.h"
 
 CURL *(*sym_curl_easy_init)(void);
 CURLcode (*sym_curl_easy_setopt)(CURL *, CURLoption, ...);

@@ -2,7 +2,7 @@
  * back-off, base64, a rate limiter. Internal (hidden in libbaton-guard.so);
  * the daemon's common/util.h re-exports them, so the whole tree uses one
  * copy. */
-#include "guard/util.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <pthread.h>

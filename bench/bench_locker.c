@@ -29,9 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "guard/etcd_conn.h"
-#include "guard/locker.h"
-#include "guard/redis/io.h"
+#include "baton/etcd.h"
+#include "baton/locker.h"
+#include "baton/redis.h"
 #include "common/log.h"
 #include "tests/support/etcd_server.h"
 #include "tests/support/redis_server.h"

@@ -28,9 +28,9 @@
 #include <unistd.h>
 
 #include "base/util.h"
-#include "guard/locker.h"
+#include "baton/locker.h"
 #include "baton/once_guard.h"
-#include "guard/redis/io.h"
+#include "baton/redis.h"
 #include "common/log.h"
 #include "common/util.h"
 

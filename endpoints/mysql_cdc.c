@@ -41,8 +41,8 @@
 #include "endpoints/cdc_filter.h"
 #include "endpoints/endpoint.h"
 #include "endpoints/mysql_cdc_private.h"
-#include "guard/locker.h"
-#include "guard/scope.h"
+#include "baton/locker.h"
+#include "baton/scope.h"
 #include "common/envelope.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -1249,7 +1249,7 @@ static void *cdc_create(const void *settings, struct endpoint_host *host, char *
     /* The checkpoint lives in the locker beside the lease, fenced by its
      * epoch: it needs a locker that keeps shared state and guard "active"
      * (cdc_validate refuses an explicit checkpoint with any other guard). */
-    bool shared = host->locker && host->locker->ops->fenced_set && host->locker->ops->shared_get;
+    bool shared = baton_locker_has_shared_state(host->locker);
     if (s->checkpoint == CKPT_LOCKER || s->checkpoint == CKPT_REDIS) {
         const char *why = !host->locker ? "there is no locker in the main configuration"
                         : !shared       ? "this locker backend keeps no shared state"
@@ -1286,7 +1286,7 @@ static void *cdc_create(const void *settings, struct endpoint_host *host, char *
         /* The legacy key exists only where an older baton wrote it: in the
          * Redis of a redis locker (and only if it was not too long). */
         c->legacy_on = host->locker_redis && strcmp(baton_locker_backend(host->locker), "redis") == 0 &&
-                       guard_key(c->legacy_key, sizeof c->legacy_key, host->key_prefix, "cdc",
+                       baton_key(c->legacy_key, sizeof c->legacy_key, host->key_prefix, "cdc",
                                  host->scope, NULL) >= 0;
         if (pthread_create(&c->follower, NULL, follower_main, c) == 0) {
             c->follower_started = true;

@@ -16,7 +16,7 @@
 #include "endpoints/cdc_decode.h"
 #include "endpoints/cdc_filter.h"
 #include "endpoints/endpoint.h"
-#include "guard/scope.h"
+#include "baton/scope.h"
 #include "common/envelope.h"
 #include "common/settings.h"
 #include "common/util.h"
@@ -74,9 +74,9 @@ struct cdc {
     size_t host_next;       /* where the next connect starts */
     size_t host_cur;        /* the one connected (while connected) */
     char where[300];        /* "host:port" connected (or the first) */
-    char ckpt_key[GUARD_KEY_MAX + 8]; /* "<lease key>:cdc", for messages */
+    char ckpt_key[BATON_GUARD_KEY_MAX + 8]; /* "<lease key>:cdc", for messages */
     bool legacy_on;                   /* a redis locker: look at legacy_key too */
-    char legacy_key[GUARD_KEY_MAX];   /* "<prefix>:cdc:<scope>", before the locker kept it */
+    char legacy_key[BATON_GUARD_KEY_MAX];   /* "<prefix>:cdc:<scope>", before the locker kept it */
     struct cdc_progress *progress;
 
     pthread_mutex_t lock; /* fds, start state */

@@ -29,7 +29,7 @@
 #include "endpoints/cron.h"
 #include "endpoints/endpoint.h"
 #include "baton/once_guard.h"
-#include "guard/scope.h"
+#include "baton/scope.h"
 #include "common/envelope.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -312,10 +312,10 @@ static void *schedule_create(const void *settings, struct endpoint_host *host, c
     }
     sc->utc = strcmp(cron_zone_name(sc->expr), "UTC") == 0;
     if (host->guard == GUARD_ONCE) {
-        char scope[GUARD_KEY_MAX];
+        char scope[BATON_GUARD_KEY_MAX];
         const char *sp = host->scope;
         if (!sp || !sp[0]) {
-            if (guard_scope(scope, sizeof scope, "schedule", host->owner, host->name) < 0) {
+            if (baton_scope(scope, sizeof scope, "schedule", host->owner, host->name) < 0) {
                 snprintf(err, errlen, "guard scope too long");
                 cron_free(sc->expr);
                 free(sc);

@@ -42,7 +42,7 @@
 #include "guard/acquirer.h"
 #include "guard/locker.h"
 #include "guard/renewer.h"
-#include "guard/scope.h"
+#include "baton/scope.h"
 #include "base/glog.h"
 #include "base/util.h"
 
@@ -77,7 +77,7 @@ enum wk_cmd { WK_NONE = 0, WK_PROMOTE, WK_DEMOTE };
 
 struct baton_active_guard {
     struct baton_locker *locker; /* not owned */
-    char key[GUARD_KEY_MAX];
+    char key[BATON_GUARD_KEY_MAX];
     char *log_name;
     int64_t ttl_ms, renew_ms, retry_ms, margin_ms;
     int64_t command_timeout_ms; /* the locker's, 0 = unknown */
@@ -967,7 +967,7 @@ struct baton_active_guard *baton_active_guard_create(struct baton_locker *locker
         snprintf(err, errlen, "active guard %s: out of memory", scope ? scope : "");
         return NULL;
     }
-    if (guard_lease_key(g->key, sizeof g->key, o.prefix, scope, o.hash_tag) < 0) {
+    if (baton_lease_key(g->key, sizeof g->key, o.prefix, scope, o.hash_tag) < 0) {
         snprintf(err, errlen, "active guard %s: key too long", scope ? scope : "");
         free(g);
         return NULL;

@@ -8,12 +8,12 @@
 #include "base/glog.h"
 #include "guard/acquirer.h"
 #include "guard/renewer.h"
-#include "guard/scope.h"
+#include "baton/scope.h"
 
-/* Guards build their keys (guard_key, guard_lease_key) within GUARD_KEY_MAX
+/* Guards build their keys (baton_key, baton_lease_key) within BATON_GUARD_KEY_MAX
  * and call some backend operations directly (check, holder): those keys
  * must pass the wrappers' bound too, so their side keys always fit. */
-_Static_assert(GUARD_KEY_MAX <= BATON_KEY_MAX, "guard keys exceed the lockers' key bound");
+_Static_assert(BATON_GUARD_KEY_MAX <= BATON_KEY_MAX, "guard keys exceed the lockers' key bound");
 #include "base/util.h"
 
 void locker_base_init(struct baton_locker *l, const struct locker_ops *ops, bool notifies_gen)
@@ -86,8 +86,8 @@ void locker_release_notify(struct baton_locker *l, const char *key, size_t klen)
     pthread_mutex_unlock(&l->watch_mu);
 }
 
-void locker_holders(struct baton_locker *l, size_t n, const char *const *keys, char *const *bufs,
-                    size_t len, int *rcs)
+void baton_locker_holders(struct baton_locker *l, size_t n, const char *const *keys,
+                          char *const *bufs, size_t len, int *rcs)
 {
     char err[BATON_LOCKER_ERR_MAX];
     for (size_t i = 0; i < n; i++) rcs[i] = BATON_LOCKER_ERR;
@@ -176,6 +176,39 @@ int baton_locker_renew(struct baton_locker *l, const char *key, const char *toke
     int64_t sent_dummy;
     return l->ops->renew(l, key, token ? token : "", ttl_ms,
                          sent_ms ? sent_ms : &sent_dummy, err);
+}
+
+int baton_locker_ping(struct baton_locker *l, char err[BATON_LOCKER_ERR_MAX])
+{
+    if (l == NULL || l->ops == NULL || l->ops->ping == NULL) {
+        snprintf(err, BATON_LOCKER_ERR_MAX, "%s: no ping", baton_locker_backend(l));
+        return BATON_LOCKER_UNSUPPORTED;
+    }
+    return l->ops->ping(l, err);
+}
+
+bool baton_locker_has_holder(const struct baton_locker *l)
+{
+    return l != NULL && l->ops != NULL && l->ops->holder != NULL;
+}
+
+int baton_locker_holder(struct baton_locker *l, const char *key, char *buf, size_t len,
+                        char err[BATON_LOCKER_ERR_MAX])
+{
+    if (len) buf[0] = '\0';
+    if (!baton_locker_has_holder(l)) {
+        snprintf(err, BATON_LOCKER_ERR_MAX, "%s: no holder", baton_locker_backend(l));
+        return BATON_LOCKER_UNSUPPORTED;
+    }
+    return l->ops->holder(l, key, buf, len, err);
+}
+
+int baton_locker_where(struct baton_locker *l, char *buf, size_t len)
+{
+    if (len) buf[0] = '\0';
+    if (l == NULL || l->ops == NULL || l->ops->where == NULL) return -1;
+    l->ops->where(l, buf, len);
+    return 0;
 }
 
 bool baton_locker_can_renew(const struct baton_locker *l)
@@ -287,6 +320,11 @@ static int no_shared_state(struct baton_locker *l, char err[BATON_LOCKER_ERR_MAX
 {
     snprintf(err, BATON_LOCKER_ERR_MAX, "backend %s keeps no shared state", l->ops->name);
     return BATON_LOCKER_UNSUPPORTED;
+}
+
+bool baton_locker_has_shared_state(const struct baton_locker *l)
+{
+    return l != NULL && l->ops != NULL && l->ops->fenced_set != NULL && l->ops->shared_get != NULL;
 }
 
 int baton_locker_fenced_set(struct baton_locker *l, const char *key, const char *name, uint64_t epoch,

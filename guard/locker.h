@@ -155,8 +155,6 @@ void locker_unwatch(struct baton_locker *l, struct locker_watcher *w);
 /* The holders of n keys (status pages): ops->holders in one batch where the
  * backend has it, else ops->holder for each. rcs[i] / bufs[i] as holder()
  * gives them (BATON_LOCKER_ERR for a key not asked). */
-void locker_holders(struct baton_locker *l, size_t n, const char *const *keys, char *const *bufs,
-                    size_t len, int *rcs);
 /* Broadcasts every watcher's condition variable (under its mutex, so a
  * waiter between its check and its wait cannot miss it). The caller may
  * hold backend locks but no watcher's mutex. */

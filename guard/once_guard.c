@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "guard/locker.h"
-#include "guard/scope.h"
+#include "baton/scope.h"
 #include "base/glog.h"
 #include "base/util.h"
 
@@ -30,7 +30,7 @@ struct baton_once_guard *baton_once_guard_create(struct baton_locker *locker, co
     g->locker = locker;
     g->scope = strdup(scope ? scope : "");
     g->prefix = strdup(opts && opts->prefix && opts->prefix[0] ? opts->prefix
-                                                                : GUARD_DEFAULT_PREFIX);
+                                                                : BATON_DEFAULT_PREFIX);
     g->log_name = opts && opts->log_name ? strdup(opts->log_name) : NULL;
     if (!g->scope || !g->prefix || (opts && opts->log_name && !g->log_name)) {
         baton_once_guard_destroy(g);
@@ -65,8 +65,8 @@ bool baton_once_guard_allow(struct baton_once_guard *g, const char *key)
         return true;
     }
     if (key == NULL || key[0] == '\0') return on_failure(g, key, "empty delivery key");
-    char full[GUARD_KEY_MAX];
-    if (guard_key(full, sizeof full, g->prefix, "once", g->scope, key) < 0)
+    char full[BATON_GUARD_KEY_MAX];
+    if (baton_key(full, sizeof full, g->prefix, "once", g->scope, key) < 0)
         return on_failure(g, key, "key too long");
     char err[BATON_LOCKER_ERR_MAX];
     err[0] = '\0';

@@ -1,6 +1,6 @@
 /* Scope and key building for guards: segments joined with ':', empty and
  * NULL segments skipped. */
-#include "guard/scope.h"
+#include "baton/scope.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -36,7 +36,7 @@ static int join_list(char *buf, size_t len, const char *first, va_list ap)
     return (int)pos;
 }
 
-int guard_scope_join(char *buf, size_t len, const char *first, ...)
+int baton_scope_join(char *buf, size_t len, const char *first, ...)
 {
     va_list ap;
     va_start(ap, first);
@@ -45,7 +45,7 @@ int guard_scope_join(char *buf, size_t len, const char *first, ...)
     return rc;
 }
 
-int guard_scope_join_n(char *buf, size_t len, const char *const *segs, size_t n)
+int baton_scope_join_n(char *buf, size_t len, const char *const *segs, size_t n)
 {
     if (buf == NULL || len == 0) return -1;
     buf[0] = '\0';
@@ -60,22 +60,22 @@ int guard_scope_join_n(char *buf, size_t len, const char *const *segs, size_t n)
     return (int)pos;
 }
 
-int guard_key(char *buf, size_t len, const char *prefix, const char *kind, const char *scope,
+int baton_key(char *buf, size_t len, const char *prefix, const char *kind, const char *scope,
               const char *key)
 {
-    if (prefix == NULL || prefix[0] == '\0') prefix = GUARD_DEFAULT_PREFIX;
+    if (prefix == NULL || prefix[0] == '\0') prefix = BATON_DEFAULT_PREFIX;
     const char *segs[4] = {prefix, kind, scope, key};
-    return guard_scope_join_n(buf, len, segs, 4);
+    return baton_scope_join_n(buf, len, segs, 4);
 }
 
-int guard_lease_key(char *buf, size_t len, const char *prefix, const char *scope, bool hash_tag)
+int baton_lease_key(char *buf, size_t len, const char *prefix, const char *scope, bool hash_tag)
 {
-    if (!hash_tag) return guard_key(buf, len, prefix, "active", scope, NULL);
-    char tagged[GUARD_KEY_MAX];
+    if (!hash_tag) return baton_key(buf, len, prefix, "active", scope, NULL);
+    char tagged[BATON_GUARD_KEY_MAX];
     int n = snprintf(tagged, sizeof tagged, "{%s}", scope ? scope : "");
     if (n < 0 || (size_t)n >= sizeof tagged) {
         if (len) buf[0] = '\0';
         return -1;
     }
-    return guard_key(buf, len, prefix, "active", tagged, NULL);
+    return baton_key(buf, len, prefix, "active", tagged, NULL);
 }

@@ -15,8 +15,9 @@
 #include <unistd.h>
 
 #include "baton/active_guard.h"
+#include "baton/locker.h"
 #include "endpoints/redis_settings.h"
-#include "guard/locker.h"
+#include "guard/redis/io.h" /* redis_opts_clear: the Redis connection unit */
 #include "common/redact.h"
 #include "common/util.h"
 #include "src/config_test.h"
@@ -1331,13 +1332,25 @@ out:
     return rc;
 }
 
+/* The etcd options parsed here: every string is the configuration's own. */
+static void etcd_settings_free(struct baton_etcd_opts *o)
+{
+    char *owned[] = {o->ca_file, o->cert_file, o->key_file, o->user};
+    for (size_t i = 0; i < o->n_endpoints; i++) free(o->endpoints[i]);
+    free(o->endpoints);
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free(owned[i]);
+    if (o->password) explicit_bzero(o->password, strlen(o->password));
+    free(o->password);
+    memset(o, 0, sizeof *o);
+}
+
 void config_free(struct baton_config *c)
 {
     if (!c) return;
     free(c->path);
     free(c->owner);
     redis_opts_clear(&c->locker_redis);
-    etcd_opts_clear(&c->locker_etcd);
+    etcd_settings_free(&c->locker_etcd);
     free(c->key_prefix);
     for (size_t i = 0; i < c->n_sinks; i++) {
         struct sink_config *s = &c->sinks[i];

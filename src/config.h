@@ -8,9 +8,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "baton/etcd.h"
+#include "baton/redis.h"
 #include "endpoints/endpoint.h"
-#include "guard/etcd_conn.h"
-#include "guard/redis/io.h"
 #include "common/log.h"
 #include "common/settings.h"
 #include "src/queue.h"

@@ -31,8 +31,8 @@
 #include <unistd.h>
 
 #include "baton/active_guard.h"
-#include "guard/locker.h"
-#include "guard/scope.h"
+#include "baton/locker.h"
+#include "baton/scope.h"
 #include "common/log.h"
 #include "common/redact.h"
 #include "common/util.h"
@@ -480,7 +480,7 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
     e->cfg = c;
     pthread_mutex_init(&e->lifecycle, NULL);
     pthread_mutex_init(&e->source_mu, NULL);
-    if (guard_scope(e->scope, sizeof e->scope, c->type, gw->cfg->owner, c->name) < 0) {
+    if (baton_scope(e->scope, sizeof e->scope, c->type, gw->cfg->owner, c->name) < 0) {
         snprintf(err, errlen, "endpoint '%s': guard scope too long", c->name);
         return -1;
     }
@@ -541,7 +541,7 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
     h->name = c->name;
     h->type = c->type;
     h->owner = gw->cfg->owner;
-    h->key_prefix = gw->cfg->key_prefix ? gw->cfg->key_prefix : GUARD_DEFAULT_PREFIX;
+    h->key_prefix = gw->cfg->key_prefix ? gw->cfg->key_prefix : BATON_DEFAULT_PREFIX;
     h->scope = e->scope;
     h->guard = c->guard;
     h->locker = gw->locker;

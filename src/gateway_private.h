@@ -13,8 +13,8 @@
 
 #include "base/util.h"
 #include "baton/active_guard.h"
-#include "guard/locker.h"
-#include "guard/scope.h"
+#include "baton/locker.h"
+#include "baton/scope.h"
 #include "common/util.h"
 #include "src/forward.h"
 #include "src/gateway.h"
@@ -26,7 +26,7 @@ struct gw_endpoint {
     const struct endpoint_config *cfg;
     struct endpoint_host host;
     struct ep_stats stats;
-    char scope[GUARD_KEY_MAX];
+    char scope[BATON_GUARD_KEY_MAX];
     char *lease_key;
 
     void *ep;               /* endpoint instance */

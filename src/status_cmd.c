@@ -4,8 +4,8 @@
 
 #include "common/redact.h"
 
-#include "guard/locker.h"
-#include "guard/scope.h"
+#include "baton/locker.h"
+#include "baton/scope.h"
 
 /* The STATE column, in the words /status uses for a replica's role
  * (role_name() in src/status_pages.c; README "Status words"):
@@ -52,14 +52,14 @@ int status_cmd_run(const struct baton_config *cfg, FILE *out)
     fprintf(out, ROW, "ENDPOINT", "TYPE", "GUARD", "STATE", "EPOCH", "TTL_MS", "HOLDER");
     for (size_t i = 0; i < cfg->n_endpoints; i++) {
         const struct endpoint_config *e = &cfg->endpoints[i];
-        char scope[GUARD_KEY_MAX], key[GUARD_KEY_MAX];
-        guard_scope(scope, sizeof scope, e->type, cfg->owner, e->name);
+        char scope[BATON_GUARD_KEY_MAX], key[BATON_GUARD_KEY_MAX];
+        baton_scope(scope, sizeof scope, e->type, cfg->owner, e->name);
         if (e->guard != GUARD_ACTIVE) {
             fprintf(out, ROW, e->name, e->type, guard_kind_name(e->guard), unleased_state(e, true), "-", "-",
                     "-");
             continue;
         }
-        guard_lease_key(key, sizeof key, cfg->key_prefix, scope, cfg->locker_hash_tag);
+        baton_lease_key(key, sizeof key, cfg->key_prefix, scope, cfg->locker_hash_tag);
         struct baton_lock_info info;
         char lerr[BATON_LOCKER_ERR_MAX];
         if (baton_locker_inspect(l, key, &info, lerr) != BATON_LOCKER_OK) {

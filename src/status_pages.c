@@ -15,9 +15,9 @@
 #include <unistd.h>
 
 #include "baton/active_guard.h"
-#include "guard/locker.h"
+#include "baton/locker.h"
 #include "baton/once_guard.h"
-#include "guard/scope.h"
+#include "baton/scope.h"
 #include "common/log.h"
 #include "common/redact.h"
 #include "common/util.h"
@@ -32,14 +32,11 @@ static int gateway_locker_probe(struct gateway *gw, char *reason, size_t len)
 {
     if (!gw->locker) return 0;
     char err[BATON_LOCKER_ERR_MAX] = "";
-    int rc;
-    if (gw->locker->ops->ping) {
-        rc = gw->locker->ops->ping(gw->locker, err);
-    } else {
-        char key[GUARD_KEY_MAX];
-        guard_key(key, sizeof key, gw->cfg->key_prefix, "probe", util_hostname(), NULL);
-        rc = gw->locker->ops->check ? gw->locker->ops->check(gw->locker, key, "probe", err)
-                                    : baton_locker_unlock(gw->locker, key, "probe", err);
+    int rc = baton_locker_ping(gw->locker, err);
+    if (rc == BATON_LOCKER_UNSUPPORTED) { /* a round trip all the same */
+        char key[BATON_GUARD_KEY_MAX];
+        baton_key(key, sizeof key, gw->cfg->key_prefix, "probe", util_hostname(), NULL);
+        rc = baton_locker_unlock(gw->locker, key, "probe", err);
     }
     if (rc == BATON_LOCKER_ERR) {
         if (reason) snprintf(reason, len, "locker unreachable: %s", err);
@@ -52,7 +49,7 @@ static int gateway_locker_probe(struct gateway *gw, char *reason, size_t len)
  * the leases, the sinks' readiness. Runs on the observer thread only. */
 
 /* The holder of each guarded endpoint's lease, for /status, in one batch
- * (locker_holders: redis pipelines them, a round trip per 64 endpoints).
+ * (baton_locker_holders: redis pipelines them, a round trip per 64 endpoints).
  * An endpoint this replica leads now is not asked about (/status names this
  * replica then, render_status): a leader of all its endpoints sends nothing.
  * The others are read HOLDERS_PER_ROUND at a time, round robin from where the
@@ -63,7 +60,7 @@ static int gateway_locker_probe(struct gateway *gw, char *reason, size_t len)
 #define HOLDERS_PER_ROUND 128
 static void observe_holders(struct gateway *gw, bool up)
 {
-    if (!gw->locker || !gw->locker->ops->holder || gw->n_eps == 0) return;
+    if (!baton_locker_has_holder(gw->locker) || gw->n_eps == 0) return;
     const char *keys[HOLDERS_PER_ROUND];
     char who[HOLDERS_PER_ROUND][160];
     char *bufs[HOLDERS_PER_ROUND];
@@ -89,7 +86,7 @@ static void observe_holders(struct gateway *gw, bool up)
     gw->obs_cursor = (gw->obs_cursor + seen) % gw->n_eps;
     if (n == 0) return;
     if (up)
-        locker_holders(gw->locker, n, keys, bufs, sizeof who[0], rcs);
+        baton_locker_holders(gw->locker, n, keys, bufs, sizeof who[0], rcs);
     else
         for (size_t j = 0; j < n; j++) rcs[j] = BATON_LOCKER_ERR;
     pthread_mutex_lock(&gw->obs.mu);
@@ -439,9 +436,9 @@ void gateway_render_status(struct gateway *gw, struct jbuf *b)
     jbuf_strz(b, util_hostname());
     jbuf_key(b, &first, "locker");
     jbuf_strz(b, config_locker_backend(gw->cfg));
-    if (gw->locker && gw->locker->ops->where) {
-        char where[256] = "", shown[300];
-        gw->locker->ops->where(gw->locker, where, sizeof where);
+    char where[256] = "";
+    if (baton_locker_where(gw->locker, where, sizeof where) == 0) {
+        char shown[300];
         jbuf_key(b, &first, "locker_endpoint");
         jbuf_strz(b, redact_urls(where, shown, sizeof shown)); /* http://root:***@host */
         explicit_bzero(where, sizeof where);
@@ -467,7 +464,7 @@ void gateway_render_status(struct gateway *gw, struct jbuf *b)
             jbuf_u64(b, LOAD(s->epoch));
             jbuf_key(b, &f, "lease_key");
             jbuf_strz(b, e->lease_key);
-            if (gw->locker && gw->locker->ops->holder) {
+            if (baton_locker_has_holder(gw->locker)) {
                 /* this replica when it leads now, else as last observed (at
                  * most OBSERVE_MS old): no Redis call here */
                 char who[160] = "";

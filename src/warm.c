@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "guard/locker.h"
+#include "baton/locker.h"
 #include "common/envelope.h"
 #include "common/log.h"
 #include "common/util.h"

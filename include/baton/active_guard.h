@@ -44,7 +44,7 @@ struct baton_active_guard_options {
     void *standby_delay_arg;
     const char *log_name;     /* endpoint name for log lines */
     int64_t command_timeout_ms; /* the locker's command timeout (validation) */
-    bool hash_tag;            /* lease key "<prefix>:active:{<scope>}" (guard_lease_key) */
+    bool hash_tag;            /* lease key "<prefix>:active:{<scope>}" (baton_lease_key) */
 };
 
 struct baton_active_guard_callbacks {

@@ -16,5 +16,6 @@
 #include "baton/log.h"
 #include "baton/once_guard.h"
 #include "baton/redis.h"
+#include "baton/scope.h"
 
 #endif

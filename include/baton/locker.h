@@ -88,6 +88,28 @@ BATON_API const char *baton_locker_backend(const struct baton_locker *l);
 BATON_API int baton_locker_lease_traffic(const struct baton_locker *l, uint64_t *round_trips,
                                          uint64_t *calls);
 
+/* For status pages and readiness probes; each runs on the locker's side
+ * connection, never delaying lease traffic.
+ * One round trip to the backend: BATON_LOCKER_OK, BATON_LOCKER_ERR with err,
+ * or BATON_LOCKER_UNSUPPORTED when the backend cannot be pinged. */
+BATON_API int baton_locker_ping(struct baton_locker *l, char err[BATON_LOCKER_ERR_MAX]);
+/* true when the backend records who holds a lease (baton_locker_holder). */
+BATON_API bool baton_locker_has_holder(const struct baton_locker *l);
+/* Who holds key ("<host> pid <pid>"): BATON_LOCKER_OK with buf filled,
+ * BATON_LOCKER_LOST when nobody holds it, BATON_LOCKER_ERR with err,
+ * BATON_LOCKER_UNSUPPORTED when the backend records no holder. */
+BATON_API int baton_locker_holder(struct baton_locker *l, const char *key, char *buf, size_t len,
+                                  char err[BATON_LOCKER_ERR_MAX]);
+/* baton_locker_holder for n keys in as few round trips as the backend can
+ * (Redis: pipelined): rcs[i] and bufs[i] (len bytes each) as it would give
+ * them, every rcs[i] BATON_LOCKER_ERR when the backend could not be asked or
+ * records no holder. */
+BATON_API void baton_locker_holders(struct baton_locker *l, size_t n, const char *const *keys,
+                                    char *const *bufs, size_t len, int *rcs);
+/* Where the backend is reached now ("127.0.0.1:6379", "http://10.0.0.2:2379"):
+ * 0 with buf filled, or -1 (buf "") when the backend does not say. */
+BATON_API int baton_locker_where(struct baton_locker *l, char *buf, size_t len);
+
 /* Convenience wrappers (NULL-safe on optional ops). */
 BATON_API int baton_locker_try_lock(struct baton_locker *l, const char *key, int64_t ttl_ms, struct baton_lock_grant *out,
                     char err[BATON_LOCKER_ERR_MAX]);
@@ -106,6 +128,9 @@ BATON_API int baton_locker_lock(struct baton_locker *l, const char *key, int64_t
 BATON_API int baton_locker_lock_with_retry(struct baton_locker *l, const char *key, int64_t ttl_ms,
                            int64_t interval_ms, int max_retries, const atomic_bool *cancel,
                            struct baton_lock_grant *out, int *attempts, char err[BATON_LOCKER_ERR_MAX]);
+/* true when the backend keeps fenced shared state (fenced_set and shared_get
+ * are supported). */
+BATON_API bool baton_locker_has_shared_state(const struct baton_locker *l);
 /* fenced_set / shared_get, BATON_LOCKER_UNSUPPORTED when the backend has none. */
 BATON_API int baton_locker_fenced_set(struct baton_locker *l, const char *key, const char *name, uint64_t epoch,
                       const char *value, size_t len, int64_t ttl_ms, char err[BATON_LOCKER_ERR_MAX]);

@@ -31,7 +31,7 @@ LEASE = {"ttl_ms": 1000, "renew_ms": 250, "retry_ms": 100}
 
 
 def lease_key(name):
-    """The ActiveGuard lease key of endpoint `name` (guard/scope.c guard_key,
+    """The ActiveGuard lease key of endpoint `name` (guard/scope.c baton_key,
     prefix "baton", no owner)."""
     return "baton:active:mysql_cdc:%s" % name
 

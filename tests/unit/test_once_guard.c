@@ -12,7 +12,7 @@
 
 #include "guard/locker.h"
 #include "baton/once_guard.h"
-#include "guard/scope.h"
+#include "baton/scope.h"
 #include "common/log.h"
 
 struct fault_locker {
@@ -20,7 +20,7 @@ struct fault_locker {
     int answer; /* what try_lock returns */
     int calls;
     int64_t last_ttl;
-    char last_key[GUARD_KEY_MAX];
+    char last_key[BATON_GUARD_KEY_MAX];
 };
 
 static int fault_try_lock(struct baton_locker *l, const char *key, int64_t ttl_ms,
@@ -137,7 +137,7 @@ static void test_bad_keys_follow_the_failure_policy(void **state)
     struct baton_once_guard *g = baton_once_guard_create(&f->base, "s", NULL);
     assert_false(baton_once_guard_allow(g, ""));
     assert_false(baton_once_guard_allow(g, NULL));
-    char huge[GUARD_KEY_MAX + 10];
+    char huge[BATON_GUARD_KEY_MAX + 10];
     memset(huge, 'k', sizeof huge - 1);
     huge[sizeof huge - 1] = '\0';
     assert_false(baton_once_guard_allow(g, huge));
@@ -152,8 +152,8 @@ static void test_dedup_and_tenant_isolation(void **state)
 {
     struct baton_locker *l = baton_locker_local_create();
     char sa[128], sb[128];
-    guard_scope(sa, sizeof sa, "schedule", "tenant-a", "nightly");
-    guard_scope(sb, sizeof sb, "schedule", "tenant-b", "nightly");
+    baton_scope(sa, sizeof sa, "schedule", "tenant-a", "nightly");
+    baton_scope(sb, sizeof sb, "schedule", "tenant-b", "nightly");
     /* two replicas of tenant a, one of tenant b */
     struct baton_once_guard *a1 = baton_once_guard_create(l, sa, NULL);
     struct baton_once_guard *a2 = baton_once_guard_create(l, sa, NULL);

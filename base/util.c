@@ -1,7 +1,6 @@
-/* The guard library's own small helpers: clocks, randomness, sleeping,
- * back-off, base64, a rate limiter. Internal (hidden in libbaton-guard.so);
- * the daemon's common/util.h re-exports them, so the whole tree uses one
- * copy. */
+/* The base room's small helpers: clocks, randomness, sleeping, back-off,
+ * base64, a rate limiter. Internal (hidden in libbaton-guard.so); every layer
+ * includes base/util.h where it uses them, so the whole tree uses one copy. */
 #include "base/util.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* Local locker (guard/locker_local.c) and the generic wrappers in
  * guard/locker.c: exclusivity, expiry, token CAS, racing threads, retries,
- * key and name bounds; the library's logging callback (guard/glog.c). */
+ * key and name bounds; the library's logging callback (base/glog.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

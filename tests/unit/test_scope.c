@@ -1,4 +1,4 @@
-/* Scope and key building (guard/scope.h). */
+/* Scope and key building (include/baton/scope.h, guard/scope.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

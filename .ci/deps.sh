@@ -17,7 +17,7 @@ BUILD=(
   libsystemd-dev
   libcurl4-openssl-dev  # headers; the HTTP sink and the etcd locker load libcurl.so.4 on first use
   libjson-c-dev         # the etcd locker parses etcd's JSON gateway answers
-  libssl-dev            # Redis TLS: the OpenSSL bridge (guard/redis/tls.c)
+  libssl-dev            # Redis TLS: the OpenSSL bridge (redis/tls.c)
 )
 # Running the demo: config/demo/demo.py starts these brokers itself.
 DEMO=(

@@ -13,7 +13,7 @@
 #include "base/util.h"
 #include "endpoints/cdc_checkpoint.h"
 #include "endpoints/mysql_cdc_private.h"
-#include "guard/redis/open.h"
+#include "redis/open.h"
 #include "common/log.h"
 #include "common/util.h"
 

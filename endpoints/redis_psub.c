@@ -30,7 +30,7 @@
  *
  * Sentinel (sentinels + master_name): every connect asks the sentinels for
  * the master and checks its ROLE (redis_conn_open_ex); the consumer also
- * watches the process's +switch-master counter (guard/redis/sentinel.h, at
+ * watches the process's +switch-master counter (redis/sentinel.h, at
  * least every SWITCH_POLL_MS) and resubscribes on the new master when it
  * moves, like after a lost connection. */
 #include "endpoints/redis_psub.h"
@@ -50,8 +50,8 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
-#include "guard/redis/open.h"
-#include "guard/redis/sentinel.h"
+#include "redis/open.h"
+#include "redis/sentinel.h"
 #include "common/log.h"
 #include "common/replay_id.h"
 #include "common/util.h"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "guard/redis/io.h"
+#include "redis/io.h"
 
 /* Objects kept between replies: a pmessage takes five, a burst of replies
  * is built and freed one at a time. */

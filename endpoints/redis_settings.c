@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
-#include "guard/redis/sentinel.h"
+#include "redis/sentinel.h"
 
 const struct setting_def redis_tls_defs[] = {
     {"ca_file", SETTING_STRING, offsetof(struct redis_tls_settings, ca_file),

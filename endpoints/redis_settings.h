@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "guard/redis/io.h"
+#include "redis/io.h"
 #include "common/settings.h"
 
 /* max_reply_bytes at most 1 GiB */

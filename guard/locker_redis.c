@@ -36,7 +36,7 @@
  * two ways: an error reply READONLY, MASTERDOWN or LOADING counts as a
  * broken connection (freed; on the lease connection the generation moves, so
  * the guard verifies its token on the next master), and the process's
- * +switch-master watcher (guard/redis/sentinel.h) counts switches: that
+ * +switch-master watcher (redis/sentinel.h) counts switches: that
  * count is part of the generation, and each connection made before the last
  * switch is dropped and reopened (rediscovering the master) before its next
  * use. */
@@ -52,8 +52,8 @@
 #include <unistd.h>
 
 #include "guard/locker.h"
-#include "guard/redis/open.h"
-#include "guard/redis/sentinel.h"
+#include "redis/open.h"
+#include "redis/sentinel.h"
 #include "base/glog.h"
 #include "guard/locker_redis_private.h"
 #include "base/util.h"

@@ -11,8 +11,8 @@
 #include <stdint.h>
 
 #include "guard/locker.h"
-#include "guard/redis/io.h"
-#include "guard/redis/sentinel.h"
+#include "redis/io.h"
+#include "redis/sentinel.h"
 #include "base/util.h"
 
 #define RELEASED_SUFFIX ":released"

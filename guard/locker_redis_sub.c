@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "guard/locker.h"
-#include "guard/redis/open.h"
-#include "guard/redis/sentinel.h"
+#include "redis/open.h"
+#include "redis/sentinel.h"
 #include "base/glog.h"
 #include "guard/locker_redis_private.h"
 #include "base/util.h"

@@ -17,7 +17,7 @@
 #include "baton/active_guard.h"
 #include "baton/locker.h"
 #include "endpoints/redis_settings.h"
-#include "guard/redis/io.h" /* redis_opts_clear: the Redis connection unit */
+#include "redis/io.h" /* redis_opts_clear: the Redis connection unit */
 #include "common/redact.h"
 #include "common/util.h"
 #include "src/config_test.h"

@@ -7,12 +7,14 @@
 #                   base/ and baton/, nothing above it
 #   guard/          libbaton-guard's own: its private headers (guard/*.h)
 #                   are included only from guard/ and tests/
+#   redis/          the Redis connection unit, beside guard/ (built into
+#                   libbaton-guard, hidden): the locker, the redis_psub
+#                   source, the Redis settings, the CDC checkpoint connection
+#                   and the config loader use it; it includes only base/,
+#                   baton/ and itself (tests/check_redis_layers.sh keeps
+#                   its own layers)
 #   everything else (common/, endpoints/, src/, bench/, examples/) reaches the
-#                   guard through include/baton/ alone; the one exception is
-#                   the Redis connection unit (guard/redis/), shared by the
-#                   locker and the daemon's Redis code: endpoints/ (the
-#                   redis_psub source, its settings, the CDC checkpoint
-#                   connection) and src/ (the config loader) may include it
+#                   guard through include/baton/ alone: no exception
 #
 #   bash tests/check_public_edge.sh [source dir]      (ctest: unit.public_edge)
 set -euo pipefail
@@ -31,18 +33,14 @@ report() {
     done < <(grep -rnE --include='*.c' --include='*.h' --include='*.cc' "$pat" "$dir" || true)
 }
 
-for dir in common src endpoints bench examples include base; do
-    # guard/redis/ is allowed where said above; every other guard/ header never
-    if [[ "$dir" == src || "$dir" == endpoints ]]; then
-        report "$dir" "${INC}guard/[a-z_]+\.h" \
-            "a private guard/ header outside guard/ and tests/: use include/baton/ (add what is missing there)"
-    else
-        report "$dir" "${INC}guard/" \
-            "a private guard/ header outside guard/ and tests/: use include/baton/ (add what is missing there)"
-    fi
+for dir in common src endpoints bench examples include base redis; do
+    report "$dir" "${INC}guard/" \
+        "a private guard/ header outside guard/ and tests/: use include/baton/ (add what is missing there)"
 done
-report include "${INC}(base|common|endpoints|src)/" "the public headers include only baton/"
-report base "${INC}(common|endpoints|src)/" "base/ is below every other layer: it includes only base/ and baton/"
+report redis "${INC}(common|endpoints|src)/" "redis/ sits below the daemon: it includes only base/, baton/ and redis/"
+report common "${INC}redis/" "common/ does not use the Redis connection unit"
+report include "${INC}(base|common|endpoints|src|redis)/" "the public headers include only baton/"
+report base "${INC}(common|endpoints|src|redis|guard)/" "base/ is below every other layer: it includes only base/ and baton/"
 
 if [[ "$fail" -ne 0 ]]; then exit 1; fi
-echo "the public edge holds: guard/ headers only in guard/ and tests/ (guard/redis/ also in src/, endpoints/)"
+echo "the public edge holds: guard/ headers only in guard/ and tests/; redis/ and base/ below the daemon"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Keeps the Redis connection unit (guard/redis/) layered, bottom to top:
+# Keeps the Redis connection unit (redis/) layered, bottom to top:
 #
 #   tls       the TLS bridge (OpenSSL; no hiredis)
 #   io        the hiredis shim: connect step (plain, or TLS through tls),
@@ -12,13 +12,13 @@
 # header); tls includes no hiredis header; of the rest of guard/ the unit
 # uses only BELOW (nothing now: the helpers and the logging callback it
 # needs are in base/, below guard/), never a locker. A
-# file in guard/redis/ that is none of these fails too: place it in LAYERS
+# file in redis/ that is none of these fails too: place it in LAYERS
 # first.
 #
 #   bash tests/check_redis_layers.sh [source dir]     (ctest: unit.redis_layers)
 set -euo pipefail
 ROOT="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
-DIR="$ROOT/guard/redis"
+DIR="$ROOT/redis"
 LAYERS=(tls io sentinel open)
 BELOW=()
 
@@ -38,28 +38,28 @@ for f in "$DIR"/*.c "$DIR"/*.h; do
     name="${base%.*}"
     own="$(rank "$name")"
     if [[ "$own" -lt 0 ]]; then
-        echo "guard/redis/$base: not a known layer (${LAYERS[*]}): add it to LAYERS in $0" >&2
+        echo "redis/$base: not a known layer (${LAYERS[*]}): add it to LAYERS in $0" >&2
         fail=1
         continue
     fi
-    # "guard/redis/x.h", "redis/x.h" or "x.h"
+    # "redis/x.h" or "x.h"
     while IFS=: read -r line inc; do
-        dep="$(sed -E 's@^#[[:space:]]*include[[:space:]]*"(guard/redis/|redis/)?([a-z_]+)\.h".*@\2@' <<<"$inc")"
+        dep="$(sed -E 's@^#[[:space:]]*include[[:space:]]*"(redis/)?([a-z_]+)\.h".*@\2@' <<<"$inc")"
         r="$(rank "$dep")"
         if [[ "$r" -gt "$own" ]]; then
-            echo "guard/redis/$base:$line: $name includes $dep, a higher layer (${LAYERS[*]}, bottom first)" >&2
+            echo "redis/$base:$line: $name includes $dep, a higher layer (${LAYERS[*]}, bottom first)" >&2
             fail=1
         fi
-    done < <(grep -nE '^#[[:space:]]*include[[:space:]]*"((guard/)?redis/)?[a-z_]+\.h"' "$f" || true)
+    done < <(grep -nE '^#[[:space:]]*include[[:space:]]*"(redis/)?[a-z_]+\.h"' "$f" || true)
     while IFS=: read -r line inc; do
         dep="$(sed -E 's@^#[[:space:]]*include[[:space:]]*"guard/([a-z_]+)\.h".*@\1@' <<<"$inc")"
         if [[ " ${BELOW[*]-} " != *" $dep "* ]]; then
-            echo "guard/redis/$base:$line: includes guard/$dep.h: of guard/ the unit uses only: ${BELOW[*]:-nothing (base/ is below it)}" >&2
+            echo "redis/$base:$line: includes guard/$dep.h: of guard/ the unit uses only: ${BELOW[*]:-nothing (base/ is below it)}" >&2
             fail=1
         fi
     done < <(grep -nE '^#[[:space:]]*include[[:space:]]*"guard/[a-z_]+\.h"' "$f" || true)
     if [[ "$name" == tls ]] && grep -nE '^#[[:space:]]*include[[:space:]]*[<"]hiredis/' "$f" >&2; then
-        echo "guard/redis/$base: the TLS bridge includes hiredis (it sits below io)" >&2
+        echo "redis/$base: the TLS bridge includes hiredis (it sits below io)" >&2
         fail=1
     fi
 done
@@ -68,4 +68,4 @@ if [[ "$seen" -eq 0 ]]; then
     exit 1
 fi
 if [[ "$fail" -ne 0 ]]; then exit 1; fi
-echo "guard/redis/: $seen files, layered ${LAYERS[*]} (bottom first)"
+echo "redis/: $seen files, layered ${LAYERS[*]} (bottom first)"

@@ -17,7 +17,7 @@
 
 #include "endpoints/redis_psub.h"
 #include "endpoints/redis_reply_pool.h"
-#include "guard/redis/io.h"
+#include "redis/io.h"
 #include "common/log.h"
 #include "common/envelope.h"
 #include "common/json.h"

@@ -37,7 +37,7 @@
 #include "guard/etcd_conn.h"
 #include "guard/locker.h"
 #include "baton/once_guard.h"
-#include "guard/redis/open.h"
+#include "redis/open.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "tests/support/etcd_server.h"

@@ -1,4 +1,4 @@
-/* Integration test of Redis Sentinel support (guard/redis/sentinel.c,
+/* Integration test of Redis Sentinel support (redis/sentinel.c,
  * redis_conn_open_ex with sentinels, the Redis locker following a failover)
  * against real processes on loopback: a master, a replica and three
  * redis-sentinel (tests/support/sentinel.h). In order, on one deployment:
@@ -29,8 +29,8 @@
 
 #include "base/util.h"
 #include "guard/locker.h"
-#include "guard/redis/open.h"
-#include "guard/redis/sentinel.h"
+#include "redis/open.h"
+#include "redis/sentinel.h"
 #include "common/util.h"
 #include "tests/support/free_port.h"
 #include "tests/support/sentinel.h"

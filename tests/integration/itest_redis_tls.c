@@ -1,4 +1,4 @@
-/* Integration test of Redis over TLS (guard/redis/tls.c through
+/* Integration test of Redis over TLS (redis/tls.c through
  * redis_conn_open), against a real redis-server with only a TLS port
  * (--port 0 --tls-port P) and certificates made here with the openssl
  * command line: commands, large values and pipelines through the bridge,
@@ -27,8 +27,8 @@
 #include <unistd.h>
 
 #include "base/util.h"
-#include "guard/redis/open.h"
-#include "guard/redis/tls.h"
+#include "redis/open.h"
+#include "redis/tls.h"
 #include "common/util.h"
 #include "tests/support/child.h"
 #include "tests/support/free_port.h"

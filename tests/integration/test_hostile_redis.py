@@ -333,7 +333,7 @@ def test_c_psub_trickled_message(t):
 
 
 def test_tls_trickle_and_huge_bulk(t):
-    """The same through the TLS bridge (guard/redis/tls.c): the deadline and
+    """The same through the TLS bridge (redis/tls.c): the deadline and
     the limit hold on hiredis's side of it, and SIGTERM is not held up."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
     from tlsfiles import make_tls_files

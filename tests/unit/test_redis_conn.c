@@ -24,8 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "guard/redis/open.h"
-#include "guard/redis/sentinel.h"
+#include "redis/open.h"
+#include "redis/sentinel.h"
 #include "common/log.h"
 
 static redisReader *bounded_reader(void)

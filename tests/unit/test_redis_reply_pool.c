@@ -13,7 +13,7 @@
 
 #include "endpoints/redis_psub.h"
 #include "endpoints/redis_reply_pool.h"
-#include "guard/redis/io.h"
+#include "redis/io.h"
 #include "common/log.h"
 
 static void *get(redisReader *r)

@@ -6,7 +6,7 @@
  * for the whole process pumps bytes between the other end and the TLS
  * session (see tls.c for why this design). No hiredis here.
  *
- * guard/redis/, bottom to top: tls <- io <- sentinel <- open; a file includes
+ * redis/, bottom to top: tls <- io <- sentinel <- open; a file includes
  * only the layers below its own (tests/check_redis_layers.sh). This: tls, the bottom.
  */
 #ifndef BATON_REDIS_TLS_H

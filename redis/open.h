@@ -2,7 +2,7 @@
  * CDC checkpoints): TCP connect with timeout, AUTH [user] password, SELECT
  * db, command timeout; through the sentinels when o has some.
  *
- * guard/redis/, bottom to top: tls <- io <- sentinel <- open; a file includes
+ * redis/, bottom to top: tls <- io <- sentinel <- open; a file includes
  * only the layers below its own (tests/check_redis_layers.sh). This: open, over sentinel and io.
  */
 #ifndef BATON_REDIS_OPEN_H
@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "guard/redis/io.h"
+#include "redis/io.h"
 
 /* Returns a connected, authenticated context with db selected, or NULL with
  * err naming host:port and the reason ("connection refused", "WRONGPASS ..."). */

@@ -11,7 +11,7 @@
  * master. A user remembers the count when it connects and reconnects (which
  * rediscovers the master) when the count moved.
  *
- * guard/redis/, bottom to top: tls <- io <- sentinel <- open; a file includes
+ * redis/, bottom to top: tls <- io <- sentinel <- open; a file includes
  * only the layers below its own (tests/check_redis_layers.sh). This: sentinel, over io.
  */
 #ifndef BATON_REDIS_SENTINEL_H
@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "guard/redis/io.h"
+#include "redis/io.h"
 
 /* Asks the sentinels of o in order for the master of o->master_name. 0 with
  * host (NUL-terminated, cut to hostlen) and *port; -1 with err naming the

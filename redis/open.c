@@ -1,6 +1,6 @@
 /* Opening a Redis connection the same way everywhere: TCP connect with
  * timeout, AUTH [user] password, SELECT db, command timeout, keepalive. */
-#include "guard/redis/open.h"
+#include "redis/open.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/time.h>
 
-#include "guard/redis/sentinel.h"
+#include "redis/sentinel.h"
 #include "base/glog.h"
 #include "base/util.h"
 

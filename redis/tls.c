@@ -31,7 +31,7 @@
  * it keeps discarding what hiredis still writes until hiredis closes too
  * (closing first would turn hiredis's next write into a SIGPIPE). Cost per connection: ~33 KiB of buffers plus OpenSSL's session
  * state; one thread in all. */
-#include "guard/redis/tls.h"
+#include "redis/tls.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* The low layer of the Redis connection unit (see io.h): the connect step
  * (plain TCP, or TLS through tls.h), bounded replies, reads into a heap
  * buffer, one deadline per reply, the command helpers, opts copy/clear. */
-#include "guard/redis/io.h"
+#include "redis/io.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -15,7 +15,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "guard/redis/tls.h"
+#include "redis/tls.h"
 #include "base/glog.h"
 #include "base/util.h"
 
@@ -301,7 +301,7 @@ redisContext *redis_conn_connect(const struct baton_redis_opts *o, const char *h
     redisContext *c;
     if (o && o->tls.enabled) {
         /* TLS: the handshake here, hiredis over the bridge's socketpair
-         * (guard/redis/tls.c); keepalive is set on the TCP socket there
+         * (redis/tls.c); keepalive is set on the TCP socket there
          * (hiredis's TCP_KEEPIDLE fails on an AF_UNIX socket) */
         int fd = redis_tls_connect(&o->tls, host, port, cto, err, errlen);
         if (fd < 0) return NULL;

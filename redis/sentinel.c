@@ -1,5 +1,5 @@
 /* See sentinel.h. */
-#include "guard/redis/sentinel.h"
+#include "redis/sentinel.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "guard/redis/io.h"
+#include "redis/io.h"
 #include "base/glog.h"
 #include "base/util.h"
 

@@ -3,7 +3,7 @@
  * deadline per reply, the command helpers, opts copy/clear. hiredis 0.14
  * (no TLS, RESP2). Opening a connection (AUTH, SELECT, Sentinel) is open.h.
  *
- * guard/redis/, bottom to top: tls <- io <- sentinel <- open; a file includes
+ * redis/, bottom to top: tls <- io <- sentinel <- open; a file includes
  * only the layers below its own (tests/check_redis_layers.sh). This: io, over tls.
  */
 #ifndef BATON_REDIS_IO_H
@@ -17,7 +17,7 @@
 #include "baton/redis.h"
 
 /* The connect step of redis_conn_open_ex (also for reaching sentinels):
- * host:port over TLS when o->tls.enabled (guard/redis/tls.h, never plain
+ * host:port over TLS when o->tls.enabled (redis/tls.h, never plain
  * text then), else plain TCP; within o->connect_timeout_ms. A connected
  * blocking context (no AUTH, SELECT or command timeout yet), or NULL with
  * err naming host:port ("redis h:p: connect: ...", "redis h:p: TLS: ..."). */

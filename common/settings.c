@@ -2,6 +2,8 @@
  * NULL-terminated array of struct setting_def. See settings.h. */
 #include "common/settings.h"
 
+#include "common/log.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -370,7 +372,9 @@ static int parse_one(const struct setting_def *d, const config_setting_t *s, voi
 static bool name_in(const char *name, const struct setting_def *defs, const char *const *also)
 {
     for (size_t i = 0; defs && defs[i].name; i++)
-        if (strcmp(defs[i].name, name) == 0) return true;
+        if (strcmp(defs[i].name, name) == 0 ||
+            (defs[i].old_name && strcmp(defs[i].old_name, name) == 0))
+            return true;
     for (size_t i = 0; also && also[i]; i++)
         if (strcmp(also[i], name) == 0) return true;
     return false;
@@ -470,6 +474,22 @@ int settings_parse(const struct setting_def *defs, const config_setting_t *group
     for (size_t i = 0; defs && defs[i].name; i++) {
         const struct setting_def *d = &defs[i];
         const config_setting_t *s = group ? config_setting_get_member(group, d->name) : NULL;
+        const config_setting_t *old =
+            group && d->old_name ? config_setting_get_member(group, d->old_name) : NULL;
+        if (old && s) {
+            set_err(err, old, "%s: '%s' and '%s' are the same setting (its old and new "
+                    "name): keep only '%s'", what, d->old_name, d->name, d->name);
+            return -1;
+        }
+        if (old) {
+            const char *file;
+            int line;
+            where(old, &file, &line);
+            log_warn("config", NULL, "%s:%d: %s: '%s' is deprecated: it is now called '%s' "
+                     "(the old name still works, for now)", file ? file : "(config)", line, what,
+                     d->old_name, d->name);
+            s = old;
+        }
         if (s) {
             if (parse_one(d, s, out, what, err)) return -1;
         } else if (d->required) {

@@ -47,6 +47,10 @@ struct setting_def {
     const char *const *choices; /* SETTING_ENUM: NULL-terminated list */
     const char *help;           /* what is expected, used in error messages */
     const struct setting_def *sub; /* SETTING_GROUP: the nested group's settings */
+    /* An older name of this setting, still accepted: settings_parse reads
+     * it when the new name is absent and logs a deprecation warning naming
+     * file, line and the new name; both given is an error. NULL: none. */
+    const char *old_name;
 };
 #define SETTINGS_END { .name = NULL }
 

@@ -243,6 +243,48 @@ static void test_unknown_key_before_other_errors(void **state)
     expect_error("g = {\n port = 70000;\n  colour = 1;\n};\n", 3, "unknown key 'colour'; valid keys");
 }
 
+/* A renamed setting: the old name still fills it (with a warning, not
+ * checked here: it goes to the log), the new one wins nothing over it
+ * silently: both at once is an error naming the old one's line. */
+static void test_old_name(void **state)
+{
+    (void)state;
+    struct ren {
+        int64_t reconnect_min_ms;
+    };
+    static const struct setting_def ren_defs[] = {
+        { "reconnect_min_ms", SETTING_INT, offsetof(struct ren, reconnect_min_ms), .def = "100",
+          .min = 1, .max = 1000, .old_name = "reconnect_backoff_ms" },
+        SETTINGS_END
+    };
+    config_t cf;
+    struct config_error err = { 0 };
+    struct ren r = { 0 };
+    const config_setting_t *g = load(&cf, "g = {\n reconnect_backoff_ms = 250;\n};\n", "g");
+    assert_int_equal(settings_parse(ren_defs, g, NULL, "endpoint 'x'", &r, &err), 0);
+    assert_int_equal(r.reconnect_min_ms, 250);
+    config_destroy(&cf);
+
+    memset(&r, 0, sizeof r);
+    g = load(&cf, "g = {\n reconnect_backoff_ms = 5000;\n};\n", "g");
+    assert_int_equal(settings_parse(ren_defs, g, NULL, "endpoint 'x'", &r, &err), -1);
+    assert_int_equal(err.line, 2); /* its range applies under the old name too */
+    config_destroy(&cf);
+
+    memset(&r, 0, sizeof r);
+    g = load(&cf, "g = {\n reconnect_min_ms = 300;\n reconnect_backoff_ms = 250;\n};\n", "g");
+    assert_int_equal(settings_parse(ren_defs, g, NULL, "endpoint 'x'", &r, &err), -1);
+    assert_int_equal(err.line, 3);
+    assert_non_null(strstr(err.msg, "keep only 'reconnect_min_ms'"));
+    config_destroy(&cf);
+
+    memset(&r, 0, sizeof r);
+    g = load(&cf, "g = {\n reconnect_min_ms = 300;\n};\n", "g");
+    assert_int_equal(settings_parse(ren_defs, g, NULL, "endpoint 'x'", &r, &err), 0);
+    assert_int_equal(r.reconnect_min_ms, 300);
+    config_destroy(&cf);
+}
+
 static void test_also_allowed_and_required(void **state)
 {
     (void)state;
@@ -640,6 +682,7 @@ int main(void)
         cmocka_unit_test(test_secret_file_size),
         cmocka_unit_test(test_secret_neither_and_both),
         cmocka_unit_test(test_credential_files),
+        cmocka_unit_test(test_old_name),
     };
     return cmocka_run_group_tests(tests, setup_dir, remove_dir);
 }

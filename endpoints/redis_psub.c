@@ -21,12 +21,13 @@
  * interval for every connection to the same server, and no timer here, so
  * that an idle consumer sleeps until its socket has something.
  *
- * Connection lost while leader: reconnect with backoff; unreachable for
- * longer than the lease ttl -> host->source_lost() (the guard releases the
- * lease so another replica can try) and the thread ends. Unguarded
- * (guard = none, forced): start() returns 0 at once and the thread retries
- * forever. Messages published while nobody is subscribed are lost: Redis
- * pub/sub keeps nothing.
+ * The consumer thread is endpoints/source_loop.h's supervisor (this file
+ * gives it open, run, close): connection lost while leader: reconnect with
+ * back-off; unreachable for longer than the lease ttl -> host->source_lost()
+ * (the guard releases the lease so another replica can try) and the thread
+ * ends. Unguarded (guard = none, forced): it retries forever. Messages
+ * published while nobody is subscribed are lost: Redis pub/sub keeps
+ * nothing.
  *
  * Sentinel (sentinels + master_name): every connect asks the sentinels for
  * the master and checks its ROLE (redis_conn_open_ex); the consumer also
@@ -37,6 +38,7 @@
 #include "base/util.h"
 #include "endpoints/redis_probe.h"
 #include "endpoints/redis_reply_pool.h"
+#include "endpoints/source_loop.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -91,12 +93,14 @@ static const struct setting_def psub_defs[] = {
      .help = "glob patterns to PSUBSCRIBE to, e.g. [\"orders.*\"]"},
     {"channels", SETTING_STRLIST, offsetof(struct redis_psub_settings, channels),
      .help = "channel names to SUBSCRIBE to"},
-    {"reconnect_backoff_ms", SETTING_INT,
-     offsetof(struct redis_psub_settings, reconnect_backoff_ms), .def = "100", .min = 1,
-     .max = 600000, .help = "first reconnect delay in ms (doubles up to the max, jittered)"},
-    {"reconnect_backoff_max_ms", SETTING_INT,
-     offsetof(struct redis_psub_settings, reconnect_backoff_max_ms), .def = "2000", .min = 1,
-     .max = 3600000, .help = "largest reconnect delay in ms"},
+    {"reconnect_min_ms", SETTING_INT,
+     offsetof(struct redis_psub_settings, reconnect_min_ms), .def = "100", .min = 1,
+     .max = 600000, .help = "first reconnect delay in ms (doubles up to the max, jittered)",
+     .old_name = "reconnect_backoff_ms"},
+    {"reconnect_max_ms", SETTING_INT,
+     offsetof(struct redis_psub_settings, reconnect_max_ms), .def = "2000", .min = 1,
+     .max = 3600000, .help = "largest reconnect delay in ms",
+     .old_name = "reconnect_backoff_max_ms"},
     {"ping_interval_ms", SETTING_INT, offsetof(struct redis_psub_settings, ping_interval_ms),
      .def = "1000", .min = 0, .max = 3600000,
      .help = "PING after this many ms of silence; no answer within the next interval = "
@@ -296,11 +300,11 @@ int redis_psub_validate(const struct redis_psub_settings *s, enum guard_kind gua
     }
     if (check_list(&s->patterns, "patterns", msg, msglen)) return -1;
     if (check_list(&s->channels, "channels", msg, msglen)) return -1;
-    if (s->reconnect_backoff_max_ms < s->reconnect_backoff_ms) {
+    if (s->reconnect_max_ms < s->reconnect_min_ms) {
         snprintf(msg, msglen,
-                 "'reconnect_backoff_max_ms' (%" PRId64 ") must be >= 'reconnect_backoff_ms' "
+                 "'reconnect_max_ms' (%" PRId64 ") must be >= 'reconnect_min_ms' "
                  "(%" PRId64 ")",
-                 s->reconnect_backoff_max_ms, s->reconnect_backoff_ms);
+                 s->reconnect_max_ms, s->reconnect_min_ms);
         return -1;
     }
     if (s->password_env && s->password_file) {
@@ -326,14 +330,11 @@ int redis_psub_validate(const struct redis_psub_settings *s, enum guard_kind gua
 /* ------------------------------------------------------------------------ */
 /* The endpoint */
 
-enum start_state { START_PENDING = 0, START_OK = 1, START_FAILED = -1 };
-
 struct psub {
     const struct redis_psub_settings *s;
     struct endpoint_host *host;
     struct baton_redis_opts ro;
     char where[200]; /* "host:port db N" for log lines (host cut at 150) */
-    bool guarded;    /* started on promotion, stopped on demotion */
     bool replay;     /* failover = "replay": runs on every replica until shutdown */
     struct replay_idctx idctx; /* consumer thread only */
 
@@ -342,19 +343,14 @@ struct psub {
     size_t *pargvlen, *cargvlen;
     int pargc, cargc;
 
-    pthread_mutex_t lock; /* guards fd, start_state */
-    pthread_cond_t cond;
+    pthread_mutex_t lock; /* guards fd */
     int fd;               /* socket of the live connection, -1 when none */
-    enum start_state start_state;
-    char start_err[640];
-
-    atomic_bool stop;
-    bool running; /* thread created and not joined (start/stop thread only) */
-    pthread_t thread;
+    struct source_loop loop; /* the consumer thread */
+    redisContext *conn;      /* the live connection; consumer thread only */
 
     struct envelope env; /* consumer thread only */
     struct reply_pool *pool; /* the replies of its connections; consumer thread only */
-    struct ratelimit rl_retry, rl_bad;
+    struct ratelimit rl_bad;
 
     /* Sentinel: the process's +switch-master watcher of ro's sentinels
      * (acquired by the consumer thread on its first connect, released by
@@ -368,17 +364,6 @@ struct psub {
     struct probe_conn probe;
     bool probed;
 };
-
-static void set_start_state(struct psub *p, enum start_state st, const char *err)
-{
-    pthread_mutex_lock(&p->lock);
-    if (p->start_state == START_PENDING) {
-        p->start_state = st;
-        if (err) snprintf(p->start_err, sizeof p->start_err, "%s", err);
-        pthread_cond_broadcast(&p->cond);
-    }
-    pthread_mutex_unlock(&p->lock);
-}
 
 /* Deferred: flushed after the read (a drop is counted and logged there). */
 static void emit(struct psub *p, struct message *m, bool deferred)
@@ -493,7 +478,7 @@ static redisContext *conn_open(struct psub *p, char *err, size_t errlen)
     if (!c) return NULL;
     reply_pool_attach(p->pool, c->reader); /* a message allocates nothing */
     pthread_mutex_lock(&p->lock);
-    bool stopping = atomic_load(&p->stop);
+    bool stopping = source_loop_stopping(&p->loop);
     if (!stopping) p->fd = c->fd; /* from now on stop() can interrupt us */
     pthread_mutex_unlock(&p->lock);
     if (stopping) {
@@ -655,7 +640,7 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
                      p->where, p->s->command_timeout_ms);
             return;
         }
-        if (atomic_load_explicit(&p->stop, memory_order_relaxed)) {
+        if (atomic_load_explicit(&p->loop.stop, memory_order_relaxed)) {
             snprintf(err, errlen, "stopping");
             return;
         }
@@ -746,119 +731,71 @@ static void conn_run(struct psub *p, redisContext *c, char *err, size_t errlen)
 /* The reconnect delay; with sentinels it ends early when they switch the
  * master (the count moved since the last attempt): no backoff left over
  * from the outage delays the resubscription on the new master. */
-static void backoff_sleep(struct psub *p, int64_t ms)
+static void loop_wait(void *ep, int64_t ms, const atomic_bool *stop)
 {
+    struct psub *p = ep;
     if (p->watch == NULL) {
-        sleep_ms_cancellable(ms, &p->stop);
+        sleep_ms_cancellable(ms, stop);
         return;
     }
     int64_t end = clock_mono_ms() + ms;
-    for (int64_t left = ms; left > 0 && !atomic_load(&p->stop); left = end - clock_mono_ms()) {
+    for (int64_t left = ms; left > 0 && !atomic_load(stop); left = end - clock_mono_ms()) {
         if (redis_sentinel_watch_count(p->watch) != p->switch_seen) return;
-        sleep_ms_cancellable(left < SWITCH_POLL_MS / 5 ? left : SWITCH_POLL_MS / 5, &p->stop);
+        sleep_ms_cancellable(left < SWITCH_POLL_MS / 5 ? left : SWITCH_POLL_MS / 5, stop);
     }
 }
 
-static void *consumer_main(void *arg)
+static int loop_open(void *ep, char *err, size_t errlen)
 {
-    struct psub *p = arg;
-    struct endpoint_host *h = p->host;
-    const char *name = h->name;
-    bool first = true, subscribed_once = false;
-    unsigned attempt = 0;
-    int64_t lost_since = 0; /* monotonic ms when the source became unreachable; 0 = reachable */
-    char err[640];
-
-    while (!atomic_load(&p->stop)) {
-        redisContext *c = conn_open(p, err, sizeof err);
-        if (c) {
-            if (first) {
-                first = false;
-                set_start_state(p, START_OK, NULL);
-            }
-            if (!subscribed_once) {
-                subscribed_once = true;
-                log_info(COMPONENT, name, "subscribed on %s: %d pattern(s), %d channel(s)",
-                         p->where, p->pargc - 1, p->cargc - 1);
-            } else if (p->replay) {
-                /* the ring has a hole here; the ids restart their context */
-                h->source_gap(h);
-                replay_idctx_reset(&p->idctx);
-                log_info(COMPONENT, name,
-                         "resubscribed on %s after %" PRId64 " ms (messages published "
-                         "meanwhile are missing from this replica's replay ring)",
-                         p->where, clock_mono_ms() - lost_since);
-            } else {
-                log_info(COMPONENT, name,
-                         "resubscribed on %s after %" PRId64 " ms (messages published "
-                         "meanwhile are lost: pub/sub keeps nothing)",
-                         p->where, clock_mono_ms() - lost_since);
-            }
-            lost_since = 0;
-            int64_t up_at = clock_mono_ms();
-            conn_run(p, c, err, sizeof err);
-            conn_close(p, c);
-            if (atomic_load(&p->stop)) break;
-            /* the back-off starts again after a connection that lasted; one
-             * dropped within a second of its subscription (a source sending
-             * what baton refuses: an oversized or malformed reply) backs off
-             * further, instead of a reconnect and two log lines every
-             * reconnect_backoff_ms */
-            if (clock_mono_ms() - up_at >= 1000) attempt = 0;
-            atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
-            lost_since = clock_mono_ms();
-            log_warn(COMPONENT, name, "connection lost: %s; reconnecting", err);
-            backoff_sleep(p, backoff_ms(attempt++, p->s->reconnect_backoff_ms,
-                                        p->s->reconnect_backoff_max_ms));
-            continue;
-        }
-        if (atomic_load(&p->stop)) break;
-        if (first && p->guarded) {
-            /* start() reports it; the guard demotes and tries again later */
-            set_start_state(p, START_FAILED, err);
-            return NULL;
-        }
-        if (first) {
-            first = false;
-            set_start_state(p, START_OK, NULL); /* unguarded: retry in the background */
-        }
-        atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
-        int64_t now = clock_mono_ms();
-        if (!lost_since) lost_since = now;
-        if (p->replay && now - lost_since >= h->lease_ttl_ms && h->leader_now(h)) {
-            /* a leader without its source hands over to a standby that may
-             * have it; this replica keeps retrying and buffering */
-            char reason[1024];
-            snprintf(reason, sizeof reason,
-                     "source %s unreachable for %" PRId64 " ms (lease ttl %" PRId64 " ms): %s",
-                     p->where, now - lost_since, h->lease_ttl_ms, err);
-            h->source_lost(h, reason);
-        }
-        if (p->guarded && now - lost_since >= h->lease_ttl_ms) {
-            char reason[1024];
-            snprintf(reason, sizeof reason,
-                     "source %s unreachable for %" PRId64 " ms (lease ttl %" PRId64 " ms): %s",
-                     p->where, now - lost_since, h->lease_ttl_ms, err);
-            log_error(COMPONENT, name, "%s; giving up the lease so another replica can try",
-                      reason);
-            h->source_lost(h, reason);
-            break; /* the guard calls stop(), which joins us */
-        }
-        int64_t d = backoff_ms(attempt++, p->s->reconnect_backoff_ms,
-                               p->s->reconnect_backoff_max_ms);
-        if (p->guarded) {
-            int64_t left = lost_since + h->lease_ttl_ms - now;
-            if (d > left) d = left > 1 ? left : 1;
-        }
-        long long supp = 0;
-        if (ratelimit_ok(&p->rl_retry, 5000, &supp))
-            log_warn(COMPONENT, name, "cannot subscribe: %s; retrying in %" PRId64
-                     " ms (%lld similar lines suppressed)", err, d, supp);
-        backoff_sleep(p, d);
-    }
-    if (first) set_start_state(p, START_FAILED, "stopped before subscribing");
-    return NULL;
+    struct psub *p = ep;
+    p->conn = conn_open(p, err, errlen);
+    return p->conn ? 0 : -1;
 }
+
+static enum source_end loop_run(void *ep, struct source_loop *l, char *err, size_t errlen)
+{
+    struct psub *p = ep;
+    conn_run(p, p->conn, err, errlen);
+    return source_loop_stopping(l) ? SOURCE_STOPPED : SOURCE_LOST;
+}
+
+static void loop_close(void *ep)
+{
+    struct psub *p = ep;
+    conn_close(p, p->conn);
+    p->conn = NULL;
+}
+
+static void loop_up(void *ep, bool first, int64_t down_ms)
+{
+    struct psub *p = ep;
+    const char *name = p->host->name;
+    if (first) {
+        log_info(COMPONENT, name, "subscribed on %s: %d pattern(s), %d channel(s)", p->where,
+                 p->pargc - 1, p->cargc - 1);
+    } else if (p->replay) {
+        /* the ring has a hole here (the loop told the gateway); the ids
+         * restart their context */
+        replay_idctx_reset(&p->idctx);
+        log_info(COMPONENT, name,
+                 "resubscribed on %s after %" PRId64 " ms (messages published "
+                 "meanwhile are missing from this replica's replay ring)",
+                 p->where, down_ms);
+    } else {
+        log_info(COMPONENT, name,
+                 "resubscribed on %s after %" PRId64 " ms (messages published "
+                 "meanwhile are lost: pub/sub keeps nothing)",
+                 p->where, down_ms);
+    }
+}
+
+static const struct source_loop_ops psub_loop_ops = {
+    .open = loop_open,
+    .run = loop_run,
+    .close = loop_close,
+    .up = loop_up,
+    .wait = loop_wait,
+};
 
 static void build_argv(const char *cmd, const struct strlist *l, const char ***argv,
                        size_t **argvlen, int *argc)
@@ -894,7 +831,6 @@ static void *psub_create(const void *settings, struct endpoint_host *host, char 
     p->s = s;
     p->host = host;
     p->replay = host->replay;
-    p->guarded = host->guard == GUARD_ACTIVE && !p->replay;
     p->ro.host = xstrdup(s->host ? s->host : "127.0.0.1");
     p->ro.port = (int)s->port;
     p->ro.db = (int)s->db;
@@ -912,9 +848,15 @@ static void *psub_create(const void *settings, struct endpoint_host *host, char 
     build_argv("PSUBSCRIBE", &s->patterns, &p->pargv, &p->pargvlen, &p->pargc);
     build_argv("SUBSCRIBE", &s->channels, &p->cargv, &p->cargvlen, &p->cargc);
     pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->cond, NULL);
     p->fd = -1;
-    atomic_init(&p->stop, false);
+    p->loop.ops = &psub_loop_ops;
+    p->loop.ep = p;
+    p->loop.h = host;
+    p->loop.component = COMPONENT;
+    p->loop.thread_kind = "psub";
+    p->loop.backoff_min_ms = s->reconnect_min_ms;
+    p->loop.backoff_max_ms = s->reconnect_max_ms;
+    source_loop_init(&p->loop);
     envelope_init(&p->env);
     p->pool = reply_pool_create();
     if (!p->pool) {
@@ -928,30 +870,10 @@ static void *psub_create(const void *settings, struct endpoint_host *host, char 
 static int psub_start(void *ep)
 {
     struct psub *p = ep;
-    const char *name = p->host->name;
-    if (p->running) {
-        log_error(COMPONENT, name, "start called while already running");
-        return -1;
-    }
-    atomic_store(&p->stop, false);
-    p->start_state = START_PENDING;
-    p->start_err[0] = '\0';
     p->fd = -1;
-    int rc = pthread_create(&p->thread, NULL, consumer_main, p);
-    if (rc == 0) thread_name(p->thread, "psub", name);
-    if (rc != 0) {
-        log_error(COMPONENT, name, "cannot create the consumer thread: %s", strerror(rc));
-        return -1;
-    }
-    p->running = true;
-    pthread_mutex_lock(&p->lock);
-    while (p->start_state == START_PENDING) pthread_cond_wait(&p->cond, &p->lock);
-    enum start_state st = p->start_state;
-    pthread_mutex_unlock(&p->lock);
-    if (st == START_FAILED) {
-        pthread_join(p->thread, NULL);
-        p->running = false;
-        log_error(COMPONENT, name, "cannot subscribe: %s", p->start_err);
+    char err[1024];
+    if (source_loop_start(&p->loop, err, sizeof err) < 0) {
+        log_error(COMPONENT, p->host->name, "cannot subscribe: %s", err);
         return -1;
     }
     return 0;
@@ -960,13 +882,12 @@ static int psub_start(void *ep)
 static void psub_stop(void *ep)
 {
     struct psub *p = ep;
-    if (!p->running) return;
-    atomic_store(&p->stop, true);
+    if (!source_loop_running(&p->loop)) return;
+    source_loop_request_stop(&p->loop);
     pthread_mutex_lock(&p->lock);
     if (p->fd >= 0) shutdown(p->fd, SHUT_RDWR); /* wakes the poll/read at once */
     pthread_mutex_unlock(&p->lock);
-    pthread_join(p->thread, NULL);
-    p->running = false;
+    source_loop_join(&p->loop);
     log_info(COMPONENT, p->host->name, "unsubscribed from %s", p->where);
 }
 
@@ -983,8 +904,8 @@ static void psub_destroy(void *ep)
     free(p->cargvlen);
     redis_sentinel_watch_release(p->watch);
     redis_opts_clear(&p->ro);
+    source_loop_destroy(&p->loop);
     pthread_mutex_destroy(&p->lock);
-    pthread_cond_destroy(&p->cond);
     free(p);
 }
 

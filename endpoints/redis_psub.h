@@ -26,8 +26,8 @@ struct redis_psub_settings {
     int64_t command_timeout_ms;
     struct strlist patterns; /* PSUBSCRIBE */
     struct strlist channels; /* SUBSCRIBE */
-    int64_t reconnect_backoff_ms;
-    int64_t reconnect_backoff_max_ms;
+    int64_t reconnect_min_ms;
+    int64_t reconnect_max_ms;
     int64_t ping_interval_ms; /* idle keepalive; 0 = never ping */
     struct strlist sentinels; /* Sentinel discovery instead of host/port */
     char *master_name;

@@ -135,14 +135,18 @@ static const config_setting_t *setting_named_by(const config_setting_t *group, c
 }
 
 /* Names of a settings table as a NULL-terminated array (for also_allowed),
- * plus extra (a group key parsed separately) when not NULL. */
+ * older names included (setting_def.old_name), plus extra (a group key
+ * parsed separately) when not NULL. */
 static const char **def_names_with(const struct setting_def *defs, const char *extra)
 {
-    size_t n = 0;
+    size_t n = 0, k = 0;
     while (defs && defs[n].name) n++;
-    const char **v = xcalloc(n + 2, sizeof *v);
-    for (size_t i = 0; i < n; i++) v[i] = defs[i].name;
-    v[n] = extra;
+    const char **v = xcalloc(2 * n + 2, sizeof *v);
+    for (size_t i = 0; i < n; i++) {
+        v[k++] = defs[i].name;
+        if (defs[i].old_name) v[k++] = defs[i].old_name;
+    }
+    v[k] = extra;
     return v;
 }
 

@@ -168,8 +168,8 @@ static int setup(void **state)
     settings.patterns.n = 1;
     settings.channels.v = channels;
     settings.channels.n = 1;
-    settings.reconnect_backoff_ms = 20;
-    settings.reconnect_backoff_max_ms = 100;
+    settings.reconnect_min_ms = 20;
+    settings.reconnect_max_ms = 100;
     settings.ping_interval_ms = 100;
     if (redis_pid <= 0) redis_start();
     return 0;

@@ -260,8 +260,8 @@ static struct redis_psub_settings base(void)
     s.host = (char *)"127.0.0.1";
     s.port = 6379;
     s.connect_timeout_ms = s.command_timeout_ms = 1000;
-    s.reconnect_backoff_ms = 100;
-    s.reconnect_backoff_max_ms = 2000;
+    s.reconnect_min_ms = 100;
+    s.reconnect_max_ms = 2000;
     s.ping_interval_ms = 1000;
     s.patterns.v = one;
     s.patterns.n = 1;
@@ -296,9 +296,9 @@ static void test_validate(void **state)
     assert_non_null(strstr(msg, "'channels' element 2 is an empty string"));
 
     s = base();
-    s.reconnect_backoff_max_ms = 50;
+    s.reconnect_max_ms = 50;
     assert_int_equal(redis_psub_validate(&s, GUARD_ACTIVE, false, msg, sizeof msg), -1);
-    assert_non_null(strstr(msg, "reconnect_backoff_max_ms"));
+    assert_non_null(strstr(msg, "reconnect_max_ms"));
 
     s = base();
     s.password_env = (char *)"X";

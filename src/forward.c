@@ -3,11 +3,36 @@
 
 #include <time.h>
 
+#include "base/util.h"
+
+/* Whether runs are checked against a term at all: guarded, or inline
+ * delivery (whose drain deadline ends the term even when unguarded). */
+static bool term_checked(const struct forward_ctx *ctx)
+{
+    return ctx->guard != NULL || ctx->drain_deadline_ms != NULL;
+}
+
+/* The leader state in term `epoch`, asked of the guard itself (term-checked
+ * contexts only). */
+static enum baton_leader_state term_state(const struct forward_ctx *ctx, uint64_t epoch,
+                                          int64_t *left_ms)
+{
+    if (ctx->stopping && ctx->drain_deadline_ms && atomic_load(ctx->stopping) &&
+        clock_mono_ms() >= atomic_load(ctx->drain_deadline_ms))
+        return BATON_LEADER_NO;
+    if (!ctx->guard) { /* inline delivery of an unguarded endpoint */
+        if (left_ms) *left_ms = INT64_MAX;
+        return BATON_LEADER_YES;
+    }
+    forward_term_state_fn ask = ctx->term_state ? ctx->term_state : baton_active_guard_term_state;
+    return ask(ctx->guard, epoch, left_ms);
+}
+
 int64_t forward_time_left(void *arg, uint64_t epoch)
 {
     const struct forward_ctx *ctx = arg;
     int64_t left = 0;
-    switch (ctx->term_state(ctx->arg, epoch, &left)) {
+    switch (term_state(ctx, epoch, &left)) {
     case BATON_LEADER_YES: return left > 0 ? left : -1;
     case BATON_LEADER_UNSURE: return 0;
     default: return -1;
@@ -24,15 +49,16 @@ static unsigned long long forward_run(const struct forward_ctx *ctx, struct mess
                                       enum msg_outcome *outcome, size_t n)
 {
     uint64_t epoch = msgs[0]->epoch;
+    bool checked = term_checked(ctx);
     enum msg_outcome without_sink = MSG_DELIVERED;
     if (cancelled(ctx)) {
         without_sink = MSG_DROPPED_SHUTDOWN;
-    } else if (ctx->term_state) {
+    } else if (checked) {
         /* A lease being verified after a locker reconnect is waited for
          * (nothing is forwarded meanwhile): it resolves within a round trip,
          * or the deadline passes and the term ends. */
         enum baton_leader_state st;
-        while ((st = ctx->term_state(ctx->arg, epoch, NULL)) == BATON_LEADER_UNSURE && !cancelled(ctx)) {
+        while ((st = term_state(ctx, epoch, NULL)) == BATON_LEADER_UNSURE && !cancelled(ctx)) {
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
         }
@@ -48,7 +74,7 @@ static unsigned long long forward_run(const struct forward_ctx *ctx, struct mess
     for (size_t i = 0; i < n; i++) outcome[i] = MSG_DROPPED_SINK_FAILED;
     struct sink_call call = {
         .cancel = ctx->cancel,
-        .time_left = ctx->term_state ? forward_time_left : NULL,
+        .time_left = checked ? forward_time_left : NULL,
         .arg = (void *)ctx,
     };
     ctx->sink_ops->send(ctx->sink, msgs, n, outcome, &call);

@@ -5,8 +5,9 @@
  * Term-scoped, lease-bounded delivery: every message carries the lease term
  * (epoch) it was received in, and the sink gets it only while this replica
  * leads now in that same term. The sink asks before every request, every
- * retry attempt and every poll slice (fwd_time_left) and bounds each
- * blocking operation by the time left on the lease; messages of a term that
+ * retry attempt and every poll slice (forward_time_left: src/forward.c asks
+ * the guard itself) and bounds each blocking operation by the time left on
+ * the lease; messages of a term that
  * ended are settled as term_ended and never delivered in a later term (the
  * endpoint's done callback settles them by source semantics: dropped,
  * requeued, or left unchekpointed).
@@ -250,29 +251,6 @@ static bool host_stopping(const struct endpoint_host *h)
 }
 
 /* ---- forwarder -------------------------------------------------------- */
-
-static enum baton_leader_state fwd_term_state(void *arg, uint64_t epoch, int64_t *left_ms)
-{
-    struct gw_endpoint *e = arg;
-    return baton_active_guard_term_state(e->guard, epoch, left_ms);
-}
-
-/* Inline delivery's view of the term: the lease's (always live when
- * unguarded), but over once the endpoint is being stopped and its drain
- * deadline passed. The forwarder gets fwd_cancel for that from on_demoted
- * after stop() returns; stop() joins the very thread that delivers inline,
- * so that thread must give up by itself (a shared pipe filled by another
- * endpoint between ready() and the write would otherwise hold the stop as
- * long as the reader stalls). */
-static enum baton_leader_state inline_term_state(void *arg, uint64_t epoch, int64_t *left_ms)
-{
-    struct gw_endpoint *e = arg;
-    if (atomic_load(&e->ep_stopping) && clock_mono_ms() >= atomic_load(&e->drain_deadline_ms))
-        return BATON_LEADER_NO;
-    if (e->guard) return baton_active_guard_term_state(e->guard, epoch, left_ms);
-    if (left_ms) *left_ms = INT64_MAX;
-    return BATON_LEADER_YES;
-}
 
 /* Settles msgs[0..n) with their outcomes: counters, latency, done callbacks. */
 static void settle(struct gw_endpoint *e, struct message **msgs, const enum msg_outcome *outcome,
@@ -520,15 +498,23 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
         if (c->failover == FAILOVER_REPLAY && gw->locker)
             e->warm = warm_create(c->name, &c->replay, gw->locker, e->lease_key, warm_enqueue, e);
     }
+    /* The forwarder asks the guard itself (src/forward.c). */
     e->fctx = (struct forward_ctx){
         .sink_ops = c->sink->ops,
         .sink = e->sink,
-        .term_state = e->guard ? fwd_term_state : NULL,
-        .arg = e,
+        .guard = e->guard,
         .cancel = &e->fwd_cancel,
     };
+    /* Inline delivery's view of the term: the lease's (always live when
+     * unguarded), but over once the endpoint is being stopped and its drain
+     * deadline passed. The forwarder gets fwd_cancel for that from
+     * on_demoted after stop() returns; stop() joins the very thread that
+     * delivers inline, so that thread must give up by itself (a shared pipe
+     * filled by another endpoint between ready() and the write would
+     * otherwise hold the stop as long as the reader stalls). */
     e->inl_fctx = e->fctx;
-    e->inl_fctx.term_state = inline_term_state;
+    e->inl_fctx.stopping = &e->ep_stopping;
+    e->inl_fctx.drain_deadline_ms = &e->drain_deadline_ms;
     /* replay too: warm_emit enqueues deferred messages quietly, and deliver()
      * tells warm what was settled on either path */
     e->inline_ok = c->sink->ops->ready != NULL;

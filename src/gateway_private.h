@@ -33,7 +33,7 @@ struct gw_endpoint {
     void *sink;             /* sink instance (one per endpoint) */
     struct queue *q;
     struct forward_ctx fctx;    /* term-scoped delivery to the sink (src/forward.h) */
-    struct forward_ctx inl_fctx; /* the same for inline delivery (inline_term_state) */
+    struct forward_ctx inl_fctx; /* the same for inline delivery (+ its drain deadline) */
     size_t batch_max;
     /* Inline delivery (host_flush): the endpoint's thread delivers its own
      * batch while the forwarder is idle, if the sink takes it at once. */

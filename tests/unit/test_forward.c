@@ -18,7 +18,10 @@
 
 /* ---- fake guard: one current term on a fake clock -------------------------- */
 
-struct fake_guard {
+/* struct baton_active_guard is opaque outside the library, so the test gives
+ * it a body of its own and answers for it through forward_ctx.term_state
+ * (the seam that replaces baton_active_guard_term_state). */
+struct baton_active_guard {
     uint64_t epoch;      /* current term */
     int64_t deadline;    /* fake ms; the term ended once now >= deadline */
     int64_t now;         /* fake clock */
@@ -26,9 +29,10 @@ struct fake_guard {
     int asked;
 };
 
-static enum baton_leader_state fake_term_state(void *arg, uint64_t epoch, int64_t *left)
+static enum baton_leader_state fake_term_state(const struct baton_active_guard *cg, uint64_t epoch,
+                                               int64_t *left)
 {
-    struct fake_guard *g = arg;
+    struct baton_active_guard *g = (struct baton_active_guard *)cg; /* the test's own, not const */
     g->asked++;
     if (left) *left = 0;
     if (epoch != g->epoch || g->now >= g->deadline) return BATON_LEADER_NO;
@@ -43,9 +47,10 @@ static enum baton_leader_state fake_term_state(void *arg, uint64_t epoch, int64_
 /* ---- fake sink: each request takes `cost` fake ms -------------------------- */
 
 struct fake_sink {
-    struct fake_guard *g;
+    struct baton_active_guard *g;
     int64_t cost;
     int calls, requests;
+    bool timed; /* the last call came with a time_left */
     uint64_t sent_epochs[64];
     int64_t sent_at[64];
 };
@@ -55,6 +60,7 @@ static void fake_send(void *sink, struct message *const *msgs, size_t n, enum ms
 {
     struct fake_sink *k = sink;
     k->calls++;
+    k->timed = call->time_left != NULL;
     for (size_t i = 0; i < n; i++) {
         int64_t left = sink_time_left(call, msgs[i]->epoch);
         if (left < 0) {
@@ -93,9 +99,9 @@ static void finish_all(struct message **m, const enum msg_outcome *o, size_t n)
  * before it is delivered, nothing is written after it. */
 static void test_term_ends_mid_batch(void **state)
 {
-    struct fake_guard g = {.epoch = 7, .deadline = 100, .now = 0};
+    struct baton_active_guard g = {.epoch = 7, .deadline = 100, .now = 0};
     struct fake_sink k = {.g = &g, .cost = 30};
-    struct forward_ctx ctx = {.sink_ops = &fake_ops, .sink = &k, .term_state = fake_term_state, .arg = &g};
+    struct forward_ctx ctx = {.sink_ops = &fake_ops, .sink = &k, .guard = &g, .term_state = fake_term_state};
     struct message *m[6];
     enum msg_outcome o[6];
     for (int i = 0; i < 6; i++) m[i] = msg(7);
@@ -112,9 +118,9 @@ static void test_term_ends_mid_batch(void **state)
  * term 6's do, in order. */
 static void test_older_term_messages_never_delivered(void **state)
 {
-    struct fake_guard g = {.epoch = 6, .deadline = 1000, .now = 0};
+    struct baton_active_guard g = {.epoch = 6, .deadline = 1000, .now = 0};
     struct fake_sink k = {.g = &g, .cost = 1};
-    struct forward_ctx ctx = {.sink_ops = &fake_ops, .sink = &k, .term_state = fake_term_state, .arg = &g};
+    struct forward_ctx ctx = {.sink_ops = &fake_ops, .sink = &k, .guard = &g, .term_state = fake_term_state};
     uint64_t epochs[7] = {5, 5, 5, 6, 6, 5, 6};
     struct message *m[7];
     enum msg_outcome o[7];
@@ -133,10 +139,10 @@ static void test_older_term_messages_never_delivered(void **state)
  * until it resolves. */
 static void test_unsure_waits_then_delivers(void **state)
 {
-    struct fake_guard g = {.epoch = 3, .deadline = 1000, .now = 0};
+    struct baton_active_guard g = {.epoch = 3, .deadline = 1000, .now = 0};
     atomic_store(&g.unsure_polls, 20);
     struct fake_sink k = {.g = &g, .cost = 1};
-    struct forward_ctx ctx = {.sink_ops = &fake_ops, .sink = &k, .term_state = fake_term_state, .arg = &g};
+    struct forward_ctx ctx = {.sink_ops = &fake_ops, .sink = &k, .guard = &g, .term_state = fake_term_state};
     struct message *m[2] = {msg(3), msg(3)};
     enum msg_outcome o[2];
     forward_batch(&ctx, m, o, 2);
@@ -149,10 +155,10 @@ static void test_unsure_waits_then_delivers(void **state)
 /* Past the drain deadline: settled as shutdown without the sink. */
 static void test_cancel_settles_without_the_sink(void **state)
 {
-    struct fake_guard g = {.epoch = 3, .deadline = 1000, .now = 0};
+    struct baton_active_guard g = {.epoch = 3, .deadline = 1000, .now = 0};
     struct fake_sink k = {.g = &g, .cost = 1};
     atomic_bool cancel = true;
-    struct forward_ctx ctx = {.sink_ops = &fake_ops, .sink = &k, .term_state = fake_term_state, .arg = &g,
+    struct forward_ctx ctx = {.sink_ops = &fake_ops, .sink = &k, .guard = &g, .term_state = fake_term_state,
                               .cancel = &cancel};
     struct message *m[2] = {msg(3), msg(3)};
     enum msg_outcome o[2];
@@ -166,7 +172,7 @@ static void test_cancel_settles_without_the_sink(void **state)
 /* Unguarded (schedule, mqtt $share): no term, always handed over. */
 static void test_unguarded_always_forwards(void **state)
 {
-    struct fake_guard g = {.epoch = 0, .deadline = 0, .now = 0};
+    struct baton_active_guard g = {.epoch = 0, .deadline = 0, .now = 0};
     struct fake_sink k = {.g = &g, .cost = 1};
     struct forward_ctx ctx = {.sink_ops = &fake_ops, .sink = &k};
     struct message *m[3] = {msg(0), msg(0), msg(0)};
@@ -174,6 +180,69 @@ static void test_unguarded_always_forwards(void **state)
     forward_batch(&ctx, m, o, 3);
     for (int i = 0; i < 3; i++) assert_int_equal(o[i], MSG_DELIVERED);
     finish_all(m, o, 3);
+}
+
+/* Unguarded forwarder thread: the sink gets no time_left at all (no term,
+ * no deadline). */
+static void test_unguarded_sink_call_is_untimed(void **state)
+{
+    struct baton_active_guard g = {0};
+    struct fake_sink k = {.g = &g, .cost = 1};
+    struct forward_ctx ctx = {.sink_ops = &fake_ops, .sink = &k};
+    struct message *m[1] = {msg(0)};
+    enum msg_outcome o[1];
+    forward_batch(&ctx, m, o, 1);
+    assert_int_equal(o[0], MSG_DELIVERED);
+    assert_false(k.timed);
+    finish_all(m, o, 1);
+}
+
+/* Inline delivery (the endpoint's own thread): while the endpoint is not
+ * being stopped, or its drain deadline has not passed, the lease decides
+ * (always live when unguarded, but the sink call is timed); once stopping
+ * and past the drain deadline the term counts as ended, guarded or not,
+ * and the sink is not called. */
+static void test_inline_drain_deadline_ends_the_term(void **state)
+{
+    struct baton_active_guard g = {.epoch = 4, .deadline = 1000, .now = 0};
+    struct fake_sink k = {.g = &g, .cost = 1};
+    atomic_bool stopping = false;
+    atomic_llong drain_deadline = 0; /* long passed on the monotonic clock */
+    struct forward_ctx guarded = {.sink_ops = &fake_ops, .sink = &k, .guard = &g,
+                                  .term_state = fake_term_state, .stopping = &stopping,
+                                  .drain_deadline_ms = &drain_deadline};
+    struct forward_ctx unguarded = {.sink_ops = &fake_ops, .sink = &k, .stopping = &stopping,
+                                    .drain_deadline_ms = &drain_deadline};
+    struct message *m[2] = {msg(4), msg(0)};
+    enum msg_outcome o[2];
+
+    /* not stopping: delivered; the unguarded one's call is timed too */
+    forward_batch(&guarded, m, o, 1);
+    forward_batch(&unguarded, m + 1, o + 1, 1);
+    assert_int_equal(o[0], MSG_DELIVERED);
+    assert_int_equal(o[1], MSG_DELIVERED);
+    assert_true(k.timed);
+    assert_int_equal(k.calls, 2);
+
+    /* stopping, deadline ahead: still delivered */
+    atomic_store(&stopping, true);
+    atomic_store(&drain_deadline, INT64_MAX);
+    forward_batch(&guarded, m, o, 1);
+    forward_batch(&unguarded, m + 1, o + 1, 1);
+    assert_int_equal(o[0], MSG_DELIVERED);
+    assert_int_equal(o[1], MSG_DELIVERED);
+    assert_int_equal(k.calls, 4);
+
+    /* stopping and past the drain deadline: term ended, no sink call */
+    atomic_store(&drain_deadline, 0);
+    int asked = g.asked;
+    forward_batch(&guarded, m, o, 1);
+    forward_batch(&unguarded, m + 1, o + 1, 1);
+    assert_int_equal(o[0], MSG_DROPPED_TERM_ENDED);
+    assert_int_equal(o[1], MSG_DROPPED_TERM_ENDED);
+    assert_int_equal(k.calls, 4);
+    assert_int_equal(g.asked, asked); /* decided before the guard is asked */
+    finish_all(m, o, 2);
 }
 
 int main(void)
@@ -184,6 +253,8 @@ int main(void)
         cmocka_unit_test(test_unsure_waits_then_delivers),
         cmocka_unit_test(test_cancel_settles_without_the_sink),
         cmocka_unit_test(test_unguarded_always_forwards),
+        cmocka_unit_test(test_unguarded_sink_call_is_untimed),
+        cmocka_unit_test(test_inline_drain_deadline_ends_the_term),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

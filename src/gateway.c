@@ -468,7 +468,7 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
     queue_set_quiet_limit(e->q, e->batch_max);
 
     char serr[256] = "";
-    e->sink = c->sink->ops->create(c->sink->name, c->sink->settings, serr, sizeof serr);
+    e->sink = c->sink->ops->create(c->sink->name, c->name, c->sink->settings, serr, sizeof serr);
     if (!e->sink) {
         snprintf(err, errlen, "endpoint '%s': sink '%s': %s", c->name, c->sink->name, serr);
         return -1;

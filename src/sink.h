@@ -1,6 +1,7 @@
 /* The sink interface. A sink is declared once in the main config (named) and
  * instantiated once per endpoint that uses it (create is called per
- * endpoint), so send() is called for one endpoint at a time: from its
+ * endpoint, with the endpoint's name), so send() is called for one endpoint
+ * at a time: from its
  * forwarder thread, or from its endpoint thread holding the queue's delivery
  * token (inline delivery, see ready). Shared resources (stdout) serialise inside the implementation. */
 #ifndef BATON_SINK_H
@@ -43,7 +44,10 @@ struct sink_ops {
     size_t settings_size;
     /* Optional cross-field validation after the table checks. */
     int (*validate)(const void *settings, char *msg, size_t msglen);
-    void *(*create)(const char *name, const void *settings, char *err, size_t errlen);
+    /* name: the sink's, from the main file; endpoint: the endpoint this
+     * instance serves (headers, log lines; NULL or "" = none). */
+    void *(*create)(const char *name, const char *endpoint, const void *settings, char *err,
+                    size_t errlen);
     /* Delivers msgs[0..n); fills outcome[i] with MSG_DELIVERED,
      * MSG_DROPPED_SINK_FAILED (after the sink's own retries),
      * MSG_DROPPED_TERM_ENDED (the term ended before it went out, or the lease

@@ -13,7 +13,8 @@
  * the receiver may still have processed it (it carries X-Baton-Epoch, so a
  * receiver keeping the highest epoch it saw can reject it).
  *
- * Headers: Content-Type, X-Baton-Endpoint (from the envelope), X-Baton-Epoch
+ * Headers: Content-Type, X-Baton-Endpoint (the endpoint the instance was
+ * created for), X-Baton-Epoch
  * and X-Baton-Id (from the message; omitted when the id is empty), plus the
  * static ones from `headers` and `headers_env`. In a batch (batch_max > 1)
  * X-Baton-Epoch is the highest epoch in the batch, X-Baton-Id the first
@@ -74,6 +75,8 @@ static const struct setting_def http_defs[] = {
 
 struct http_sink {
     char *name;
+    char *endpoint;        /* for log lines; NULL = none */
+    char *endpoint_header; /* "X-Baton-Endpoint: <name, encoded>"; NULL = none */
     char *url;       /* what curl gets */
     char *url_shown; /* what logs and messages show: user information masked */
     long timeout_ms, connect_timeout_ms;
@@ -216,6 +219,8 @@ static void http_destroy(void *sink)
     sym_curl_slist_free_all(k->static_headers);
     jbuf_free(&k->body);
     free(k->name);
+    free(k->endpoint);
+    free(k->endpoint_header);
     free(k->url);
     free(k->url_shown);
     free(k);
@@ -229,7 +234,27 @@ static bool append_header(struct curl_slist **list, const char *h)
     return true;
 }
 
-static void *http_create(const char *name, const void *settings, char *err, size_t errlen)
+/* A header line: "Name: value" with value percent-encoded outside visible
+ * ASCII. */
+#define HEADER_LINE_MAX (64 + 3 * 256 + 1)
+static void encode_header(char line[HEADER_LINE_MAX], const char *name, const char *value)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = (size_t)snprintf(line, HEADER_LINE_MAX, "%s: ", name);
+    for (const unsigned char *p = (const unsigned char *)value; *p && n + 4 < HEADER_LINE_MAX; p++) {
+        if (*p > 0x20 && *p < 0x7f && *p != '%') {
+            line[n++] = (char)*p;
+        } else {
+            line[n++] = '%';
+            line[n++] = hex[*p >> 4];
+            line[n++] = hex[*p & 15];
+        }
+    }
+    line[n] = '\0';
+}
+
+static void *http_create(const char *name, const char *endpoint, const void *settings, char *err,
+                         size_t errlen)
 {
     const struct http_settings *s = settings;
     if (http_validate(s, err, errlen) != 0) return NULL;
@@ -240,6 +265,12 @@ static void *http_create(const char *name, const void *settings, char *err, size
     }
     struct http_sink *k = xcalloc(1, sizeof *k);
     k->name = xstrdup(name ? name : "http");
+    if (endpoint && endpoint[0]) {
+        char line[HEADER_LINE_MAX];
+        encode_header(line, "X-Baton-Endpoint", endpoint);
+        k->endpoint = xstrdup(endpoint);
+        k->endpoint_header = xstrdup(line);
+    }
     k->url = xstrdup(s->url);
     size_t shown_len = strlen(s->url) + 1 + strlen(REDACT_MASK);
     k->url_shown = xmalloc(shown_len);
@@ -316,22 +347,10 @@ oom:
     return NULL;
 }
 
-/* "Name: value" with value percent-encoded outside visible ASCII. */
 static bool add_header_encoded(struct curl_slist **list, const char *name, const char *value)
 {
-    static const char hex[] = "0123456789ABCDEF";
-    char line[64 + 3 * 256 + 1];
-    size_t n = (size_t)snprintf(line, sizeof line, "%s: ", name);
-    for (const unsigned char *p = (const unsigned char *)value; *p && n + 4 < sizeof line; p++) {
-        if (*p > 0x20 && *p < 0x7f && *p != '%') {
-            line[n++] = (char)*p;
-        } else {
-            line[n++] = '%';
-            line[n++] = hex[*p >> 4];
-            line[n++] = hex[*p & 15];
-        }
-    }
-    line[n] = '\0';
+    char line[HEADER_LINE_MAX];
+    encode_header(line, name, value);
     return append_header(list, line);
 }
 
@@ -344,9 +363,7 @@ static struct curl_slist *request_headers(struct http_sink *k, struct message *c
     if (!k->custom_content_type)
         ok = append_header(&h, n > 1 || k->batch_max > 1 ? "Content-Type: application/x-ndjson"
                                                          : "Content-Type: application/json");
-    char ep[256];
-    if (ok && sink_envelope_endpoint(msgs[0], ep, sizeof ep) > 0)
-        ok = add_header_encoded(&h, "X-Baton-Endpoint", ep);
+    if (ok && k->endpoint_header) ok = append_header(&h, k->endpoint_header);
     uint64_t epoch = 0;
     for (size_t i = 0; i < n; i++)
         if (msgs[i]->epoch > epoch) epoch = msgs[i]->epoch;
@@ -499,9 +516,7 @@ static enum msg_outcome backoff_sleep(const struct sink_call *call, uint64_t epo
 static enum msg_outcome deliver(struct http_sink *k, struct message *const *msgs, size_t n,
                                 const char *body, size_t len, struct sink_call *call)
 {
-    char ep[128];
-    sink_envelope_endpoint(msgs[0], ep, sizeof ep);
-    const char *epn = ep[0] ? ep : NULL;
+    const char *epn = k->endpoint;
     uint64_t epoch = msgs[0]->epoch;
     struct curl_slist *hdrs = request_headers(k, msgs, n);
     if (!hdrs) {

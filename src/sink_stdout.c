@@ -49,6 +49,7 @@ enum out_mode {
 
 struct stdout_sink {
     char *name;
+    char *endpoint; /* for log lines; NULL = none */
     int fd;       /* as configured (identifies the shared descriptor) */
     int wfd;      /* what we write to */
     enum out_mode mode;
@@ -58,11 +59,13 @@ struct stdout_sink {
 /* One lock for every instance: they share the descriptor. */
 static pthread_mutex_t stdout_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static void *stdout_create(const char *name, const void *settings, char *err, size_t errlen)
+static void *stdout_create(const char *name, const char *endpoint, const void *settings, char *err,
+                           size_t errlen)
 {
     const struct stdout_settings *s = settings;
     struct stdout_sink *k = xcalloc(1, sizeof *k);
     k->name = xstrdup(name ? name : "stdout");
+    k->endpoint = endpoint && endpoint[0] ? xstrdup(endpoint) : NULL;
     k->fd = s ? (int)s->fd : STDOUT_FILENO;
     if (k->fd <= 0) k->fd = STDOUT_FILENO;
     k->wfd = k->fd;
@@ -92,6 +95,7 @@ static void stdout_destroy(void *sink)
     if (!k) return;
     if (k->wfd != k->fd) close(k->wfd);
     free(k->name);
+    free(k->endpoint);
     free(k);
 }
 
@@ -276,9 +280,7 @@ static void stdout_send(void *sink, struct message *const *msgs, size_t n,
         call->attempt_errors++;
         long long suppressed = 0;
         if (ratelimit_ok(&k->rl, 1000, &suppressed)) {
-            char ep[128];
-            sink_envelope_endpoint(msgs[done], ep, sizeof ep);
-            log_error("sink_stdout", ep[0] ? ep : NULL,
+            log_error("sink_stdout", k->endpoint,
                       "sink '%s': write to fd %d failed: %s (errno %d); %zu of %zu messages "
                       "dropped (first id '%s')%s",
                       k->name, k->fd, st.err ? strerror(st.err) : "no room", st.err, n - done, n,

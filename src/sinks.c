@@ -21,37 +21,6 @@ const struct sink_ops *sink_lookup(const char *type)
     return NULL;
 }
 
-size_t sink_envelope_endpoint(const struct message *m, char *out, size_t outlen)
-{
-    static const char prefix[] = "{\"endpoint\":\"";
-    if (!out || outlen == 0) return 0;
-    out[0] = '\0';
-    if (!m || m->len < sizeof prefix - 1 || memcmp(m->json, prefix, sizeof prefix - 1) != 0)
-        return 0;
-    const char *p = m->json + sizeof prefix - 1;
-    const char *end = m->json + m->len;
-    size_t n = 0;
-    while (p < end && *p != '"') {
-        char c = *p++;
-        if (c == '\\' && p < end) {
-            char e = *p++;
-            if (e == '"' || e == '\\' || e == '/') {
-                c = e;
-            } else {
-                if (n + 1 < outlen) out[n++] = '\\';
-                c = e;
-            }
-        }
-        if (n + 1 < outlen) out[n++] = c;
-    }
-    if (p >= end) { /* unterminated */
-        out[0] = '\0';
-        return 0;
-    }
-    out[n] = '\0';
-    return n;
-}
-
 int64_t sink_time_left(const struct sink_call *call, uint64_t epoch)
 {
     if (call == NULL || call->time_left == NULL) return INT64_MAX;

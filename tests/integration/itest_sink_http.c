@@ -176,6 +176,7 @@ static int server_stop(void **state)
 /* Parses a sink group from libconfig text exactly as the config loader does:
  * table defaults, validation, then create. Returns the sink or NULL (err). */
 struct made {
+    const char *endpoint; /* the endpoint the sink is created for (NULL: none) */
     const struct sink_ops *ops;
     void *settings;
     void *sink;
@@ -204,7 +205,7 @@ static int make_sink(struct made *m, const char *cfg_text, char *err, size_t err
     }
     if (m->ops->validate && m->ops->validate(m->settings, err, errlen) != 0) return -1;
     if (unset_before_create) unsetenv(unset_before_create);
-    m->sink = m->ops->create("h", m->settings, err, errlen);
+    m->sink = m->ops->create("h", m->endpoint, m->settings, err, errlen);
     return m->sink ? 0 : -1;
 }
 
@@ -242,7 +243,7 @@ static void test_retries_then_delivery(void **state)
             "retries = 5; backoff_ms = 20; backoff_max_ms = 200;\n"
             "headers = [ \"X-Static: yes\" ];\n"
             "headers_env = [ \"Authorization=BATON_TEST_TOKEN\" ];\n");
-    struct made m = {0};
+    struct made m = {.endpoint = "orders"};
     assert_int_equal(make_sink(&m, cfg, err, sizeof err), 0);
     struct message *msg = mk_msg("orders", 42, "m-1", "hello \"world\"");
     enum msg_outcome out = MSG_DROPPED_SINK_FAILED;
@@ -370,7 +371,7 @@ static void test_batch_ndjson(void **state)
     server_reset(1, 502, 200);
     char cfg[512], err[512] = "";
     url_cfg(cfg, sizeof cfg, "batch_max = 3; backoff_ms = 10;\n");
-    struct made m = {0};
+    struct made m = {.endpoint = "batched"};
     assert_int_equal(make_sink(&m, cfg, err, sizeof err), 0);
     struct message *msgs[5];
     enum msg_outcome outs[5];

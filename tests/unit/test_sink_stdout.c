@@ -26,6 +26,10 @@ struct made {
     void *sink;
 };
 
+/* The endpoint the sink instance serves: on purpose not the one the
+ * envelopes name ("ep"), so a log line shows which of the two the sink used. */
+#define SINK_ENDPOINT "orders"
+
 static void make_sink(struct made *m, int fd)
 {
     m->ops = sink_lookup("stdout");
@@ -41,7 +45,7 @@ static void make_sink(struct made *m, int fd)
                                      m->settings, &err), 0);
     config_destroy(&cfg);
     char e[256] = "";
-    m->sink = m->ops->create("out", m->settings, e, sizeof e);
+    m->sink = m->ops->create("out", SINK_ENDPOINT, m->settings, e, sizeof e);
     assert_non_null(m->sink);
 }
 
@@ -199,11 +203,30 @@ static void test_epipe_fails_messages(void **state)
     struct message *msgs[3] = {mk(0, 1), mk(0, 2), mk(0, 3)};
     enum msg_outcome out[3] = {MSG_DELIVERED, MSG_DELIVERED, MSG_DELIVERED};
     unsigned long long errors = 0;
+    /* the failure's log line (stderr), captured */
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    FILE *logf = tmpfile();
+    assert_non_null(logf);
+    assert_true(saved >= 0);
+    assert_true(dup2(fileno(logf), STDERR_FILENO) >= 0);
     {
         struct sink_call call_ = {.cancel = NULL};
         m.ops->send(m.sink, msgs, 3, out, &call_);
         errors = call_.attempt_errors;
     }
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    char logs[2048] = "";
+    rewind(logf);
+    size_t got = fread(logs, 1, sizeof logs - 1, logf);
+    logs[got] = '\0';
+    fclose(logf);
+    printf("log: %s", logs);
+    /* named by the endpoint the sink was created for, not parsed out of
+     * the envelope */
+    assert_non_null(strstr(logs, "sink_stdout[" SINK_ENDPOINT "]: sink 'out': write to fd"));
     for (int i = 0; i < 3; i++) {
         assert_int_equal(out[i], MSG_DROPPED_SINK_FAILED);
         message_finish(msgs[i], out[i]);

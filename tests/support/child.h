@@ -9,6 +9,7 @@
 #define BATON_TEST_CHILD_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -58,5 +59,37 @@ int child_respawn(struct child *c, int (*spawn)(void *arg), void *arg, int attem
 /* Kills it (if running), unregisters it, removes its directory and frees
  * the copied arguments; c itself is the caller's. */
 void child_release(struct child *c);
+
+/* ---- the broker launcher --------------------------------------------------
+ * Brokers that the Python tests start too (Redis Sentinel, etcd) are started
+ * by one launcher, tests/support/brokers.py, which the C tests run as a child
+ * (python3; $BATON_SOURCE_DIR/tests/support/brokers.py, else beside this
+ * file): it answers one JSON line once the brokers are up and one a command
+ * sent on its stdin. Closing its stdin (launcher_stop), this process ending,
+ * or its SIGTERM (PR_SET_PDEATHSIG) stops the brokers and removes their
+ * directories. */
+struct launcher {
+    pid_t pid;     /* 0 = not running */
+    int to, from;  /* its stdin, its stdout */
+    char reply[8192]; /* the last JSON line it answered */
+};
+
+/* Runs brokers.py with args (NULL-terminated) and waits (up to timeout_ms)
+ * for its first answer: 0 when it says "ok": true, else -1 (its error on
+ * stderr, the launcher stopped). */
+int launcher_start(struct launcher *l, const char *const *args, int timeout_ms);
+/* Sends one command line (printf format) and waits (up to 60 s) for the
+ * answer: 0 when it says "ok": true, else -1. */
+int launcher_cmd(struct launcher *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Element index of the JSON array key in the last answer (index < 0: key
+ * is a number): a number, or -1. */
+long launcher_int(const struct launcher *l, const char *key, int index);
+/* Element index of the JSON array key of strings (index < 0: a string) into
+ * buf (no escapes other than \" and \\ expected): buf, or "" when absent. */
+const char *launcher_str(const struct launcher *l, const char *key, int index, char *buf,
+                         size_t len);
+/* Closes its stdin and waits (up to 30 s, then SIGKILL) until it has
+ * stopped its brokers. NULL-safe, idempotent. */
+void launcher_stop(struct launcher *l);
 
 #endif

@@ -2,7 +2,6 @@
 #include "tests/support/etcd_server.h"
 
 #include "tests/support/child.h"
-#include "tests/support/free_port.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -19,9 +18,11 @@
 #include <unistd.h>
 
 struct etcd_server {
-    struct child c; /* pid, directory, extra arguments */
+    struct launcher l; /* tests/support/brokers.py etcd */
+    pid_t pid;         /* the member's, 0 = not running */
     int port, peer_port;
     char url[64];
+    char dir[256];
 };
 
 /* ---- a minimal HTTP/1.1 client (Connection: close) ------------------------ */
@@ -111,37 +112,7 @@ done:
     return status;
 }
 
-static bool healthy(int port)
-{
-    char buf[256];
-    return http_port(port, "/health", NULL, NULL, buf, sizeof buf, 500) == 200 &&
-           strstr(buf, "\"health\":\"true\"") != NULL;
-}
-
-/* ---- processes ------------------------------------------------------------ */
-
-static int spawn(void *arg)
-{
-    struct etcd_server *s = arg;
-    char curl[64], purl[64], cluster[96], datadir[200], logfile[200];
-    snprintf(curl, sizeof curl, "http://127.0.0.1:%d", s->port);
-    snprintf(purl, sizeof purl, "http://127.0.0.1:%d", s->peer_port);
-    snprintf(cluster, sizeof cluster, "p1=%s", purl);
-    snprintf(datadir, sizeof datadir, "%s/data", s->c.dir);
-    snprintf(logfile, sizeof logfile, "%s/etcd.log", s->c.dir);
-    const char *argv[] = {"etcd",
-                          "--name", "p1",
-                          "--data-dir", datadir,
-                          "--listen-client-urls", curl,
-                          "--advertise-client-urls", curl,
-                          "--listen-peer-urls", purl,
-                          "--initial-advertise-peer-urls", purl,
-                          "--initial-cluster", cluster,
-                          "--logger", "zap",
-                          "--log-outputs", "stderr",
-                          NULL};
-    return child_spawn(&s->c, argv, logfile, healthy, s->port, 15000);
-}
+/* ---- processes: the launcher (tests/support/brokers.py etcd) -------------- */
 
 static const char *default_base(void)
 {
@@ -155,25 +126,22 @@ struct etcd_server *etcd_server_start_in(const char *base, const char *const *ex
 {
     struct etcd_server *s = calloc(1, sizeof *s);
     if (s == NULL) return NULL;
-    if (child_init(&s->c, "etcd_server", base ? base : default_base(), "baton-cetcd", extra_args) <
-        0) {
+    const char *args[CHILD_MAX_ARGS] = {"etcd", "--base", base ? base : default_base(), "--"};
+    int argc = 4;
+    for (int i = 0; extra_args && extra_args[i] && argc < CHILD_MAX_ARGS - 1; i++)
+        args[argc++] = extra_args[i];
+    args[argc] = NULL;
+    if (launcher_start(&s->l, args, 60000) < 0) {
+        fprintf(stderr, "etcd_server: could not start etcd\n");
         free(s);
         return NULL;
     }
-    for (int attempt = 0; attempt < 5; attempt++) {
-        s->port = test_free_port();
-        s->peer_port = test_free_port();
-        if (s->port <= 0 || s->peer_port <= 0) continue;
-        snprintf(s->url, sizeof s->url, "http://127.0.0.1:%d", s->port);
-        if (spawn(s) == 0) return s;
-        /* a half-initialised data dir from the failed attempt must go */
-        char data[200];
-        snprintf(data, sizeof data, "%s/data", s->c.dir);
-        child_remove_tree(data);
-    }
-    fprintf(stderr, "etcd_server: could not start etcd (see %s/etcd.log)\n", s->c.dir);
-    etcd_server_destroy(s);
-    return NULL;
+    s->port = (int)launcher_int(&s->l, "client_ports", 0);
+    s->peer_port = (int)launcher_int(&s->l, "peer_ports", 0);
+    s->pid = (pid_t)launcher_int(&s->l, "pids", 0);
+    launcher_str(&s->l, "urls", 0, s->url, sizeof s->url);
+    launcher_str(&s->l, "dir", -1, s->dir, sizeof s->dir);
+    return s;
 }
 
 struct etcd_server *etcd_server_start(const char *const *extra_args)
@@ -198,47 +166,55 @@ int etcd_server_peer_port(const struct etcd_server *s)
 
 const char *etcd_server_dir(const struct etcd_server *s)
 {
-    return s->c.dir;
+    return s->dir;
 }
 
 pid_t etcd_server_pid(const struct etcd_server *s)
 {
-    return s->c.pid;
+    return s->pid;
 }
 
 bool etcd_server_running(const struct etcd_server *s)
 {
-    return s->c.pid > 0;
+    return s->pid > 0;
+}
+
+/* One command to the launcher about the member; its pid afterwards. */
+static int member_cmd(struct etcd_server *s, const char *cmd, bool need_running)
+{
+    if (s == NULL || (need_running && s->pid <= 0)) return -1;
+    int rc = launcher_cmd(&s->l, "%s 0", cmd);
+    long pid = launcher_int(&s->l, "pids", 0);
+    s->pid = pid > 0 ? (pid_t)pid : 0;
+    return rc;
 }
 
 int etcd_server_stop(struct etcd_server *s)
 {
-    return s ? child_stop(&s->c, 5000) : -1;
+    return member_cmd(s, "stop", true);
 }
 
 int etcd_server_kill(struct etcd_server *s)
 {
-    return s ? child_kill(&s->c) : -1;
+    return member_cmd(s, "kill", true);
 }
 
 int etcd_server_restart(struct etcd_server *s)
 {
-    if (s == NULL) return -1;
-    /* ~5 s of retries: the ports may linger briefly after a kill */
-    if (child_respawn(&s->c, spawn, s, 25, 200) == 0) return 0;
-    fprintf(stderr, "etcd_server: restart on port %d failed (see %s/etcd.log)\n", s->port,
-            s->c.dir);
+    if (member_cmd(s, "restart", false) == 0) return 0;
+    fprintf(stderr, "etcd_server: restart on port %d failed (see %s)\n", s ? s->port : -1,
+            s ? s->dir : "");
     return -1;
 }
 
 int etcd_server_pause(struct etcd_server *s)
 {
-    return s ? child_signal(&s->c, SIGSTOP) : -1;
+    return member_cmd(s, "pause", true);
 }
 
 int etcd_server_resume(struct etcd_server *s)
 {
-    return s ? child_signal(&s->c, SIGCONT) : -1;
+    return member_cmd(s, "resume", true);
 }
 
 int etcd_server_ctl(const struct etcd_server *s, const char *const *args, char *out, size_t outlen)
@@ -296,6 +272,6 @@ int etcd_server_http(const struct etcd_server *s, const char *path, const char *
 void etcd_server_destroy(struct etcd_server *s)
 {
     if (s == NULL) return;
-    child_release(&s->c);
+    launcher_stop(&s->l);
     free(s);
 }

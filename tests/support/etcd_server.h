@@ -1,10 +1,12 @@
 /* A real single-member etcd for C integration tests and benchmarks: started
- * on two free 127.0.0.1 ports (client and peer) with a fresh data directory;
- * can be stopped (SIGTERM), killed (SIGKILL, like a crash: the data
- * survives, it is on disk), restarted on the same ports with the same data,
- * and paused (SIGSTOP) / resumed (SIGCONT); always cleaned up: destroy, an
- * atexit handler for forgotten ones, and PR_SET_PDEATHSIG so that a crashed
- * or killed test takes its member along. */
+ * on two free 127.0.0.1 ports (client and peer) with a fresh data directory
+ * by the launcher the Python tests use too (tests/support/brokers.py etcd:
+ * EtcdCluster of tests/integration/lib/etcd.py; child.h, launcher_*); can be
+ * stopped (SIGTERM), killed (SIGKILL, like a crash: the data survives, it is
+ * on disk), restarted on the same ports with the same data, and paused
+ * (SIGSTOP) / resumed (SIGCONT); always cleaned up: destroy, or this process
+ * ending (the launcher's stdin closes; its PR_SET_PDEATHSIG), so that a
+ * crashed or killed test takes its member along. */
 #ifndef BATON_TEST_ETCD_SERVER_H
 #define BATON_TEST_ETCD_SERVER_H
 
@@ -17,7 +19,7 @@ struct etcd_server;
 /* extra_args: NULL-terminated extra etcd arguments, or NULL. The data
  * directory goes under $BATON_ETCD_DIR_BASE, else /dev/shm (no fsync cost)
  * when writable, else /tmp. Returns NULL (with a message on stderr) when
- * the member did not answer /health within 15 s. */
+ * the member did not answer /health within 20 s. */
 struct etcd_server *etcd_server_start(const char *const *extra_args);
 /* The same with the data directory under base (e.g. "/tmp" to measure with
  * a real disk's fsync). */

@@ -1,8 +1,10 @@
 /* A Redis Sentinel deployment for C integration tests: one master, replicas
- * (redis_server.h, --replicaof the master) and redis-sentinel processes on
- * free 127.0.0.1 ports, each in its own temporary directory, monitoring the
- * master under one name (quorum = majority of the sentinels). Always cleaned
- * up: destroy, and the atexit handlers of the processes (tests/support/child.h,
+ * (--replicaof the master) and redis-sentinel processes on free 127.0.0.1
+ * ports, each in its own temporary directory, monitoring the master under
+ * one name (quorum = majority of the sentinels), started by the launcher the
+ * Python tests use too (tests/support/brokers.py sentinel: SentinelCluster
+ * of tests/integration/lib/sentinel.py; child.h, launcher_*). Always cleaned
+ * up: destroy, or this process ending (the launcher's stdin closes; its
  * PR_SET_PDEATHSIG). Start returns once every sentinel knows the others and
  * the replicas, and the replicas are in sync, so a failover can happen. */
 #ifndef BATON_TEST_SENTINEL_H

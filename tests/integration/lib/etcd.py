@@ -1,4 +1,5 @@
-"""A real etcd v3 cluster (1 or 3 members) for integration tests, stdlib only.
+"""A real etcd v3 cluster (1 or 3 members) for integration tests, stdlib only;
+the C tests start theirs with this too (tests/support/brokers.py etcd).
 
 Every member listens on 127.0.0.1 on free ports (client and peer) with its
 own data directory in a temporary directory; the cluster is stopped at the

@@ -1,6 +1,7 @@
 """A Redis Sentinel deployment for the integration tests (stdlib only): one
 master, replicas and redis-sentinel processes on free 127.0.0.1 ports, each
-in its own temporary directory, always stopped (harness cleanups).
+in its own temporary directory, always stopped (harness cleanups). The C
+tests start theirs with this too (tests/support/brokers.py sentinel).
 
     cl = SentinelCluster(t, name="mymaster", replicas=1, sentinels=3,
                          down_after_ms=1000, failover_timeout_ms=2000)
@@ -133,7 +134,8 @@ class SentinelCluster:
             for s in self.sentinels:
                 others = s.master_field(name, "num-other-sentinels")
                 slaves = s.master_field(name, "num-slaves")
-                if others is None or int(others) < sentinels - 1 or int(slaves) < replicas:
+                if (others is None or slaves is None or int(others) < sentinels - 1
+                        or int(slaves) < replicas):
                     return False
             return True
         t.require(h.wait_until(ready, 30, 0.1),

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""The broker launcher of the C tests: a command line in front of the
+Python launchers the Python tests use (tests/integration/lib: sentinel.py's
+SentinelCluster, etcd.py's EtcdCluster), so that each broker is started one
+way only (issue 35). tests/support/child.h (launcher_*) spawns it.
+
+    python3 tests/support/brokers.py sentinel --name N --redis 2 --sentinels 3 \\
+            --down-after-ms 1000 --failover-timeout-ms 2000
+    python3 tests/support/brokers.py etcd [--base DIR] [-- EXTRA ETCD ARGS...]
+
+Once everything is up it prints one JSON line on stdout ({"ok": true, ...}:
+the ports, pids, directories; {"ok": false, "error": ...} and exit 1 when it
+could not start), then reads one command a line on stdin and answers each
+with one JSON line:
+
+    sentinel:  kill_redis I | start_redis I   (SIGKILL; (killed and) again on its port)
+    etcd:      kill I | stop I | restart I | pause I | resume I   (+ "pids")
+
+End of stdin (the test closed the pipe or died), SIGTERM (the C side's
+PR_SET_PDEATHSIG) or SIGINT: everything is stopped and its temporary
+directories removed (the harness's cleanups). The brokers it starts die with
+it even when it is SIGKILLed (PR_SET_PDEATHSIG). Its own logging goes to
+stderr: stdout carries only the answers.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration", "lib"))
+
+# stdout is the answer channel: anything else printed (harness.log) and the
+# brokers' inherited stdout go to stderr.
+_answers = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+
+import harness as h  # noqa: E402
+
+
+def _die_with_parent():
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class _Popen(subprocess.Popen):
+    """Every broker started here dies with this process."""
+
+    def __init__(self, *args, **kw):
+        if kw.get("preexec_fn") is None:
+            kw["preexec_fn"] = _die_with_parent
+        super().__init__(*args, **kw)
+
+
+subprocess.Popen = _Popen
+
+
+def answer(**kw):
+    _answers.write(json.dumps(kw) + "\n")
+    _answers.flush()
+
+
+class _Context:
+    """What the launchers need of a harness.TestContext."""
+
+    def require(self, cond, msg):
+        if not cond:
+            raise RuntimeError(msg)
+
+    def cleanup(self, fn):
+        h._cleanups.append(fn)
+
+
+def retry(fn, seconds=5.0):
+    """fn() until it does not raise, for up to seconds (the ports of a killed
+    server may linger briefly)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return fn()
+        except Exception:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
+def wait_stopped(pid, timeout=2.0):
+    """After SIGSTOP: until every thread of pid is stopped (state T)."""
+    def stopped():
+        try:
+            for tid in os.listdir("/proc/%d/task" % pid):
+                with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+                        return False
+        except (OSError, IndexError):
+            return True
+        return True
+    h.wait_until(stopped, timeout, 0.01)
+
+
+def sentinel(args):
+    import sentinel as s
+    cl = s.SentinelCluster(_Context(), name=args.name, replicas=args.redis - 1,
+                           sentinels=args.sentinels, down_after_ms=args.down_after_ms,
+                           failover_timeout_ms=args.failover_timeout_ms)
+    answer(ok=True, sentinel_ports=cl.sentinel_ports(), redis_ports=[r.port for r in cl.redis],
+           sentinel_logs=[os.path.join(p.dir, "sentinel.log") for p in cl.sentinels])
+
+    def kill_redis(i):
+        cl.redis[i].kill()
+
+    def start_redis(i):
+        cl.redis[i].kill()
+        retry(cl.redis[i].start)
+    return {"kill_redis": kill_redis, "start_redis": start_redis}, lambda: {}
+
+
+def etcd(args):
+    import etcd as e
+    if args.base:
+        tempfile.tempdir = args.base
+    cl = e.EtcdCluster(None, members=1, extra_args=args.extra)
+    m = cl.members
+
+    def restart(i):
+        cl.kill(i)
+        retry(lambda: cl.start_member(i))
+
+    def pause(i):
+        cl.pause(i)
+        wait_stopped(m[i].pid)
+
+    def pids():
+        return {"pids": [x.pid if x.alive() else 0 for x in m]}
+    answer(ok=True, urls=cl.urls, client_ports=[x.client_port for x in m],
+           peer_ports=[x.peer_port for x in m], dir=cl.dir, **pids())
+    return {"kill": cl.kill, "stop": cl.stop, "restart": restart, "pause": pause,
+            "resume": cl.resume}, pids
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="broker", required=True)
+    ps = sub.add_parser("sentinel")
+    ps.add_argument("--name", default="mymaster")
+    ps.add_argument("--redis", type=int, default=2, help="1 master + replicas")
+    ps.add_argument("--sentinels", type=int, default=3)
+    ps.add_argument("--down-after-ms", type=int, default=1000)
+    ps.add_argument("--failover-timeout-ms", type=int, default=2000)
+    pe = sub.add_parser("etcd")
+    pe.add_argument("--base", help="the parent of the data directory (default: $TMPDIR)")
+    pe.add_argument("extra", nargs=argparse.REMAINDER, help="-- then extra etcd arguments")
+    args = p.parse_args()
+    if getattr(args, "extra", None) and args.extra[0] == "--":
+        args.extra = args.extra[1:]
+    try:
+        commands, state = (sentinel if args.broker == "sentinel" else etcd)(args)
+    except Exception as ex:  # noqa: BLE001: reported to the C side
+        answer(ok=False, error="%s: %s" % (type(ex).__name__, ex))
+        sys.exit(1)
+    for line in sys.stdin:
+        words = line.split()
+        if not words:
+            continue
+        try:
+            commands[words[0]](*[int(w) for w in words[1:]])
+            answer(ok=True, **state())
+        except Exception as ex:  # noqa: BLE001: one command failed, the rest goes on
+            answer(ok=False, error="%s: %s" % (type(ex).__name__, ex), **state())
+    sys.exit(0)  # the harness's cleanups (atexit): stopped, directories removed
+
+
+if __name__ == "__main__":
+    main()

@@ -26,52 +26,25 @@
 #include "endpoints/redis_psub.h"
 #include "common/util.h"
 #include "tests/support/free_port.h"
+#include "tests/support/redis_server.h"
 
 extern const struct endpoint_ops ep_redis_psub_ops;
 
-/* ---- a redis-server of our own ---------------------------------------- */
+/* ---- a redis-server of our own (tests/support/redis_server.h) ---------- */
 
+static struct redis_server *redis_srv;
 static int redis_port;
-static pid_t redis_pid = -1;
-static char redis_dir[] = "/tmp/baton-itest-psub-XXXXXX";
 
-static bool redis_ping(void)
-{
-    struct timeval tv = {0, 200000};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", redis_port, tv);
-    bool ok = false;
-    if (c && !c->err) {
-        redisSetTimeout(c, tv);
-        redisReply *r = redisCommand(c, "PING");
-        ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
-        if (r) freeReplyObject(r);
-    }
-    if (c) redisFree(c);
-    return ok;
-}
-
+/* (Again) on its port, with empty data. */
 static void redis_start(void)
 {
-    char port[16], log[600];
-    snprintf(port, sizeof port, "%d", redis_port);
-    snprintf(log, sizeof log, "%s/redis.log", redis_dir);
-    redis_pid = fork();
-    if (redis_pid == 0) {
-        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
-               "--appendonly", "no", "--dir", redis_dir, "--logfile", log, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 200 && !redis_ping(); i++) sleep_ms_cancellable(25, NULL);
-    assert_true(redis_ping());
+    assert_int_equal(redis_server_restart(redis_srv), 0);
 }
 
+/* SIGTERM, reaped. */
 static void redis_stop(void)
 {
-    if (redis_pid <= 0) return;
-    kill(redis_pid, SIGCONT);
-    kill(redis_pid, SIGTERM);
-    waitpid(redis_pid, NULL, 0);
-    redis_pid = -1;
+    redis_server_term(redis_srv);
 }
 
 static long long publish(const char *channel, const char *payload)
@@ -171,7 +144,7 @@ static int setup(void **state)
     settings.reconnect_min_ms = 20;
     settings.reconnect_max_ms = 100;
     settings.ping_interval_ms = 100;
-    if (redis_pid <= 0) redis_start();
+    if (!redis_server_running(redis_srv)) redis_start();
     return 0;
 }
 
@@ -304,9 +277,9 @@ static void test_stopped_server_detected_by_ping(void **state)
     void *ep = create_ep();
     assert_int_equal(ep_redis_psub_ops.start(ep), 0);
     int64_t t0 = clock_mono_ms();
-    kill(redis_pid, SIGSTOP);
+    kill(redis_server_pid(redis_srv), SIGSTOP);
     bool lost = wait_for(get_lost, 1, 4000);
-    kill(redis_pid, SIGCONT);
+    kill(redis_server_pid(redis_srv), SIGCONT);
     assert_true(lost);
     printf("    stopped server: source_lost after %lld ms: %s\n", (long long)(lost_at_ms - t0),
            lost_reason);
@@ -335,8 +308,9 @@ static void test_unguarded_retries_in_background(void **state)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
-    if (!mkdtemp(redis_dir)) return 1;
-    redis_port = test_free_port();
+    redis_srv = redis_server_start(NULL);
+    if (redis_srv == NULL) return 1;
+    redis_port = redis_server_port(redis_srv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_start_confirms_then_forwards, setup),
         cmocka_unit_test_setup(test_stop_is_prompt, setup),
@@ -348,9 +322,6 @@ int main(void)
         cmocka_unit_test_setup(test_unguarded_retries_in_background, setup),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    redis_stop();
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", redis_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", redis_dir);
+    redis_server_destroy(redis_srv);
     return rc;
 }

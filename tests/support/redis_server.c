@@ -74,6 +74,16 @@ bool redis_server_running(const struct redis_server *s)
     return s->c.pid > 0;
 }
 
+pid_t redis_server_pid(const struct redis_server *s)
+{
+    return s->c.pid;
+}
+
+int redis_server_term(struct redis_server *s)
+{
+    return s ? child_stop(&s->c, 5000) : -1;
+}
+
 int redis_server_stop(struct redis_server *s)
 {
     return s ? child_kill(&s->c) : -1;

@@ -7,6 +7,7 @@
 #define BATON_TEST_REDIS_SERVER_H
 
 #include <stdbool.h>
+#include <sys/types.h>
 
 struct redis_server;
 
@@ -17,8 +18,12 @@ struct redis_server *redis_server_start(const char *const *extra_args);
 int redis_server_port(const struct redis_server *s);
 const char *redis_server_dir(const struct redis_server *s);
 bool redis_server_running(const struct redis_server *s);
+pid_t redis_server_pid(const struct redis_server *s);
 /* SIGKILL and reap. 0, or -1 if it was not running. */
 int redis_server_stop(struct redis_server *s);
+/* SIGTERM (after a SIGCONT), reaped; SIGKILL after 5 s. 0, or -1 if it was
+ * not running. */
+int redis_server_term(struct redis_server *s);
 /* Starts it again on the same port with the same arguments (empty data).
  * 0 once it answers PING, -1 otherwise. */
 int redis_server_restart(struct redis_server *s);

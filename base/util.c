@@ -3,6 +3,8 @@
  * includes base/util.h where it uses them, so the whole tree uses one copy. */
 #include "base/util.h"
 
+#include "base/fake_clock.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 
 int64_t clock_mono_ms(void)
 {
+    if (fake_clock_active()) return fake_clock_read_ms();
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -21,6 +24,7 @@ int64_t clock_mono_ms(void)
 
 int64_t clock_boot_ms(void)
 {
+    if (fake_clock_active()) return fake_clock_read_ms();
     struct timespec ts;
     clock_gettime(CLOCK_BOOTTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -28,6 +32,7 @@ int64_t clock_boot_ms(void)
 
 int64_t clock_mono_us(void)
 {
+    if (fake_clock_active()) return fake_clock_read_ms() * 1000;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
@@ -154,6 +159,7 @@ uint32_t random_jitter(uint32_t n)
 
 bool sleep_ms_cancellable(int64_t ms, const atomic_bool *cancel)
 {
+    if (fake_clock_active()) return fake_clock_sleep_cancellable(ms, cancel);
     if (cancel && atomic_load(cancel)) return true;
     if (ms <= 0) return false;
     int64_t deadline = clock_mono_ms() + ms;
@@ -226,6 +232,7 @@ void cond_init_clock(pthread_cond_t *cv, clockid_t clock)
 
 struct timespec clock_deadline(clockid_t clock, int64_t ms)
 {
+    if (fake_clock_active() && clock != CLOCK_REALTIME) return fake_clock_deadline_hook(clock, ms);
     struct timespec ts;
     clock_gettime(clock, &ts);
     if (ms < 0) ms = 0;
@@ -236,6 +243,23 @@ struct timespec clock_deadline(clockid_t clock, int64_t ms)
         ts.tv_nsec -= 1000000000L;
     }
     return ts;
+}
+
+struct clock_wait clock_wait_in(clockid_t clock, int64_t ms)
+{
+    struct clock_wait w = {.clock = clock};
+    if (fake_clock_active() && clock != CLOCK_REALTIME)
+        w.fake_until = fake_clock_until(ms);
+    else
+        w.ts = clock_deadline(clock, ms);
+    return w;
+}
+
+int clock_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, const struct clock_wait *w)
+{
+    if (w->fake_until != 0 && fake_clock_active())
+        return fake_clock_cond_wait(cv, mu, w->clock, w->fake_until);
+    return pthread_cond_timedwait(cv, mu, &w->ts);
 }
 
 size_t base64_encoded_len(size_t n)

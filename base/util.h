@@ -16,6 +16,8 @@
 
 #include "baton/locker.h" /* BATON_TOKEN_LEN */
 
+/* The clock functions below (all but clock_wall_ms) read the test clock
+ * while one is installed (base/fake_clock.h; tests only). */
 /* CLOCK_MONOTONIC in milliseconds / microseconds. */
 int64_t clock_mono_ms(void);
 int64_t clock_mono_us(void);
@@ -34,6 +36,18 @@ struct timespec clock_deadline(clockid_t clock, int64_t ms);
 /* pthread_cond_init with the clock its timed waits count on (the deadline
  * from clock_deadline on the same clock). */
 void cond_init_clock(pthread_cond_t *cv, clockid_t clock);
+/* A timed wait that a test clock can steer (base/fake_clock.h): the
+ * deadline ms milliseconds from now on clock (as clock_deadline), and the
+ * wait for it on a condition initialised by cond_init_clock on the same
+ * clock. Without the test clock they are clock_deadline and
+ * pthread_cond_timedwait (returns 0 or ETIMEDOUT), nothing more. */
+struct clock_wait {
+    clockid_t clock;
+    struct timespec ts; /* the real deadline */
+    int64_t fake_until; /* the test clock's, when it is installed */
+};
+struct clock_wait clock_wait_in(clockid_t clock, int64_t ms);
+int clock_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, const struct clock_wait *w);
 
 /* Fills buf with len bytes from the OS (getrandom). Returns 0 or -1. */
 int random_bytes(void *buf, size_t len);

@@ -306,8 +306,8 @@ static enum wake wait_until(struct baton_active_guard *g, int64_t until, bool wa
                           ? DELEGATED_MAX_WAIT_MS - random_jitter(DELEGATED_MAX_WAIT_MS / 2)
                           : 1000;
         if (slice > cap) slice = cap;
-        struct timespec ts = clock_deadline(CLOCK_MONOTONIC, slice);
-        pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+        struct clock_wait cw = clock_wait_in(CLOCK_MONOTONIC, slice);
+        clock_cond_wait(&g->cv, &g->mu, &cw);
     }
     pthread_mutex_unlock(&g->mu);
     return w;

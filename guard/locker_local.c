@@ -385,13 +385,13 @@ static bool local_wait_release(struct baton_locker *l, const char *key, uint64_t
                                int64_t timeout_ms)
 {
     struct local_locker *ll = (struct local_locker *)l;
-    struct timespec ts = clock_deadline(CLOCK_MONOTONIC, timeout_ms);
+    struct clock_wait cw = clock_wait_in(CLOCK_MONOTONIC, timeout_ms);
     pthread_mutex_lock(&ll->mu);
     struct local_chan *c = chan_find(ll, key, true);
     uint64_t woken = ll->woken;
     /* no channel (out of memory): wait out the timeout all the same */
     while ((c == NULL || c->seq == seen) && ll->woken == woken)
-        if (pthread_cond_timedwait(&ll->cv, &ll->mu, &ts) != 0) break;
+        if (clock_cond_wait(&ll->cv, &ll->mu, &cw) != 0) break;
     bool changed = c && c->seq != seen;
     pthread_mutex_unlock(&ll->mu);
     return changed;

@@ -1,6 +1,14 @@
 /* ActiveGuard state machine (guard/active_guard.c) against the local locker
  * and a flaky locker (a wrapper around the local one whose renew, check and
- * generation are steered by the test). */
+ * generation are steered by the test).
+ *
+ * On the test clock (base/fake_clock.h, issue 35): lease ttls, renew
+ * intervals, retries and the test's own waits run on fake time, which jumps
+ * to the next deadline whenever every thread is blocked; the bounds below
+ * are in fake ms, as they were in real ms, and the suite takes as long as
+ * its threads compute (a few seconds) instead of ~29 s of timeouts. A
+ * thread of this test never sleeps in real time (usleep): fake time would
+ * run on meanwhile. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,7 +25,7 @@
 #include "guard/locker.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "tests/support/wait.h"
+#include "base/fake_clock.h"
 
 /* ---- event journal shared by the flaky locker and the callbacks ---------- */
 
@@ -112,13 +120,13 @@ static int fl_renew(struct baton_locker *l, const char *key, const char *token, 
         return BATON_LOCKER_LOST;
     case HANG:
         *sent = clock_boot_ms();
-        usleep((useconds_t)atomic_load(&f->hang_ms) * 1000);
+        fake_clock_sleep(atomic_load(&f->hang_ms));
         snprintf(err, BATON_LOCKER_ERR_MAX, "injected: timeout");
         return BATON_LOCKER_ERR;
     case LATE_OK: {
         /* applied at once, answered hang_ms later: a slow reply */
         int rc = f->inner->ops->renew(f->inner, key, token, ttl, sent, err);
-        usleep((useconds_t)atomic_load(&f->hang_ms) * 1000);
+        fake_clock_sleep(atomic_load(&f->hang_ms));
         return rc;
     }
     default:
@@ -270,7 +278,7 @@ static int on_promoted(void *arg, uint64_t epoch)
     atomic_fetch_add(&c->promoted, 1);
     atomic_store(&c->last_epoch, epoch);
     note('P');
-    if (atomic_load(&c->promote_ms) > 0) usleep((useconds_t)atomic_load(&c->promote_ms) * 1000);
+    if (atomic_load(&c->promote_ms) > 0) fake_clock_sleep(atomic_load(&c->promote_ms));
     if (atomic_load(&c->fail_promote)) return -1;
     atomic_store(&c->running, true);
     return 0;
@@ -296,7 +304,22 @@ static struct baton_active_guard *make_guard(struct baton_locker *l, struct cons
     return g;
 }
 
-/* WAIT_FOR: tests/support/wait.h */
+/* WAIT_FOR as in tests/support/wait.h, on the test clock: polls cond every
+ * 2 fake ms up to timeout_ms fake ms; evaluates to the elapsed fake ms when
+ * cond became true, or -1. */
+#define WAIT_FOR(cond, timeout_ms)                                      \
+    ({                                                                  \
+        int64_t t0_ = clock_mono_ms(), r_ = -1;                         \
+        for (;;) {                                                      \
+            if (cond) {                                                 \
+                r_ = clock_mono_ms() - t0_;                             \
+                break;                                                  \
+            }                                                           \
+            if (clock_mono_ms() - t0_ >= (timeout_ms)) break;           \
+            fake_clock_sleep(2);                                        \
+        }                                                               \
+        r_;                                                             \
+    })
 
 #define STAT(g, f) atomic_load(&baton_active_guard_stats(g)->f)
 
@@ -350,7 +373,7 @@ static void test_no_locker_single(void **state)
     assert_true(baton_active_guard_is_leader_now(g));
     assert_int_equal(baton_active_guard_start(g), 0);
     assert_true(WAIT_FOR(atomic_load(&c.promoted) == 1, 2000) >= 0);
-    usleep(50 * 1000);
+    fake_clock_sleep(50);
     assert_int_equal(atomic_load(&c.promoted), 1);
     assert_int_equal(atomic_load(&c.last_epoch), 0);
     assert_int_equal(STAT(g, role), BATON_ROLE_SINGLE);
@@ -376,7 +399,7 @@ static void test_one_leader_and_handover_on_stop(void **state)
     for (int i = 0; i < 40; i++) {
         assert_true(baton_active_guard_is_leader_now(g1));
         assert_false(baton_active_guard_is_leader_now(g2));
-        usleep(20 * 1000);
+        fake_clock_sleep(20);
     }
     assert_int_equal(STAT(g1, role), BATON_ROLE_LEADER);
     assert_int_equal(STAT(g2, role), BATON_ROLE_STANDBY);
@@ -456,7 +479,7 @@ static void test_renew_errors_demote_at_the_deadline(void **state)
     struct baton_active_guard *g = make_guard(&f->base, &c, 600, 100, 50);
     baton_active_guard_start(g);
     assert_true(WAIT_FOR(atomic_load(&c.running), 2000) >= 0);
-    usleep(150 * 1000);
+    fake_clock_sleep(150);
     atomic_store(&f->renew_mode, FAIL_ERR);
     int64_t t0 = clock_mono_ms();
     int renews0 = atomic_load(&f->renews);
@@ -550,7 +573,7 @@ static void test_generation_change_verifies_then_demotes_if_lost(void **state)
     assert_false(baton_active_guard_is_leader_now(g));
     /* deadline still valid: unsure (hold), not "no lease" (drop) */
     assert_int_equal(baton_active_guard_leader_state(g), BATON_LEADER_UNSURE);
-    usleep(150 * 1000);
+    fake_clock_sleep(150);
     assert_false(baton_active_guard_is_leader_now(g));
     assert_int_equal(baton_active_guard_leader_state(g), BATON_LEADER_UNSURE);
     atomic_store(&f->check_mode, PASS);
@@ -607,7 +630,7 @@ static void test_give_up_hands_over_and_sits_out(void **state)
     assert_true(WAIT_FOR(baton_active_guard_is_leader_now(g1), 2000) >= 0);
     struct baton_active_guard *g2 = make_guard(l, &c2, 500, 150, 50);
     baton_active_guard_start(g2);
-    usleep(50 * 1000);
+    fake_clock_sleep(50);
     baton_active_guard_give_up(g1, "source lost");
     assert_true(WAIT_FOR(baton_active_guard_is_leader_now(g2), 2000) >= 0);
     assert_int_equal(atomic_load(&c1.demoted), 1);
@@ -645,7 +668,7 @@ static void *term_watch_main(void *arg)
             if (st == BATON_LEADER_NO) atomic_store(&w->seen_no, true);
             if (st == BATON_LEADER_YES && atomic_load(&w->seen_no)) atomic_store(&w->revived, true);
         }
-        usleep(1000);
+        fake_clock_sleep(1);
     }
     return NULL;
 }
@@ -679,7 +702,7 @@ static void test_late_renew_ends_the_term(void **state)
     assert_true(e2 > e1);
     assert_int_equal(baton_active_guard_term_state(g, e2, NULL), BATON_LEADER_YES);
     assert_int_equal(baton_active_guard_term_state(g, e1, NULL), BATON_LEADER_NO); /* old messages: never */
-    usleep(100 * 1000);
+    fake_clock_sleep(100);
     atomic_store(&w.stop, true);
     pthread_join(w.t, NULL);
     assert_false(atomic_load(&w.revived));
@@ -699,7 +722,7 @@ static void test_slow_promote_keeps_the_lease(void **state)
     struct baton_active_guard *g = make_guard(&f->base, &c, 1000, 300, 50);
     assert_int_equal(baton_active_guard_start(g), 0);
     assert_true(WAIT_FOR(atomic_load(&c.running), 4000) >= 0);
-    usleep(2500 * 1000);
+    fake_clock_sleep(2500);
     printf("slow_promote: promotions %llu, demotions %llu, renewals %d\n",
            (unsigned long long)STAT(g, promotions), (unsigned long long)STAT(g, demotions),
            atomic_load(&f->renews));
@@ -814,7 +837,7 @@ static void test_renewer_batches_every_lease(void **state)
     /* 1.5 s = 7 renewal intervals, well past the ttl: only renewals keep them */
     for (int k = 0; k < 75; k++) {
         for (int i = 0; i < G; i++) assert_true(baton_active_guard_is_leader_now(g[i]));
-        usleep(20 * 1000);
+        fake_clock_sleep(20);
     }
     int renews = atomic_load(&f->renews) - r0, batches = atomic_load(&f->batches) - b0;
     printf("renewer: %d renewals of %d leases in %d batches (largest %d)\n", renews, G, batches,
@@ -847,7 +870,7 @@ static void test_renewer_watch_demotes_during_a_blocked_batch(void **state)
     struct baton_active_guard *g = make_guard(&f->base, &c, 600, 200, 100);
     baton_active_guard_start(g);
     assert_true(WAIT_FOR(baton_active_guard_is_leader_now(g) && atomic_load(&c.running), 2000) >= 0);
-    usleep(300 * 1000); /* renewed by the renewer */
+    fake_clock_sleep(300); /* renewed by the renewer */
     atomic_store(&f->hang_ms, 3000);
     atomic_store(&f->renew_mode, HANG);
     int64_t t0 = clock_mono_ms();
@@ -901,7 +924,7 @@ static void test_acquirer_batches_every_standby(void **state)
             assert_true(baton_active_guard_is_leader_now(g[i]));
             assert_false(baton_active_guard_is_leader_now(g[K + i]));
         }
-        usleep(20 * 1000);
+        fake_clock_sleep(20);
     }
     int attempts = atomic_load(&f->try_batch_attempts) - a0;
     int batches = atomic_load(&f->try_batches) - b0;
@@ -933,7 +956,7 @@ static void test_acquirer_batches_every_standby(void **state)
     baton_active_guard_stop(g[K + 1]);
     assert_true(clock_mono_ms() - t0 < 500);
     uint64_t n1 = STAT(g[K + 1], attempts);
-    usleep(800 * 1000);
+    fake_clock_sleep(800);
     assert_int_equal(STAT(g[K + 1], attempts), n1);
     for (int i = 1; i < K; i++) assert_true(baton_active_guard_is_leader_now(g[i]));
     /* the leader of key 1 stops: nobody stands by for it any more */
@@ -948,6 +971,8 @@ static void test_acquirer_batches_every_standby(void **state)
 int main(void)
 {
     log_set_level(LOG_ERROR);
+    if (fake_clock_install() != 0) return 1;
+    int64_t real0 = clock_wall_ms(), fake0 = clock_mono_ms();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_interval_validation),
         cmocka_unit_test(test_no_locker_single),
@@ -979,5 +1004,9 @@ int main(void)
         cmocka_unit_test(test_acquirer_batches_every_standby),
     };
     failed += cmocka_run_group_tests_name("renewer", renewer_tests, NULL, NULL);
+    printf("test clock: %lld fake ms in %lld real ms, %llu steps\n",
+           (long long)(clock_mono_ms() - fake0), (long long)(clock_wall_ms() - real0),
+           (unsigned long long)fake_clock_steps());
+    fake_clock_uninstall();
     return failed;
 }

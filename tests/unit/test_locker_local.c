@@ -1,6 +1,8 @@
 /* Local locker (guard/locker_local.c) and the generic wrappers in
  * guard/locker.c: exclusivity, expiry, token CAS, racing threads, retries,
- * key and name bounds; the library's logging callback (base/glog.c). */
+ * key and name bounds; the library's logging callback (base/glog.c).
+ * Expiries, retries and release waits run on the test clock
+ * (base/fake_clock.h, issue 35): the bounds are in fake ms. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/fake_clock.h"
 #include "base/util.h"
 #include "baton/log.h"
 #include "base/glog.h"
@@ -45,7 +48,7 @@ static void test_expiry(void **state)
     assert_true(a.sent_ms >= t0 && a.sent_ms <= clock_boot_ms());
     assert_int_equal(a.gen, 0); /* no connection that could break */
     assert_int_equal(baton_locker_try_lock(l, "exp", 100, &b, err), BATON_LOCKER_HELD);
-    usleep(150 * 1000);
+    fake_clock_sleep(150);
     assert_int_equal(baton_locker_try_lock(l, "exp", 100, &b, err), BATON_LOCKER_OK);
     assert_true(b.epoch > a.epoch);
     /* the expired holder can neither renew nor release the new lease */
@@ -71,7 +74,7 @@ static void test_token_mismatch_and_renew(void **state)
     assert_int_equal(l->ops->check(l, "m", "deadbeef", err), BATON_LOCKER_LOST);
     /* renewing keeps it alive past the original ttl */
     for (int i = 0; i < 4; i++) {
-        usleep(80 * 1000);
+        fake_clock_sleep(80);
         int64_t before = clock_boot_ms();
         assert_int_equal(baton_locker_renew(l, "m", a.token, 150, &sent, err), BATON_LOCKER_OK);
         assert_true(sent >= before && sent <= clock_boot_ms());
@@ -188,7 +191,7 @@ struct canceller {
 static void *cancel_later(void *arg)
 {
     struct canceller *c = arg;
-    usleep((useconds_t)c->after_ms * 1000);
+    fake_clock_sleep(c->after_ms);
     atomic_store(c->flag, true);
     return NULL;
 }
@@ -241,7 +244,7 @@ static void test_announce_wakes_waiters_of_that_key(void **state)
     pthread_t t1, t2;
     pthread_create(&t1, NULL, wait_for_release, &w1);
     pthread_create(&t2, NULL, wait_for_release, &w2);
-    usleep(50 * 1000);
+    fake_clock_sleep(50);
     assert_int_equal(l->ops->announce_release(l, "x", err), BATON_LOCKER_OK);
     pthread_join(t1, NULL);
     pthread_join(t2, NULL);
@@ -338,7 +341,7 @@ static void test_fenced_set_and_shared_get(void **state)
     assert_string_equal(buf, dec);
     /* the lease expired but nobody acquired since: the fence is on the epoch
      * only, the write still goes through */
-    usleep(150 * 1000);
+    fake_clock_sleep(150);
     assert_int_equal(l->ops->check(l, "fs", a.token, err), BATON_LOCKER_LOST);
     assert_int_equal(baton_locker_fenced_set(l, "fs", "mark", a.epoch, "v1 late", 7, 5000, err),
                      BATON_LOCKER_OK);
@@ -390,13 +393,13 @@ static void test_shared_absent_expiry_and_buffer(void **state)
     /* the value expires after its ttl, not with the lease */
     assert_int_equal(baton_locker_fenced_set(l, "sx", "short", a.epoch, "s", 1, 60, err), BATON_LOCKER_OK);
     assert_int_equal(baton_locker_shared_get(l, "sx", "short", buf, sizeof buf, err), BATON_LOCKER_OK);
-    usleep(100 * 1000);
+    fake_clock_sleep(100);
     assert_int_equal(baton_locker_shared_get(l, "sx", "short", buf, sizeof buf, err), BATON_LOCKER_LOST);
     /* rewriting refreshes the ttl */
     assert_int_equal(baton_locker_fenced_set(l, "sx", "short", a.epoch, "s1", 2, 60, err), BATON_LOCKER_OK);
-    usleep(40 * 1000);
+    fake_clock_sleep(40);
     assert_int_equal(baton_locker_fenced_set(l, "sx", "short", a.epoch, "s2", 2, 60, err), BATON_LOCKER_OK);
-    usleep(40 * 1000);
+    fake_clock_sleep(40);
     assert_int_equal(baton_locker_shared_get(l, "sx", "short", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_string_equal(buf, "s2");
     /* the buffer needs room for the NUL: 8 bytes need 9 */
@@ -464,7 +467,7 @@ static void test_shared_values_swept(void **state)
         assert_int_equal(baton_locker_try_lock(l, key, 1, &g, err), BATON_LOCKER_OK);
         assert_int_equal(baton_locker_fenced_set(l, key, "m", g.epoch, "x", 1, 1, err), BATON_LOCKER_OK);
     }
-    usleep(1100 * 1000);
+    fake_clock_sleep(1100);
     struct baton_lock_grant g;
     assert_int_equal(baton_locker_try_lock(l, "sv:trigger", 1000, &g, err), BATON_LOCKER_OK); /* sweeps */
     baton_locker_destroy(l);
@@ -576,5 +579,8 @@ int main(void)
         cmocka_unit_test(test_key_and_name_bounds),
         cmocka_unit_test(test_log_callback),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    if (fake_clock_install() != 0) return 1;
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    fake_clock_uninstall();
+    return failed;
 }

@@ -129,10 +129,10 @@ static int enqueue_as(struct gw_endpoint *e, struct message *m, bool quiet)
     return 0;
 }
 
-/* failover = "replay": what warm_emit and warm_promote enqueue while live. */
-static int warm_enqueue(void *arg, struct message *m, bool quiet)
+/* failover = "replay": what warm_emit and warm_promote hand back while
+ * live (counted received here: a standby's buffered messages are not). */
+static int enqueue_replay_path(struct gw_endpoint *e, struct message *m, bool quiet)
 {
-    struct gw_endpoint *e = arg;
     atomic_fetch_add_explicit(&e->stats.received, 1, memory_order_relaxed);
     return enqueue_as(e, m, quiet);
 }
@@ -140,8 +140,13 @@ static int warm_enqueue(void *arg, struct message *m, bool quiet)
 static int emit_as(struct endpoint_host *h, struct message *m, bool deferred)
 {
     struct gw_endpoint *e = h->gw;
-    /* replay: every replica buffers; the live one also enqueues */
-    if (e->warm) return warm_emit(e->warm, m, deferred);
+    /* replay: every replica buffers; the live one also enqueues (quietly
+     * when deferred: the endpoint flushes before it blocks) */
+    if (e->warm) {
+        struct message *q = NULL;
+        if (warm_emit(e->warm, m, &q) != 0) return -1;
+        return q ? enqueue_replay_path(e, q, deferred) : 0;
+    }
     atomic_fetch_add_explicit(&e->stats.received, 1, memory_order_relaxed);
     /* Early drop only when the term is known to be over; an unsure lease
      * (being verified) or a deadline that passed a moment ago is decided
@@ -340,6 +345,20 @@ static bool drain_wait(struct gw_endpoint *e, int64_t timeout_ms)
 
 /* ---- guard callbacks ---------------------------------------------------- */
 
+/* failover = "replay", at promotion: what the ring holds after the previous
+ * leader's mark is enqueued, in ring order, before anything live (the
+ * endpoint's live emits wait in warm_emit until warm_promote_done). */
+static int promote_replay(struct gw_endpoint *e, uint64_t epoch)
+{
+    struct message **replay = NULL;
+    size_t n = 0;
+    if (warm_promote(e->warm, epoch, &replay, &n) != 0) return -1;
+    for (size_t i = 0; i < n; i++) enqueue_replay_path(e, replay[i], false);
+    free(replay);
+    warm_promote_done(e->warm);
+    return 0;
+}
+
 static int on_promoted(void *arg, uint64_t epoch)
 {
     struct gw_endpoint *e = arg;
@@ -347,7 +366,7 @@ static int on_promoted(void *arg, uint64_t epoch)
     atomic_store(&e->ep_stopping, false);
     if (!atomic_load(&e->gw->stopping)) atomic_store(&e->fwd_cancel, false);
     /* replay: the endpoint runs already; replay the ring, then go live */
-    int rc = e->warm ? warm_promote(e->warm, epoch) : e->cfg->ops->start(e->ep);
+    int rc = e->warm ? promote_replay(e, epoch) : e->cfg->ops->start(e->ep);
     pthread_mutex_unlock(&e->lifecycle);
     if (rc != 0) {
         log_error("gateway", e->cfg->name, "endpoint failed to start as leader (epoch %llu)",
@@ -496,7 +515,7 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
         e->lease_key = xstrdup(baton_active_guard_key(e->guard));
         gw->n_guarded++;
         if (c->failover == FAILOVER_REPLAY && gw->locker)
-            e->warm = warm_create(c->name, &c->replay, gw->locker, e->lease_key, warm_enqueue, e);
+            e->warm = warm_create(c->name, &c->replay, gw->locker, e->lease_key);
     }
     /* The forwarder asks the guard itself (src/forward.c). */
     e->fctx = (struct forward_ctx){
@@ -515,8 +534,8 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
     e->inl_fctx = e->fctx;
     e->inl_fctx.stopping = &e->ep_stopping;
     e->inl_fctx.drain_deadline_ms = &e->drain_deadline_ms;
-    /* replay too: warm_emit enqueues deferred messages quietly, and deliver()
-     * tells warm what was settled on either path */
+    /* replay too: what warm_emit hands back of a deferred emit is enqueued
+     * quietly, and deliver() tells warm what was settled on either path */
     e->inline_ok = c->sink->ops->ready != NULL;
     if (e->inline_ok) {
         e->inl_batch = xcalloc(e->batch_max, sizeof *e->inl_batch);

@@ -24,10 +24,12 @@ struct warm {
     struct baton_locker *locker;
     struct replay_config rc;
     int64_t mark_ttl_ms;
-    warm_enqueue_fn enqueue;
-    void *arg;
 
     pthread_mutex_t mu; /* the ring and the standby -> live switch */
+    /* A promotion's replayed messages are being enqueued by the gateway
+     * (warm_promote .. warm_promote_done): live emits wait on handoff_cv. */
+    bool handoff;
+    pthread_cond_t handoff_cv;
     struct replay_ring *ring;
     warm_render_fn render; /* raw records -> envelopes (NULL: none emitted) */
     void *render_ep;
@@ -50,7 +52,7 @@ struct warm {
 };
 
 struct warm *warm_create(const char *name, const struct replay_config *rc, struct baton_locker *l,
-                         const char *lease_key, warm_enqueue_fn enqueue, void *arg)
+                         const char *lease_key)
 {
     struct warm *w = xcalloc(1, sizeof *w);
     w->name = xstrdup(name);
@@ -60,9 +62,8 @@ struct warm *warm_create(const char *name, const struct replay_config *rc, struc
     /* The mark outlives quiet spells: a leader rewrites it every half ttl
      * while it leads, and a successor finds it after a crash. */
     w->mark_ttl_ms = rc->window_ms * 10 > 60000 ? rc->window_ms * 10 : 60000;
-    w->enqueue = enqueue;
-    w->arg = arg;
     pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->handoff_cv, NULL);
     pthread_mutex_init(&w->mk_mu, NULL);
     pthread_mutex_init(&w->write_mu, NULL);
     w->ring = replay_ring_new(rc->window_ms, (size_t)rc->max_bytes);
@@ -77,6 +78,7 @@ void warm_destroy(struct warm *w)
     replay_ring_free(w->ring);
     envelope_free(&w->scratch);
     pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->handoff_cv);
     pthread_mutex_destroy(&w->mk_mu);
     pthread_mutex_destroy(&w->write_mu);
     free(w->name);
@@ -129,13 +131,16 @@ static void publish_ring(struct warm *w)
     atomic_store_explicit(&w->stats.evicted_overflow, s.evicted_overflow, memory_order_relaxed);
 }
 
-int warm_emit(struct warm *w, struct message *m, bool quiet)
+int warm_emit(struct warm *w, struct message *m, struct message **enqueue)
 {
     /* the ring's time of a message is when it was received (the endpoint
      * read the clock then, once per read for a burst) */
     int64_t wall = m->received_wall_ms > 0 ? m->received_wall_ms : clock_wall_ms();
-    int rc = 0;
+    *enqueue = NULL;
     pthread_mutex_lock(&w->mu);
+    /* a promotion's replayed messages are being enqueued: a live message
+     * waits for them (standby emits never meet a hand-off: it starts live) */
+    while (w->handoff) pthread_cond_wait(&w->handoff_cv, &w->mu);
     uint64_t live = atomic_load(&w->live);
     if (live && m->raw) {
         /* emitted as standby just before the promotion: render it now */
@@ -162,7 +167,12 @@ int warm_emit(struct warm *w, struct message *m, bool quiet)
                 m = r;
             }
         }
-        rc = w->enqueue(w->arg, m, quiet);
+        /* Enqueued by the caller after the ring lock is released: an
+         * endpoint emits from one thread (its reader, or its client
+         * library's callback thread), so its queue order stays its ring
+         * order; and a promotion finished its hand-off before this emit
+         * could see it live. */
+        *enqueue = m;
     } else {
         /* the ring is the buffer: a source waiting for an ack gets it now */
         if (m->done) {
@@ -175,7 +185,7 @@ int warm_emit(struct warm *w, struct message *m, bool quiet)
     }
     publish_ring(w);
     pthread_mutex_unlock(&w->mu);
-    return rc;
+    return 0;
 }
 
 void warm_gap(struct warm *w)
@@ -265,8 +275,10 @@ static void align(const struct replay_ring *ring, const struct replay_mark *mk,
     }
 }
 
-int warm_promote(struct warm *w, uint64_t epoch)
+int warm_promote(struct warm *w, uint64_t epoch, struct message ***replay, size_t *n_replay)
 {
+    *replay = NULL;
+    *n_replay = 0;
     struct replay_mark mk;
     int have = read_mark(w, &mk);
     if (have < 0) return -1;
@@ -280,13 +292,22 @@ int warm_promote(struct warm *w, uint64_t epoch)
     size_t count = replay_ring_count(w->ring);
     int64_t ring_age = count ? now_wall - replay_ring_wall_at(w->ring, 0) : 0;
     size_t n = 0;
+    struct message **out = xcalloc(count > plan.start ? count - plan.start : 1, sizeof *out);
     for (size_t i = plan.start; i < count; i++) {
         struct message *m = reissue(w, replay_ring_at(w->ring, i), epoch, true);
         if (!m) continue;
-        n++;
-        w->enqueue(w->arg, m, false);
+        out[n++] = m;
     }
+    /* Live from here, in one step with taking the replay under the ring
+     * lock: a message emitted before is in the ring (and in *replay when
+     * after the mark), one emitted after is live. The caller enqueues *replay
+     * outside this lock, so live emits wait for warm_promote_done: the
+     * order-preserving hand-off that keeps every replayed message ahead of
+     * the live ones in the queue, as the enqueue under this lock did. */
     atomic_store(&w->live, epoch);
+    w->handoff = true;
+    *replay = out;
+    *n_replay = n;
     publish_ring(w);
     struct replay_ring_stats rs;
     replay_ring_stats(w->ring, &rs);
@@ -332,6 +353,14 @@ int warm_promote(struct warm *w, uint64_t epoch)
              n, count, rs.bytes, ring_age, rs.evicted_window, w->rc.window_ms, rs.evicted_overflow,
              w->rc.max_bytes);
     return 0;
+}
+
+void warm_promote_done(struct warm *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->handoff = false;
+    pthread_cond_broadcast(&w->handoff_cv);
+    pthread_mutex_unlock(&w->mu);
 }
 
 void warm_demote(struct warm *w)

@@ -2,12 +2,16 @@
  * replica keeps, the switch from standby to live at promotion, and the
  * fenced mark the leader publishes.
  *
- *   endpoint thread   warm_emit(w, m)       ring (+ enqueue while live)
- *   guard callbacks   warm_promote(w, epoch) read the mark, align, enqueue
+ *   endpoint thread   warm_emit(w, m, &q)   ring (+ hands back q, what
+ *                                           the gateway enqueues, while live)
+ *   guard callbacks   warm_promote(w, epoch, &replay, &n)
+ *                                           read the mark, align, hand back
  *                                           the rest of the ring marked
- *                                           replayed, go live (one step
- *                                           under the ring lock: in order)
- *                     warm_demote(w)        stop enqueueing
+ *                                           replayed, go live; the gateway
+ *                                           enqueues them, then
+ *                     warm_promote_done(w)  lets live emits through (so the
+ *                                           replayed come first: in order)
+ *                     warm_demote(w)        stop handing messages back
  *                     warm_flush_mark(w)    final mark before the release
  *   forwarder         warm_settled(...)     what the mark covers
  *   marker thread     warm_mark_tick(w, now) at most every mark_interval_ms
@@ -32,11 +36,6 @@
 struct baton_locker;
 struct warm;
 
-/* How the gateway queues a message for the sink (counts it received; on a
- * drop it settles and counts it). Called with the ring lock held. quiet: as
- * host->emit_deferred, without waking the forwarder (the endpoint flushes). */
-typedef int (*warm_enqueue_fn)(void *arg, struct message *m, bool quiet);
-
 struct warm_stats {
     atomic_ullong buffered;       /* received as standby (ring only) */
     atomic_ullong replayed;       /* enqueued from the ring at promotion */
@@ -56,7 +55,7 @@ enum warm_unaligned { WARM_NO_MARK = 0, WARM_RING_SHORT, WARM_NOT_FOUND, WARM_GA
 extern const char *const warm_unaligned_names[4]; /* "no_mark", "ring_short", "not_found", "gap" */
 
 struct warm *warm_create(const char *name, const struct replay_config *rc, struct baton_locker *l,
-                         const char *lease_key, warm_enqueue_fn enqueue, void *arg);
+                         const char *lease_key);
 /* Renders a raw record (message.raw) into its envelope: the endpoint's
  * replay_render op. Called under the ring lock with the warm's own scratch
  * envelope. */
@@ -69,16 +68,30 @@ void warm_destroy(struct warm *w);
 
 /* Endpoint thread. Takes m (m->fp set by the endpoint). Standby: kept in the
  * ring only (a done callback is called at once, as delivered: the ring is
- * the buffer). Live: a copy goes into the ring and m (restamped to the live
- * epoch if it was built with another) is enqueued, quietly when quiet (an
- * emit_deferred: the endpoint flushes before it blocks). Returns the enqueue
- * result (0 standby). */
-int warm_emit(struct warm *w, struct message *m, bool quiet);
+ * the buffer); *enqueue = NULL. Live: a reference goes into the ring and
+ * *enqueue receives what the caller queues for the sink (m, restamped to the
+ * live epoch if it was built with another, or rendered if raw); it owns it.
+ * While a promotion's hand-off runs (warm_promote .. warm_promote_done) a
+ * live emit waits for it, so what the caller enqueues follows the replayed
+ * messages. Returns 0, or -1 when a raw record could not be rendered (m is
+ * consumed, *enqueue = NULL; logged). */
+int warm_emit(struct warm *w, struct message *m, struct message **enqueue);
 /* The subscription broke and was re-established. */
 void warm_gap(struct warm *w);
-/* Guard callback thread, after the grant of epoch: 0, or -1 when the mark
- * could not be read (the promotion fails; the guard releases). */
-int warm_promote(struct warm *w, uint64_t epoch);
+/* Guard callback thread, after the grant of epoch: reads the mark, aligns
+ * on it and goes live. Returns 0 with the rest of the ring, re-issued in
+ * epoch and marked replayed, in ring order in *replay (*n of them, maybe 0;
+ * the caller owns the array and the messages): the caller enqueues them in
+ * that order, frees the array, then calls warm_promote_done. Until then
+ * live emits wait (the order-preserving hand-off: the replayed messages
+ * precede the live stream in the queue, as they did in the source), so
+ * nothing that may block on the endpoint thread may be waited for in
+ * between. Returns -1 when the mark could not be read (the promotion fails;
+ * the guard releases): nothing handed back, still standby, no
+ * warm_promote_done. */
+int warm_promote(struct warm *w, uint64_t epoch, struct message ***replay, size_t *n);
+/* Ends the hand-off warm_promote began: live emits go through again. */
+void warm_promote_done(struct warm *w);
 void warm_demote(struct warm *w);
 bool warm_live(const struct warm *w);
 /* Forwarder, before the messages are finished: notes the settled ones

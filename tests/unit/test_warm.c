@@ -8,8 +8,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "base/util.h"
@@ -27,12 +30,39 @@ struct sink {
     size_t n;
 };
 
-static int enqueue(void *arg, struct message *m, bool quiet)
+static void enqueue(struct sink *s, struct message *m)
 {
-    (void)quiet;
-    struct sink *s = arg;
     assert_true(s->n < 64);
     s->m[s->n++] = m;
+}
+
+/* As the gateway does: warm_emit, then what it hands back is queued. */
+static int emit(struct warm *w, struct message *m, struct sink *out)
+{
+    struct message *q = NULL;
+    int rc = warm_emit(w, m, &q);
+    if (q) {
+        assert_true(warm_live(w)); /* a standby hands nothing back */
+        enqueue(out, q);
+    }
+    return rc;
+}
+
+/* As the gateway does: warm_promote, the replayed messages queued in
+ * order, then warm_promote_done. */
+static int promote(struct warm *w, uint64_t epoch, struct sink *out)
+{
+    struct message **replay = NULL;
+    size_t n = 0;
+    int rc = warm_promote(w, epoch, &replay, &n);
+    if (rc != 0) {
+        assert_null(replay);
+        assert_int_equal(n, 0);
+        return rc;
+    }
+    for (size_t i = 0; i < n; i++) enqueue(out, replay[i]);
+    free(replay);
+    warm_promote_done(w);
     return 0;
 }
 
@@ -106,7 +136,7 @@ static void test_promote_on_mark(void **state)
     struct baton_locker *l = baton_locker_local_create();
     struct sink out = {0};
     struct replay_config c = cfg();
-    struct warm *w = warm_create("orders", &c, l, KEY, enqueue, &out);
+    struct warm *w = warm_create("orders", &c, l, KEY);
     char tok[RANDOM_TOKEN_LEN], err[BATON_LOCKER_ERR_MAX];
 
     /* the old leader delivered 1..3 and marked them */
@@ -120,7 +150,7 @@ static void test_promote_on_mark(void **state)
     for (uint64_t fp = 1; fp <= 5; fp++) {
         struct message *m = msg(fp, e1);
         m->done = on_done;
-        assert_int_equal(warm_emit(w, m, false), 0);
+        assert_int_equal(emit(w, m, &out), 0);
     }
     assert_int_equal(acks, 5);
     assert_int_equal(out.n, 0); /* a standby never forwards */
@@ -130,7 +160,7 @@ static void test_promote_on_mark(void **state)
 
     uint64_t e2 = acquire(l, tok);
     assert_true(e2 > e1);
-    assert_int_equal(warm_promote(w, e2), 0);
+    assert_int_equal(promote(w, e2, &out), 0);
     assert_true(warm_live(w));
     assert_int_equal(out.n, 2); /* 4 and 5: what the old leader had not settled */
     for (size_t i = 0; i < 2; i++) {
@@ -143,7 +173,7 @@ static void test_promote_on_mark(void **state)
 
     /* live: built in the old epoch just before the promotion -> restamped,
      * not replayed, after the replay */
-    assert_int_equal(warm_emit(w, msg(6, e1), false), 0);
+    assert_int_equal(emit(w, msg(6, e1), &out), 0);
     assert_int_equal(out.n, 3);
     assert_true(has_payload(out.m[2], 6));
     assert_int_equal(out.m[2]->epoch, e2);
@@ -168,7 +198,7 @@ static void test_promote_on_mark(void **state)
 
     /* demoted: buffers again, and a superseded epoch's mark is refused */
     warm_demote(w);
-    assert_int_equal(warm_emit(w, msg(7, e2), false), 0);
+    assert_int_equal(emit(w, msg(7, e2), &out), 0);
     assert_int_equal(out.n, 3);
     assert_int_equal(baton_locker_unlock(l, KEY, tok, err), BATON_LOCKER_OK);
     uint64_t e3 = acquire(l, tok);
@@ -193,10 +223,10 @@ static void test_mark_skips_unsettled(void **state)
     struct baton_locker *l = baton_locker_local_create();
     struct sink out = {0};
     struct replay_config c = cfg();
-    struct warm *w = warm_create("orders", &c, l, KEY, enqueue, &out);
+    struct warm *w = warm_create("orders", &c, l, KEY);
     char tok[RANDOM_TOKEN_LEN], err[BATON_LOCKER_ERR_MAX];
     uint64_t e = acquire(l, tok);
-    assert_int_equal(warm_promote(w, e), 0);
+    assert_int_equal(promote(w, e, &out), 0);
     struct message *m[3] = {msg(11, e), msg(12, e), msg(13, e)};
     enum msg_outcome oc[3] = {MSG_DELIVERED, MSG_DROPPED_TERM_ENDED, MSG_DROPPED_SHUTDOWN};
     warm_settled(w, m, oc, 3);
@@ -225,44 +255,110 @@ static void test_unaligned_and_partial(void **state)
     struct replay_config c = cfg();
     char tok[RANDOM_TOKEN_LEN], err[BATON_LOCKER_ERR_MAX];
 
-    struct warm *w = warm_create("orders", &c, l, KEY, enqueue, &out);
+    struct warm *w = warm_create("orders", &c, l, KEY);
     uint64_t e = acquire(l, tok);
-    assert_int_equal(warm_promote(w, e), 0); /* empty ring, no mark */
+    assert_int_equal(promote(w, e, &out), 0); /* empty ring, no mark */
     for (int r = 0; r < 4; r++) assert_int_equal(atomic_load(&warm_stats(w)->unaligned[r]), 0);
     warm_demote(w);
-    for (uint64_t fp = 21; fp <= 23; fp++) warm_emit(w, msg(fp, e), false);
+    for (uint64_t fp = 21; fp <= 23; fp++) emit(w, msg(fp, e), &out);
     assert_int_equal(baton_locker_unlock(l, KEY, tok, err), BATON_LOCKER_OK);
     e = acquire(l, tok);
-    assert_int_equal(warm_promote(w, e), 0); /* no mark, 3 buffered */
+    assert_int_equal(promote(w, e, &out), 0); /* no mark, 3 buffered */
     assert_int_equal(out.n, 3);
     assert_int_equal(atomic_load(&warm_stats(w)->unaligned[WARM_NO_MARK]), 1);
     sink_free(&out);
     warm_destroy(w);
 
     /* a mark of messages this ring never held */
-    w = warm_create("orders", &c, l, KEY, enqueue, &out);
+    w = warm_create("orders", &c, l, KEY);
     const uint64_t other[] = {901, 902};
     write_mark(l, e, other, 2);
-    for (uint64_t fp = 31; fp <= 32; fp++) warm_emit(w, msg(fp, e), false);
+    for (uint64_t fp = 31; fp <= 32; fp++) emit(w, msg(fp, e), &out);
     assert_int_equal(baton_locker_unlock(l, KEY, tok, err), BATON_LOCKER_OK);
     e = acquire(l, tok);
-    assert_int_equal(warm_promote(w, e), 0);
+    assert_int_equal(promote(w, e, &out), 0);
     assert_int_equal(out.n, 2);
     assert_int_equal(atomic_load(&warm_stats(w)->unaligned[WARM_NOT_FOUND]), 1);
     sink_free(&out);
     warm_destroy(w);
 
     /* the run 41 42 [43 dropped] 44 45: marked 41 42 44 45 */
-    w = warm_create("orders", &c, l, KEY, enqueue, &out);
-    for (uint64_t fp = 41; fp <= 47; fp++) warm_emit(w, msg(fp, e), false);
+    w = warm_create("orders", &c, l, KEY);
+    for (uint64_t fp = 41; fp <= 47; fp++) emit(w, msg(fp, e), &out);
     const uint64_t broken[] = {41, 42, 44, 45};
     write_mark(l, e, broken, 4);
     assert_int_equal(baton_locker_unlock(l, KEY, tok, err), BATON_LOCKER_OK);
     e = acquire(l, tok);
-    assert_int_equal(warm_promote(w, e), 0);
+    assert_int_equal(promote(w, e, &out), 0);
     assert_int_equal(out.n, 2); /* 46, 47 */
     assert_true(has_payload(out.m[0], 46));
     for (int r = 0; r < 4; r++) assert_int_equal(atomic_load(&warm_stats(w)->unaligned[r]), 0);
+    sink_free(&out);
+    warm_destroy(w);
+    baton_locker_destroy(l);
+}
+
+/* The promotion's hand-off keeps the order: a live emit that comes while
+ * the gateway is still enqueueing the replayed messages (warm_promote
+ * returned, warm_promote_done not yet called) waits, and what it hands
+ * back is queued after the last replayed one. */
+struct live_emitter {
+    struct warm *w;
+    struct sink *out;
+    uint64_t fp, epoch;
+    atomic_bool returned;
+};
+
+static void *live_emit_main(void *arg)
+{
+    struct live_emitter *le = arg;
+    emit(le->w, msg(le->fp, le->epoch), le->out);
+    atomic_store(&le->returned, true);
+    return NULL;
+}
+
+static void test_promotion_hand_off_keeps_order(void **state)
+{
+    (void)state;
+    struct baton_locker *l = baton_locker_local_create();
+    struct sink out = {0};
+    struct replay_config c = cfg();
+    struct warm *w = warm_create("orders", &c, l, KEY);
+    char tok[RANDOM_TOKEN_LEN];
+
+    uint64_t e1 = acquire(l, tok);
+    for (uint64_t fp = 51; fp <= 53; fp++) assert_int_equal(emit(w, msg(fp, e1), &out), 0);
+    assert_int_equal(out.n, 0);
+
+    struct message **replay = NULL;
+    size_t n = 0;
+    assert_int_equal(warm_promote(w, e1, &replay, &n), 0); /* no mark: the whole ring */
+    assert_int_equal(n, 3);
+    assert_true(warm_live(w));
+
+    struct live_emitter le = {.w = w, .out = &out, .fp = 54, .epoch = e1};
+    atomic_init(&le.returned, false);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, live_emit_main, &le), 0);
+    usleep(50000);
+    assert_false(atomic_load(&le.returned)); /* held back by the hand-off */
+    assert_int_equal(out.n, 0);
+
+    for (size_t i = 0; i < n; i++) enqueue(&out, replay[i]);
+    free(replay);
+    warm_promote_done(w);
+    pthread_join(t, NULL);
+    assert_true(atomic_load(&le.returned));
+
+    assert_int_equal(out.n, 4);
+    for (size_t i = 0; i < 4; i++) {
+        assert_true(has_payload(out.m[i], 51 + i));
+        assert_int_equal(out.m[i]->epoch, e1);
+        if (i < 3)
+            assert_non_null(strstr(out.m[i]->json, "\"replayed\":true"));
+        else
+            assert_null(strstr(out.m[i]->json, "replayed"));
+    }
     sink_free(&out);
     warm_destroy(w);
     baton_locker_destroy(l);
@@ -274,6 +370,7 @@ int main(void)
         cmocka_unit_test(test_promote_on_mark),
         cmocka_unit_test(test_mark_skips_unsettled),
         cmocka_unit_test(test_unaligned_and_partial),
+        cmocka_unit_test(test_promotion_hand_off_keeps_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

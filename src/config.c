@@ -506,7 +506,7 @@ struct endpoint_common {
     bool force_guard;
     int64_t queue_size;
     int queue_policy;
-    int64_t batch_max;
+    int64_t queue_batch_max;
     int64_t lease_ttl_ms;   /* 0: not given */
     int64_t lease_renew_ms; /* 0: not given */
     int64_t lease_retry_ms; /* 0: not given */
@@ -531,8 +531,9 @@ static const struct setting_def endpoint_common_defs[] = {
       .min = 1, .max = 100000000, .help = "messages queued between endpoint and sink" },
     { "queue_policy", SETTING_ENUM, offsetof(struct endpoint_common, queue_policy), .def = "block",
       .choices = policy_names, .help = "what a full queue does" },
-    { "batch_max", SETTING_INT, offsetof(struct endpoint_common, batch_max), .def = "256", .min = 1,
-      .max = 1000000, .help = "messages per sink send" },
+    { "queue_batch_max", SETTING_INT, offsetof(struct endpoint_common, queue_batch_max), .def = "256",
+      .min = 1, .max = 1000000, .help = "messages taken from the queue per sink send",
+      .old_name = "batch_max" },
     { "lease_ttl_ms", SETTING_INT, offsetof(struct endpoint_common, lease_ttl_ms), .min = 10,
       .max = 86400000, .help = "overrides the main lease ttl_ms" },
     { "lease_renew_ms", SETTING_INT, offsetof(struct endpoint_common, lease_renew_ms), .min = 1,
@@ -1145,7 +1146,7 @@ static int load_endpoint(struct baton_config *c, const char *path, struct name_s
     ep->force_guard = com.force_guard;
     ep->queue_size = com.queue_size;
     ep->queue_policy = com.queue_policy == 1 ? QUEUE_DROP_OLDEST : QUEUE_BLOCK;
-    ep->batch_max = com.batch_max;
+    ep->queue_batch_max = com.queue_batch_max;
     ep->once_ttl_ms = com.once_ttl_ms;
     ep->once_fail_open = com.once_fail_open;
 

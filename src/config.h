@@ -55,7 +55,8 @@ struct endpoint_config {
     bool force_guard;
     int64_t queue_size;             /* default 10000 */
     enum queue_policy queue_policy; /* default block */
-    int64_t batch_max;              /* messages per sink send, default 256 */
+    int64_t queue_batch_max;        /* messages taken from the queue per sink send,
+                                       default 256 (formerly batch_max) */
     struct lease_config lease;      /* main lease, overridden by lease_*_ms keys */
     int64_t once_ttl_ms;            /* OnceGuard ttl, default 3600000 */
     bool once_fail_open;            /* default false */

@@ -188,10 +188,10 @@ static void host_flush(struct endpoint_host *h)
         queue_wake(e->q);
         return;
     }
-    size_t n = queue_claim(e->q, e->inl_batch, e->batch_max);
+    size_t n = queue_claim(e->q, e->inl_batch, e->queue_batch_max);
     if (n == 0) return; /* the forwarder is busy (it pops them) or nothing waits */
     /* batch after batch while the sink takes them at once: a read of more
-     * than batch_max messages is not split between two threads */
+     * than queue_batch_max messages is not split between two threads */
     while (n > 0) {
         size_t bytes = 0;
         for (size_t i = 0; i < n; i++) bytes += e->inl_batch[i]->len + 1;
@@ -200,7 +200,7 @@ static void host_flush(struct endpoint_host *h)
             return;
         }
         deliver(e, &e->inl_fctx, e->inl_batch, e->inl_outcome, n);
-        n = queue_claim_more(e->q, e->inl_batch, e->batch_max);
+        n = queue_claim_more(e->q, e->inl_batch, e->queue_batch_max);
     }
     queue_release(e->q, NULL, 0);
 }
@@ -296,7 +296,7 @@ static void deliver(struct gw_endpoint *e, const struct forward_ctx *ctx, struct
 static void *forwarder_main(void *arg)
 {
     struct gw_endpoint *e = arg;
-    size_t max = e->batch_max;
+    size_t max = e->queue_batch_max;
     struct message **batch = xcalloc(max, sizeof *batch);
     enum msg_outcome *outcome = xcalloc(max, sizeof *outcome);
     size_t last_n = 0;
@@ -482,9 +482,9 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
         return -1;
     }
     e->q = queue_create((size_t)c->queue_size, c->queue_policy);
-    e->batch_max = (size_t)(c->batch_max > 0 ? c->batch_max : 256);
+    e->queue_batch_max = (size_t)(c->queue_batch_max > 0 ? c->queue_batch_max : 256);
     /* quiet pushes wake the forwarder once a batch is full */
-    queue_set_quiet_limit(e->q, e->batch_max);
+    queue_set_quiet_limit(e->q, e->queue_batch_max);
 
     char serr[256] = "";
     e->sink = c->sink->ops->create(c->sink->name, c->name, c->sink->settings, serr, sizeof serr);
@@ -538,8 +538,8 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
      * quietly, and deliver() tells warm what was settled on either path */
     e->inline_ok = c->sink->ops->ready != NULL;
     if (e->inline_ok) {
-        e->inl_batch = xcalloc(e->batch_max, sizeof *e->inl_batch);
-        e->inl_outcome = xcalloc(e->batch_max, sizeof *e->inl_outcome);
+        e->inl_batch = xcalloc(e->queue_batch_max, sizeof *e->inl_batch);
+        e->inl_outcome = xcalloc(e->queue_batch_max, sizeof *e->inl_outcome);
     }
 
     struct endpoint_host *h = &e->host;

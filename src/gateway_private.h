@@ -34,7 +34,7 @@ struct gw_endpoint {
     struct queue *q;
     struct forward_ctx fctx;    /* term-scoped delivery to the sink (src/forward.h) */
     struct forward_ctx inl_fctx; /* the same for inline delivery (+ its drain deadline) */
-    size_t batch_max;
+    size_t queue_batch_max;  /* messages per sink send (config queue_batch_max) */
     /* Inline delivery (host_flush): the endpoint's thread delivers its own
      * batch while the forwarder is idle, if the sink takes it at once. */
     bool inline_ok;

@@ -14,6 +14,9 @@ answers slowly so the queue fills.
   subscriber waits at the full queue; the leader is demoted within 5 s,
   everything it did not forward is counted (not_leader / term_ended /
   shutdown), its counters add up, and one replica leads afterwards.
+
+The endpoint-level batch size is set as queue_batch_max in test_block and by
+its old name batch_max (accepted with a deprecation warning) in the others.
 """
 import os
 import sys
@@ -27,15 +30,18 @@ ORDER = ["test_drop_oldest", "test_block", "test_blocked_producer_gives_up_on_de
 
 N = 300          # messages published in one burst
 QUEUE = 20       # queue_size
-BATCH = 5        # batch_max: messages per HTTP request
+BATCH = 5        # queue_batch_max (formerly batch_max): messages per sink send
 STALL_S = 0.2    # the receiver's answer time per request while stalled
 LEASE = {"ttl_ms": 1500, "renew_ms": 500, "retry_ms": 100}
 
 
-def endpoint(port, policy):
+def endpoint(port, policy, batch_key="batch_max"):
     return ('name = "q"; type = "redis_psub"; sink = "out"; host = "127.0.0.1"; port = %d;\n'
-            'channels = [ "q.in" ]; queue_size = %d; queue_policy = "%s"; batch_max = %d;\n'
-            % (port, QUEUE, policy, BATCH))
+            'channels = [ "q.in" ]; queue_size = %d; queue_policy = "%s"; %s = %d;\n'
+            % (port, QUEUE, policy, batch_key, BATCH))
+
+
+DEPRECATED = "'batch_max' is deprecated: it is now called 'queue_batch_max'"
 
 
 def sink(rx, timeout_ms=5000):
@@ -60,7 +66,7 @@ def settled(mport, received_at_least):
     return b
 
 
-def start(t, policy, n_batons=1, sink_timeout_ms=5000):
+def start(t, policy, n_batons=1, sink_timeout_ms=5000, batch_key="batch_max"):
     redis = t.redis()
     rx = h.HttpReceiver()
     rx.stall_s = STALL_S
@@ -70,7 +76,7 @@ def start(t, policy, n_batons=1, sink_timeout_ms=5000):
         ports.append(mport)
         batons.append(t.baton(h.main_cfg(redis.port, sinks=sink(rx, sink_timeout_ms), lease=LEASE,
                                          extra='metrics = { listen = "127.0.0.1:%d"; };' % mport),
-                              {"q.cfg": endpoint(redis.port, policy)}))
+                              {"q.cfg": endpoint(redis.port, policy, batch_key)}))
         if i == 0:  # the first one leads
             t.require(h.wait_until(lambda: h.status_endpoints(mport).get("q", {}).get("role")
                                    == "leader", 15), "baton1 leads")
@@ -99,12 +105,12 @@ def max_depth_while(mport, seconds):
     return depth
 
 
-def burst_through_stall(t, policy, settle_s):
+def burst_through_stall(t, policy, settle_s, batch_key="batch_max"):
     """One baton with the given policy: a burst of N while the receiver
     stalls, the queue depth watched for 1 s, then the receiver fast again
     until every counter settles. Returns (batons, ports, counters, delivered
     seqs, max depth seen)."""
-    redis, rx, ports, batons, cl = start(t, policy)
+    redis, rx, ports, batons, cl = start(t, policy, batch_key=batch_key)
     publish_burst(cl)
     depth = max_depth_while(ports[0], 1.0)
     rx.stall_s = 0
@@ -132,11 +138,13 @@ def test_drop_oldest(t):
     logged = [ln for ln in batons[0].stderr_text().splitlines()
               if "dropped message" in ln and "queue_full" in ln]
     t.check(logged, "no log line names the queue_full drops")
+    t.check(DEPRECATED in batons[0].stderr_text(), "no deprecation warning for batch_max")
     t.check(batons[0].term() == 0, "exit 0")
 
 
 def test_block(t):
-    batons, ports, cnt, got, depth = burst_through_stall(t, "block", 30)
+    batons, ports, cnt, got, depth = burst_through_stall(t, "block", 30, "queue_batch_max")
+    t.check(DEPRECATED not in batons[0].stderr_text(), "a deprecation warning for queue_batch_max")
     t.check(sum(cnt["dropped"].values()) == 0, "block dropped messages: %r" % cnt)
     t.check(got == list(range(N)), "not every message arrived once, in order: %d of %d, "
             "first differences %r" % (len(got), N, [(i, s) for i, s in enumerate(got) if s != i][:5]))

@@ -1111,7 +1111,7 @@ static void test_full_config(void **state)
         { "eps/20-orders.cfg",
           "name = \"orders\"; type = \"psub\"; sink = \"hook\"; enabled = false;\n"
           "patterns = (\"orders.*\", \"refunds.*\"); port = 7000;\n"
-          "queue_size = 5; queue_policy = \"drop_oldest\"; batch_max = 1;\n"
+          "queue_size = 5; queue_policy = \"drop_oldest\"; queue_batch_max = 1;\n"
           "lease_ttl_ms = 9000; lease_retry_ms = 100;\n"
           "once_ttl_ms = 1000; once_fail_open = true;\n" },
         { "eps/10-tick.cfg", "name = \"tick\"; type = \"schedule\"; sink = \"out\"; cron = \"*/5 * * * * *\";\n"
@@ -1181,7 +1181,7 @@ static void test_full_config(void **state)
     assert_false(orders->force_guard);
     assert_int_equal(orders->queue_size, 5);
     assert_int_equal(orders->queue_policy, QUEUE_DROP_OLDEST);
-    assert_int_equal(orders->batch_max, 1);
+    assert_int_equal(orders->queue_batch_max, 1);
     assert_int_equal(orders->lease.ttl_ms, 9000);
     assert_int_equal(orders->lease.renew_ms, 3000);
     assert_int_equal(orders->lease.retry_ms, 100);
@@ -1200,7 +1200,7 @@ static void test_full_config(void **state)
     assert_ptr_equal(tick->sink, &c.sinks[0]);
     assert_int_equal(tick->queue_size, 10000);
     assert_int_equal(tick->queue_policy, QUEUE_BLOCK);
-    assert_int_equal(tick->batch_max, 256);
+    assert_int_equal(tick->queue_batch_max, 256);
     assert_int_equal(tick->once_ttl_ms, 3600000);
     assert_false(tick->once_fail_open);
     assert_int_equal(tick->lease.ttl_ms, 6000);   /* main */
@@ -1466,6 +1466,72 @@ static void test_example_main_file(void **state)
     remove_tree(&t);
 }
 
+/* The endpoint-level queue_batch_max (messages taken from the queue per sink
+ * send) was called batch_max: the old name still sets it, with a
+ * deprecation warning naming file, line and the new name; the new name is
+ * read; both at once is an error; neither gives the default. The sink's own
+ * batch_max (messages per HTTP POST) is another setting and keeps its name. */
+static void test_queue_batch_max_and_its_old_name(void **state)
+{
+    (void)state;
+    struct {
+        const char *key_line; /* "" = neither */
+        int64_t want;         /* -1 = an error, at err_line */
+        bool warns;
+        int err_line;
+    } cases[] = {
+        { "batch_max = 7;\n", 7, true, 0 },
+        { "queue_batch_max = 9;\n", 9, false, 0 },
+        { "", 256, false, 0 },
+        { "queue_batch_max = 9;\nbatch_max = 7;\n", -1, false, 6 }, /* at the old name */
+        { "batch_max = 0;\n", -1, true, 5 }, /* its range applies under the old name too */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char ep[512];
+        snprintf(ep, sizeof ep, "%s%s", EP_A, cases[i].key_line);
+        const struct file files[] = { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", ep }, { NULL, NULL } };
+        struct tree t;
+        write_tree(&t, files, true);
+        struct baton_config c = { 0 };
+        struct config_error err = { 0 };
+
+        /* the loader's log (stderr), captured */
+        fflush(stderr);
+        int saved = dup(STDERR_FILENO);
+        FILE *logf = tmpfile();
+        assert_non_null(logf);
+        assert_true(saved >= 0);
+        assert_true(dup2(fileno(logf), STDERR_FILENO) >= 0);
+        int rc = config_load(t.main, &c, &err);
+        fflush(stderr);
+        dup2(saved, STDERR_FILENO);
+        close(saved);
+        char logs[4096] = "";
+        rewind(logf);
+        size_t got = fread(logs, 1, sizeof logs - 1, logf);
+        logs[got] = '\0';
+        fclose(logf);
+
+        if (cases[i].want < 0) {
+            if (rc != -1) fail_msg("case %zu: loaded, wanted an error", i);
+            assert_int_equal(err.line, cases[i].err_line); /* EP_A takes lines 1-4 */
+            if (strstr(cases[i].key_line, "queue_batch_max"))
+                assert_non_null(strstr(err.msg, "keep only 'queue_batch_max'"));
+        } else {
+            if (rc) fail_msg("case %zu: %s:%d: %s", i, err.file, err.line, err.msg);
+            assert_int_equal(c.n_endpoints, 1);
+            assert_int_equal(c.endpoints[0].queue_batch_max, cases[i].want);
+        }
+        char path[300];
+        snprintf(path, sizeof path, "%s/endpoints.d/a.cfg:5: ", t.root);
+        bool warned = strstr(logs, "'batch_max' is deprecated: it is now called 'queue_batch_max'") != NULL;
+        if (warned != cases[i].warns) fail_msg("case %zu: warning %s; log: %s", i, warned ? "given" : "missing", logs);
+        if (cases[i].warns) assert_non_null(strstr(logs, path)); /* file and line */
+        config_free(&c);
+        remove_tree(&t);
+    }
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -1481,6 +1547,7 @@ int main(void)
         cmocka_unit_test(test_missing_default_endpoints_dir),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_full_config),
+        cmocka_unit_test(test_queue_batch_max_and_its_old_name),
         cmocka_unit_test(test_file_selection_and_order),
         cmocka_unit_test(test_guard_resolution),
         cmocka_unit_test(test_include_not_a_file),

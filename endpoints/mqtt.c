@@ -58,6 +58,7 @@
 #include "base/util.h"
 #include "endpoints/endpoint.h"
 #include "endpoints/mqtt_util.h"
+#include "endpoints/source_loop.h"
 #include "common/envelope.h"
 #include "common/log.h"
 #include "common/replay_id.h"
@@ -180,9 +181,8 @@ struct mqtt_ep {
     bool v5;
 
     /* one run (start .. stop) */
-    pthread_t thread;
-    bool thread_started;
-    atomic_bool stopping;
+    struct source_loop loop; /* the supervisor thread (endpoints/source_loop.h) */
+    unsigned failed_attempts; /* since the last success, for the log; loop thread only */
     MQTTAsync client;
     struct envelope env; /* used on paho's receive thread only */
     struct replay_idctx idctx; /* failover = "replay": paho's receive thread only */
@@ -195,8 +195,6 @@ struct mqtt_ep {
     char tls_err[200];   /* OpenSSL's first error of the current connect, if any */
     bool conn_lost;
     char connected[256]; /* the server paho reports connected to (connect success data) */
-    bool start_done;
-    int start_rc;
     bool in_callback;    /* a QoS 1/2 message waits for its sink */
     bool awaiting_stop;  /* ... or its outcome is final and undelivered (not
                             leader, shutdown, term ended): it waits for stop() */
@@ -211,7 +209,6 @@ struct mqtt_ep {
     int64_t rt_max_us;
 
     struct ack_slot *slot;
-    struct ratelimit rl_connect;
 };
 
 /* ---- settings ------------------------------------------------------------ */
@@ -656,7 +653,7 @@ static void deliver_and_wait(struct mqtt_ep *ep, const char *topic, size_t topic
          * it: wait for stop() to decide, which it does at once for a final
          * outcome. Evicted from the queue or the sink gave up within the
          * term: emit it again after a pause (unless stop() already came). */
-        if (v == MQTT_VERDICT_AWAIT_STOP || atomic_load(&ep->stopping)) {
+        if (v == MQTT_VERDICT_AWAIT_STOP || atomic_load(&ep->loop.stop)) {
             await_stop(ep, outcome);
             goto out;
         }
@@ -666,7 +663,7 @@ static void deliver_and_wait(struct mqtt_ep *ep, const char *topic, size_t topic
         /* a stop() meanwhile cuts the pause short: the message is emitted
          * once more (the gateway may still deliver it while draining, or
          * settles it as not leader / term ended) and then waits for stop() */
-        sleep_ms_cancellable(wait, &ep->stopping);
+        sleep_ms_cancellable(wait, &ep->loop.stop);
     }
 out:
     pthread_mutex_lock(&ep->mu);
@@ -704,7 +701,7 @@ static int op_wait(struct mqtt_ep *ep, int64_t timeout_ms, bool cancellable, cha
 {
     int64_t deadline = clock_mono_ms() + timeout_ms;
     pthread_mutex_lock(&ep->mu);
-    while (ep->op == OP_PENDING && !(cancellable && atomic_load(&ep->stopping))) {
+    while (ep->op == OP_PENDING && !(cancellable && atomic_load(&ep->loop.stop))) {
         if (clock_mono_ms() >= deadline) break;
         struct timespec ts = clock_deadline(CLOCK_MONOTONIC, 50);
         pthread_cond_timedwait(&ep->cv, &ep->mu, &ts);
@@ -712,7 +709,7 @@ static int op_wait(struct mqtt_ep *ep, int64_t timeout_ms, bool cancellable, cha
     int rc = -1;
     if (ep->op == OP_OK) rc = 0;
     else if (ep->op == OP_FAIL) snprintf(err, errlen, "%s", ep->op_err);
-    else if (atomic_load(&ep->stopping)) snprintf(err, errlen, "stopping");
+    else if (atomic_load(&ep->loop.stop)) snprintf(err, errlen, "stopping");
     else snprintf(err, errlen, "no answer within %lld ms", (long long)timeout_ms);
     ep->op = OP_IDLE;
     pthread_mutex_unlock(&ep->mu);
@@ -944,115 +941,90 @@ static int connect_and_subscribe(struct mqtt_ep *ep, char *err, size_t errlen)
     return 0;
 }
 
-static void signal_start(struct mqtt_ep *ep, int rc)
+/* ---- the supervisor's hooks (endpoints/source_loop.h) --------------------- */
+
+static int loop_open(void *p, char *err, size_t errlen)
 {
-    pthread_mutex_lock(&ep->mu);
-    if (!ep->start_done) {
-        ep->start_done = true;
-        ep->start_rc = rc;
-        pthread_cond_broadcast(&ep->cv);
-    }
-    pthread_mutex_unlock(&ep->mu);
+    return connect_and_subscribe(p, err, errlen);
 }
 
-static void *supervisor_main(void *arg)
+static void loop_up(void *p, bool first, int64_t down_ms)
 {
-    struct mqtt_ep *ep = arg;
+    struct mqtt_ep *ep = p;
     struct endpoint_host *h = ep->host;
-    const struct mqtt_settings *s = ep->s;
-    bool first = true;
-    unsigned attempt = 0;
-    unsigned failed = 0; /* attempts since the last success, for the log */
-    int64_t down_since = 0;
-    bool reported_lost = false; /* replay: source_lost once per outage */
+    char where[sizeof ep->connected];
+    pthread_mutex_lock(&ep->mu);
+    memcpy(where, ep->connected, sizeof where);
+    pthread_mutex_unlock(&ep->mu);
+    if (h->set_source) h->set_source(h, where);
+    char after[64] = "";
+    if (!first) snprintf(after, sizeof after, " after %lld ms away", (long long)down_ms);
+    log_info(COMPONENT, h->name, "connected to %s as '%s' (MQTT %s), subscribed to %zu filter%s at QoS %lld%s%s",
+             where, ep->client_id, ep->v5 ? "5" : "3.1.1", ep->n_filters,
+             ep->n_filters == 1 ? "" : "s", (long long)ep->s->qos, after,
+             ep->failed_attempts ? " (after failed attempts)" : "");
+    ep->failed_attempts = 0;
+    /* replay: messages of the outage are missing from this replica's ring
+     * (the loop told the gateway); the ids restart their context */
+    if (!first && h->replay) replay_idctx_reset(&ep->idctx);
+}
 
-    while (!atomic_load(&ep->stopping)) {
-        char err[512];
-        err[0] = '\0';
-        if (connect_and_subscribe(ep, err, sizeof err) == 0) {
-            char where[sizeof ep->connected];
-            pthread_mutex_lock(&ep->mu);
-            memcpy(where, ep->connected, sizeof where);
-            pthread_mutex_unlock(&ep->mu);
-            if (h->set_source) h->set_source(h, where);
-            log_info(COMPONENT, h->name, "connected to %s as '%s' (MQTT %s), subscribed to %zu filter%s at QoS %lld%s",
-                     where, ep->client_id, ep->v5 ? "5" : "3.1.1", ep->n_filters,
-                     ep->n_filters == 1 ? "" : "s", (long long)s->qos,
-                     failed ? " after failed attempts" : "");
-            failed = 0;
-            if (first) signal_start(ep, 0);
-            else if (h->replay) {
-                /* messages of the outage are missing from this replica's ring */
-                h->source_gap(h);
-                replay_idctx_reset(&ep->idctx);
-            }
-            first = false;
-            reported_lost = false;
-            attempt = 0;
-            down_since = 0;
-            pthread_mutex_lock(&ep->mu);
-            while (!ep->conn_lost && !atomic_load(&ep->stopping)) pthread_cond_wait(&ep->cv, &ep->mu);
-            bool lost = ep->conn_lost;
-            pthread_mutex_unlock(&ep->mu);
-            if (h->set_source) h->set_source(h, "");
-            if (!lost) break; /* stopping: teardown below */
-            atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
-            log_warn(COMPONENT, h->name, "connection to %s lost; reconnecting", where);
-            /* a message may still wait for its sink on the dead connection */
-            pthread_mutex_lock(&ep->mu);
-            while (ep->in_callback && !ep->abandoned) pthread_cond_wait(&ep->cv, &ep->mu);
-            pthread_mutex_unlock(&ep->mu);
-            client_teardown(ep, false);
-            down_since = clock_mono_ms();
-        } else {
-            if (atomic_load(&ep->stopping)) break;
-            failed++;
-            atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
-            if (first) {
-                first = false;
-                if (h->guard != GUARD_NONE && !h->replay) {
-                    log_error(COMPONENT, h->name, "%s", err);
-                    signal_start(ep, -1);
-                    return NULL;
-                }
-                log_error(COMPONENT, h->name, "%s; retrying in the background", err);
-                signal_start(ep, 0);
-            } else {
-                long long suppressed = 0;
-                if (ratelimit_ok(&ep->rl_connect, 10000, &suppressed))
-                    log_warn(COMPONENT, h->name, "%s (attempt %u, %lld similar warnings suppressed)", err,
-                             attempt + 1, suppressed);
-            }
-            if (!down_since) down_since = clock_mono_ms();
-        }
-        if (h->guard == GUARD_ACTIVE && down_since &&
-            clock_mono_ms() - down_since > h->lease_ttl_ms) {
-            char reason[700];
-            snprintf(reason, sizeof reason, "broker %s unreachable for %lld ms%s%s", ep->servers_text,
-                     (long long)(clock_mono_ms() - down_since), err[0] ? ": " : "", err);
-            if (!h->replay) {
-                h->source_lost(h, reason);
-                return NULL;
-            }
-            /* replay: a leader without its broker hands over; every replica
-             * keeps retrying (and buffering once it is back) */
-            if (!reported_lost && h->leader_now(h)) {
-                reported_lost = true;
-                h->source_lost(h, reason);
-            }
-        }
-        int64_t wait = backoff_ms(attempt++, s->reconnect_min_ms, s->reconnect_max_ms);
-        sleep_ms_cancellable(wait, &ep->stopping);
-    }
-    /* stop() released or abandoned the message in flight (if any) */
+/* Until the connection is lost or stop is asked. */
+static enum source_end loop_run(void *p, struct source_loop *l, char *err, size_t errlen)
+{
+    struct mqtt_ep *ep = p;
+    struct endpoint_host *h = ep->host;
+    pthread_mutex_lock(&ep->mu);
+    while (!ep->conn_lost && !source_loop_stopping(l)) pthread_cond_wait(&ep->cv, &ep->mu);
+    bool lost = ep->conn_lost;
+    snprintf(err, errlen, "%s: %s", ep->connected, ep->op_err[0] ? ep->op_err : "connection lost");
+    pthread_mutex_unlock(&ep->mu);
+    if (h->set_source) h->set_source(h, "");
+    return lost && !source_loop_stopping(l) ? SOURCE_LOST : SOURCE_STOPPED;
+}
+
+/* After a lost connection (a failed connect tore its client down itself);
+ * at stop, finish does it. */
+static void loop_close(void *p)
+{
+    struct mqtt_ep *ep = p;
+    if (source_loop_stopping(&ep->loop) || !ep->client) return;
+    /* a message may still wait for its sink on the dead connection */
+    pthread_mutex_lock(&ep->mu);
+    while (ep->in_callback && !ep->abandoned) pthread_cond_wait(&ep->cv, &ep->mu);
+    pthread_mutex_unlock(&ep->mu);
+    client_teardown(ep, false);
+}
+
+static bool loop_failed(void *p, bool was_up, char *err, size_t errlen)
+{
+    struct mqtt_ep *ep = p;
+    (void)err;
+    (void)errlen;
+    if (!was_up) ep->failed_attempts++;
+    return false;
+}
+
+/* The loop ended: stop() released or abandoned the message in flight (if
+ * any); then the client goes. */
+static void loop_finish(void *p)
+{
+    struct mqtt_ep *ep = p;
     pthread_mutex_lock(&ep->mu);
     while (ep->in_callback && !ep->abandoned && !ep->release) pthread_cond_wait(&ep->cv, &ep->mu);
     while (ep->in_callback && !ep->abandoned) pthread_cond_wait(&ep->cv, &ep->mu);
     pthread_mutex_unlock(&ep->mu);
     if (ep->client) client_teardown(ep, true);
-    signal_start(ep, -1);
-    return NULL;
 }
+
+static const struct source_loop_ops mqtt_loop_ops = {
+    .open = loop_open,
+    .run = loop_run,
+    .close = loop_close,
+    .up = loop_up,
+    .failed = loop_failed,
+    .finish = loop_finish,
+};
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
@@ -1103,6 +1075,14 @@ static void *mqtt_create(const void *settings, struct endpoint_host *host, char 
     pthread_mutex_init(&ep->mu, NULL);
     cond_init_clock(&ep->cv, CLOCK_MONOTONIC);
     envelope_init(&ep->env);
+    ep->loop.ops = &mqtt_loop_ops;
+    ep->loop.ep = ep;
+    ep->loop.h = host;
+    ep->loop.component = COMPONENT;
+    ep->loop.thread_kind = "mqtt";
+    ep->loop.backoff_min_ms = s->reconnect_min_ms;
+    ep->loop.backoff_max_ms = s->reconnect_max_ms;
+    source_loop_init(&ep->loop);
     return ep;
 fail:
     secret_free(ep->password);
@@ -1115,12 +1095,9 @@ fail:
 static int mqtt_start(void *p)
 {
     struct mqtt_ep *ep = p;
-    if (ep->thread_started) return 0;
+    if (source_loop_running(&ep->loop)) return 0;
     if (ep->abandoned) return -1; /* paho is parked until exit */
-    atomic_store(&ep->stopping, false);
     pthread_mutex_lock(&ep->mu);
-    ep->start_done = false;
-    ep->start_rc = -1;
     ep->release = false;
     ep->stop_deadline_ms = 0;
     ep->conn_lost = false;
@@ -1128,32 +1105,24 @@ static int mqtt_start(void *p)
     ep->rt_sum_us = 0;
     ep->rt_max_us = 0;
     pthread_mutex_unlock(&ep->mu);
-    if (pthread_create(&ep->thread, NULL, supervisor_main, ep) != 0) {
-        log_error(COMPONENT, ep->host->name, "cannot start the consumer thread: %s", strerror(errno));
+    ep->failed_attempts = 0;
+    char err[1024];
+    if (source_loop_start(&ep->loop, err, sizeof err) < 0) {
+        log_error(COMPONENT, ep->host->name, "%s", err);
         return -1;
     }
-    thread_name(ep->thread, "mqtt", ep->host->name);
-    ep->thread_started = true;
-    pthread_mutex_lock(&ep->mu);
-    while (!ep->start_done) pthread_cond_wait(&ep->cv, &ep->mu);
-    int rc = ep->start_rc;
-    pthread_mutex_unlock(&ep->mu);
-    if (rc != 0) {
-        pthread_join(ep->thread, NULL);
-        ep->thread_started = false;
-    }
-    return rc;
+    return 0;
 }
 
 static void mqtt_stop(void *p)
 {
     struct mqtt_ep *ep = p;
-    if (!ep->thread_started) return;
+    if (!source_loop_running(&ep->loop)) return;
     struct endpoint_host *h = ep->host;
     int64_t deadline = clock_mono_ms() + ep->s->stop_timeout_ms;
     pthread_mutex_lock(&ep->mu);
     ep->stop_deadline_ms = deadline;
-    atomic_store(&ep->stopping, true);
+    source_loop_request_stop(&ep->loop);
     pthread_cond_broadcast(&ep->cv);
     /* Give the message waiting for its sink (if any) the stop timeout,
      * unless its outcome is already final (not leader, shutdown, term ended:
@@ -1193,8 +1162,7 @@ static void mqtt_stop(void *p)
         pthread_cond_broadcast(&ep->cv);
     }
     pthread_mutex_unlock(&ep->mu);
-    pthread_join(ep->thread, NULL);
-    ep->thread_started = false;
+    source_loop_join(&ep->loop);
     pthread_mutex_lock(&ep->mu);
     uint64_t rt_n = ep->rt_count;
     int64_t rt_sum = ep->rt_sum_us, rt_max = ep->rt_max_us;
@@ -1225,6 +1193,7 @@ static void mqtt_destroy(void *p)
     free(ep->uris);
     secret_free(ep->password); /* wiped: memset before free may be optimised away */
     envelope_free(&ep->env);
+    source_loop_destroy(&ep->loop);
     pthread_mutex_destroy(&ep->slot->mu);
     pthread_cond_destroy(&ep->slot->cv);
     free(ep->slot);

@@ -20,8 +20,9 @@
  * from that checkpoint. The only direct Redis use left is the one-shot read
  * of a checkpoint an older baton kept at "<prefix>:cdc:<scope>" (upgrade).
  *
- * Threads: start() spawns the consumer and, when guarded, waits until the
- * stream is open (first event received) or failed. stop() sets a flag, shuts
+ * Threads: the consumer is endpoints/source_loop.h's supervisor (this file
+ * gives it open, run, close); start() waits until the stream is open (first
+ * event received) or its first attempt failed. stop() sets the flag, shuts
  * the sockets down to interrupt mariadb_rpl_fetch, joins. */
 #include <errno.h>
 #include <inttypes.h>
@@ -41,6 +42,7 @@
 #include "endpoints/cdc_filter.h"
 #include "endpoints/endpoint.h"
 #include "endpoints/mysql_cdc_private.h"
+#include "endpoints/source_loop.h"
 #include "baton/locker.h"
 #include "baton/scope.h"
 #include "common/envelope.h"
@@ -108,10 +110,10 @@ static const struct setting_def cdc_defs[] = {
       .max = 600000, .help = "connect timeout" },
     { "heartbeat_ms", SETTING_INT, OFF(heartbeat_ms), .def = "1000", .min = 100, .max = 60000,
       .help = "server heartbeat period while the binlog is idle (dead-connection detection)" },
-    { "reconnect_backoff_ms", SETTING_INT, OFF(reconnect_backoff_ms), .def = "200", .min = 1,
-      .max = 600000, .help = "first reconnect delay" },
-    { "reconnect_backoff_max_ms", SETTING_INT, OFF(reconnect_backoff_max_ms), .def = "5000", .min = 1,
-      .max = 3600000, .help = "largest reconnect delay" },
+    { "reconnect_min_ms", SETTING_INT, OFF(reconnect_min_ms), .def = "200", .min = 1,
+      .max = 600000, .help = "first reconnect delay", .old_name = "reconnect_backoff_ms" },
+    { "reconnect_max_ms", SETTING_INT, OFF(reconnect_max_ms), .def = "5000", .min = 1,
+      .max = 3600000, .help = "largest reconnect delay", .old_name = "reconnect_backoff_max_ms" },
     SETTINGS_END
 };
 
@@ -173,8 +175,8 @@ static int cdc_validate(const void *settings, enum guard_kind guard, bool force,
         snprintf(msg, msglen, "give password_env or password_file, not both");
         return -1;
     }
-    if (s->reconnect_backoff_max_ms < s->reconnect_backoff_ms) {
-        snprintf(msg, msglen, "reconnect_backoff_max_ms must be >= reconnect_backoff_ms");
+    if (s->reconnect_max_ms < s->reconnect_min_ms) {
+        snprintf(msg, msglen, "reconnect_max_ms must be >= reconnect_min_ms");
         return -1;
     }
     if (guard == GUARD_ONCE) {
@@ -213,23 +215,12 @@ static void cache_store(struct cdc *c, const struct cdc_ckpt *ck)
     pthread_mutex_unlock(&c->cache_mu);
 }
 
-static void set_start_state(struct cdc *c, enum start_state st, const char *err)
-{
-    pthread_mutex_lock(&c->lock);
-    if (c->start_state == START_PENDING) {
-        c->start_state = st;
-        if (err) snprintf(c->start_err, sizeof c->start_err, "%s", err);
-        pthread_cond_broadcast(&c->cond);
-    }
-    pthread_mutex_unlock(&c->lock);
-}
-
 /* Registers the socket of a new connection so stop() can shut it down;
  * false when stopping already. */
 static bool register_fd(struct cdc *c, int slot, MYSQL *m)
 {
     pthread_mutex_lock(&c->lock);
-    bool ok = !atomic_load(&c->stop);
+    bool ok = !source_loop_stopping(&c->loop);
     if (ok) c->fds[slot] = (int)mysql_get_socket(m);
     pthread_mutex_unlock(&c->lock);
     return ok;
@@ -975,22 +966,35 @@ static void handle_event(struct cdc *c, MARIADB_RPL_EVENT *ev)
 
 /* ------------------------------------------------------------ session */
 
-enum { SESSION_STOPPED = 0, SESSION_ERROR = -1, SESSION_PURGED = -2, SESSION_TERM_ENDED = -3 };
+/* The supervisor's hooks (endpoints/source_loop.h): open connects (the
+ * hosts in order), resolves the position and opens the binlog stream; run
+ * streams until an error, stop or the end of the term, and says the source
+ * is up at its first event; close frees the session. */
 
-/* Connects (the hosts in order), resolves the position, streams until an
- * error or stop. */
-static int session(struct cdc *c, MYSQL **mp, unsigned read_timeout_s, char *err, size_t errlen)
+/* The read timeout of a session: a heartbeat is due every heartbeat_ms. */
+static unsigned read_timeout_s(const struct cdc *c)
 {
+    unsigned rt = (unsigned)((c->s->heartbeat_ms * 4 + 999) / 1000);
+    return rt < 2 ? 2 : rt;
+}
+
+static int loop_open(void *ep, char *err, size_t errlen)
+{
+    struct cdc *c = ep;
     const char *name = c->h->name;
-    if (conn_connect_any(c, mp, read_timeout_s, err, errlen)) return SESSION_ERROR;
-    MYSQL *m = *mp;
-    if (!register_fd(c, 0, m)) return SESSION_STOPPED;
+    c->purged = false;
+    if (conn_connect_any(c, &c->m, read_timeout_s(c), err, errlen)) return -1;
+    MYSQL *m = c->m;
+    if (!register_fd(c, 0, m)) {
+        snprintf(err, errlen, "stopping");
+        return -1;
+    }
     if (c->h->set_source) c->h->set_source(c->h, c->where);
 
     char crc[32], sid[32];
     if (mysql_cdc_query_value(c, m, "SELECT @@global.binlog_checksum, @@global.server_id", 0, crc,
                               sizeof crc, sid, sizeof sid, err, errlen))
-        return SESSION_ERROR;
+        return -1;
     c->server_crc = strcasecmp(crc, "NONE") != 0 && crc[0];
     c->server_now = (uint32_t)strtoul(sid, NULL, 10);
     char sql[CDC_GTID_MAX + 80];
@@ -998,10 +1002,10 @@ static int session(struct cdc *c, MYSQL **mp, unsigned read_timeout_s, char *err
     if (run_sql(c, m, "SET @master_binlog_checksum = @@global.binlog_checksum", err, errlen) ||
         run_sql(c, m, "SET @mariadb_slave_capability = 4", err, errlen) ||
         run_sql(c, m, sql, err, errlen))
-        return SESSION_ERROR;
+        return -1;
 
     if (!c->have_pos) {
-        if (mysql_cdc_find_start(c, m, err, errlen)) return SESSION_ERROR;
+        if (mysql_cdc_find_start(c, m, err, errlen)) return -1;
         c->have_pos = true;
     }
 
@@ -1018,7 +1022,7 @@ static int session(struct cdc *c, MYSQL **mp, unsigned read_timeout_s, char *err
                      "resume on this server (is it the right one? a checkpoint from an older "
                      "baton holds no GTID position)",
                      c->where, c->server_now, c->resume_file, c->resume_pos, c->resume_server);
-            return SESSION_ERROR;
+            return -1;
         }
         char eg[2 * CDC_GTID_MAX + 1];
         mysql_real_escape_string(m, eg, gt, (unsigned long)strlen(gt));
@@ -1027,7 +1031,7 @@ static int session(struct cdc *c, MYSQL **mp, unsigned read_timeout_s, char *err
         if (run_sql(c, m, setq, err, errlen) ||
             run_sql(c, m, "SET @slave_gtid_strict_mode = 0", err, errlen) ||
             run_sql(c, m, "SET @slave_gtid_ignore_duplicates = 0", err, errlen))
-            return SESSION_ERROR;
+            return -1;
         log_warn(COMPONENT, name, "mysql %s is server_id %" PRIu32 ", not server_id %" PRIu32
                  " where %s:%" PRIu64 " was read (a switchover?): resuming by GTID position \"%s\"",
                  c->where, c->server_now, c->resume_server, c->resume_file, c->resume_pos, gt);
@@ -1035,8 +1039,9 @@ static int session(struct cdc *c, MYSQL **mp, unsigned read_timeout_s, char *err
     MARIADB_RPL *rpl = mariadb_rpl_init(m);
     if (!rpl) {
         snprintf(err, errlen, "mariadb_rpl_init: %s", mysql_error(m));
-        return SESSION_ERROR;
+        return -1;
     }
+    c->rpl = rpl;
     snprintf(c->file, sizeof c->file, "%s", c->by_gtid ? "" : c->resume_file);
     c->pos = c->by_gtid ? 4 : c->resume_pos;
     c->in_txn = false;
@@ -1046,17 +1051,24 @@ static int session(struct cdc *c, MYSQL **mp, unsigned read_timeout_s, char *err
     mariadb_rpl_optionsv(rpl, MARIADB_RPL_FILENAME, c->file, strlen(c->file));
     mariadb_rpl_optionsv(rpl, MARIADB_RPL_START, (unsigned long)c->pos);
     mariadb_rpl_optionsv(rpl, MARIADB_RPL_FLAGS, 0u);
-    int rc = SESSION_ERROR;
-    MARIADB_RPL_EVENT *ev = NULL;
     if (mariadb_rpl_open(rpl)) {
         snprintf(err, errlen, "mysql %s: binlog dump from %s:%" PRIu64 ": %s (error %u)", c->where,
                  c->by_gtid ? "GTID position" : c->file, c->pos, mysql_error(m), mysql_errno(m));
-        goto out;
+        return -1;
     }
+    return 0;
+}
+
+static enum source_end loop_run(void *ep, struct source_loop *l, char *err, size_t errlen)
+{
+    struct cdc *c = ep;
+    MYSQL *m = c->m;
+    enum source_end rc = SOURCE_LOST;
+    MARIADB_RPL_EVENT *ev = NULL;
     for (;;) {
-        ev = mariadb_rpl_fetch(rpl, ev);
-        if (atomic_load(&c->stop)) {
-            rc = SESSION_STOPPED;
+        ev = mariadb_rpl_fetch(c->rpl, ev);
+        if (source_loop_stopping(l)) {
+            rc = SOURCE_STOPPED;
             break;
         }
         if (!ev) {
@@ -1069,142 +1081,134 @@ static int session(struct cdc *c, MYSQL **mp, unsigned read_timeout_s, char *err
             } else if (mysql_cdc_is_purged_error(en, em)) {
                 snprintf(err, errlen, "mysql %s: position %s:%" PRIu64 " is no longer on the "
                          "server (binlog purged?): %s (error %u)", c->where, c->file, c->pos, em, en);
-                rc = SESSION_PURGED;
+                c->purged = true;
             } else {
                 snprintf(err, errlen, "mysql %s: binlog stream at %s:%" PRIu64 ": %s (error %u)",
                          c->where, c->file, c->pos, em[0] ? em : "stream ended", en);
             }
             break;
         }
-        c->streamed = true;
-        if (!c->confirmed) {
-            c->confirmed = true;
-            set_start_state(c, START_OK, NULL);
-            log_info(COMPONENT, name, "streaming the binlog of %s from %s:%" PRIu64
-                     " as server_id %" PRId64 " (epoch %" PRIu64 ")", c->where, c->file, c->pos,
-                     c->s->server_id, c->epoch);
-        }
+        source_loop_up(l); /* once per session: at its first event */
         handle_event(c, ev);
         flush_deferred(c); /* before the checkpoint: it sees what was delivered inline */
         maybe_checkpoint(c, false);
         if (c->term_ended) {
             snprintf(err, errlen, "the term ended (backlog behind an undelivered row)");
-            rc = SESSION_TERM_ENDED;
+            rc = SOURCE_TERM_ENDED;
             break;
         }
     }
-out:
     flush_deferred(c); /* whatever ended the stream, nothing stays unannounced */
     if (ev) mariadb_free_rpl_event(ev);
-    mariadb_rpl_close(rpl);
     return rc;
 }
 
-static void *consumer_main(void *arg)
+static void loop_up(void *ep, bool first, int64_t down_ms)
 {
-    struct cdc *c = arg;
-    struct endpoint_host *h = c->h;
-    const char *name = h->name;
-    unsigned attempt = 0;
-    int64_t lost_since = 0;
-    char err[1024];
-
-    while (!atomic_load(&c->stop)) {
-        unsigned rt = (unsigned)((c->s->heartbeat_ms * 4 + 999) / 1000);
-        if (rt < 2) rt = 2;
-        MYSQL *m = NULL;
-        c->streamed = false;
-        int rc = session(c, &m, rt, err, sizeof err);
-        /* a transaction cut in the middle is re-read from its start; rows
-         * already forwarded are skipped on the way */
-        if (c->in_txn && c->txn_rows > 0) {
-            snprintf(c->skip_file, sizeof c->skip_file, "%s", c->txn_file);
-            c->skip_pos = c->txn_pos;
-            c->skip_server = c->server_now;
-            c->skip_gtid = c->txn_has_gtid ? c->txn_gtid : (struct cdc_gtid){0, 0, 0};
-            c->skip_rows = c->txn_rows;
-        }
-        c->in_txn = false;
-        c->txn_has_gtid = false;
-        if (m) close_conn(c, 0, &m);
-        close_conn(c, 1, &c->meta);
-        if (h->set_source) h->set_source(h, "");
-        if (atomic_load(&c->stop) || rc == SESSION_STOPPED || rc == SESSION_TERM_ENDED) break;
-        /* the next attempt starts at the first host after one that streamed
-         * (the preferred server first), at the next one after a server that
-         * was reached but could not stream (e.g. lacks the GTID position) */
-        c->host_next = c->streamed || c->nhosts == 0 ? 0 : (c->host_cur + 1) % c->nhosts;
-        atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
-
-        if (rc == SESSION_PURGED && c->s->on_purged == PURGED_OLDEST) {
-            char e2[512], oldf[CDC_FILE_MAX];
-            uint64_t oldp = c->resume_pos;
-            snprintf(oldf, sizeof oldf, "%s", c->resume_file);
-            MYSQL *m2 = conn_new(c, rt);
-            if (m2 && conn_connect(c, m2, e2, sizeof e2) == 0 && register_fd(c, 0, m2) &&
-                mysql_cdc_resolve_start(c, m2, "oldest", e2, sizeof e2) == 0) {
-                log_error(COMPONENT, name, "%s; on_purged = oldest: restarting from %s:%" PRIu64
-                          " (the events between %s:%" PRIu64 " and it are LOST)", err, c->file,
-                          c->pos, oldf, oldp);
-                snprintf(c->resume_file, sizeof c->resume_file, "%s", c->file);
-                c->resume_pos = c->pos;
-                c->resume_server = c->server_now;
-                c->rstate_known = false; /* the gap: what GTID position is that? asked below */
-                char gt[CDC_GTID_MAX];
-                if (mysql_cdc_gtid_at(c, m2, c->file, c->pos, gt, sizeof gt, e2, sizeof e2) == 1) {
-                    struct cdc_ckpt ck = {.server_id = c->server_now, .gtid_known = true};
-                    snprintf(ck.file, sizeof ck.file, "%s", c->file);
-                    ck.pos = c->pos;
-                    snprintf(ck.gtid, sizeof ck.gtid, "%s", gt);
-                    mysql_cdc_set_resume(c, &ck);
-                }
-                c->skip_rows = 0;
-                if (c->ckpt_on)
-                    cdc_progress_boundary(c->progress, c->file, c->pos, NULL, c->server_now);
-                if (m2) close_conn(c, 0, &m2);
-                continue;
-            }
-            if (m2) close_conn(c, 0, &m2);
-        } else if (rc == SESSION_PURGED) {
-            snprintf(err + strlen(err), sizeof err - strlen(err),
-                     "; on_purged = fail: fix the position (set start and delete the checkpoint "
-                     "key %.200s%s%.200s) or set on_purged = oldest",
-                     c->ckpt_on ? c->ckpt_key : "(none)", c->legacy_on ? " and the legacy key " : "",
-                     c->legacy_on ? c->legacy_key : "");
-        }
-
-        if (!c->confirmed && c->guarded) {
-            set_start_state(c, START_FAILED, err);
-            return NULL;
-        }
-        set_start_state(c, START_OK, NULL); /* unguarded: retry in the background */
-        int64_t now = clock_mono_ms();
-        if (c->streamed) {
-            log_warn(COMPONENT, name, "%s; reconnecting from %s:%" PRIu64, err, c->resume_file,
-                     c->resume_pos);
-            attempt = 0;
-            lost_since = now;
-        }
-        if (!lost_since) lost_since = now;
-        if (c->guarded && now - lost_since >= h->lease_ttl_ms) {
-            char reason[1200];
-            snprintf(reason, sizeof reason, "source unusable for %" PRId64 " ms (lease ttl %" PRId64
-                     " ms): %s", now - lost_since, h->lease_ttl_ms, err);
-            log_error(COMPONENT, name, "%s; giving up the lease so another replica can try", reason);
-            h->source_lost(h, reason);
-            break;
-        }
-        int64_t d = backoff_ms(attempt++, c->s->reconnect_backoff_ms, c->s->reconnect_backoff_max_ms);
-        long long supp = 0;
-        if (ratelimit_ok(&c->rl_retry, 5000, &supp))
-            log_warn(COMPONENT, name, "%s; retrying in %" PRId64 " ms (%lld similar suppressed)",
-                     err, d, supp);
-        sleep_ms_cancellable(d, &c->stop);
-    }
-    maybe_checkpoint(c, true); /* what the sink accepted so far */
-    set_start_state(c, START_FAILED, "stopped before the stream opened");
-    return NULL;
+    struct cdc *c = ep;
+    if (first)
+        log_info(COMPONENT, c->h->name, "streaming the binlog of %s from %s:%" PRIu64
+                 " as server_id %" PRId64 " (epoch %" PRIu64 ")", c->where, c->file, c->pos,
+                 c->s->server_id, c->epoch);
+    else
+        log_info(COMPONENT, c->h->name, "streaming the binlog of %s again from %s:%" PRIu64
+                 " after %" PRId64 " ms", c->where, c->file, c->pos, down_ms);
 }
+
+static void loop_close(void *ep)
+{
+    struct cdc *c = ep;
+    struct endpoint_host *h = c->h;
+    if (c->rpl) mariadb_rpl_close(c->rpl);
+    c->rpl = NULL;
+    /* a transaction cut in the middle is re-read from its start; rows
+     * already forwarded are skipped on the way */
+    if (c->in_txn && c->txn_rows > 0) {
+        snprintf(c->skip_file, sizeof c->skip_file, "%s", c->txn_file);
+        c->skip_pos = c->txn_pos;
+        c->skip_server = c->server_now;
+        c->skip_gtid = c->txn_has_gtid ? c->txn_gtid : (struct cdc_gtid){0, 0, 0};
+        c->skip_rows = c->txn_rows;
+    }
+    c->in_txn = false;
+    c->txn_has_gtid = false;
+    if (c->m) close_conn(c, 0, &c->m);
+    c->m = NULL;
+    close_conn(c, 1, &c->meta);
+    if (h->set_source) h->set_source(h, "");
+}
+
+/* After a failed or broken session: where the next one starts, and what a
+ * purged position means (on_purged). */
+static bool loop_failed(void *ep, bool was_up, char *err, size_t errlen)
+{
+    struct cdc *c = ep;
+    const char *name = c->h->name;
+    /* the next attempt starts at the first host after one that streamed
+     * (the preferred server first), at the next one after a server that
+     * was reached but could not stream (e.g. lacks the GTID position) */
+    c->host_next = was_up || c->nhosts == 0 ? 0 : (c->host_cur + 1) % c->nhosts;
+    if (c->purged && c->s->on_purged == PURGED_OLDEST) {
+        char e2[512], oldf[CDC_FILE_MAX];
+        uint64_t oldp = c->resume_pos;
+        snprintf(oldf, sizeof oldf, "%s", c->resume_file);
+        MYSQL *m2 = conn_new(c, read_timeout_s(c));
+        bool moved = false;
+        if (m2 && conn_connect(c, m2, e2, sizeof e2) == 0 && register_fd(c, 0, m2) &&
+            mysql_cdc_resolve_start(c, m2, "oldest", e2, sizeof e2) == 0) {
+            log_error(COMPONENT, name, "%s; on_purged = oldest: restarting from %s:%" PRIu64
+                      " (the events between %s:%" PRIu64 " and it are LOST)", err, c->file,
+                      c->pos, oldf, oldp);
+            snprintf(c->resume_file, sizeof c->resume_file, "%s", c->file);
+            c->resume_pos = c->pos;
+            c->resume_server = c->server_now;
+            c->rstate_known = false; /* the gap: what GTID position is that? asked below */
+            char gt[CDC_GTID_MAX];
+            if (mysql_cdc_gtid_at(c, m2, c->file, c->pos, gt, sizeof gt, e2, sizeof e2) == 1) {
+                struct cdc_ckpt ck = {.server_id = c->server_now, .gtid_known = true};
+                snprintf(ck.file, sizeof ck.file, "%s", c->file);
+                ck.pos = c->pos;
+                snprintf(ck.gtid, sizeof ck.gtid, "%s", gt);
+                mysql_cdc_set_resume(c, &ck);
+            }
+            c->skip_rows = 0;
+            if (c->ckpt_on)
+                cdc_progress_boundary(c->progress, c->file, c->pos, NULL, c->server_now);
+            moved = true;
+        }
+        if (m2) close_conn(c, 0, &m2);
+        if (moved) return true; /* open again at once */
+    } else if (c->purged) {
+        size_t n = strlen(err);
+        snprintf(err + n, errlen - n,
+                 "; on_purged = fail: fix the position (set start and delete the checkpoint "
+                 "key %.200s%s%.200s) or set on_purged = oldest",
+                 c->ckpt_on ? c->ckpt_key : "(none)", c->legacy_on ? " and the legacy key " : "",
+                 c->legacy_on ? c->legacy_key : "");
+    }
+    return false;
+}
+
+static void loop_resume_point(void *ep, char *buf, size_t len)
+{
+    const struct cdc *c = ep;
+    snprintf(buf, len, "%s:%" PRIu64, c->resume_file, c->resume_pos);
+}
+
+static void loop_finish(void *ep)
+{
+    maybe_checkpoint(ep, true); /* what the sink accepted so far */
+}
+
+static const struct source_loop_ops cdc_loop_ops = {
+    .open = loop_open,
+    .run = loop_run,
+    .close = loop_close,
+    .up = loop_up,
+    .failed = loop_failed,
+    .resume_point = loop_resume_point,
+    .finish = loop_finish,
+};
 
 /* ------------------------------------------------------------ lifecycle */
 
@@ -1223,7 +1227,15 @@ static void *cdc_create(const void *settings, struct endpoint_host *host, char *
     c->h = host;
     c->fds[0] = c->fds[1] = -1;
     pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->cond, NULL);
+    c->loop.ops = &cdc_loop_ops;
+    c->loop.ep = c;
+    c->loop.h = host;
+    c->loop.component = COMPONENT;
+    c->loop.thread_kind = "cdc";
+    c->loop.backoff_min_ms = s->reconnect_min_ms;
+    c->loop.backoff_max_ms = s->reconnect_max_ms;
+    c->loop.up_in_run = true; /* up at the first binlog event */
+    source_loop_init(&c->loop);
     pthread_mutex_init(&c->cache_mu, NULL);
     envelope_init(&c->env);
     jbuf_init(&c->ev_head, 256);
@@ -1300,16 +1312,12 @@ static int cdc_start(void *ep)
 {
     struct cdc *c = ep;
     const char *name = c->h->name;
-    if (c->running) {
+    if (source_loop_running(&c->loop)) {
         log_error(COMPONENT, name, "start called while already running");
         return -1;
     }
-    atomic_store(&c->stop, false);
-    c->start_state = START_PENDING;
-    c->start_err[0] = '\0';
     c->epoch = c->h->epoch(c->h);
     c->have_pos = false;
-    c->confirmed = false;
     c->in_txn = false;
     c->skip_rows = c->skip_left = 0;
     c->gtid[0] = '\0';
@@ -1322,25 +1330,12 @@ static int cdc_start(void *ep)
     c->host_next = 0;
     c->txn_has_gtid = false;
     c->by_gtid = false;
-    int rc = pthread_create(&c->thread, NULL, consumer_main, c);
-    if (rc == 0) thread_name(c->thread, "cdc", name);
-    if (rc != 0) {
-        log_error(COMPONENT, name, "cannot create the consumer thread: %s", strerror(rc));
-        return -1;
-    }
-    c->running = true;
-    if (!c->guarded) return 0;
-    pthread_mutex_lock(&c->lock);
-    while (c->start_state == START_PENDING) pthread_cond_wait(&c->cond, &c->lock);
-    enum start_state st = c->start_state;
-    pthread_mutex_unlock(&c->lock);
-    if (st == START_FAILED) {
-        pthread_join(c->thread, NULL);
-        c->running = false;
+    char err[1024];
+    if (source_loop_start(&c->loop, err, sizeof err) < 0) {
         long long supp = 0;
         if (ratelimit_ok(&c->rl_start, 5000, &supp))
             log_error(COMPONENT, name, "cannot stream the binlog: %s (standby-eligible, retried on "
-                      "the next promotion; %lld similar suppressed)", c->start_err, supp);
+                      "the next promotion; %lld similar suppressed)", err, supp);
         return -1;
     }
     return 0;
@@ -1349,14 +1344,13 @@ static int cdc_start(void *ep)
 static void cdc_stop(void *ep)
 {
     struct cdc *c = ep;
-    if (!c->running) return;
-    atomic_store(&c->stop, true);
+    if (!source_loop_running(&c->loop)) return;
+    source_loop_request_stop(&c->loop);
     pthread_mutex_lock(&c->lock);
     for (int i = 0; i < 2; i++)
         if (c->fds[i] >= 0) shutdown(c->fds[i], SHUT_RDWR); /* wakes mariadb_rpl_fetch */
     pthread_mutex_unlock(&c->lock);
-    pthread_join(c->thread, NULL);
-    c->running = false;
+    source_loop_join(&c->loop);
     log_info(COMPONENT, c->h->name, "stopped at %s:%" PRIu64 " after %" PRIu64 " row events",
              c->file, c->pos, c->rows_emitted);
 }
@@ -1379,8 +1373,8 @@ static void cdc_destroy(void *ep)
     cdc_progress_destroy(c->progress);
     free(c->hosts);
     secret_free(c->password); /* wiped: memset before free may be optimised away */
+    source_loop_destroy(&c->loop);
     pthread_mutex_destroy(&c->lock);
-    pthread_cond_destroy(&c->cond);
     free(c);
 }
 

@@ -5,6 +5,7 @@
 #define BATON_MYSQL_CDC_PRIVATE_H
 
 #include <mysql.h>
+#include <mariadb_rpl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -16,6 +17,7 @@
 #include "endpoints/cdc_decode.h"
 #include "endpoints/cdc_filter.h"
 #include "endpoints/endpoint.h"
+#include "endpoints/source_loop.h"
 #include "baton/scope.h"
 #include "common/envelope.h"
 #include "common/settings.h"
@@ -50,11 +52,9 @@ struct cdc_settings {
     int on_purged;
     int64_t connect_timeout_ms;
     int64_t heartbeat_ms;
-    int64_t reconnect_backoff_ms;
-    int64_t reconnect_backoff_max_ms;
+    int64_t reconnect_min_ms;
+    int64_t reconnect_max_ms;
 };
-
-enum start_state { START_PENDING, START_OK, START_FAILED };
 
 struct table_entry {
     struct cdc_table t;
@@ -79,15 +79,10 @@ struct cdc {
     char legacy_key[BATON_GUARD_KEY_MAX];   /* "<prefix>:cdc:<scope>", before the locker kept it */
     struct cdc_progress *progress;
 
-    pthread_mutex_t lock; /* fds, start state */
-    pthread_cond_t cond;
+    pthread_mutex_t lock; /* fds */
     int fds[2];           /* sockets to shut down on stop: binlog, metadata */
-    enum start_state start_state;
-    char start_err[512];
-    atomic_bool stop;
-    bool running;
-    pthread_t thread;
-    struct ratelimit rl_retry, rl_bad, rl_ckpt, rl_start;
+    struct source_loop loop; /* the consumer thread (endpoints/source_loop.h) */
+    struct ratelimit rl_bad, rl_ckpt, rl_start;
 
     /* consumer thread state */
     uint64_t epoch;
@@ -96,8 +91,9 @@ struct cdc {
     struct jbuf ev_head;     /* ,"db":..,"table":..,"op":..,"before": of the rows event */
     struct jbuf ev_tail;     /* ,"gtid":..,"position":{..},"ts":.. of the rows event */
     bool have_pos;
-    bool confirmed;          /* the stream delivered its first event this term */
-    bool streamed;           /* ... this session */
+    MYSQL *m;                /* the binlog connection of the session */
+    MARIADB_RPL *rpl;        /* its stream */
+    bool purged;             /* the session ended: position purged from the server */
     bool server_crc;
     char file[CDC_FILE_MAX]; /* current binlog file */
     uint64_t pos;            /* position after the last event read */

@@ -36,6 +36,7 @@
 
 #include "base/util.h"
 #include "endpoints/endpoint.h"
+#include "endpoints/source_loop.h"
 #include "endpoints/rabbitmq_util.h"
 #include "common/envelope.h"
 #include "common/log.h"
@@ -165,16 +166,12 @@ struct rmq_ep {
     bool group;
     bool after_sink;
 
-    pthread_t thread;
-    bool thread_started;
-    atomic_bool stop;
+    struct source_loop loop; /* the consumer thread (endpoints/source_loop.h) */
 
-    pthread_mutex_t lock; /* sockfd, start_state */
+    pthread_mutex_t lock; /* sockfd, exited */
     pthread_cond_t cond;
     int sockfd;           /* of the live connection, -1 otherwise */
-    int start_state;      /* 0 pending, 1 consuming, -1 failed */
-    bool exited;          /* the consumer thread returned (stop's bounded wait) */
-    bool report_start;    /* start() waits for the first attempt */
+    bool exited;          /* the consumer loop ended (stop's bounded wait) */
 
     pthread_mutex_t ack_lock;
     struct ack_item *acks;
@@ -189,6 +186,7 @@ struct rmq_ep {
     char where[300];       /* host:port of the live connection */
     struct envelope env;
     char reason[1024];     /* last error (every host's, when all failed) */
+    char lost_reason[1024]; /* why the last session broke */
     struct ratelimit rl;
     /* start failures: the guard retries every retry interval; the same
      * reason is logged at most every 5 s, a new reason at once */
@@ -470,7 +468,7 @@ static int connect_host(struct rmq_ep *ep, const struct net_host *hp)
     pthread_mutex_lock(&ep->lock);
     ep->sockfd = amqp_get_sockfd(ep->conn);
     pthread_mutex_unlock(&ep->lock);
-    if (atomic_load(&ep->stop)) {
+    if (atomic_load(&ep->loop.stop)) {
         snprintf(ep->reason, sizeof ep->reason, "stopped");
         goto fail;
     }
@@ -502,7 +500,7 @@ static int connect_any(struct rmq_ep *ep)
     size_t o = 0;
     all[0] = '\0';
     for (size_t i = 0; i < ep->nhosts; i++) {
-        if (i > 0 && atomic_load(&ep->stop)) break;
+        if (i > 0 && atomic_load(&ep->loop.stop)) break;
         if (connect_host(ep, &ep->hosts[i]) == 0) {
             if (i > 0)
                 log_info(COMP, ep->host->name, "connected to %s (hosts[%zu]) after: %s", ep->where,
@@ -756,7 +754,7 @@ static int consume_loop(struct rmq_ep *ep)
      * is on its way): wait at most 1 ms for it before they go out anyway */
     const struct timeval pending = { 0, 1000 };
     int rc = 0;
-    while (!atomic_load_explicit(&ep->stop, memory_order_relaxed)) {
+    while (!atomic_load_explicit(&ep->loop.stop, memory_order_relaxed)) {
         flush_before_read(ep); /* first: what it delivers inline is acked just below */
         if (ep->after_sink && flush_acks(ep) < 0) {
             rc = -1;
@@ -787,7 +785,7 @@ static int consume_loop(struct rmq_ep *ep)
                 continue;
             }
         }
-        if (atomic_load(&ep->stop)) break;
+        if (atomic_load(&ep->loop.stop)) break;
         describe_reply(r, "consume", ep->reason, sizeof ep->reason);
         rc = -1;
         break;
@@ -826,131 +824,79 @@ static void drain_acks(struct rmq_ep *ep)
 /* ------------------------------------------------------------------ */
 /* consumer thread */
 
-static void set_start_state(struct rmq_ep *ep, int st)
+/* The supervisor's hooks (endpoints/source_loop.h). */
+
+static int loop_open(void *p, char *err, size_t errlen)
 {
-    pthread_mutex_lock(&ep->lock);
-    if (ep->start_state == 0) {
-        ep->start_state = st;
-        pthread_cond_broadcast(&ep->cond);
-    }
-    pthread_mutex_unlock(&ep->lock);
+    struct rmq_ep *ep = p;
+    if (session_open(ep) == 0) return 0;
+    snprintf(err, errlen, "%s", ep->reason);
+    return -1;
 }
 
-static void *consumer_run(void *arg);
-
-/* The consumer thread; says when it is done, so stop() can wait for it with
- * a monotonic bound and then join at once (pthread_clockjoin_np did that,
- * but ThreadSanitizer does not see its synchronisation). */
-static void *consumer_main(void *arg)
+static void loop_up(void *p, bool first, int64_t down_ms)
 {
-    struct rmq_ep *ep = arg;
-    consumer_run(ep);
+    struct rmq_ep *ep = p;
+    struct endpoint_host *h = ep->host;
+    const struct rmq_settings *s = ep->s;
+    if (h->set_source) h->set_source(h, ep->where);
+    if (first) {
+        log_info(COMP, h->name, "consuming from %s queue \"%s\" bound to %s exchange \"%s\" "
+                                "(%zu binding%s, ack %s) on %s",
+                 ep->group ? "group" : "private", ep->queue, exchange_types[s->exchange_type],
+                 s->exchange, s->routing_keys.n ? s->routing_keys.n : 1,
+                 s->routing_keys.n > 1 ? "s" : "", ep->after_sink ? "after_sink" : "auto",
+                 ep->where);
+    } else {
+        log_info(COMP, h->name, "reconnected to %s: consuming from queue \"%s\" again; %s for "
+                                "%lld ms (%s)",
+                 ep->where, ep->queue,
+                 ep->group ? "deliveries waited in the group queue"
+                           : "no private queue was bound",
+                 (long long)down_ms, ep->lost_reason);
+    }
+    ep->last_start_error[0] = '\0';
+}
+
+static enum source_end loop_run(void *p, struct source_loop *l, char *err, size_t errlen)
+{
+    struct rmq_ep *ep = p;
+    struct endpoint_host *h = ep->host;
+    int rc = consume_loop(ep);
+    if (h->set_source) h->set_source(h, "");
+    if (rc == 0 || source_loop_stopping(l)) {
+        drain_acks(ep);
+        return SOURCE_STOPPED;
+    }
+    snprintf(ep->lost_reason, sizeof ep->lost_reason, "%s", ep->reason);
+    snprintf(err, errlen, "%s: %s", ep->where, ep->reason);
+    return SOURCE_LOST;
+}
+
+static void loop_close(void *p)
+{
+    session_close(p, false); /* the socket may already be shut down */
+}
+
+/* stop() waits for this with a monotonic bound and then joins at once
+ * (pthread_clockjoin_np did that, but ThreadSanitizer does not see its
+ * synchronisation). */
+static void loop_finish(void *p)
+{
+    struct rmq_ep *ep = p;
     pthread_mutex_lock(&ep->lock);
     ep->exited = true;
     pthread_cond_broadcast(&ep->cond);
     pthread_mutex_unlock(&ep->lock);
-    return NULL;
 }
 
-static void *consumer_run(void *arg)
-{
-    struct rmq_ep *ep = arg;
-    struct endpoint_host *h = ep->host;
-    const struct rmq_settings *s = ep->s;
-    bool first = true;
-    int64_t lost_at = 0;
-    unsigned attempt = 0;
-    bool lost_reported = false;
-    char lost_reason[sizeof ep->reason] = "";
-
-    while (!atomic_load(&ep->stop)) {
-        if (!first || lost_at) {
-            /* reconnecting */
-            if (sleep_ms_cancellable(backoff_ms(attempt, s->reconnect_min_ms,
-                                                s->reconnect_max_ms), &ep->stop))
-                break;
-            attempt++;
-        }
-        int rc = session_open(ep);
-        if (atomic_load(&ep->stop)) {
-            session_close(ep, false);
-            break;
-        }
-        if (rc < 0) {
-            atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
-            if (first && ep->report_start) {
-                long long supp = 0;
-                if (strcmp(ep->reason, ep->last_start_error) != 0) {
-                    snprintf(ep->last_start_error, sizeof ep->last_start_error, "%s", ep->reason);
-                    ep->start_rl.next_ms = 0;
-                    ep->start_rl.suppressed = 0;
-                }
-                if (ratelimit_ok(&ep->start_rl, 5000, &supp)) {
-                    if (supp)
-                        log_error(COMP, h->name, "cannot start: %s (%lld more times since the "
-                                                 "last report)", ep->reason, supp);
-                    else
-                        log_error(COMP, h->name, "cannot start: %s", ep->reason);
-                }
-                set_start_state(ep, -1);
-                return NULL;
-            }
-            long long supp = 0;
-            if (first || ratelimit_ok(&ep->rl, 5000, &supp))
-                log_warn(COMP, h->name, "%s (retrying with backoff%s)", ep->reason,
-                         supp ? ", earlier failures suppressed" : "");
-            if (first) lost_at = clock_mono_ms();
-            first = false;
-            if (h->guard == GUARD_ACTIVE && !lost_reported &&
-                clock_mono_ms() - lost_at > h->lease_ttl_ms) {
-                char why[sizeof ep->reason + 200];
-                snprintf(why, sizeof why, "rabbitmq unreachable for %lld ms: %s",
-                         (long long)(clock_mono_ms() - lost_at),
-                         lost_reason[0] ? lost_reason : ep->reason);
-                h->source_lost(h, why);
-                lost_reported = true;
-            }
-            continue;
-        }
-        if (h->set_source) h->set_source(h, ep->where);
-        if (first) {
-            log_info(COMP, h->name, "consuming from %s queue \"%s\" bound to %s exchange \"%s\" "
-                                    "(%zu binding%s, ack %s) on %s",
-                     ep->group ? "group" : "private", ep->queue, exchange_types[s->exchange_type],
-                     s->exchange, s->routing_keys.n ? s->routing_keys.n : 1,
-                     s->routing_keys.n > 1 ? "s" : "", ep->after_sink ? "after_sink" : "auto",
-                     ep->where);
-        } else {
-            log_info(COMP, h->name, "reconnected to %s: consuming from queue \"%s\" again; %s for "
-                                    "%lld ms (%s)",
-                     ep->where, ep->queue,
-                     ep->group ? "deliveries waited in the group queue"
-                               : "no private queue was bound",
-                     (long long)(clock_mono_ms() - lost_at), lost_reason);
-        }
-        first = false;
-        set_start_state(ep, 1);
-        ep->last_start_error[0] = '\0';
-        lost_at = 0;
-        attempt = 0;
-        lost_reported = false;
-
-        rc = consume_loop(ep);
-        if (h->set_source) h->set_source(h, "");
-        if (rc == 0 || atomic_load(&ep->stop)) {
-            drain_acks(ep);
-            session_close(ep, false); /* the socket may already be shut down */
-            break;
-        }
-        atomic_fetch_add_explicit(&h->stats->source_errors, 1, memory_order_relaxed);
-        snprintf(lost_reason, sizeof lost_reason, "%s", ep->reason);
-        log_warn(COMP, h->name, "connection to %s lost: %s; reconnecting", ep->where, ep->reason);
-        session_close(ep, false);
-        lost_at = clock_mono_ms();
-    }
-    set_start_state(ep, -1);
-    return NULL;
-}
+static const struct source_loop_ops rmq_loop_ops = {
+    .open = loop_open,
+    .run = loop_run,
+    .close = loop_close,
+    .up = loop_up,
+    .finish = loop_finish,
+};
 
 /* ------------------------------------------------------------------ */
 /* ops */
@@ -1014,6 +960,14 @@ static void *create(const void *sv, struct endpoint_host *host, char *err, size_
     cond_init_clock(&ep->cond, CLOCK_MONOTONIC);
     pthread_mutex_init(&ep->ack_lock, NULL);
     envelope_init(&ep->env);
+    ep->loop.ops = &rmq_loop_ops;
+    ep->loop.ep = ep;
+    ep->loop.h = host;
+    ep->loop.component = COMP;
+    ep->loop.thread_kind = "amqp";
+    ep->loop.backoff_min_ms = s->reconnect_min_ms;
+    ep->loop.backoff_max_ms = s->reconnect_max_ms;
+    source_loop_init(&ep->loop);
     if (errlen) err[0] = '\0';
     return ep;
 }
@@ -1028,42 +982,41 @@ static void shutdown_socket(struct rmq_ep *ep)
 static int start(void *p)
 {
     struct rmq_ep *ep = p;
-    if (ep->thread_started) return 0;
-    atomic_store(&ep->stop, false);
+    if (source_loop_running(&ep->loop)) return 0;
     pthread_mutex_lock(&ep->lock);
-    ep->start_state = 0;
     ep->exited = false;
     pthread_mutex_unlock(&ep->lock);
-    /* guarded endpoints: the guard retries a failed start; unguarded ones
-     * keep retrying in the background */
-    ep->report_start = ep->host->guard != GUARD_NONE;
     pthread_mutex_lock(&ep->ack_lock);
     ep->nacks = 0; /* decisions for older connections are void */
     pthread_mutex_unlock(&ep->ack_lock);
-    if (pthread_create(&ep->thread, NULL, consumer_main, ep) != 0) {
-        log_error(COMP, ep->host->name, "cannot start the consumer thread: %s", strerror(errno));
-        return -1;
+    char err[sizeof ep->last_start_error];
+    if (source_loop_start(&ep->loop, err, sizeof err) == 0) {
+        ep->last_start_error[0] = '\0';
+        return 0;
     }
-    thread_name(ep->thread, "amqp", ep->host->name);
-    ep->thread_started = true;
-    if (!ep->report_start) return 0;
-    pthread_mutex_lock(&ep->lock);
-    while (ep->start_state == 0) pthread_cond_wait(&ep->cond, &ep->lock);
-    int st = ep->start_state;
-    pthread_mutex_unlock(&ep->lock);
-    if (st < 0) {
-        pthread_join(ep->thread, NULL);
-        ep->thread_started = false;
-        return -1;
+    /* the guard retries every retry interval: the same reason is logged at
+     * most every 5 s, a new one at once */
+    long long supp = 0;
+    if (strcmp(err, ep->last_start_error) != 0) {
+        snprintf(ep->last_start_error, sizeof ep->last_start_error, "%s", err);
+        ep->start_rl.next_ms = 0;
+        ep->start_rl.suppressed = 0;
     }
-    return 0;
+    if (ratelimit_ok(&ep->start_rl, 5000, &supp)) {
+        if (supp)
+            log_error(COMP, ep->host->name, "cannot start: %s (%lld more times since the "
+                      "last report)", err, supp);
+        else
+            log_error(COMP, ep->host->name, "cannot start: %s", err);
+    }
+    return -1;
 }
 
 static void stop(void *p)
 {
     struct rmq_ep *ep = p;
-    if (!ep->thread_started) return;
-    atomic_store(&ep->stop, true);
+    if (!source_loop_running(&ep->loop)) return;
+    source_loop_request_stop(&ep->loop);
     if (ep->after_sink && ep->s->ack_drain_ms > 0) {
         /* let the consumer ack what the forwarder finishes meanwhile; the
          * bound is on CLOCK_MONOTONIC (a wall-clock step must not stretch
@@ -1075,14 +1028,12 @@ static void stop(void *p)
         bool exited = ep->exited;
         pthread_mutex_unlock(&ep->lock);
         if (exited) {
-            pthread_join(ep->thread, NULL);
-            ep->thread_started = false;
+            source_loop_join(&ep->loop);
             return;
         }
     }
     shutdown_socket(ep);
-    pthread_join(ep->thread, NULL);
-    ep->thread_started = false;
+    source_loop_join(&ep->loop);
 }
 
 static void destroy(void *p)
@@ -1094,6 +1045,7 @@ static void destroy(void *p)
     free(ep->acks);
     free(ep->hosts);
     secret_free(ep->password); /* wiped: memset before free may be optimised away */
+    source_loop_destroy(&ep->loop);
     pthread_mutex_destroy(&ep->lock);
     pthread_cond_destroy(&ep->cond);
     pthread_mutex_destroy(&ep->ack_lock);

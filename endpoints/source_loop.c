@@ -83,7 +83,15 @@ static bool after_failure(struct source_loop *l, bool was_up, unsigned *attempt,
         *reported = false;
     }
     bool at_once = l->ops->failed && l->ops->failed(l->ep, was_up, err, errlen);
-    if (was_up) log_warn(l->component, name, "connection lost: %s; reconnecting", err);
+    if (was_up) {
+        char from[400] = "";
+        if (l->ops->resume_point) {
+            char at[380] = "";
+            l->ops->resume_point(l->ep, at, sizeof at);
+            if (at[0]) snprintf(from, sizeof from, " from %s", at);
+        }
+        log_warn(l->component, name, "connection lost: %s; reconnecting%s", err, from);
+    }
     if (at_once) return true;
     long long supp = 0;
     if (!l->first_up_done && l->start_state == START_PENDING) {
@@ -143,6 +151,7 @@ static void *loop_main(void *arg)
         if (atomic_load(&l->stop) || end != SOURCE_LOST) break;
         if (!after_failure(l, l->session_up, &attempt, &reported, err, sizeof err)) break;
     }
+    if (l->ops->finish) l->ops->finish(l->ep);
     set_start(l, START_FAILED, l->first_up_done ? NULL : "stopped before the source was up");
     return NULL;
 }

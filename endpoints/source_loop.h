@@ -78,6 +78,13 @@ struct source_loop_ops {
      * when the sentinels switch the master). Default: a sleep that stop
      * interrupts. */
     void (*wait)(void *ep, int64_t ms, const atomic_bool *stop);
+    /* Optional: where the next session resumes, for the log line of a lost
+     * one ("connection lost: ...; reconnecting from mysql-bin.000003:1234"). */
+    void (*resume_point)(void *ep, char *buf, size_t len);
+    /* Optional: the loop ends (stopped, term ended, start failed or the
+     * lease given up): last words on the consumer thread (mysql_cdc's
+     * final checkpoint, mqtt's disconnect). */
+    void (*finish)(void *ep);
 };
 
 struct source_loop {

@@ -1075,14 +1075,8 @@ static void *mqtt_create(const void *settings, struct endpoint_host *host, char 
     pthread_mutex_init(&ep->mu, NULL);
     cond_init_clock(&ep->cv, CLOCK_MONOTONIC);
     envelope_init(&ep->env);
-    ep->loop.ops = &mqtt_loop_ops;
-    ep->loop.ep = ep;
-    ep->loop.h = host;
-    ep->loop.component = COMPONENT;
-    ep->loop.thread_kind = "mqtt";
-    ep->loop.backoff_min_ms = s->reconnect_min_ms;
-    ep->loop.backoff_max_ms = s->reconnect_max_ms;
-    source_loop_init(&ep->loop);
+    source_loop_init(&ep->loop, &mqtt_loop_ops, ep, host, COMPONENT, "mqtt", s->reconnect_min_ms,
+                     s->reconnect_max_ms);
     return ep;
 fail:
     secret_free(ep->password);

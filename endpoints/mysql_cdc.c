@@ -1227,15 +1227,9 @@ static void *cdc_create(const void *settings, struct endpoint_host *host, char *
     c->h = host;
     c->fds[0] = c->fds[1] = -1;
     pthread_mutex_init(&c->lock, NULL);
-    c->loop.ops = &cdc_loop_ops;
-    c->loop.ep = c;
-    c->loop.h = host;
-    c->loop.component = COMPONENT;
-    c->loop.thread_kind = "cdc";
-    c->loop.backoff_min_ms = s->reconnect_min_ms;
-    c->loop.backoff_max_ms = s->reconnect_max_ms;
+    source_loop_init(&c->loop, &cdc_loop_ops, c, host, COMPONENT, "cdc", s->reconnect_min_ms,
+                     s->reconnect_max_ms);
     c->loop.up_in_run = true; /* up at the first binlog event */
-    source_loop_init(&c->loop);
     pthread_mutex_init(&c->cache_mu, NULL);
     envelope_init(&c->env);
     jbuf_init(&c->ev_head, 256);

@@ -960,14 +960,8 @@ static void *create(const void *sv, struct endpoint_host *host, char *err, size_
     cond_init_clock(&ep->cond, CLOCK_MONOTONIC);
     pthread_mutex_init(&ep->ack_lock, NULL);
     envelope_init(&ep->env);
-    ep->loop.ops = &rmq_loop_ops;
-    ep->loop.ep = ep;
-    ep->loop.h = host;
-    ep->loop.component = COMP;
-    ep->loop.thread_kind = "amqp";
-    ep->loop.backoff_min_ms = s->reconnect_min_ms;
-    ep->loop.backoff_max_ms = s->reconnect_max_ms;
-    source_loop_init(&ep->loop);
+    source_loop_init(&ep->loop, &rmq_loop_ops, ep, host, COMP, "amqp", s->reconnect_min_ms,
+                     s->reconnect_max_ms);
     if (errlen) err[0] = '\0';
     return ep;
 }

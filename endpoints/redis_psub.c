@@ -849,14 +849,8 @@ static void *psub_create(const void *settings, struct endpoint_host *host, char 
     build_argv("SUBSCRIBE", &s->channels, &p->cargv, &p->cargvlen, &p->cargc);
     pthread_mutex_init(&p->lock, NULL);
     p->fd = -1;
-    p->loop.ops = &psub_loop_ops;
-    p->loop.ep = p;
-    p->loop.h = host;
-    p->loop.component = COMPONENT;
-    p->loop.thread_kind = "psub";
-    p->loop.backoff_min_ms = s->reconnect_min_ms;
-    p->loop.backoff_max_ms = s->reconnect_max_ms;
-    source_loop_init(&p->loop);
+    source_loop_init(&p->loop, &psub_loop_ops, p, host, COMPONENT, "psub", s->reconnect_min_ms,
+                     s->reconnect_max_ms);
     envelope_init(&p->env);
     p->pool = reply_pool_create();
     if (!p->pool) {

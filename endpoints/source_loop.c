@@ -156,8 +156,17 @@ static void *loop_main(void *arg)
     return NULL;
 }
 
-void source_loop_init(struct source_loop *l)
+void source_loop_init(struct source_loop *l, const struct source_loop_ops *ops, void *ep,
+                      struct endpoint_host *h, const char *component, const char *thread_kind,
+                      int64_t backoff_min_ms, int64_t backoff_max_ms)
 {
+    l->ops = ops;
+    l->ep = ep;
+    l->h = h;
+    l->component = component;
+    l->thread_kind = thread_kind;
+    l->backoff_min_ms = backoff_min_ms;
+    l->backoff_max_ms = backoff_max_ms;
     atomic_init(&l->stop, false);
     l->running = false;
     pthread_mutex_init(&l->lock, NULL);

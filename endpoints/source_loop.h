@@ -88,7 +88,7 @@ struct source_loop_ops {
 };
 
 struct source_loop {
-    /* set before source_loop_start; constant while it runs */
+    /* set by source_loop_init (up_in_run after it); constant while it runs */
     const struct source_loop_ops *ops;
     void *ep;
     struct endpoint_host *h;
@@ -111,8 +111,12 @@ struct source_loop {
     struct ratelimit rl_retry;
 };
 
-/* Once, after ops, ep, h, component, thread_kind and the back-off are set. */
-void source_loop_init(struct source_loop *l);
+/* Once, in the endpoint's create (l zeroed): its hooks, the endpoint, its
+ * host, the log component, the thread name prefix and the back-off bounds
+ * (reconnect_min_ms / reconnect_max_ms). */
+void source_loop_init(struct source_loop *l, const struct source_loop_ops *ops, void *ep,
+                      struct endpoint_host *h, const char *component, const char *thread_kind,
+                      int64_t backoff_min_ms, int64_t backoff_max_ms);
 void source_loop_destroy(struct source_loop *l);
 /* Starts the thread and waits for the start handshake (see above). 0, or
  * -1 (err filled: the first attempt's error, or why the thread could not

@@ -144,14 +144,7 @@ static void fake_init(struct fake *f, enum guard_kind guard, bool replay, int64_
     f->h.source_gap = h_gap;
     f->h.leader_now = h_leader;
     f->leader = true;
-    f->loop.ops = &fake_ops;
-    f->loop.ep = f;
-    f->loop.h = &f->h;
-    f->loop.component = "test";
-    f->loop.thread_kind = "test";
-    f->loop.backoff_min_ms = 1;
-    f->loop.backoff_max_ms = 5;
-    source_loop_init(&f->loop);
+    source_loop_init(&f->loop, &fake_ops, f, &f->h, "test", "test", 1, 5);
 }
 
 static void fake_stop(struct fake *f)

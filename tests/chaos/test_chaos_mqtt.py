@@ -44,21 +44,15 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import chaos as c  # noqa: E402
 from chaos import h  # noqa: E402
-from mosquitto import Mosquitto  # noqa: E402
+import mosquitto  # noqa: E402
 
 RATE = 200
 TOPIC = "chaos/x"
 ORDER = ["test_plain_leader_sigstop", "test_plain_locker_restart", "test_plain_sink_http_500",
          "test_share_member_sigkill", "test_plain_broker_restart"]
 
-_broker = None
-
-
 def broker():
-    global _broker
-    if _broker is None:
-        _broker = Mosquitto()
-    return _broker
+    return mosquitto.shared_broker()
 
 
 # --------------------------------------------------------------------------
@@ -78,26 +72,21 @@ def _str(s):
     return struct.pack(">H", len(b)) + b
 
 
-class MqttPublisher(c.BackgroundWorker):
+class MqttPublisher(c.ConfirmedPublisher):
     """Publishes "<seq>:<sent_wall_ms>" at QoS 1 at a steady rate; entries
     holds (seq, sent_ms, 1) for each message the broker acknowledged
     (PUBACK); a message whose PUBACK was lost with the connection is counted
     in `unconfirmed` and left out. Reconnects every 100 ms."""
 
     def __init__(self, port, topic=TOPIC, rate=RATE):
-        self.port, self.topic, self.rate = port, topic, float(rate)
-        self.entries = []
-        self.unconfirmed = 0
-        self.errors = 0
-        self.seq = 1
+        self.port, self.topic = port, topic
         self.pid = 0
         self._sock = None
         self._buf = b""
-        super().__init__()
+        super().__init__(rate)
 
-    def snapshot(self):
-        with self.lock:
-            return list(self.entries)
+    def _connected(self):
+        return self._sock is not None
 
     def _close(self):
         if self._sock:
@@ -148,51 +137,21 @@ class MqttPublisher(c.BackgroundWorker):
         if t != 0x20 or len(b) < 2 or b[1] != 0:
             raise OSError("CONNACK refused: %r" % b)
 
-    def _run(self):
-        batch = max(1, int(self.rate / 20))
-        interval = batch / self.rate
-        next_t = time.monotonic()
-        while not self._stop.is_set():
-            if self._sock is None:
-                try:
-                    self._connect()
-                except OSError:
-                    self._close()
-                    self.errors += 1
-                    time.sleep(0.1)
-                    next_t = time.monotonic()
-                    continue
-            now = c.now_ms()
-            seqs = list(range(self.seq, self.seq + batch))
-            self.seq += batch
-            pids = {}
-            out = []
-            for s in seqs:
-                self.pid = self.pid % 65535 + 1
-                pids[self.pid] = s
-                body = _str(self.topic) + struct.pack(">H", self.pid) + b"%d:%d" % (s, now)
-                out.append(b"\x32" + _varint(len(body)) + body)
-            acked = []
-            try:
-                self._sock.sendall(b"".join(out))
-                while pids:
-                    t, b = self._packet(5.0)
-                    if t & 0xf0 == 0x40:
-                        pid = struct.unpack(">H", b[:2])[0]
-                        if pid in pids:
-                            acked.append(pids.pop(pid))
-            except OSError:
-                self.errors += 1
-                self._close()
-            with self.lock:
-                self.entries += [(s, now, 1) for s in sorted(acked)]
-                self.unconfirmed += len(seqs) - len(acked)
-            next_t += interval
-            d = next_t - time.monotonic()
-            if d > 0:
-                time.sleep(d)
-            elif d < -1.0:
-                next_t = time.monotonic()
+    def _publish(self, seqs, now, confirmed):
+        pids = {}
+        out = []
+        for s in seqs:
+            self.pid = self.pid % 65535 + 1
+            pids[self.pid] = s
+            body = _str(self.topic) + struct.pack(">H", self.pid) + b"%d:%d" % (s, now)
+            out.append(b"\x32" + _varint(len(body)) + body)
+        self._sock.sendall(b"".join(out))
+        while pids:
+            t, b = self._packet(5.0)
+            if t & 0xf0 == 0x40:
+                pid = struct.unpack(">H", b[:2])[0]
+                if pid in pids:
+                    confirmed.append(pids.pop(pid))
 
 
 # --------------------------------------------------------------------------
@@ -214,11 +173,6 @@ def subscribed(reps):
     return [r for r in reps if r.b.alive() and "subscribed to" in r.b.stderr_text()]
 
 
-def http_sink(rx):
-    return ('{ name = "out"; type = "http"; url = "%s"; timeout_ms = 5000; retries = 30;\n'
-            '  backoff_ms = 50; backoff_max_ms = 300; batch_max = 100; }' % rx.url)
-
-
 def run(t, name, ep, fault, cfgs=None, sinks=None, rx=None, guarded=True, expect_no_loss=False,
         allowed_dups=0, dup_why="", run_no=1):
     """fault(srv, locker, reps, leader) -> (t_from_ms, t_to_ms, extra dict).
@@ -238,10 +192,9 @@ def run(t, name, ep, fault, cfgs=None, sinks=None, rx=None, guarded=True, expect
     time.sleep(1.0)
 
     def recs():
-        return c.http_records_by(rx, pick) if rx else c.records_by(reps, pick)
+        return c.picked_records(reps, rx, pick)
     t_from, t_to, extra = fault(srv, locker, reps, leader)
-    recovered = h.wait_until(lambda: min([r[2] for r in recs() if r[1] >= t_to + 100] or [0]),
-                             20, 0.1)
+    recovered = c.wait_recovered(recs, t_to)
     time.sleep(1.5)
     pub.stop()
     if expect_no_loss:  # what the broker still holds for a session
@@ -286,9 +239,7 @@ def test_plain_leader_sigstop(t):
 
 def test_plain_locker_restart(t):
     def fault(srv, locker, reps, leader):
-        t0 = c.now_ms()
-        locker.restart(down_s=1.0)
-        return t0, c.now_ms(), {"down_ms": 1000}
+        return c.restart_redis(locker)
     run(t, "mqtt.plain_locker_restart", "mq_lock", fault)
 
 
@@ -296,14 +247,8 @@ def test_plain_sink_http_500(t):
     rx = h.HttpReceiver(fail_status=500)
 
     def fault(srv, locker, reps, leader):
-        t0 = c.now_ms()
-        rx.fail_first = 10 ** 9
-        time.sleep(2.0)
-        with rx.lock:
-            failed = sum(1 for r in rx.requests if r[4] == 500)
-            rx.fail_first = 0
-        return t0, c.now_ms(), {"http_500_answers": failed}
-    run(t, "mqtt.plain_sink_http_500", "mq_http", fault, sinks=http_sink(rx), rx=rx,
+        return c.sink_http_500(rx)
+    run(t, "mqtt.plain_sink_http_500", "mq_http", fault, sinks=c.http_sink(rx), rx=rx,
         expect_no_loss=True)
 
 

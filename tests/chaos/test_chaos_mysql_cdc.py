@@ -92,12 +92,7 @@ class Writer(c.BackgroundWorker):
             except (mdb.SqlError, OSError, Exception):  # down: some rows may have committed
                 self.failed_batches += 1
                 time.sleep(0.1)
-            next_t += interval
-            d = next_t - time.monotonic()
-            if d > 0:
-                time.sleep(d)
-            elif d < -1.0:
-                next_t = time.monotonic()
+            next_t = self.pace(next_t, interval)
 
     def rows(self):
         """[(seq, sent_ms, 1)] of every committed row."""
@@ -140,11 +135,6 @@ def ep_cfg(srv, name, db, server_id):
             % (name, srv.port, CDC_USER, _pwfile, server_id, db))
 
 
-def http_sink(rx):
-    return ('{ name = "out"; type = "http"; url = "%s"; timeout_ms = 5000; retries = 30;\n'
-            '  backoff_ms = 50; backoff_max_ms = 300; batch_max = 100; }' % rx.url)
-
-
 def streaming(reps):
     return [r for r in reps if r.b.alive() and "streaming the binlog" in r.b.stderr_text()]
 
@@ -170,11 +160,10 @@ def run(t, name, short, fault, sinks=None, rx=None, allowed_dups=DUP_BOUND, expe
     pick = pick_for(db)
 
     def recs():
-        return c.http_records_by(rx, pick) if rx else c.records_by(reps, pick)
+        return c.picked_records(reps, rx, pick)
     time.sleep(1.0)
     t_from, t_to, extra = fault(srv, locker, reps, leader)
-    recovered = h.wait_until(lambda: min([r[2] for r in recs() if r[1] >= t_to + 100] or [0]),
-                             20, 0.1)
+    recovered = c.wait_recovered(recs, t_to)
     time.sleep(1.5)
     w.stop()
     truth = w.rows()
@@ -218,22 +207,13 @@ def test_leader_sigstop(t):
 
 def test_locker_unreachable(t):
     def fault(srv, locker, reps, leader):
-        pid = locker.proc.pid
-        t0 = c.now_ms()
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            time.sleep(2 * c.TTL / 1000.0)
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        return t0, c.now_ms(), {"unreachable_ms": 2 * c.TTL}
+        return c.pause_redis(locker)
     run(t, "mysql_cdc.locker_unreachable", "unr", fault)
 
 
 def test_locker_restart(t):
     def fault(srv, locker, reps, leader):
-        t0 = c.now_ms()
-        locker.restart(down_s=1.0)
-        return t0, c.now_ms(), {"down_ms": 1000}
+        return c.restart_redis(locker)
     reps, o = run(t, "mysql_cdc.locker_restart", "lrs", fault)
     if o.lost:
         starts = [ln.split("Z ", 1)[-1] for r in reps for ln in r.b.stderr_text().splitlines()
@@ -250,14 +230,8 @@ def test_sink_http_500(t):
     rx = h.HttpReceiver(fail_status=500)
 
     def fault(srv, locker, reps, leader):
-        t0 = c.now_ms()
-        rx.fail_first = 10 ** 9
-        time.sleep(2.0)
-        with rx.lock:
-            failed = sum(1 for r in rx.requests if r[4] == 500)
-            rx.fail_first = 0
-        return t0, c.now_ms(), {"http_500_answers": failed}
-    run(t, "mysql_cdc.sink_http_500", "http", fault, sinks=http_sink(rx), rx=rx, allowed_dups=0)
+        return c.sink_http_500(rx)
+    run(t, "mysql_cdc.sink_http_500", "http", fault, sinks=c.http_sink(rx), rx=rx, allowed_dups=0)
 
 
 def test_source_restart(t):

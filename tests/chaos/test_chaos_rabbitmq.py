@@ -45,81 +45,39 @@ PREFETCH = 50
 ORDER = ["test_private_leader_sigstop", "test_group_leader_sigstop", "test_group_locker_restart",
          "test_group_sink_http_500", "test_group_broker_restart"]
 
-_broker = None
-
-
 def broker():
-    global _broker
-    if _broker is None:
-        _broker = rmq.RabbitServer()
-    return _broker
+    return rmq.shared_server()
 
 
-class AmqpPublisher(c.BackgroundWorker):
-    """Publishes "<seq>:<sent_wall_ms>" at a steady rate with publisher
-    confirms; entries holds (seq, sent_ms, 1) for every confirmed message
-    only (a batch whose confirms were lost with the connection is counted in
-    `unconfirmed` and left out: whether the broker kept it is unknown).
-    Reconnects every 100 ms while the broker is down."""
+class AmqpPublisher(c.ConfirmedPublisher):
+    """c.ConfirmedPublisher with publisher confirms: a batch is confirmed
+    when the broker nacked none of it."""
+
+    failures = (OSError, rmq.AmqpError)
 
     def __init__(self, port, exchange, rate=RATE, persistent=False):
-        self.port, self.exchange, self.rate = port, exchange, float(rate)
-        self.persistent = persistent
-        self.entries = []
-        self.unconfirmed = 0
-        self.errors = 0
-        self.seq = 1
+        self.port, self.exchange = port, exchange
+        self.kw = {"delivery_mode": 2} if persistent else {}
         self._conn = None
-        super().__init__()
+        super().__init__(rate)
+
+    def _connected(self):
+        return self._conn is not None
+
+    def _connect(self):
+        self._conn = rmq.Amqp(self.port, timeout=2.0)
+        self._conn.confirm_select()
 
     def _close(self):
         if self._conn:
             self._conn.close()
             self._conn = None
 
-    def snapshot(self):
-        with self.lock:
-            return list(self.entries)
-
-    def _run(self):
-        batch = max(1, int(self.rate / 20))
-        interval = batch / self.rate
-        next_t = time.monotonic()
-        kw = {"delivery_mode": 2} if self.persistent else {}
-        while not self._stop.is_set():
-            if self._conn is None:
-                try:
-                    self._conn = rmq.Amqp(self.port, timeout=2.0)
-                    self._conn.confirm_select()
-                except (OSError, rmq.AmqpError):
-                    self._conn = None
-                    self.errors += 1
-                    time.sleep(0.1)
-                    next_t = time.monotonic()
-                    continue
-            now = c.now_ms()
-            seqs = list(range(self.seq, self.seq + batch))
-            self.seq += batch
-            try:
-                self._conn.publish_many((self.exchange, "", b"%d:%d" % (s, now), kw) for s in seqs)
-                _acked, nacked = self._conn.wait_confirms(5)
-                ok = nacked == 0
-            except (OSError, rmq.AmqpError):
-                ok = False
-                self.errors += 1
-                self._conn.close()
-                self._conn = None
-            with self.lock:
-                if ok:
-                    self.entries += [(s, now, 1) for s in seqs]
-                else:
-                    self.unconfirmed += len(seqs)
-            next_t += interval
-            d = next_t - time.monotonic()
-            if d > 0:
-                time.sleep(d)
-            elif d < -1.0:
-                next_t = time.monotonic()
+    def _publish(self, seqs, now, confirmed):
+        self._conn.publish_many((self.exchange, "", b"%d:%d" % (s, now), self.kw) for s in seqs)
+        _acked, nacked = self._conn.wait_confirms(5)
+        if nacked == 0:
+            confirmed += seqs
 
 
 def pick(rec):
@@ -156,11 +114,6 @@ def ep_cfg(port, name, exchange, group):
             % (name, port, exchange, mode))
 
 
-def http_sink(rx):
-    return ('{ name = "out"; type = "http"; url = "%s"; timeout_ms = 5000; retries = 30;\n'
-            '  backoff_ms = 50; backoff_max_ms = 300; batch_max = 100; }' % rx.url)
-
-
 def run(t, name, short, fault, group, sinks=None, rx=None, persistent=False, killed=(),
         run_no=1):
     """fault(srv, locker, reps, leader) -> (t_from_ms, t_to_ms, extra dict).
@@ -185,10 +138,9 @@ def run(t, name, short, fault, group, sinks=None, rx=None, persistent=False, kil
     t.require(leader is not None, "no single leader before the fault")
 
     def recs():
-        return c.http_records_by(rx, pick) if rx else c.records_by(reps, pick)
+        return c.picked_records(reps, rx, pick)
     t_from, t_to, extra = fault(srv, locker, reps, leader)
-    recovered = h.wait_until(lambda: min([r[2] for r in recs() if r[1] >= t_to + 100] or [0]),
-                             20, 0.1)
+    recovered = c.wait_recovered(recs, t_to)
     time.sleep(1.5)
     pub.stop()
     if group:  # the durable queue still holds what is not forwarded yet
@@ -276,9 +228,7 @@ def test_group_leader_sigstop(t):
 
 def test_group_locker_restart(t):
     def fault(srv, locker, reps, leader):
-        t0 = c.now_ms()
-        locker.restart(down_s=1.0)
-        return t0, c.now_ms(), {"down_ms": 1000}
+        return c.restart_redis(locker)
     reps, o = run(t, "rabbitmq.group_locker_restart", "glock", fault, group=True)
     if o.lost:
         rc, out, _e = broker().ctl("list_queues", "name", "messages_unacknowledged", "consumers")
@@ -301,15 +251,9 @@ def test_group_sink_http_500(t):
     rx = h.HttpReceiver(fail_status=500)
 
     def fault(srv, locker, reps, leader):
-        t0 = c.now_ms()
-        rx.fail_first = 10 ** 9
-        time.sleep(2.0)
-        with rx.lock:
-            failed = sum(1 for r in rx.requests if r[4] == 500)
-            rx.fail_first = 0
-        return t0, c.now_ms(), {"http_500_answers": failed}
+        return c.sink_http_500(rx)
     reps, o = run(t, "rabbitmq.group_sink_http_500", "ghttp", fault, group=True,
-                  sinks=http_sink(rx), rx=rx)
+                  sinks=c.http_sink(rx), rx=rx)
     t.check(o.duplicates == 0, "%d duplicates although no process died" % o.duplicates)
 
 

@@ -82,23 +82,9 @@ def run(t, name, fault, sinks=None, receiver=None, expect_no_loss=False, killed=
     o = c.Outcome(pub.snapshot(), recs, t_from, t_to)
     gone = set(killed)
     survivors = [r for r in cl.reps if r.name not in gone]
-    crashed = [r.name for r in survivors if not r.b.alive()]
-    final = c.wait_leader([r for r in survivors if r.b.alive()], "psub", 10)
-    c.summary(name, o.forwarded, o.duplicates, o.lost, o.gap_ms,
-              published=len(o.entries), lost_outside_window=len(o.lost_outside),
+    c.verdict(t, name, o, survivors, "psub",
               recovered_ms=(recovered - t_to) if recovered else None,
-              per_replica=",".join("%s:%d" % kv for kv in sorted(o.by_replica.items())),
-              **extra)
-    t.check(recovered is not None, "forwarding did not resume within 20 s after the fault")
-    t.check(o.duplicates == 0, "%d duplicates, e.g. seqs %r" % (o.duplicates, o.dup_seqs[:10]))
-    t.check(not o.lost_outside, "%d messages lost outside the fault window, e.g. %r"
-            % (len(o.lost_outside), o.lost_outside[:10]))
-    if expect_no_loss:
-        t.check(o.lost == 0, "%d messages lost where none may be, e.g. %r"
-                % (o.lost, o.lost_seqs[:10]))
-    t.check(not crashed, "processes exited: %r" % crashed)
-    t.check(final is not None, "not exactly one leader at the end: %r"
-            % [(r.name, r.role("psub")) for r in survivors])
+              expect_no_loss=expect_no_loss, **extra)
     return cl, o
 
 
@@ -146,51 +132,28 @@ def test_standby_sigstop(t):
 
 def test_locker_restart(t):
     def fault(cl, leader):
-        t0 = c.now_ms()
-        cl.locker.restart(down_s=1.0)
-        return t0, c.now_ms(), {"down_ms": 1000}
+        return c.restart_redis(cl.locker)
     run(t, "redis_psub.locker_restart", fault)
 
 
 def test_locker_unreachable(t):
     def fault(cl, leader):
-        pid = cl.locker.proc.pid
-        t0 = c.now_ms()
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            time.sleep(2 * c.TTL / 1000.0)
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        return t0, c.now_ms(), {"unreachable_ms": 2 * c.TTL}
+        return c.pause_redis(cl.locker)
     run(t, "redis_psub.locker_unreachable", fault)
 
 
 def test_source_restart(t):
     def fault(cl, leader):
-        t0 = c.now_ms()
-        cl.source.restart(down_s=1.0)
-        return t0, c.now_ms(), {"down_ms": 1000}
+        return c.restart_redis(cl.source)
     run(t, "redis_psub.source_restart", fault)
-
-
-def http_sink(receiver, timeout_ms=5000):
-    return ('{ name = "out"; type = "http"; url = "%s"; timeout_ms = %d; retries = 30;\n'
-            '  backoff_ms = 50; backoff_max_ms = 300; batch_max = 100; }'
-            % (receiver.url, timeout_ms))
 
 
 def test_sink_http_500(t):
     rx = h.HttpReceiver(fail_status=500)
 
     def fault(cl, leader):
-        t0 = c.now_ms()
-        rx.fail_first = 10 ** 9
-        time.sleep(2.0)
-        with rx.lock:
-            failed = sum(1 for r in rx.requests if r[4] == 500)
-            rx.fail_first = 0
-        return t0, c.now_ms(), {"http_500_answers": failed}
-    run(t, "redis_psub.sink_http_500", fault, sinks=http_sink(rx), receiver=rx,
+        return c.sink_http_500(rx)
+    run(t, "redis_psub.sink_http_500", fault, sinks=c.http_sink(rx), receiver=rx,
         expect_no_loss=True)
 
 
@@ -204,7 +167,7 @@ def test_sink_http_stall(t):
         rx.stall_s = 0.0
         time.sleep(5.0)
         return t0, c.now_ms(), {"stall_ms": 5000}
-    cl, o = run(t, "redis_psub.sink_http_stall", fault, sinks=http_sink(rx, timeout_ms=10000),
+    cl, o = run(t, "redis_psub.sink_http_stall", fault, sinks=c.http_sink(rx, timeout_ms=10000),
                 receiver=rx, expect_no_loss=True)
     t.check(o.gap_ms is not None and o.gap_ms >= 4000,
             "expected a ~5 s gap at the sink during the stall, measured %r" % o.gap_ms)

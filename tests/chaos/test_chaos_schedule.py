@@ -122,22 +122,13 @@ def test_replica_sigstop(t):
 
 def test_locker_restart(t):
     def fault(locker, reps):
-        t0 = c.now_ms()
-        locker.restart(down_s=1.0)
-        return t0, c.now_ms(), {"down_ms": 1000}
+        return c.restart_redis(locker)
     run(t, "schedule.locker_restart", fault)
 
 
 def test_locker_unreachable(t):
     def fault(locker, reps):
-        pid = locker.proc.pid
-        t0 = c.now_ms()
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            time.sleep(3.0)
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        return t0, c.now_ms(), {"unreachable_ms": 3000}
+        return c.pause_redis(locker, 3000)
     reps = run(t, "schedule.locker_unreachable", fault)
     warned = sum(1 for r in reps for l in r.b.stderr_text().splitlines()
                  if "fail-closed" in l)

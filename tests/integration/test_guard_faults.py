@@ -193,14 +193,8 @@ def payloads(b, endpoint):
     return [r for r in b.records if r.get("endpoint") == endpoint]
 
 
-_broker = None
-
-
 def broker():
-    global _broker
-    if _broker is None:
-        _broker = rmq.RabbitServer()
-    return _broker
+    return rmq.shared_server()
 
 
 # --------------------------------------------------------------------------

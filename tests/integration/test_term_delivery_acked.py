@@ -67,15 +67,9 @@ def report_common(t, reps, rx, pauser, ep):
 
 # --------------------------------------------------------------------------
 
-_broker = None
-
-
 def broker():
-    global _broker
-    if _broker is None:
-        import rabbitmq as rmq
-        _broker = rmq.RabbitServer()
-    return _broker
+    import rabbitmq as rmq
+    return rmq.shared_server()
 
 
 def test_rabbitmq_group_leader_paused(t):

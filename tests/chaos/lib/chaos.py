@@ -69,8 +69,74 @@ class BackgroundWorker:
     def _run(self):
         raise NotImplementedError
 
+    @staticmethod
+    def pace(next_t, interval):
+        """Sleeps until next_t + interval (the steady rate of a _run loop)
+        and returns that time; more than 1 s behind, it starts afresh."""
+        next_t += interval
+        d = next_t - time.monotonic()
+        if d > 0:
+            time.sleep(d)
+        elif d < -1.0:
+            next_t = time.monotonic()
+        return next_t
+
     def _close(self):
         pass
+
+
+class ConfirmedPublisher(BackgroundWorker):
+    """Publishes "<seq>:<sent_wall_ms>" messages at a steady rate, rate / 20
+    a batch, to a broker that confirms them: entries holds (seq, sent_ms, 1)
+    of every confirmed message only (one whose confirmation was lost with
+    the connection is counted in `unconfirmed` and left out: whether the
+    broker kept it is unknown); `errors` counts failed connects and batches.
+    Reconnects every 100 ms while the broker is down. Subclasses implement
+    _connected(), _connect(), _publish(seqs, now, confirmed) (appends the
+    confirmed seqs, raises one of `failures` on a broken connection) and
+    _close()."""
+
+    failures = (OSError,)
+
+    def __init__(self, rate):
+        self.rate = float(rate)
+        self.entries = []
+        self.unconfirmed = 0
+        self.errors = 0
+        self.seq = 1
+        super().__init__()
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.entries)
+
+    def _run(self):
+        batch = max(1, int(self.rate / 20))
+        interval = batch / self.rate
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            if not self._connected():
+                try:
+                    self._connect()
+                except self.failures:
+                    self._close()
+                    self.errors += 1
+                    time.sleep(0.1)
+                    next_t = time.monotonic()
+                    continue
+            now = now_ms()
+            seqs = list(range(self.seq, self.seq + batch))
+            self.seq += batch
+            confirmed = []
+            try:
+                self._publish(seqs, now, confirmed)
+            except self.failures:
+                self.errors += 1
+                self._close()
+            with self.lock:
+                self.entries += [(s, now, 1) for s in sorted(confirmed)]
+                self.unconfirmed += len(seqs) - len(confirmed)
+            next_t = self.pace(next_t, interval)
 
 
 class Replica:
@@ -124,41 +190,25 @@ def wait_subscribed(port, timeout=15):
         c.close()
 
 
+def channel_pick(channel):
+    """A pick (records_by) of the Redis pub/sub records of channel."""
+    def pick(rec):
+        if rec.get("channel") != channel:
+            return None
+        return parse_payload(rec.get("payload"))
+    return pick
+
+
 def stdout_records(reps, channel="chan.x"):
     """[(seq, sent_ms, received_ms, replica name)] from every replica's stdout."""
-    out = []
-    for r in reps:
-        r.b.poll_records()
-        for rec in r.b.records:
-            if rec.get("channel") != channel:
-                continue
-            p = parse_payload(rec.get("payload"))
-            if p:
-                out.append((p[0], p[1], rfc3339_ms(rec["received_at"]), r.name))
-    return out
+    return records_by(reps, channel_pick(channel))
 
 
 def http_records(receiver, channel="chan.x"):
     """Like stdout_records, from the envelopes a HttpReceiver accepted; the
     third field is when the receiver got the request (wall ms), so gap_ms
     measures the outage as the sink's peer saw it."""
-    off = time.time() * 1000.0 - time.monotonic() * 1000.0
-    out = []
-    with receiver.lock:
-        reqs = list(receiver.requests)
-    for (t_mono, _p, _h, body, status) in reqs:
-        if status != 200:
-            continue
-        for line in body.split(b"\n"):
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            if rec.get("channel") != channel:
-                continue
-            p = parse_payload(rec.get("payload"))
-            if p:
-                out.append((p[0], p[1], int(t_mono * 1000.0 + off), "http"))
-    return out
+    return http_records_by(receiver, channel_pick(channel))
 
 
 class Outcome:
@@ -240,6 +290,59 @@ def http_records_by(receiver, pick):
             if p:
                 out.append((p[0], p[1], int(t_mono * 1000.0 + off), "http"))
     return out
+
+
+def picked_records(reps, rx, pick):
+    """records_by the replicas' stdout, or http_records_by rx when there is
+    one (the scenario's sink)."""
+    return http_records_by(rx, pick) if rx else records_by(reps, pick)
+
+
+def wait_recovered(recs, t_to):
+    """Waits (up to 20 s) until recs() holds a message sent after the fault
+    (t_to + 100 ms): the earliest sink-side receive time of those, or 0."""
+    return h.wait_until(lambda: min([r[2] for r in recs() if r[1] >= t_to + 100] or [0]),
+                        20, 0.1)
+
+
+# --------------------------------------------------------------------------
+# The scenarios' sink and faults. A fault returns (t_from_ms, t_to_ms,
+# extra dict for the summary line).
+
+def http_sink(rx, timeout_ms=5000):
+    """The main config's sink "out": HTTP to a HttpReceiver, retrying."""
+    return ('{ name = "out"; type = "http"; url = "%s"; timeout_ms = %d; retries = 30;\n'
+            '  backoff_ms = 50; backoff_max_ms = 300; batch_max = 100; }' % (rx.url, timeout_ms))
+
+
+def restart_redis(server, down_s=1.0):
+    """The Redis (locker or source) down for down_s: its data is lost."""
+    t0 = now_ms()
+    server.restart(down_s=down_s)
+    return t0, now_ms(), {"down_ms": int(down_s * 1000)}
+
+
+def pause_redis(server, ms=2 * TTL):
+    """The Redis SIGSTOPped for ms: unreachable, connections kept."""
+    pid = server.proc.pid
+    t0 = now_ms()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(ms / 1000.0)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    return t0, now_ms(), {"unreachable_ms": ms}
+
+
+def sink_http_500(rx, seconds=2.0):
+    """The HTTP sink's receiver answers 500 to everything for seconds."""
+    t0 = now_ms()
+    rx.fail_first = 10 ** 9
+    time.sleep(seconds)
+    with rx.lock:
+        failed = sum(1 for r in rx.requests if r[4] == 500)
+        rx.fail_first = 0
+    return t0, now_ms(), {"http_500_answers": failed}
 
 
 def stale_after(rep, t_ms, pick=None):

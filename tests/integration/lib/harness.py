@@ -162,6 +162,18 @@ def mktemp(prefix="baton-it-"):
     return d
 
 
+_shared = {}
+
+
+def shared(key, start):
+    """A test file's one instance of something slow to start (a broker):
+    start() on first use, the same object afterwards; it stops at exit (its
+    own cleanups)."""
+    if key not in _shared:
+        _shared[key] = start()
+    return _shared[key]
+
+
 # --------------------------------------------------------------------------
 # Minimal RESP client (enough for tests: commands, pub/sub publishing)
 

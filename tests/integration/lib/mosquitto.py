@@ -121,3 +121,9 @@ class Mosquitto:
         data = ("\n".join(lines) + "\n").encode()
         subprocess.run(args, input=data, check=True, timeout=timeout,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def shared_broker():
+    """The test file's one anonymous Mosquitto, started on first use
+    (h.shared)."""
+    return h.shared("mosquitto", Mosquitto)

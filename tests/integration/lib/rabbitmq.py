@@ -249,6 +249,11 @@ class RabbitServer:
                     pass
 
 
+def shared_server():
+    """The test file's one RabbitServer, started on first use (h.shared)."""
+    return h.shared("rabbitmq", RabbitServer)
+
+
 def _alive(pid):
     try:
         os.kill(pid, 0)

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """The broker launcher of the C tests: a command line in front of the
-Python launchers the Python tests use (tests/integration/lib: sentinel.py's
-SentinelCluster, etcd.py's EtcdCluster), so that each broker is started one
-way only (issue 35). tests/support/child.h (launcher_*) spawns it.
+Python launchers the Python tests use (tests/integration/lib: harness.py's
+RedisServer, sentinel.py's SentinelCluster, etcd.py's EtcdCluster), so that
+each broker is started one way only (issue 35). tests/support/child.h
+(launcher_*) spawns it.
 
+    python3 tests/support/brokers.py redis [-- EXTRA REDIS-SERVER ARGS...]
     python3 tests/support/brokers.py sentinel --name N --redis 2 --sentinels 3 \\
             --down-after-ms 1000 --failover-timeout-ms 2000
     python3 tests/support/brokers.py etcd [--base DIR] [-- EXTRA ETCD ARGS...]
@@ -13,6 +15,7 @@ the ports, pids, directories; {"ok": false, "error": ...} and exit 1 when it
 could not start), then reads one command a line on stdin and answers each
 with one JSON line:
 
+    redis:     kill | term | restart                (SIGKILL; SIGTERM; (killed and) again)
     sentinel:  kill_redis I | start_redis I   (SIGKILL; (killed and) again on its port)
     etcd:      kill I | stop I | restart I | pause I | resume I   (+ "pids")
 
@@ -124,6 +127,45 @@ def sentinel(args):
     return {"kill_redis": kill_redis, "start_redis": start_redis}, lambda: {}
 
 
+class _RedisServer(h.RedisServer):
+    """Up once PING gets any reply (PONG, or NOAUTH with --requirepass)."""
+
+    def _ping(self):
+        try:
+            c = h.Resp(self.port, timeout=0.5)
+        except OSError:
+            return False
+        try:
+            c.cmd("PING")
+            return True
+        except h.RedisError:
+            return True
+        except (OSError, ConnectionError):
+            return False
+        finally:
+            c.close()
+
+
+def redis(args):
+    """One redis-server on a free port (a port taken meanwhile: another)."""
+    for attempt in range(5):
+        try:
+            r = _RedisServer(extra_args=args.extra)
+            break
+        except RuntimeError:
+            if attempt == 4:
+                raise
+
+    def restart():
+        r.kill()
+        retry(r.start)
+
+    def state():
+        return {"pid": r.proc.pid if r.proc and r.proc.poll() is None else 0}
+    answer(ok=True, port=r.port, dir=r.dir, **state())
+    return {"kill": r.kill, "term": r.stop, "restart": restart}, state
+
+
 def etcd(args):
     import etcd as e
     if args.base:
@@ -156,6 +198,8 @@ def main():
     ps.add_argument("--sentinels", type=int, default=3)
     ps.add_argument("--down-after-ms", type=int, default=1000)
     ps.add_argument("--failover-timeout-ms", type=int, default=2000)
+    pr = sub.add_parser("redis")
+    pr.add_argument("extra", nargs=argparse.REMAINDER, help="-- then extra redis-server arguments")
     pe = sub.add_parser("etcd")
     pe.add_argument("--base", help="the parent of the data directory (default: $TMPDIR)")
     pe.add_argument("extra", nargs=argparse.REMAINDER, help="-- then extra etcd arguments")
@@ -163,7 +207,7 @@ def main():
     if getattr(args, "extra", None) and args.extra[0] == "--":
         args.extra = args.extra[1:]
     try:
-        commands, state = (sentinel if args.broker == "sentinel" else etcd)(args)
+        commands, state = {"redis": redis, "sentinel": sentinel, "etcd": etcd}[args.broker](args)
     except Exception as ex:  # noqa: BLE001: reported to the C side
         answer(ok=False, error="%s: %s" % (type(ex).__name__, ex))
         sys.exit(1)

@@ -1,8 +1,11 @@
 /* A real redis-server for C integration tests: started on a free 127.0.0.1
- * port in a fresh temporary directory, without persistence; can be stopped
- * (SIGKILL, like a crash: the data is lost) and restarted on the same port;
- * always cleaned up: destroy, an atexit handler for forgotten ones, and
- * PR_SET_PDEATHSIG so that a crashed or killed test takes its server along. */
+ * port in a fresh temporary directory, without persistence, by the launcher
+ * the Python tests use too (tests/support/brokers.py redis: harness.py's
+ * RedisServer; child.h, launcher_*); can be stopped (SIGKILL, like a crash:
+ * the data is lost) and restarted on the same port; always cleaned up:
+ * destroy, or this process ending (the launcher's stdin closes; its
+ * PR_SET_PDEATHSIG), so that a crashed or killed test takes its server
+ * along. */
 #ifndef BATON_TEST_REDIS_SERVER_H
 #define BATON_TEST_REDIS_SERVER_H
 

@@ -1,7 +1,7 @@
 /* Integration test of Redis over TLS (redis/tls.c through
  * redis_conn_open), against a real redis-server with only a TLS port
- * (--port 0 --tls-port P) and certificates made here with the openssl
- * command line: commands, large values and pipelines through the bridge,
+ * (--port 0 --tls-port P) and certificates made with the openssl command
+ * line (both by tests/support/brokers.py redis-tls): commands, large values and pipelines through the bridge,
  * pub/sub, many connections from several threads, the IP-address and DNS
  * name checks, a client certificate required by the server; and the
  * failures, each a clear error naming host:port within the connect
@@ -31,96 +31,37 @@
 #include "redis/tls.h"
 #include "common/util.h"
 #include "tests/support/child.h"
-#include "tests/support/free_port.h"
 #include "tests/support/redis_server.h"
 
 /* ---- certificates and servers ------------------------------------------- */
 
-static char certdir[] = "/tmp/baton-itest-tls-XXXXXX";
+/* The TLS servers and the certificates come from the launcher the Python
+ * tests use too (tests/support/brokers.py redis-tls: harness.TlsRedisServer,
+ * tlsfiles): server 0 without, server 1 with a required client
+ * certificate. */
+static struct launcher tls_launcher;
 static char ca_crt[200], srv_crt[200], srv_key[200], cli_crt[200], cli_key[200], other_ca[200];
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[2000];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    return rc == 0 ? 0 : -1;
-}
-
-static int make_certs(void)
-{
-    if (mkdtemp(certdir) == NULL) return -1;
-    const char *d = certdir;
-    snprintf(ca_crt, sizeof ca_crt, "%s/ca.crt", d);
-    snprintf(srv_crt, sizeof srv_crt, "%s/server.crt", d);
-    snprintf(srv_key, sizeof srv_key, "%s/server.key", d);
-    snprintf(cli_crt, sizeof cli_crt, "%s/client.crt", d);
-    snprintf(cli_key, sizeof cli_key, "%s/client.key", d);
-    snprintf(other_ca, sizeof other_ca, "%s/other.crt", d);
-    const char *q = ">/dev/null 2>&1";
-    if (sh("cd %s && openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=test-ca "
-           "-keyout ca.key -out ca.crt %s", d, q) ||
-        sh("cd %s && openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=other-ca "
-           "-keyout other.key -out other.crt %s", d, q) ||
-        sh("cd %s && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > server.ext && "
-           "openssl req -newkey rsa:2048 -nodes -subj /CN=server -keyout server.key -out server.csr %s && "
-           "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
-           "-extfile server.ext -out server.crt %s", d, q, q) ||
-        sh("cd %s && printf 'extendedKeyUsage=clientAuth\\n' > client.ext && "
-           "openssl req -newkey rsa:2048 -nodes -subj /CN=client -keyout client.key -out client.csr %s && "
-           "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
-           "-extfile client.ext -out client.crt %s", d, q, q))
-        return -1;
-    return 0;
-}
-
-static bool tcp_accepts(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
-    if (fd >= 0) close(fd);
-    return ok;
-}
-
 struct tls_server {
-    struct child c;
     int port;
-    bool auth_clients;
 };
 
 static struct tls_server tls_srv, tls_srv_auth;
 static struct redis_server *plain_srv;
 
-static int tls_spawn(void *arg)
+static int tls_servers_start(void)
 {
-    struct tls_server *s = arg;
-    char port[16], logfile[300];
-    snprintf(port, sizeof port, "%d", s->port);
-    snprintf(logfile, sizeof logfile, "%s/redis.log", s->c.dir);
-    const char *argv[] = {"redis-server", "--port", "0", "--tls-port", port, "--bind", "127.0.0.1",
-                          "--tls-cert-file", srv_crt, "--tls-key-file", srv_key,
-                          "--tls-ca-cert-file", ca_crt, "--tls-auth-clients",
-                          s->auth_clients ? "yes" : "no", "--save", "", "--appendonly", "no",
-                          "--daemonize", "no", "--dir", s->c.dir, "--logfile", logfile, NULL};
-    return child_spawn(&s->c, argv, NULL, tcp_accepts, s->port, 10000);
-}
-
-static int tls_server_start(struct tls_server *s, bool auth_clients)
-{
-    s->auth_clients = auth_clients;
-    if (child_init(&s->c, "tls_server", "/tmp", "baton-tlsredis", NULL) < 0) return -1;
-    for (int attempt = 0; attempt < 5; attempt++) {
-        s->port = test_free_port();
-        if (s->port > 0 && tls_spawn(s) == 0) return 0;
-    }
-    fprintf(stderr, "could not start redis-server with TLS (see %s/redis.log)\n", s->c.dir);
-    return -1;
+    const char *args[] = {"redis-tls", "no", "yes", NULL};
+    if (launcher_start(&tls_launcher, args, 90000) < 0) return -1;
+    launcher_str(&tls_launcher, "ca", -1, ca_crt, sizeof ca_crt);
+    launcher_str(&tls_launcher, "server_cert", -1, srv_crt, sizeof srv_crt);
+    launcher_str(&tls_launcher, "server_key", -1, srv_key, sizeof srv_key);
+    launcher_str(&tls_launcher, "client_cert", -1, cli_crt, sizeof cli_crt);
+    launcher_str(&tls_launcher, "client_key", -1, cli_key, sizeof cli_key);
+    launcher_str(&tls_launcher, "other_ca", -1, other_ca, sizeof other_ca);
+    tls_srv.port = (int)launcher_int(&tls_launcher, "ports", 0);
+    tls_srv_auth.port = (int)launcher_int(&tls_launcher, "ports", 1);
+    return 0;
 }
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -474,11 +415,11 @@ static void test_server_stopped_and_killed(void **state)
     expect_status(c, "PONG", "PING");
 
     /* stopped: hiredis's command timeout applies on the socketpair end */
-    child_signal(&tls_srv.c, SIGSTOP);
+    launcher_cmd(&tls_launcher, "pause 0");
     int64_t t0 = clock_mono_ms();
     redisReply *r = redisCommand(c, "PING");
     int64_t took = clock_mono_ms() - t0;
-    child_signal(&tls_srv.c, SIGCONT);
+    launcher_cmd(&tls_launcher, "resume 0");
     assert_null(r);
     fprintf(stderr, "    stopped server: '%s' after %lld ms\n", c->errstr, (long long)took);
     assert_true(took >= 400 && took < 1500);
@@ -489,7 +430,7 @@ static void test_server_stopped_and_killed(void **state)
     assert_non_null(c);
     expect_status(c, "PONG", "PING");
     wait_active(1);
-    child_kill(&tls_srv.c);
+    launcher_cmd(&tls_launcher, "kill 0");
     r = redisCommand(c, "PING");
     assert_null(r);
     fprintf(stderr, "    killed server: '%s'\n", c->errstr);
@@ -498,7 +439,7 @@ static void test_server_stopped_and_killed(void **state)
     c = redis_conn_open(&o, err, sizeof err);
     assert_null(c);
     expect_err(err, tls_srv.port, "connect: Connection refused");
-    assert_int_equal(child_respawn(&tls_srv.c, tls_spawn, &tls_srv, 25, 200), 0);
+    assert_int_equal(launcher_cmd(&tls_launcher, "restart 0"), 0);
     c = redis_conn_open(&o, err, sizeof err);
     assert_non_null(c);
     expect_status(c, "PONG", "PING");
@@ -512,11 +453,10 @@ int main(void)
         fprintf(stderr, "redis-server or openssl not installed: skipped\n");
         return 77;
     }
-    if (make_certs() != 0) {
-        fprintf(stderr, "cannot make the test certificates\n");
+    if (tls_servers_start() != 0) {
+        fprintf(stderr, "cannot make the test certificates or start the TLS servers\n");
         return 1;
     }
-    if (tls_server_start(&tls_srv, false) != 0 || tls_server_start(&tls_srv_auth, true) != 0) return 1;
     plain_srv = redis_server_start(NULL);
     if (plain_srv == NULL) return 1;
     const struct CMUnitTest tests[] = {
@@ -533,9 +473,7 @@ int main(void)
         cmocka_unit_test(test_server_stopped_and_killed),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    child_release(&tls_srv.c);
-    child_release(&tls_srv_auth.c);
+    launcher_stop(&tls_launcher);
     redis_server_destroy(plain_srv);
-    child_remove_tree(certdir);
     return rc;
 }

@@ -13,9 +13,6 @@ locker AND the redis_psub source of every baton use `tls = { ... }`.
 """
 import os
 import re
-import socket
-import ssl
-import subprocess
 import sys
 import time
 
@@ -28,43 +25,7 @@ ORDER = ["test_config_check", "test_locker_and_source_over_tls", "test_client_ce
          "test_errors"]
 
 
-class TlsRedis:
-    """redis-server with only a TLS port."""
-
-    def __init__(self, tls, auth_clients=False):
-        self.tls = tls
-        self.port = h.free_port()
-        self.dir = h.mktemp("baton-tlsredis-")
-        args = ["redis-server", "--port", "0", "--tls-port", str(self.port),
-                "--bind", "127.0.0.1", "--tls-cert-file", tls["server_cert"],
-                "--tls-key-file", tls["server_key"], "--tls-ca-cert-file", tls["ca"],
-                "--tls-auth-clients", "yes" if auth_clients else "no",
-                "--save", "", "--appendonly", "no", "--dir", self.dir,
-                "--logfile", os.path.join(self.dir, "redis.log")]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        h._cleanups.append(self.stop)
-        if not h.wait_until(self._ping, 10, 0.05):
-            raise RuntimeError("redis-server (TLS) did not start on port %d" % self.port)
-
-    def client(self, timeout=5.0):
-        return TlsResp(self.port, self.tls, timeout=timeout)
-
-    def _ping(self):
-        return h.ping_ok(lambda: self.client(0.5))
-
-    def stop(self):
-        h.stop_process(self.proc)
-
-
-class TlsResp(h.Resp):
-    """harness.Resp over TLS (the test CA; the client certificate too)."""
-
-    def __init__(self, port, tls, timeout=5.0):
-        ctx = ssl.create_default_context(cafile=tls["ca"])
-        ctx.load_cert_chain(tls["client_cert"], tls["client_key"])
-        raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.sock = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
-        self.buf = b""
+TlsRedis = h.TlsRedisServer  # redis-server with only a TLS port
 
 
 class TlsPublisher(Publisher):

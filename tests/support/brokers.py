@@ -6,6 +6,8 @@ each broker is started one way only (issue 35). tests/support/child.h
 (launcher_*) spawns it.
 
     python3 tests/support/brokers.py redis [-- EXTRA REDIS-SERVER ARGS...]
+    python3 tests/support/brokers.py redis-tls no yes   (one TLS-only server
+            each, requiring a client certificate: yes; test certificates)
     python3 tests/support/brokers.py sentinel --name N --redis 2 --sentinels 3 \\
             --down-after-ms 1000 --failover-timeout-ms 2000
     python3 tests/support/brokers.py etcd [--base DIR] [-- EXTRA ETCD ARGS...]
@@ -16,6 +18,7 @@ could not start), then reads one command a line on stdin and answers each
 with one JSON line:
 
     redis:     kill | term | restart                (SIGKILL; SIGTERM; (killed and) again)
+    redis-tls: kill I | restart I | pause I | resume I   (+ "pids")
     sentinel:  kill_redis I | start_redis I   (SIGKILL; (killed and) again on its port)
     etcd:      kill I | stop I | restart I | pause I | resume I   (+ "pids")
 
@@ -166,6 +169,42 @@ def redis(args):
     return {"kill": r.kill, "term": r.stop, "restart": restart}, state
 
 
+def redis_tls(args):
+    """TLS-only redis-servers (harness.TlsRedisServer) and the test
+    certificates (tlsfiles: CA, server, client; an unrelated CA)."""
+    import tlsfiles
+    d = h.mktemp("baton-tls-")
+    tls = tlsfiles.make_tls_files(d)
+    other = tlsfiles.make_ca(d, "other-ca")
+    servers = []
+    for auth in args.auth_clients:
+        for attempt in range(5):
+            try:
+                servers.append(h.TlsRedisServer(tls, auth_clients=auth == "yes"))
+                break
+            except RuntimeError:
+                if attempt == 4:
+                    raise
+
+    def restart(i):
+        servers[i].kill()
+        retry(servers[i].start)
+
+    def pause(i):
+        servers[i].proc.send_signal(signal.SIGSTOP)
+        wait_stopped(servers[i].proc.pid)
+
+    def resume(i):
+        servers[i].proc.send_signal(signal.SIGCONT)
+
+    def pids():
+        return {"pids": [s.proc.pid if s.proc and s.proc.poll() is None else 0
+                         for s in servers]}
+    answer(ok=True, ports=[s.port for s in servers], other_ca=other[0], **tls, **pids())
+    return {"kill": lambda i: servers[i].kill(), "restart": restart, "pause": pause,
+            "resume": resume}, pids
+
+
 def etcd(args):
     import etcd as e
     if args.base:
@@ -200,6 +239,9 @@ def main():
     ps.add_argument("--failover-timeout-ms", type=int, default=2000)
     pr = sub.add_parser("redis")
     pr.add_argument("extra", nargs=argparse.REMAINDER, help="-- then extra redis-server arguments")
+    pt = sub.add_parser("redis-tls")
+    pt.add_argument("auth_clients", nargs="+", choices=("no", "yes"),
+                    help="one server each: whether it requires a client certificate")
     pe = sub.add_parser("etcd")
     pe.add_argument("--base", help="the parent of the data directory (default: $TMPDIR)")
     pe.add_argument("extra", nargs=argparse.REMAINDER, help="-- then extra etcd arguments")
@@ -207,7 +249,8 @@ def main():
     if getattr(args, "extra", None) and args.extra[0] == "--":
         args.extra = args.extra[1:]
     try:
-        commands, state = {"redis": redis, "sentinel": sentinel, "etcd": etcd}[args.broker](args)
+        commands, state = {"redis": redis, "redis-tls": redis_tls, "sentinel": sentinel,
+                           "etcd": etcd}[args.broker](args)
     except Exception as ex:  # noqa: BLE001: reported to the C side
         answer(ok=False, error="%s: %s" % (type(ex).__name__, ex))
         sys.exit(1)

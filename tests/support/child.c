@@ -1,11 +1,8 @@
-/* Server processes for C tests and benchmarks (tests/support/child.h). */
+/* Child processes of C tests and benchmarks (tests/support/child.h). */
 #include "tests/support/child.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -15,7 +12,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/select.h>
-#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -28,151 +24,12 @@ int64_t child_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int child_rm_entry_(const char *path, const struct stat *sb, int flag,
-                                  struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-void child_remove_tree(const char *dir)
-{
-    if (dir && dir[0]) nftw(dir, child_rm_entry_, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 int child_reap_pid(pid_t pid)
 {
     int st = 0;
     while (waitpid(pid, &st, 0) < 0)
         if (errno != EINTR) return -1;
     return st;
-}
-
-int child_kill(struct child *c)
-{
-    if (c == NULL || c->pid <= 0) return -1;
-    kill(c->pid, SIGKILL);
-    child_reap_pid(c->pid);
-    c->pid = 0;
-    return 0;
-}
-
-int child_stop(struct child *c, int grace_ms)
-{
-    if (c == NULL || c->pid <= 0) return -1;
-    kill(c->pid, SIGCONT);
-    kill(c->pid, SIGTERM);
-    int64_t deadline = child_now_ms() + grace_ms;
-    while (child_now_ms() < deadline) {
-        int st;
-        pid_t r = waitpid(c->pid, &st, WNOHANG);
-        if (r == c->pid || (r < 0 && errno != EINTR)) {
-            c->pid = 0;
-            return 0;
-        }
-        usleep(10 * 1000);
-    }
-    return child_kill(c);
-}
-
-/* Whether every thread of pid is stopped ('T' in /proc/<pid>/task/<tid>/stat). */
-static bool child_all_threads_stopped_(pid_t pid)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-    DIR *d = opendir(path);
-    if (d == NULL) return true; /* no /proc: nothing to wait for */
-    bool all = true;
-    struct dirent *e;
-    while (all && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') continue;
-        char stat_path[400], buf[512];
-        snprintf(stat_path, sizeof stat_path, "%s/%s/stat", path, e->d_name);
-        FILE *f = fopen(stat_path, "r");
-        if (f == NULL) continue; /* the thread exited */
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[n] = '\0';
-        const char *rp = strrchr(buf, ')'); /* "tid (comm) S ..." */
-        if (rp == NULL || rp[1] != ' ' || (rp[2] != 'T' && rp[2] != 't')) all = false;
-    }
-    closedir(d);
-    return all;
-}
-
-int child_signal(struct child *c, int sig)
-{
-    if (c == NULL || c->pid <= 0) return -1;
-    if (kill(c->pid, sig) != 0) return -1;
-    /* kill() returns before a group stop is complete: a thread running on
-     * another CPU may still answer a request for a moment. Wait (up to 2 s)
-     * until every thread is stopped, so "paused" means paused. */
-    if (sig == SIGSTOP) {
-        int64_t deadline = child_now_ms() + 2000;
-        while (!child_all_threads_stopped_(c->pid) && child_now_ms() < deadline)
-            usleep(1000);
-    }
-    return 0;
-}
-
-/* ---- the atexit registry -------------------------------------------------- */
-
-static pthread_mutex_t child_reg_mu_ = PTHREAD_MUTEX_INITIALIZER;
-static struct child *child_registry_[CHILD_MAX_REGISTERED];
-static bool child_atexit_done_;
-
-static void child_cleanup_all_(void)
-{
-    pthread_mutex_lock(&child_reg_mu_);
-    for (int i = 0; i < CHILD_MAX_REGISTERED; i++) {
-        if (child_registry_[i] == NULL) continue;
-        child_kill(child_registry_[i]);
-        child_remove_tree(child_registry_[i]->dir);
-    }
-    pthread_mutex_unlock(&child_reg_mu_);
-}
-
-static void child_register_(struct child *c)
-{
-    pthread_mutex_lock(&child_reg_mu_);
-    if (!child_atexit_done_) {
-        atexit(child_cleanup_all_);
-        child_atexit_done_ = true;
-    }
-    for (int i = 0; i < CHILD_MAX_REGISTERED; i++)
-        if (child_registry_[i] == NULL) {
-            child_registry_[i] = c;
-            break;
-        }
-    pthread_mutex_unlock(&child_reg_mu_);
-}
-
-static void child_unregister_(struct child *c)
-{
-    pthread_mutex_lock(&child_reg_mu_);
-    for (int i = 0; i < CHILD_MAX_REGISTERED; i++)
-        if (child_registry_[i] == c) child_registry_[i] = NULL;
-    pthread_mutex_unlock(&child_reg_mu_);
-}
-
-/* ---- life cycle ------------------------------------------------------------ */
-
-int child_init(struct child *c, const char *who, const char *base, const char *prefix,
-                             const char *const *extra_args)
-{
-    memset(c, 0, sizeof *c);
-    snprintf(c->dir, sizeof c->dir, "%s/%s-XXXXXX", base, prefix);
-    if (mkdtemp(c->dir) == NULL) {
-        fprintf(stderr, "%s: mkdtemp %s: %s\n", who, c->dir, strerror(errno));
-        c->dir[0] = '\0';
-        return -1;
-    }
-    for (int i = 0; extra_args && extra_args[i] && i < CHILD_MAX_EXTRA; i++)
-        c->extra[i] = strdup(extra_args[i]);
-    child_register_(c);
-    return 0;
 }
 
 pid_t child_exec(const char *const *argv, const char *const *env,
@@ -198,56 +55,6 @@ pid_t child_exec(const char *const *argv, const char *const *env,
     execvp(argv[0], (char *const *)argv);
     _exit(127);
 }
-
-int child_spawn(struct child *c, const char *const *argv, const char *log_path,
-                              bool (*ready)(int port), int port, int timeout_ms)
-{
-    const char *all[CHILD_MAX_ARGS + 1];
-    int argc = 0;
-    for (int i = 0; argv[i] && argc < CHILD_MAX_ARGS; i++)
-        all[argc++] = argv[i];
-    for (int i = 0; c->extra[i] && argc < CHILD_MAX_ARGS; i++)
-        all[argc++] = c->extra[i];
-    all[argc] = NULL;
-    pid_t pid = child_exec(all, NULL, log_path, -1);
-    if (pid < 0) return -1;
-    c->pid = pid;
-    int64_t deadline = child_now_ms() + timeout_ms;
-    while (child_now_ms() < deadline) {
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            c->pid = 0;
-            return -1;
-        }
-        if (ready(port)) return 0;
-        usleep(20 * 1000);
-    }
-    child_kill(c);
-    return -1;
-}
-
-int child_respawn(struct child *c, int (*spawn)(void *arg), void *arg, int attempts,
-                                int pause_ms)
-{
-    child_kill(c);
-    for (int attempt = 0; attempt < attempts; attempt++) {
-        if (spawn(arg) == 0) return 0;
-        usleep((useconds_t)pause_ms * 1000);
-    }
-    return -1;
-}
-
-void child_release(struct child *c)
-{
-    child_kill(c);
-    child_unregister_(c);
-    child_remove_tree(c->dir);
-    for (int i = 0; i < CHILD_MAX_EXTRA; i++) {
-        free(c->extra[i]);
-        c->extra[i] = NULL;
-    }
-}
-
 
 /* ---- the broker launcher --------------------------------------------------- */
 

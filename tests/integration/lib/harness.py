@@ -32,6 +32,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -275,15 +276,20 @@ class RedisServer:
         _cleanups.append(self.stop)
         self.start()
 
+    what = "redis-server"
+
+    def _listen_args(self):
+        return ["--port", str(self.port)]
+
     def start(self):
-        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+        args = (["redis-server"] + self._listen_args() + ["--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "no", "--dir", self.dir,
-                "--logfile", os.path.join(self.dir, "redis.log")] + self.extra
+                "--logfile", os.path.join(self.dir, "redis.log")] + self.extra)
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         ok = wait_until(self._ping, 10, 0.05)
         if not ok:
-            raise RuntimeError("redis-server did not start on port %d" % self.port)
+            raise RuntimeError("%s did not start on port %d" % (self.what, self.port))
 
     def _connect(self, timeout):
         """A plain connection for the readiness probe (subclasses: password, TLS)."""
@@ -312,6 +318,43 @@ class RedisServer:
         c = Resp(self.port, **kw)
         _cleanups.append(c.close)
         return c
+
+
+class TlsResp(Resp):
+    """Resp over TLS (tls: a tlsfiles.make_tls_files dict: its CA; its client
+    certificate too)."""
+
+    def __init__(self, port, tls, timeout=5.0):
+        ctx = ssl.create_default_context(cafile=tls["ca"])
+        ctx.load_cert_chain(tls["client_cert"], tls["client_key"])
+        raw = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+        self.buf = b""
+
+
+class TlsRedisServer(RedisServer):
+    """redis-server with only a TLS port (self.port): tls is a
+    tlsfiles.make_tls_files dict; auth_clients: a client certificate is
+    required."""
+
+    what = "redis-server (TLS)"
+
+    def __init__(self, tls, auth_clients=False, port=None):
+        self.tls = tls
+        self.auth_clients = auth_clients
+        super().__init__(port=port)
+
+    def _listen_args(self):
+        t = self.tls
+        return ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", t["server_cert"],
+                "--tls-key-file", t["server_key"], "--tls-ca-cert-file", t["ca"],
+                "--tls-auth-clients", "yes" if self.auth_clients else "no"]
+
+    def _connect(self, timeout):
+        return TlsResp(self.port, self.tls, timeout=timeout)
+
+    def client(self, timeout=5.0):
+        return TlsResp(self.port, self.tls, timeout=timeout)
 
 
 # --------------------------------------------------------------------------

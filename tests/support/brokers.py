@@ -15,11 +15,13 @@ each broker is started one way only (issue 35). tests/support/child.h
 Once everything is up it prints one JSON line on stdout ({"ok": true, ...}:
 the ports, pids, directories; {"ok": false, "error": ...} and exit 1 when it
 could not start), then reads one command a line on stdin and answers each
-with one JSON line:
+with one JSON line (what a command found, e.g. "port", besides "ok"):
 
     redis:     kill | term | restart                (SIGKILL; SIGTERM; (killed and) again)
     redis-tls: kill I | restart I | pause I | resume I   (+ "pids")
     sentinel:  kill_redis I | start_redis I   (SIGKILL; (killed and) again on its port)
+               wait_synced I MS ("synced") | wait_new_master NOT_PORT MS ("port")
+               wait_settled MS ("port") | dump_logs N   (see sentinel.py)
     etcd:      kill I | stop I | restart I | pause I | resume I   (+ "pids")
 
 End of stdin (the test closed the pipe or died), SIGTERM (the C side's
@@ -118,8 +120,7 @@ def sentinel(args):
     cl = s.SentinelCluster(_Context(), name=args.name, replicas=args.redis - 1,
                            sentinels=args.sentinels, down_after_ms=args.down_after_ms,
                            failover_timeout_ms=args.failover_timeout_ms)
-    answer(ok=True, sentinel_ports=cl.sentinel_ports(), redis_ports=[r.port for r in cl.redis],
-           sentinel_logs=[os.path.join(p.dir, "sentinel.log") for p in cl.sentinels])
+    answer(ok=True, sentinel_ports=cl.sentinel_ports(), redis_ports=[r.port for r in cl.redis])
 
     def kill_redis(i):
         cl.redis[i].kill()
@@ -127,7 +128,21 @@ def sentinel(args):
     def start_redis(i):
         cl.redis[i].kill()
         retry(cl.redis[i].start)
-    return {"kill_redis": kill_redis, "start_redis": start_redis}, lambda: {}
+    def wait_synced(i, ms):
+        return {"synced": bool(h.wait_until(lambda: s.replica_synced(cl.redis[i].port),
+                                            ms / 1000.0, 0.1))}
+
+    def wait_new_master(not_port, ms):
+        return {"port": cl.wait_new_master(not_port, ms / 1000.0) or -1}
+
+    def wait_settled(ms):
+        return {"port": cl.wait_settled(ms / 1000.0) or -1}
+
+    def dump_logs(n):
+        cl.dump_logs(n, sys.stderr)
+    return {"kill_redis": kill_redis, "start_redis": start_redis, "wait_synced": wait_synced,
+            "wait_new_master": wait_new_master, "wait_settled": wait_settled,
+            "dump_logs": dump_logs}, lambda: {}
 
 
 class _RedisServer(h.RedisServer):
@@ -259,8 +274,8 @@ def main():
         if not words:
             continue
         try:
-            commands[words[0]](*[int(w) for w in words[1:]])
-            answer(ok=True, **state())
+            result = commands[words[0]](*[int(w) for w in words[1:]]) or {}
+            answer(ok=True, **state(), **result)
         except Exception as ex:  # noqa: BLE001: one command failed, the rest goes on
             answer(ok=False, error="%s: %s" % (type(ex).__name__, ex), **state())
     sys.exit(0)  # the harness's cleanups (atexit): stopped, directories removed

@@ -3,78 +3,16 @@
 
 #include "tests/support/child.h"
 
-#include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 struct sentinel_cluster {
-    char name[64];
     int n_redis, n_sentinels;
     int redis_port[SENTINEL_MAX_REDIS];
     int sentinel_port[SENTINEL_MAX];
-    char sentinel_log[SENTINEL_MAX][256];
     struct launcher l; /* tests/support/brokers.py sentinel */
 };
-
-static redisContext *connect_port(int port, int ms)
-{
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-    if (c && c->err) {
-        redisFree(c);
-        return NULL;
-    }
-    if (c) redisSetTimeout(c, tv);
-    return c;
-}
-
-static int ask_master_port(int sport, const char *name)
-{
-    redisContext *c = connect_port(sport, 500);
-    if (c == NULL) return -1;
-    int port = -1;
-    redisReply *r = redisCommand(c, "SENTINEL get-master-addr-by-name %s", name);
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
-        port = (int)strtol(r->element[1]->str, NULL, 10);
-    if (r) freeReplyObject(r);
-    redisFree(c);
-    return port;
-}
-
-const char *sentinel_cluster_role(int port, char *buf, int len)
-{
-    buf[0] = '\0';
-    redisContext *c = connect_port(port, 500);
-    if (c == NULL) return buf;
-    redisReply *r = redisCommand(c, "ROLE");
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-        r->element[0]->type == REDIS_REPLY_STRING)
-        snprintf(buf, (size_t)len, "%s", r->element[0]->str);
-    if (r) freeReplyObject(r);
-    redisFree(c);
-    return buf;
-}
-
-bool sentinel_cluster_wait_replica_synced(const struct sentinel_cluster *cl, int i, int timeout_ms)
-{
-    int64_t deadline = child_now_ms() + timeout_ms;
-    for (;;) {
-        redisContext *c = connect_port(cl->redis_port[i], 500);
-        bool ok = false;
-        if (c) {
-            redisReply *r = redisCommand(c, "INFO replication");
-            ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "role:slave") &&
-                 strstr(r->str, "master_link_status:up");
-            if (r) freeReplyObject(r);
-            redisFree(c);
-        }
-        if (ok) return true;
-        if (child_now_ms() >= deadline) return false;
-        usleep(100 * 1000);
-    }
-}
 
 struct sentinel_cluster *sentinel_cluster_start(const char *master_name, int n_redis,
                                                 int n_sentinels, int down_after_ms,
@@ -89,7 +27,6 @@ struct sentinel_cluster *sentinel_cluster_start(const char *master_name, int n_r
         return NULL;
     struct sentinel_cluster *cl = calloc(1, sizeof *cl);
     if (cl == NULL) return NULL;
-    snprintf(cl->name, sizeof cl->name, "%s", master_name);
     char nr[16], ns[16], da[16], ft[16];
     snprintf(nr, sizeof nr, "%d", n_redis);
     snprintf(ns, sizeof ns, "%d", n_sentinels);
@@ -108,10 +45,8 @@ struct sentinel_cluster *sentinel_cluster_start(const char *master_name, int n_r
     cl->n_sentinels = n_sentinels;
     for (int i = 0; i < n_redis; i++)
         cl->redis_port[i] = (int)launcher_int(&cl->l, "redis_ports", i);
-    for (int i = 0; i < n_sentinels; i++) {
+    for (int i = 0; i < n_sentinels; i++)
         cl->sentinel_port[i] = (int)launcher_int(&cl->l, "sentinel_ports", i);
-        launcher_str(&cl->l, "sentinel_logs", i, cl->sentinel_log[i], sizeof cl->sentinel_log[i]);
-    }
     return cl;
 }
 
@@ -135,71 +70,28 @@ int sentinel_cluster_restart_redis(struct sentinel_cluster *c, int i)
     return i >= 0 && i < c->n_redis ? launcher_cmd(&c->l, "start_redis %d", i) : -1;
 }
 
-int sentinel_cluster_master_port(const struct sentinel_cluster *c)
+bool sentinel_cluster_wait_replica_synced(struct sentinel_cluster *c, int i, int timeout_ms)
 {
-    for (int i = 0; i < c->n_sentinels; i++) {
-        int p = ask_master_port(c->sentinel_port[i], c->name);
-        if (p > 0) return p;
-    }
-    return -1;
+    return i >= 0 && i < c->n_redis &&
+           launcher_cmd(&c->l, "wait_synced %d %d", i, timeout_ms) == 0 &&
+           strstr(c->l.reply, "\"synced\": true") != NULL;
 }
 
-int sentinel_cluster_wait_new_master(const struct sentinel_cluster *c, int not_port,
-                                     int timeout_ms)
+int sentinel_cluster_wait_new_master(struct sentinel_cluster *c, int not_port, int timeout_ms)
 {
-    int64_t deadline = child_now_ms() + timeout_ms;
-    while (child_now_ms() < deadline) {
-        int p = -1;
-        bool agree = true;
-        for (int i = 0; i < c->n_sentinels && agree; i++) {
-            int q = ask_master_port(c->sentinel_port[i], c->name);
-            if (q <= 0 || q == not_port || (p > 0 && q != p)) agree = false;
-            p = q;
-        }
-        char role[32];
-        if (agree && p > 0 && strcmp(sentinel_cluster_role(p, role, sizeof role), "master") == 0)
-            return p;
-        usleep(100 * 1000);
-    }
-    return -1;
+    if (launcher_cmd(&c->l, "wait_new_master %d %d", not_port, timeout_ms) < 0) return -1;
+    return (int)launcher_int(&c->l, "port", -1);
 }
 
-void sentinel_cluster_dump_logs(const struct sentinel_cluster *c, int last_lines)
+int sentinel_cluster_wait_settled(struct sentinel_cluster *c, int timeout_ms)
 {
-    for (int i = 0; i < c->n_sentinels; i++) {
-        const char *path = c->sentinel_log[i];
-        FILE *f = fopen(path, "r");
-        if (f == NULL) continue;
-        /* keep the last last_lines lines in a ring */
-        char ring[64][256];
-        int n = 0, keep = last_lines < 64 ? last_lines : 64;
-        if (keep < 1) keep = 1;
-        while (fgets(ring[n % keep], sizeof ring[0], f)) n++;
-        fclose(f);
-        fprintf(stderr, "--- sentinel %d (port %d), last lines of %s\n", i, c->sentinel_port[i], path);
-        for (int k = n > keep ? n - keep : 0; k < n; k++) fprintf(stderr, "    %s", ring[k % keep]);
-    }
+    if (launcher_cmd(&c->l, "wait_settled %d", timeout_ms) < 0) return -1;
+    return (int)launcher_int(&c->l, "port", -1);
 }
 
-int sentinel_cluster_wait_settled(const struct sentinel_cluster *c, int timeout_ms)
+void sentinel_cluster_dump_logs(struct sentinel_cluster *c, int last_lines)
 {
-    int64_t deadline = child_now_ms() + timeout_ms;
-    while (child_now_ms() < deadline) {
-        int p = -1;
-        bool agree = true;
-        for (int i = 0; i < c->n_sentinels && agree; i++) {
-            int q = ask_master_port(c->sentinel_port[i], c->name);
-            if (q <= 0 || (p > 0 && q != p)) agree = false;
-            p = q;
-        }
-        char role[32];
-        bool ok = agree && p > 0 && strcmp(sentinel_cluster_role(p, role, sizeof role), "master") == 0;
-        for (int i = 0; i < c->n_redis && ok; i++)
-            if (c->redis_port[i] != p) ok = sentinel_cluster_wait_replica_synced(c, i, 0);
-        if (ok) return p;
-        usleep(100 * 1000);
-    }
-    return -1;
+    launcher_cmd(&c->l, "dump_logs %d", last_lines);
 }
 
 void sentinel_cluster_destroy(struct sentinel_cluster *c)

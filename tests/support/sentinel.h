@@ -32,25 +32,21 @@ int sentinel_cluster_kill_redis(struct sentinel_cluster *c, int i);
 /* Starts redis server i again on its port (empty data, its first role): the
  * sentinels turn an old master into a replica. */
 int sentinel_cluster_restart_redis(struct sentinel_cluster *c, int i);
-/* The master port the first answering sentinel reports, or -1. */
-int sentinel_cluster_master_port(const struct sentinel_cluster *c);
-/* Waits until every sentinel reports a master other than not_port and that
+/* The waits and the logs below are the launcher's (SentinelCluster of
+ * tests/integration/lib/sentinel.py).
+ * Waits until every sentinel reports a master other than not_port and that
  * server says ROLE master. Its port, or -1 after timeout_ms. */
-int sentinel_cluster_wait_new_master(const struct sentinel_cluster *c, int not_port,
-                                     int timeout_ms);
-/* "master" / "slave" / "" (unreachable) of a port, into buf. */
-const char *sentinel_cluster_role(int port, char *buf, int len);
+int sentinel_cluster_wait_new_master(struct sentinel_cluster *c, int not_port, int timeout_ms);
 /* Waits until redis server i is a replica whose link to its master is up
  * (asks at least once, also with timeout_ms 0). */
-bool sentinel_cluster_wait_replica_synced(const struct sentinel_cluster *c, int i,
-                                          int timeout_ms);
+bool sentinel_cluster_wait_replica_synced(struct sentinel_cluster *c, int i, int timeout_ms);
 /* Waits until every sentinel reports the same master, it says ROLE master,
  * and every other server is a replica whose link is up. The master's port,
  * or -1 after timeout_ms. */
-int sentinel_cluster_wait_settled(const struct sentinel_cluster *c, int timeout_ms);
-/* The last last_lines (at most 64) lines of every sentinel's log, on stderr:
- * evidence when the sentinels did something a test did not expect. */
-void sentinel_cluster_dump_logs(const struct sentinel_cluster *c, int last_lines);
+int sentinel_cluster_wait_settled(struct sentinel_cluster *c, int timeout_ms);
+/* The last last_lines lines of every sentinel's log, on stderr: evidence
+ * when the sentinels did something a test did not expect. */
+void sentinel_cluster_dump_logs(struct sentinel_cluster *c, int last_lines);
 /* Stops everything and removes the directories. NULL-safe. */
 void sentinel_cluster_destroy(struct sentinel_cluster *c);
 

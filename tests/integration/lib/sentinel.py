@@ -170,6 +170,39 @@ class SentinelCluster:
             return p if p != not_port and role(p) == "master" else None
         return h.wait_until(agreed, timeout, 0.05)
 
+    def wait_settled(self, timeout):
+        """Port of the master every sentinel names, answering ROLE master,
+        every other server a replica whose link is up; None after timeout
+        seconds."""
+        def settled():
+            ports = set()
+            for p in self.sentinel_ports():
+                a = ask_master([p], self.name)
+                if a is None:
+                    return None
+                ports.add(a[1])
+            if len(ports) != 1:
+                return None
+            p = ports.pop()
+            if role(p) != "master":
+                return None
+            return p if all(replica_synced(r.port) for r in self.redis if r.port != p) else None
+        return h.wait_until(settled, timeout, 0.1)
+
+    def dump_logs(self, last_lines, out):
+        """The last last_lines lines of every sentinel's log, to out:
+        evidence when the sentinels did something a test did not expect."""
+        for i, s in enumerate(self.sentinels):
+            path = os.path.join(s.dir, "sentinel.log")
+            try:
+                with open(path, errors="replace") as f:
+                    lines = f.read().splitlines()[-max(1, last_lines):]
+            except OSError:
+                continue
+            out.write("--- sentinel %d (port %d), last lines of %s\n" % (i, s.port, path))
+            out.writelines("    %s\n" % ln for ln in lines)
+        out.flush()
+
     def failover(self):
         """SENTINEL FAILOVER (a manual switch to a replica)."""
         c = h.Resp(self.sentinels[0].port)

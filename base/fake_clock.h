@@ -20,6 +20,11 @@
  * fake time; a thread never sees a deadline pass while it (or a thread it
  * just started or woke) still runs, however slow the machine: the tests'
  * bounds hold in fake ms as they did in real ms, without the real waits.
+ * Under valgrind, which runs one thread at a time (a thread ready to run
+ * waits for its turn asleep, so /proc cannot tell it from a blocked one),
+ * fake_clock_install installs nothing: the tests run on the real clock there,
+ * as before, and fake_clock_sleep sleeps in real time (BATON_FAKE_CLOCK=0
+ * asks for the real clock anywhere, =1 for the fake one under valgrind too).
  *
  * Timed waits wake when fake time passes their deadline:
  *   - clock_wait_in + clock_cond_wait (the guard's waits): registered with
@@ -57,13 +62,16 @@ static inline bool fake_clock_active(void)
     return atomic_load_explicit(&fake_clock_on_, memory_order_relaxed);
 }
 
-/* Starts the fake clock (and its ticker thread). Returns 0 or -1. */
+/* Starts the fake clock (and its ticker thread); under valgrind, or with
+ * BATON_FAKE_CLOCK=0, leaves the real clocks. Returns 0 or -1. */
 int fake_clock_install(void);
 /* Stops it: the real clocks again. Call when no thread waits on it. */
 void fake_clock_uninstall(void);
-/* Fake time in ms (the same scale as clock_mono_ms while installed). */
+/* Fake time in ms (the same scale as clock_mono_ms; the real one when the
+ * fake clock is not installed). */
 int64_t fake_clock_now(void);
-/* Sleeps ms of fake time (the caller is a blocked thread meanwhile). */
+/* Sleeps ms of fake time (the caller is a blocked thread meanwhile), or of
+ * real time when the fake clock is not installed. */
 void fake_clock_sleep(int64_t ms);
 /* How many times fake time moved (a measure of the work the ticker did). */
 uint64_t fake_clock_steps(void);

@@ -6,9 +6,10 @@
  * intervals, retries and the test's own waits run on fake time, which jumps
  * to the next deadline whenever every thread is blocked; the bounds below
  * are in fake ms, as they were in real ms, and the suite takes as long as
- * its threads compute (a few seconds) instead of ~29 s of timeouts. A
- * thread of this test never sleeps in real time (usleep): fake time would
- * run on meanwhile. */
+ * its threads compute (a few seconds) instead of ~29 s of timeouts
+ * (under valgrind, and with BATON_FAKE_CLOCK=0, on the real clock, as
+ * before). A thread of this test never sleeps in real time (usleep): fake
+ * time would run on meanwhile. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -52,7 +52,7 @@ static struct redis_server *plain_srv;
 static int tls_servers_start(void)
 {
     const char *args[] = {"redis-tls", "no", "yes", NULL};
-    if (launcher_start(&tls_launcher, args, 90000) < 0) return -1;
+    if (launcher_start(&tls_launcher, args, NULL, 90000) < 0) return -1;
     launcher_str(&tls_launcher, "ca", -1, ca_crt, sizeof ca_crt);
     launcher_str(&tls_launcher, "server_cert", -1, srv_crt, sizeof srv_crt);
     launcher_str(&tls_launcher, "server_key", -1, srv_key, sizeof srv_key);

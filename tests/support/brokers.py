@@ -17,7 +17,7 @@ the ports, pids, directories; {"ok": false, "error": ...} and exit 1 when it
 could not start), then reads one command a line on stdin and answers each
 with one JSON line (what a command found, e.g. "port", besides "ok"):
 
-    redis:     kill | term | restart                (SIGKILL; SIGTERM; (killed and) again)
+    redis:     kill | term | restart   (SIGKILL; SIGTERM; (killed and) again) (+ "pid")
     redis-tls: kill I | restart I | pause I | resume I   (+ "pids")
     sentinel:  kill_redis I | start_redis I   (SIGKILL; (killed and) again on its port)
                wait_synced I MS ("synced") | wait_new_master NOT_PORT MS ("port")

@@ -110,7 +110,8 @@ static int launcher_ok_(struct launcher *l)
     return -1;
 }
 
-int launcher_start(struct launcher *l, const char *const *args, int timeout_ms)
+int launcher_start(struct launcher *l, const char *const *args, const char *const *more,
+                   int timeout_ms)
 {
     memset(l, 0, sizeof *l);
     l->to = l->from = -1;
@@ -119,6 +120,7 @@ int launcher_start(struct launcher *l, const char *const *args, int timeout_ms)
     const char *argv[CHILD_MAX_ARGS + 3] = {"python3", script};
     int argc = 2;
     for (int i = 0; args && args[i] && argc < CHILD_MAX_ARGS + 2; i++) argv[argc++] = args[i];
+    for (int i = 0; more && more[i] && argc < CHILD_MAX_ARGS + 2; i++) argv[argc++] = more[i];
     argv[argc] = NULL;
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) < 0) return -1;

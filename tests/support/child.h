@@ -36,10 +36,11 @@ struct launcher {
     char reply[8192]; /* the last JSON line it answered */
 };
 
-/* Runs brokers.py with args (NULL-terminated) and waits (up to timeout_ms)
- * for its first answer: 0 when it says "ok": true, else -1 (its error on
- * stderr, the launcher stopped). */
-int launcher_start(struct launcher *l, const char *const *args, int timeout_ms);
+/* Runs brokers.py with args and then more (each NULL-terminated, more may be
+ * NULL) and waits (up to timeout_ms) for its first answer: 0 when it says
+ * "ok": true, else -1 (its error on stderr, the launcher stopped). */
+int launcher_start(struct launcher *l, const char *const *args, const char *const *more,
+                   int timeout_ms);
 /* Sends one command line (printf format) and waits (up to 60 s) for the
  * answer: 0 when it says "ok": true, else -1. */
 int launcher_cmd(struct launcher *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

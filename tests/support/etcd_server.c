@@ -126,12 +126,8 @@ struct etcd_server *etcd_server_start_in(const char *base, const char *const *ex
 {
     struct etcd_server *s = calloc(1, sizeof *s);
     if (s == NULL) return NULL;
-    const char *args[CHILD_MAX_ARGS] = {"etcd", "--base", base ? base : default_base(), "--"};
-    int argc = 4;
-    for (int i = 0; extra_args && extra_args[i] && argc < CHILD_MAX_ARGS - 1; i++)
-        args[argc++] = extra_args[i];
-    args[argc] = NULL;
-    if (launcher_start(&s->l, args, 60000) < 0) {
+    const char *args[] = {"etcd", "--base", base ? base : default_base(), "--", NULL};
+    if (launcher_start(&s->l, args, extra_args, 60000) < 0) {
         fprintf(stderr, "etcd_server: could not start etcd\n");
         free(s);
         return NULL;

@@ -18,12 +18,8 @@ struct redis_server *redis_server_start(const char *const *extra_args)
 {
     struct redis_server *s = calloc(1, sizeof *s);
     if (s == NULL) return NULL;
-    const char *args[CHILD_MAX_ARGS] = {"redis", "--"};
-    int argc = 2;
-    for (int i = 0; extra_args && extra_args[i] && argc < CHILD_MAX_ARGS - 1; i++)
-        args[argc++] = extra_args[i];
-    args[argc] = NULL;
-    if (launcher_start(&s->l, args, 60000) < 0) {
+    const char *args[] = {"redis", "--", NULL};
+    if (launcher_start(&s->l, args, extra_args, 60000) < 0) {
         fprintf(stderr, "redis_server: could not start redis-server\n");
         free(s);
         return NULL;

@@ -36,7 +36,7 @@ struct sentinel_cluster *sentinel_cluster_start(const char *master_name, int n_r
                           "--down-after-ms", da, "--failover-timeout-ms", ft, NULL};
     /* it waits until the replicas are in sync and every sentinel knows the
      * others and the replicas (up to 15 + 30 s) */
-    if (launcher_start(&cl->l, args, 90000) < 0) {
+    if (launcher_start(&cl->l, args, NULL, 90000) < 0) {
         fprintf(stderr, "sentinel: the deployment did not come up\n");
         free(cl);
         return NULL;

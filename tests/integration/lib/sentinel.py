@@ -154,37 +154,32 @@ class SentinelCluster:
     def server(self, port):
         return next(r for r in self.redis if r.port == port)
 
+    def agreed_master(self, not_port=None):
+        """Port of the master every sentinel names now if it is not not_port
+        and says ROLE master, else None."""
+        ports = set()
+        for p in self.sentinel_ports():
+            a = ask_master([p], self.name)
+            if a is None:
+                return None
+            ports.add(a[1])
+        if len(ports) != 1:
+            return None
+        p = ports.pop()
+        return p if p != not_port and role(p) == "master" else None
+
     def wait_new_master(self, not_port, timeout):
         """Port of the master every sentinel names, other than not_port and
         answering ROLE master; None after timeout seconds."""
-        def agreed():
-            ports = set()
-            for p in self.sentinel_ports():
-                a = ask_master([p], self.name)
-                if a is None:
-                    return None
-                ports.add(a[1])
-            if len(ports) != 1:
-                return None
-            p = ports.pop()
-            return p if p != not_port and role(p) == "master" else None
-        return h.wait_until(agreed, timeout, 0.05)
+        return h.wait_until(lambda: self.agreed_master(not_port), timeout, 0.05)
 
     def wait_settled(self, timeout):
         """Port of the master every sentinel names, answering ROLE master,
         every other server a replica whose link is up; None after timeout
         seconds."""
         def settled():
-            ports = set()
-            for p in self.sentinel_ports():
-                a = ask_master([p], self.name)
-                if a is None:
-                    return None
-                ports.add(a[1])
-            if len(ports) != 1:
-                return None
-            p = ports.pop()
-            if role(p) != "master":
+            p = self.agreed_master()
+            if p is None:
                 return None
             return p if all(replica_synced(r.port) for r in self.redis if r.port != p) else None
         return h.wait_until(settled, timeout, 0.1)

@@ -3,8 +3,6 @@
  * includes base/util.h where it uses them, so the whole tree uses one copy. */
 #include "base/util.h"
 
-#include "base/fake_clock.h"
-
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -14,9 +12,24 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The test clock's hooks (clock_hooks_set, tests only); NULL: the real
+ * clocks. */
+static _Atomic(const struct clock_hooks *) clock_hooks_;
+
+static inline const struct clock_hooks *hooks(void)
+{
+    return atomic_load_explicit(&clock_hooks_, memory_order_acquire);
+}
+
+void clock_hooks_set(const struct clock_hooks *h)
+{
+    atomic_store_explicit(&clock_hooks_, h, memory_order_release);
+}
+
 int64_t clock_mono_ms(void)
 {
-    if (fake_clock_active()) return fake_clock_read_ms();
+    const struct clock_hooks *h = hooks();
+    if (h) return h->now_ms();
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -24,7 +37,8 @@ int64_t clock_mono_ms(void)
 
 int64_t clock_boot_ms(void)
 {
-    if (fake_clock_active()) return fake_clock_read_ms();
+    const struct clock_hooks *h = hooks();
+    if (h) return h->now_ms();
     struct timespec ts;
     clock_gettime(CLOCK_BOOTTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -32,7 +46,8 @@ int64_t clock_boot_ms(void)
 
 int64_t clock_mono_us(void)
 {
-    if (fake_clock_active()) return fake_clock_read_ms() * 1000;
+    const struct clock_hooks *h = hooks();
+    if (h) return h->now_ms() * 1000;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
@@ -159,7 +174,8 @@ uint32_t random_jitter(uint32_t n)
 
 bool sleep_ms_cancellable(int64_t ms, const atomic_bool *cancel)
 {
-    if (fake_clock_active()) return fake_clock_sleep_cancellable(ms, cancel);
+    const struct clock_hooks *h = hooks();
+    if (h) return h->sleep_cancellable(ms, cancel);
     if (cancel && atomic_load(cancel)) return true;
     if (ms <= 0) return false;
     int64_t deadline = clock_mono_ms() + ms;
@@ -232,7 +248,8 @@ void cond_init_clock(pthread_cond_t *cv, clockid_t clock)
 
 struct timespec clock_deadline(clockid_t clock, int64_t ms)
 {
-    if (fake_clock_active() && clock != CLOCK_REALTIME) return fake_clock_deadline_hook(clock, ms);
+    const struct clock_hooks *h = hooks();
+    if (h && clock != CLOCK_REALTIME) return h->deadline(clock, ms);
     struct timespec ts;
     clock_gettime(clock, &ts);
     if (ms < 0) ms = 0;
@@ -248,8 +265,9 @@ struct timespec clock_deadline(clockid_t clock, int64_t ms)
 struct clock_wait clock_wait_in(clockid_t clock, int64_t ms)
 {
     struct clock_wait w = {.clock = clock};
-    if (fake_clock_active() && clock != CLOCK_REALTIME)
-        w.fake_until = fake_clock_until(ms);
+    const struct clock_hooks *h = hooks();
+    if (h && clock != CLOCK_REALTIME)
+        w.hooked_until = h->wait_in(ms);
     else
         w.ts = clock_deadline(clock, ms);
     return w;
@@ -257,8 +275,10 @@ struct clock_wait clock_wait_in(clockid_t clock, int64_t ms)
 
 int clock_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, const struct clock_wait *w)
 {
-    if (w->fake_until != 0 && fake_clock_active())
-        return fake_clock_cond_wait(cv, mu, w->clock, w->fake_until);
+    if (w->hooked_until != 0) {
+        const struct clock_hooks *h = hooks();
+        if (h) return h->cond_wait(cv, mu, w->clock, w->hooked_until);
+    }
     return pthread_cond_timedwait(cv, mu, &w->ts);
 }
 

@@ -17,7 +17,7 @@
 #include "baton/locker.h" /* BATON_TOKEN_LEN */
 
 /* The clock functions below (all but clock_wall_ms) read the test clock
- * while one is installed (base/fake_clock.h; tests only). */
+ * while one is installed (clock_hooks_set below; tests only). */
 /* CLOCK_MONOTONIC in milliseconds / microseconds. */
 int64_t clock_mono_ms(void);
 int64_t clock_mono_us(void);
@@ -36,18 +36,42 @@ struct timespec clock_deadline(clockid_t clock, int64_t ms);
 /* pthread_cond_init with the clock its timed waits count on (the deadline
  * from clock_deadline on the same clock). */
 void cond_init_clock(pthread_cond_t *cv, clockid_t clock);
-/* A timed wait that a test clock can steer (base/fake_clock.h): the
+/* A timed wait that a test clock can steer (clock_hooks_set): the
  * deadline ms milliseconds from now on clock (as clock_deadline), and the
  * wait for it on a condition initialised by cond_init_clock on the same
  * clock. Without the test clock they are clock_deadline and
  * pthread_cond_timedwait (returns 0 or ETIMEDOUT), nothing more. */
 struct clock_wait {
     clockid_t clock;
-    struct timespec ts; /* the real deadline */
-    int64_t fake_until; /* the test clock's, when it is installed */
+    struct timespec ts;   /* the real deadline */
+    int64_t hooked_until; /* the test clock's (its wait_in), when it is installed */
 };
 struct clock_wait clock_wait_in(clockid_t clock, int64_t ms);
 int clock_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, const struct clock_wait *w);
+
+/* The clock seam, tests only (issue 35): a test installs a test clock
+ * (tests/support/fake_clock.c) through clock_hooks_set; production never
+ * calls it. While hooks are set, clock_mono_ms, clock_mono_us,
+ * clock_boot_ms, clock_deadline (but on CLOCK_REALTIME), clock_wait_in /
+ * clock_cond_wait and sleep_ms_cancellable call them; while none are (the
+ * default), those functions read the real clocks and cost one atomic load
+ * and a branch more. clock_wall_ms is never hooked. */
+struct clock_hooks {
+    /* the monotonic and the boot clock, ms (clock_mono_us reads it x1000) */
+    int64_t (*now_ms)(void);
+    /* clock_deadline on clock (never CLOCK_REALTIME) */
+    struct timespec (*deadline)(clockid_t clock, int64_t ms);
+    /* clock_wait_in: the deadline ms from now, in the hooks' time (never 0) */
+    int64_t (*wait_in)(int64_t ms);
+    /* clock_cond_wait of a wait wait_in made: 0 or ETIMEDOUT */
+    int (*cond_wait)(pthread_cond_t *cv, pthread_mutex_t *mu, clockid_t clock, int64_t until);
+    /* sleep_ms_cancellable */
+    bool (*sleep_cancellable)(int64_t ms, const atomic_bool *cancel);
+};
+/* Installs h (every member set; it must outlive its use), or the real
+ * clocks again with NULL. Tests only: install before the threads that read
+ * the clocks start, and remove after they ended. */
+void clock_hooks_set(const struct clock_hooks *h);
 
 /* Fills buf with len bytes from the OS (getrandom). Returns 0 or -1. */
 int random_bytes(void *buf, size_t len);

@@ -2,7 +2,7 @@
  * and a flaky locker (a wrapper around the local one whose renew, check and
  * generation are steered by the test).
  *
- * On the test clock (base/fake_clock.h, issue 35): lease ttls, renew
+ * On the test clock (tests/support/fake_clock.h, issue 35): lease ttls, renew
  * intervals, retries and the test's own waits run on fake time, which jumps
  * to the next deadline whenever every thread is blocked; the bounds below
  * are in fake ms, as they were in real ms, and the suite takes as long as
@@ -26,7 +26,7 @@
 #include "guard/locker.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "base/fake_clock.h"
+#include "tests/support/fake_clock.h"
 
 /* ---- event journal shared by the flaky locker and the callbacks ---------- */
 

@@ -2,7 +2,7 @@
  * guard/locker.c: exclusivity, expiry, token CAS, racing threads, retries,
  * key and name bounds; the library's logging callback (base/glog.c).
  * Expiries, retries and release waits run on the test clock
- * (base/fake_clock.h, issue 35): the bounds are in fake ms. */
+ * (tests/support/fake_clock.h, issue 35): the bounds are in fake ms. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/fake_clock.h"
+#include "tests/support/fake_clock.h"
 #include "base/util.h"
 #include "baton/log.h"
 #include "base/glog.h"

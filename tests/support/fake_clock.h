@@ -5,11 +5,13 @@
  *
  * The seam. base/util.c's clock_mono_ms, clock_mono_us, clock_boot_ms,
  * clock_deadline, clock_wait_in / clock_cond_wait and sleep_ms_cancellable
- * look at one global flag (a relaxed atomic load) and, when it is not set,
- * do exactly what they did before: production never sets it, so nothing
- * changes there. CLOCK_REALTIME (clock_wall_ms) is never faked.
+ * look at one atomic pointer, the hooks clock_hooks_set installs (base/util.h)
+ * and, when none are set, do exactly what they did before: production never
+ * sets them, so nothing changes there. CLOCK_REALTIME (clock_wall_ms) is
+ * never faked. This file lives in the test support library
+ * (baton_testsupport), not in libbaton-guard.
  *
- * The fake clock. fake_clock_install() sets the flag: the monotonic and the
+ * The fake clock. fake_clock_install() installs its hooks: the monotonic and the
  * boot clock then read the same fake time, which starts at the real
  * monotonic reading and moves only forward, by a ticker thread, as in an
  * event-driven simulation: when every other thread of the process sleeps in
@@ -40,11 +42,9 @@
  * fake_clock_sleep, never usleep: fake time does not know when a real sleep
  * ends and runs on meanwhile, as far as the other threads' deadlines go.
  * Linux only (/proc), like the rest of baton. */
-#ifndef BATON_BASE_FAKE_CLOCK_H
-#define BATON_BASE_FAKE_CLOCK_H
+#ifndef BATON_TESTS_SUPPORT_FAKE_CLOCK_H
+#define BATON_TESTS_SUPPORT_FAKE_CLOCK_H
 
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -55,12 +55,8 @@
  * before its caller looks at the fake clock again. */
 #define FAKE_CLOCK_POLL_MS 1
 
-/* The flag (relaxed): whether the fake clock is installed. */
-extern atomic_bool fake_clock_on_;
-static inline bool fake_clock_active(void)
-{
-    return atomic_load_explicit(&fake_clock_on_, memory_order_relaxed);
-}
+/* Whether the fake clock is installed. */
+bool fake_clock_active(void);
 
 /* Starts the fake clock (and its ticker thread); under valgrind, or with
  * BATON_FAKE_CLOCK=0, leaves the real clocks. Returns 0 or -1. */
@@ -75,13 +71,5 @@ int64_t fake_clock_now(void);
 void fake_clock_sleep(int64_t ms);
 /* How many times fake time moved (a measure of the work the ticker did). */
 uint64_t fake_clock_steps(void);
-
-/* ---- hooks for base/util.c (only while fake_clock_active()) ---------------- */
-
-int64_t fake_clock_read_ms(void);
-struct timespec fake_clock_deadline_hook(clockid_t clock, int64_t ms);
-int64_t fake_clock_until(int64_t ms);
-int fake_clock_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, clockid_t clock, int64_t until);
-bool fake_clock_sleep_cancellable(int64_t ms, const atomic_bool *cancel);
 
 #endif

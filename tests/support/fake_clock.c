@@ -1,11 +1,15 @@
-/* The test clock: see base/fake_clock.h. Only tests install it; in
- * production the only code of this file that runs is the flag's load in
- * base/util.c. */
-#include "base/fake_clock.h"
+/* The test clock: see tests/support/fake_clock.h. Built into the test
+ * support library only; it reaches base/util.c's clocks through
+ * clock_hooks_set. */
+#include "tests/support/fake_clock.h"
+
+#include "base/util.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-atomic_bool fake_clock_on_;
+static atomic_bool fk_on; /* whether the fake clock is installed */
 
 /* One per thread that used the fake clock (created at its first call,
  * freed when the thread exits). */
@@ -204,6 +208,27 @@ static void *ticker_main(void *arg)
     return NULL;
 }
 
+static int64_t fake_clock_read_ms(void);
+static int64_t fake_clock_until(int64_t ms);
+static struct timespec fake_clock_deadline_hook(clockid_t clock, int64_t ms);
+static int fake_clock_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, clockid_t clock,
+                                int64_t until);
+static bool fake_clock_sleep_cancellable(int64_t ms, const atomic_bool *cancel);
+
+/* What base/util.c's clocks call while the fake clock is installed. */
+static const struct clock_hooks fk_hooks = {
+    .now_ms = fake_clock_read_ms,
+    .deadline = fake_clock_deadline_hook,
+    .wait_in = fake_clock_until,
+    .cond_wait = fake_clock_cond_wait,
+    .sleep_cancellable = fake_clock_sleep_cancellable,
+};
+
+bool fake_clock_active(void)
+{
+    return atomic_load_explicit(&fk_on, memory_order_relaxed);
+}
+
 int fake_clock_install(void)
 {
     /* Under valgrind, which runs one thread at a time (a thread ready to
@@ -228,7 +253,8 @@ int fake_clock_install(void)
     pthread_mutex_unlock(&fk_mu);
     if (pthread_create(&fk_ticker, NULL, ticker_main, NULL) != 0) return -1;
     fk_installed = true;
-    atomic_store(&fake_clock_on_, true);
+    atomic_store(&fk_on, true);
+    clock_hooks_set(&fk_hooks);
     return 0;
 }
 
@@ -239,7 +265,8 @@ void fake_clock_uninstall(void)
     fk_stop = true;
     pthread_mutex_unlock(&fk_mu);
     pthread_join(fk_ticker, NULL);
-    atomic_store(&fake_clock_on_, false);
+    clock_hooks_set(NULL);
+    atomic_store(&fk_on, false);
     fk_installed = false;
 }
 
@@ -256,7 +283,7 @@ uint64_t fake_clock_steps(void)
 
 /* A clock reading: the thread runs (a wait noted by clock_deadline is
  * over: it reads the clock after it). */
-int64_t fake_clock_read_ms(void)
+static int64_t fake_clock_read_ms(void)
 {
     pthread_mutex_lock(&fk_mu);
     struct fk_thread *t = me_locked();
@@ -272,7 +299,7 @@ int64_t fake_clock_read_ms(void)
     return now;
 }
 
-int64_t fake_clock_until(int64_t ms)
+static int64_t fake_clock_until(int64_t ms)
 {
     int64_t now = fake_clock_read_ms();
     if (ms < 0) ms = 0;
@@ -282,7 +309,7 @@ int64_t fake_clock_until(int64_t ms)
 /* clock_deadline for a plain pthread_cond_timedwait: noted as the thread's
  * wait; the real deadline is at most FAKE_CLOCK_POLL_MS away, and the
  * caller's loop reads the clock again. */
-struct timespec fake_clock_deadline_hook(clockid_t clock, int64_t ms)
+static struct timespec fake_clock_deadline_hook(clockid_t clock, int64_t ms)
 {
     int64_t until = fake_clock_until(ms);
     pthread_mutex_lock(&fk_mu);
@@ -296,7 +323,8 @@ struct timespec fake_clock_deadline_hook(clockid_t clock, int64_t ms)
     return real_deadline(clock, ms <= 0 ? 0 : FAKE_CLOCK_POLL_MS);
 }
 
-int fake_clock_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, clockid_t clock, int64_t until)
+static int fake_clock_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, clockid_t clock,
+                                int64_t until)
 {
     pthread_mutex_lock(&fk_mu);
     struct fk_thread *t = me_locked();
@@ -356,7 +384,7 @@ void fake_clock_sleep(int64_t ms)
     pthread_mutex_unlock(&t->sleep_mu);
 }
 
-bool fake_clock_sleep_cancellable(int64_t ms, const atomic_bool *cancel)
+static bool fake_clock_sleep_cancellable(int64_t ms, const atomic_bool *cancel)
 {
     if (cancel && atomic_load(cancel)) return true;
     if (ms <= 0) return false;

@@ -69,6 +69,7 @@ static void begin(struct envelope *e, const char *endpoint, const char *type, ui
     jbuf_reset(&e->buf);
     e->first = true;
     e->epoch = epoch;
+    e->key = 0;
     e->id[0] = '\0';
     if (id) {
         /* truncated to MESSAGE_ID_MAX-1 bytes, without cutting a UTF-8
@@ -106,6 +107,11 @@ void envelope_begin_replayed(struct envelope *e, const char *endpoint, const cha
                              uint64_t epoch, const char *id, int64_t received_wall_ms)
 {
     begin(e, endpoint, type, epoch, true, id, received_wall_ms);
+}
+
+void envelope_order_key(struct envelope *e, const void *key, size_t n)
+{
+    e->key = message_key_hash(key, n);
 }
 
 void envelope_key(struct envelope *e, const char *key)
@@ -174,6 +180,7 @@ struct message *envelope_finish_at(struct envelope *e, int64_t received_mono_us)
     jbuf_char(&e->buf, '}');
     struct message *m = message_pool_new(e->pool, e->buf.data, e->buf.len);
     m->epoch = e->epoch;
+    m->key = e->key;
     memcpy(m->id, e->id, sizeof m->id);
     m->received_mono_us = received_mono_us;
     m->received_wall_ms = e->ts_ms;
@@ -214,6 +221,7 @@ struct message *envelope_restamp(const struct message *m, uint64_t epoch, bool r
     memcpy(p + head + (size_t)nl + fl, rest, tail);
     out->epoch = epoch;
     out->fp = m->fp;
+    out->key = m->key;
     out->received_mono_us = m->received_mono_us;
     out->received_wall_ms = m->received_wall_ms;
     memcpy(out->id, m->id, sizeof out->id);

@@ -27,6 +27,7 @@ struct envelope {
     struct jbuf buf;
     bool first;
     uint64_t epoch;
+    uint64_t key; /* the message's ordering key (envelope_order_key); 0 = none */
     char id[MESSAGE_ID_MAX];
     struct message_pool *pool; /* envelope_finish's messages come from it */
     /* received_at of this (or the last) envelope, the message's
@@ -53,6 +54,10 @@ void envelope_begin(struct envelope *e, const char *endpoint, const char *type,
  * envelope_restamp writes it): a message a promoted standby replays. */
 void envelope_begin_replayed(struct envelope *e, const char *endpoint, const char *type,
                              uint64_t epoch, const char *id, int64_t received_wall_ms);
+/* The message's ordering key (message.key): messages with the same key are
+ * delivered in receive order, one at a time (endpoint setting ordering =
+ * "key"). Set after envelope_begin, which clears it. */
+void envelope_order_key(struct envelope *e, const void *key, size_t n);
 /* Writes `"key":` (with the comma when needed); the caller writes the value
  * into e->buf with the jbuf_* writers. */
 void envelope_key(struct envelope *e, const char *key);
@@ -73,7 +78,7 @@ struct message *envelope_finish(struct envelope *e);
  * once for a read(2) holding many messages passes that reading. */
 struct message *envelope_finish_at(struct envelope *e, int64_t received_mono_us);
 /* A copy of m's envelope with the epoch replaced and, when replayed, a
- * "replayed":true field right after it (warm standby replay). fp, id and
+ * "replayed":true field right after it (warm standby replay). fp, key, id and
  * received_mono_us and received_wall_ms are kept; done is not. NULL when m holds no envelope. */
 struct message *envelope_restamp(const struct message *m, uint64_t epoch, bool replayed);
 

@@ -33,6 +33,33 @@ static struct message *init(struct message *m, size_t cap, struct message_pool *
     return m;
 }
 
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+uint64_t message_key_hash(const void *key, size_t n)
+{
+    uint64_t h = fnv1a(14695981039346656037ULL, key, n);
+    return h ? h : 1;
+}
+
+uint64_t message_key_hash_parts(const void *const *parts, const size_t *lens, size_t nparts)
+{
+    uint64_t h = 14695981039346656037ULL;
+    for (size_t i = 0; i < nparts; i++) {
+        uint64_t len = lens[i];
+        h = fnv1a(h, &len, sizeof len);
+        h = fnv1a(h, parts[i], lens[i]);
+    }
+    return h ? h : 1;
+}
+
 struct message *message_new(const char *json, size_t len)
 {
     if (len > SIZE_MAX - sizeof(struct message) - 1) xmalloc(SIZE_MAX); /* aborts */

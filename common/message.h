@@ -54,6 +54,11 @@ struct message {
                                   it is replayed (endpoint_ops.replay_render) */
     uint64_t fp;               /* replay fingerprint of (channel or topic,
                                   payload); 0 = none (failover = "gap") */
+    uint64_t key;              /* ordering key (message_key_hash of the
+                                  source's key: channel, routing key, topic,
+                                  table + primary key); 0 = none: the
+                                  endpoint's one key (ordered with every
+                                  other keyless message) */
     char id[MESSAGE_ID_MAX];   /* "" when the source has none */
     atomic_uint refs;          /* holders: the forwarding path, plus the
                                   replay ring that shares it (message_ref) */
@@ -81,6 +86,11 @@ void message_pool_release(struct message_pool *p);
 struct message *message_pool_new(struct message_pool *p, const char *json, size_t len);
 /* Buffers handed out by p and not yet back; for tests. */
 size_t message_pool_outstanding(struct message_pool *p);
+/* The ordering key of a source key (FNV-1a, never 0). */
+uint64_t message_key_hash(const void *key, size_t n);
+/* The same over several parts, with a separator between them that no part
+ * can fake (each part's length is hashed too). */
+uint64_t message_key_hash_parts(const void *const *parts, const size_t *lens, size_t nparts);
 /* Calls m->done (if any) with the outcome, then drops the caller's
  * reference (frees m when it was the last). NULL is a no-op. */
 void message_finish(struct message *m, enum msg_outcome o);

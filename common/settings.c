@@ -189,6 +189,10 @@ static int apply_default(const struct setting_def *d, void *out, const config_se
         else goto bad;
         return 0;
     case SETTING_INT: {
+        if (d->word && strcmp(t, d->word) == 0) {
+            *(int64_t *)p = 0;
+            return 0;
+        }
         errno = 0;
         long long v = strtoll(t, &end, 0);
         if (errno || end == t || *end) goto bad;
@@ -279,6 +283,16 @@ static int parse_one(const struct setting_def *d, const config_setting_t *s, voi
         *(bool *)p = config_setting_get_bool(s) != 0;
         return 0;
     case SETTING_INT: {
+        if (d->word && t == CONFIG_TYPE_STRING) {
+            const char *v = config_setting_get_string(s);
+            if (strcmp(v, d->word) != 0) {
+                set_err(err, s, "%s: %s = \"%s\": expected an integer (%lld to %lld) or \"%s\"", what,
+                        d->name, v, (long long)d->min, (long long)d->max, d->word);
+                return -1;
+            }
+            *(int64_t *)p = 0;
+            return 0;
+        }
         if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64) break;
         int64_t v = t == CONFIG_TYPE_INT ? config_setting_get_int(s) : config_setting_get_int64(s);
         if (check_range(d, s, v, what, err)) return -1;

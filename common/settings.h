@@ -51,6 +51,9 @@ struct setting_def {
      * it when the new name is absent and logs a deprecation warning naming
      * file, line and the new name; both given is an error. NULL: none. */
     const char *old_name;
+    /* SETTING_INT: a word accepted instead of a number (as a string, e.g.
+     * "auto"), stored as 0 (so min must be > 0). NULL: numbers only. */
+    const char *word;
 };
 #define SETTINGS_END { .name = NULL }
 

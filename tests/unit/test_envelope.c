@@ -354,8 +354,10 @@ static void test_restamp(void **state)
     envelope_init(&e);
     envelope_begin(&e, "x\",\"epoch\":1", "redis_psub", 7, "r00ff", 1764684000123LL);
     envelope_str(&e, "channel", "c", 1);
+    envelope_order_key(&e, "c", 1);
     envelope_payload(&e, "hi", 2);
     struct message *m = envelope_finish(&e);
+    assert_int_equal(m->key, message_key_hash("c", 1));
     m->fp = 42;
     int calls = 0;
     m->done = on_done;
@@ -365,6 +367,7 @@ static void test_restamp(void **state)
     assert_non_null(r);
     assert_int_equal(r->epoch, 1234567890123ULL);
     assert_int_equal(r->fp, 42);
+    assert_int_equal(r->key, m->key); /* a replayed message keeps its order */
     assert_string_equal(r->id, "r00ff");
     assert_int_equal(r->received_mono_us, m->received_mono_us);
     assert_int_equal(r->received_wall_ms, m->received_wall_ms);
@@ -387,6 +390,33 @@ static void test_restamp(void **state)
     message_finish(same, MSG_DELIVERED);
     message_finish(m, MSG_DELIVERED);
     assert_int_equal(calls, 1);
+    envelope_free(&e);
+}
+
+/* Ordering keys: never 0 (0 is "no key"), an envelope begun anew has none,
+ * and parts hash with their lengths ("ab"+"c" is not "a"+"bc"). */
+static void test_order_keys(void **state)
+{
+    (void)state;
+    assert_int_not_equal(message_key_hash("", 0), 0);
+    assert_int_equal(message_key_hash("orders", 6), message_key_hash("orders", 6));
+    assert_int_not_equal(message_key_hash("orders", 6), message_key_hash("orderz", 6));
+    const void *p1[] = {"ab", "c"}, *p2[] = {"a", "bc"};
+    const size_t l1[] = {2, 1}, l2[] = {1, 2};
+    assert_int_not_equal(message_key_hash_parts(p1, l1, 2), message_key_hash_parts(p2, l2, 2));
+    assert_int_equal(message_key_hash_parts(p1, l1, 2), message_key_hash_parts(p1, l1, 2));
+
+    struct envelope e;
+    envelope_init(&e);
+    envelope_begin(&e, "x", "t", 1, NULL, 0);
+    envelope_order_key(&e, "k", 1);
+    struct message *a = envelope_finish(&e);
+    envelope_begin(&e, "x", "t", 1, NULL, 0);
+    struct message *b = envelope_finish(&e);
+    assert_int_equal(a->key, message_key_hash("k", 1));
+    assert_int_equal(b->key, 0);
+    message_finish(a, MSG_DELIVERED);
+    message_finish(b, MSG_DELIVERED);
     envelope_free(&e);
 }
 
@@ -541,6 +571,7 @@ int main(void)
         cmocka_unit_test(test_16mib_payload_utf8),
         cmocka_unit_test(test_16mib_payload_binary),
         cmocka_unit_test(test_restamp),
+        cmocka_unit_test(test_order_keys),
         cmocka_unit_test(test_outcome_names),
         cmocka_unit_test(test_pool_reuse_and_bound),
         cmocka_unit_test(test_pool_two_threads),

@@ -285,6 +285,47 @@ static void test_old_name(void **state)
     config_destroy(&cf);
 }
 
+/* An integer setting that also takes a word ("auto"), stored as 0. */
+static void test_int_or_word(void **state)
+{
+    (void)state;
+    struct w {
+        int64_t max_in_flight;
+    };
+    static const struct setting_def w_defs[] = {
+        { "max_in_flight", SETTING_INT, offsetof(struct w, max_in_flight), .def = "auto",
+          .min = 1, .max = 1024, .word = "auto" },
+        SETTINGS_END
+    };
+    config_t cf;
+    struct config_error err = { 0 };
+    struct w r = { 7 };
+    const config_setting_t *g = load(&cf, "g = {\n};\n", "g");
+    assert_int_equal(settings_parse(w_defs, g, NULL, "sink 'x'", &r, &err), 0);
+    assert_int_equal(r.max_in_flight, 0); /* the default word */
+    config_destroy(&cf);
+
+    g = load(&cf, "g = {\n max_in_flight = 64;\n};\n", "g");
+    assert_int_equal(settings_parse(w_defs, g, NULL, "sink 'x'", &r, &err), 0);
+    assert_int_equal(r.max_in_flight, 64);
+    config_destroy(&cf);
+
+    g = load(&cf, "g = {\n max_in_flight = \"auto\";\n};\n", "g");
+    assert_int_equal(settings_parse(w_defs, g, NULL, "sink 'x'", &r, &err), 0);
+    assert_int_equal(r.max_in_flight, 0);
+    config_destroy(&cf);
+
+    g = load(&cf, "g = {\n max_in_flight = \"many\";\n};\n", "g");
+    assert_int_equal(settings_parse(w_defs, g, NULL, "sink 'x'", &r, &err), -1);
+    assert_int_equal(err.line, 2);
+    assert_non_null(strstr(err.msg, "max_in_flight = \"many\": expected an integer (1 to 1024) or \"auto\""));
+    config_destroy(&cf);
+
+    g = load(&cf, "g = {\n max_in_flight = 0;\n};\n", "g");
+    assert_int_equal(settings_parse(w_defs, g, NULL, "sink 'x'", &r, &err), -1);
+    config_destroy(&cf);
+}
+
 static void test_also_allowed_and_required(void **state)
 {
     (void)state;
@@ -683,6 +724,7 @@ int main(void)
         cmocka_unit_test(test_secret_neither_and_both),
         cmocka_unit_test(test_credential_files),
         cmocka_unit_test(test_old_name),
+        cmocka_unit_test(test_int_or_word),
     };
     return cmocka_run_group_tests(tests, setup_dir, remove_dir);
 }

@@ -496,6 +496,7 @@ static const struct setting_def sink_common_defs[] = {
 
 static const char *const guard_names[] = { "auto", "active", "once", "none", NULL };
 static const char *const policy_names[] = { "block", "drop_oldest", NULL };
+static const char *const ordering_names[] = { "key", "none", "strict", NULL }; /* enum ordering */
 static const char *const failover_names[] = { "gap", "replay", NULL };
 struct endpoint_common {
     char *name;
@@ -507,6 +508,7 @@ struct endpoint_common {
     int64_t queue_size;
     int queue_policy;
     int64_t queue_batch_max;
+    int ordering;
     int64_t lease_ttl_ms;   /* 0: not given */
     int64_t lease_renew_ms; /* 0: not given */
     int64_t lease_retry_ms; /* 0: not given */
@@ -534,6 +536,10 @@ static const struct setting_def endpoint_common_defs[] = {
     { "queue_batch_max", SETTING_INT, offsetof(struct endpoint_common, queue_batch_max), .def = "256",
       .min = 1, .max = 1000000, .help = "messages taken from the queue per sink send",
       .old_name = "batch_max" },
+    { "ordering", SETTING_ENUM, offsetof(struct endpoint_common, ordering), .def = "key",
+      .choices = ordering_names,
+      .help = "delivery order at a sink with requests in flight together: key (per ordering "
+              "key, in receive order), none, strict (one request at a time)" },
     { "lease_ttl_ms", SETTING_INT, offsetof(struct endpoint_common, lease_ttl_ms), .min = 10,
       .max = 86400000, .help = "overrides the main lease ttl_ms" },
     { "lease_renew_ms", SETTING_INT, offsetof(struct endpoint_common, lease_renew_ms), .min = 1,
@@ -1147,6 +1153,7 @@ static int load_endpoint(struct baton_config *c, const char *path, struct name_s
     ep->queue_size = com.queue_size;
     ep->queue_policy = com.queue_policy == 1 ? QUEUE_DROP_OLDEST : QUEUE_BLOCK;
     ep->queue_batch_max = com.queue_batch_max;
+    ep->ordering = (enum ordering)com.ordering;
     ep->once_ttl_ms = com.once_ttl_ms;
     ep->once_fail_open = com.once_fail_open;
 

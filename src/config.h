@@ -42,6 +42,12 @@ struct sink_config {
     int line;
 };
 
+/* Delivery order of an endpoint's messages at a sink with requests in
+ * flight together (http max_in_flight): key = one message per ordering key
+ * in flight, in receive order (message.key); strict = one request at a time;
+ * none = any order. */
+enum ordering { ORDERING_KEY = 0, ORDERING_NONE, ORDERING_STRICT };
+
 struct endpoint_config {
     char *name;
     char *type;
@@ -57,6 +63,7 @@ struct endpoint_config {
     enum queue_policy queue_policy; /* default block */
     int64_t queue_batch_max;        /* messages taken from the queue per sink send,
                                        default 256 (formerly batch_max) */
+    enum ordering ordering;         /* delivery order (default key) */
     struct lease_config lease;      /* main lease, overridden by lease_*_ms keys */
     int64_t once_ttl_ms;            /* OnceGuard ttl, default 3600000 */
     bool once_fail_open;            /* default false */

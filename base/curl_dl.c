@@ -24,6 +24,8 @@ CURLMcode (*sym_curl_multi_perform)(CURLM *, int *);
 CURLMcode (*sym_curl_multi_poll)(CURLM *, struct curl_waitfd[], unsigned int, int, int *);
 CURLMsg *(*sym_curl_multi_info_read)(CURLM *, int *);
 CURLMcode (*sym_curl_multi_cleanup)(CURLM *);
+CURLMcode (*sym_curl_multi_wakeup)(CURLM *);
+CURLMcode (*sym_curl_multi_setopt)(CURLM *, CURLMoption, ...);
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int load_rc = -1;
@@ -81,6 +83,8 @@ static void load_once(void)
     RESOLVE(sym_curl_multi_poll, "curl_multi_poll");
     RESOLVE(sym_curl_multi_info_read, "curl_multi_info_read");
     RESOLVE(sym_curl_multi_cleanup, "curl_multi_cleanup");
+    RESOLVE(sym_curl_multi_wakeup, "curl_multi_wakeup");
+    RESOLVE(sym_curl_multi_setopt, "curl_multi_setopt");
 #undef RESOLVE
     CURLcode rc = global_init(CURL_GLOBAL_DEFAULT);
     if (rc != CURLE_OK) {

@@ -31,6 +31,8 @@ extern CURLMcode (*sym_curl_multi_perform)(CURLM *, int *);
 extern CURLMcode (*sym_curl_multi_poll)(CURLM *, struct curl_waitfd[], unsigned int, int, int *);
 extern CURLMsg *(*sym_curl_multi_info_read)(CURLM *, int *);
 extern CURLMcode (*sym_curl_multi_cleanup)(CURLM *);
+extern CURLMcode (*sym_curl_multi_wakeup)(CURLM *);
+extern CURLMcode (*sym_curl_multi_setopt)(CURLM *, CURLMoption, ...);
 
 /* 0, or -1 with err naming the library and what failed (not installed, a
  * symbol missing, curl_global_init failing); the same answer every call. */

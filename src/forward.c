@@ -44,39 +44,46 @@ static bool cancelled(const struct forward_ctx *ctx)
     return ctx->cancel && atomic_load(ctx->cancel);
 }
 
+enum forward_gate forward_gate(const struct forward_ctx *ctx, uint64_t epoch)
+{
+    if (cancelled(ctx)) return FORWARD_CANCELLED;
+    if (!term_checked(ctx)) return FORWARD_OPEN;
+    switch (term_state(ctx, epoch, NULL)) {
+    case BATON_LEADER_YES: return FORWARD_OPEN;
+    case BATON_LEADER_UNSURE: return FORWARD_VERIFYING;
+    default: return FORWARD_ENDED;
+    }
+}
+
+struct sink_call forward_call(const struct forward_ctx *ctx)
+{
+    struct sink_call call = {
+        .cancel = ctx->cancel,
+        .time_left = term_checked(ctx) ? forward_time_left : NULL,
+        .arg = (void *)ctx,
+    };
+    return call;
+}
+
 /* One run of messages of the same term. */
 static unsigned long long forward_run(const struct forward_ctx *ctx, struct message *const *msgs,
                                       enum msg_outcome *outcome, size_t n)
 {
-    uint64_t epoch = msgs[0]->epoch;
-    bool checked = term_checked(ctx);
-    enum msg_outcome without_sink = MSG_DELIVERED;
-    if (cancelled(ctx)) {
-        without_sink = MSG_DROPPED_SHUTDOWN;
-    } else if (checked) {
-        /* A lease being verified after a locker reconnect is waited for
-         * (nothing is forwarded meanwhile): it resolves within a round trip,
-         * or the deadline passes and the term ends. */
-        enum baton_leader_state st;
-        while ((st = term_state(ctx, epoch, NULL)) == BATON_LEADER_UNSURE && !cancelled(ctx)) {
-            struct timespec ts = {0, 1000000};
-            nanosleep(&ts, NULL);
-        }
-        if (cancelled(ctx))
-            without_sink = MSG_DROPPED_SHUTDOWN;
-        else if (st != BATON_LEADER_YES)
-            without_sink = MSG_DROPPED_TERM_ENDED;
+    /* A lease being verified after a locker reconnect is waited for
+     * (nothing is forwarded meanwhile): it resolves within a round trip, or
+     * the deadline passes and the term ends. */
+    enum forward_gate g;
+    while ((g = forward_gate(ctx, msgs[0]->epoch)) == FORWARD_VERIFYING) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
     }
-    if (without_sink != MSG_DELIVERED) {
-        for (size_t i = 0; i < n; i++) outcome[i] = without_sink;
+    if (g != FORWARD_OPEN) {
+        enum msg_outcome o = g == FORWARD_CANCELLED ? MSG_DROPPED_SHUTDOWN : MSG_DROPPED_TERM_ENDED;
+        for (size_t i = 0; i < n; i++) outcome[i] = o;
         return 0;
     }
     for (size_t i = 0; i < n; i++) outcome[i] = MSG_DROPPED_SINK_FAILED;
-    struct sink_call call = {
-        .cancel = ctx->cancel,
-        .time_left = checked ? forward_time_left : NULL,
-        .arg = (void *)ctx,
-    };
+    struct sink_call call = forward_call(ctx);
     ctx->sink_ops->send(ctx->sink, msgs, n, outcome, &call);
     return call.attempt_errors;
 }

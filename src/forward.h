@@ -52,6 +52,18 @@ struct forward_ctx {
     forward_term_state_fn term_state;
 };
 
+/* Whether a request of term `epoch` may go out now (non-blocking; the
+ * check forward_batch makes before each run). */
+enum forward_gate {
+    FORWARD_OPEN,      /* leader now in that term (or unchecked) */
+    FORWARD_VERIFYING, /* the lease is being verified: send nothing yet, ask again */
+    FORWARD_ENDED,     /* the term ended: settle as MSG_DROPPED_TERM_ENDED */
+    FORWARD_CANCELLED, /* shutdown past the drain deadline: MSG_DROPPED_SHUTDOWN */
+};
+enum forward_gate forward_gate(const struct forward_ctx *ctx, uint64_t epoch);
+/* The sink_call of ctx: what every request of the context runs under. */
+struct sink_call forward_call(const struct forward_ctx *ctx);
+
 /* Fills outcome[0..n) for msgs[0..n) (in order); returns the sink's failed
  * attempts. Does not finish the messages (the caller settles them). */
 unsigned long long forward_batch(const struct forward_ctx *ctx, struct message *const *msgs,

@@ -126,6 +126,7 @@ static int enqueue_as(struct gw_endpoint *e, struct message *m, bool quiet)
         atomic_fetch_sub(&e->pending, 1);
         drop_message(e, evicted, MSG_DROPPED_QUEUE_FULL);
     }
+    if (e->concurrent && !quiet) dispatch_wake(&e->disp);
     return 0;
 }
 
@@ -186,6 +187,7 @@ static void host_flush(struct endpoint_host *h)
     if (!e->inline_ok ||
         (e->guard && baton_active_guard_leader_state(e->guard) != BATON_LEADER_YES)) {
         queue_wake(e->q);
+        if (e->concurrent) dispatch_wake(&e->disp);
         return;
     }
     size_t n = queue_claim(e->q, e->inl_batch, e->queue_batch_max);
@@ -293,9 +295,30 @@ static void deliver(struct gw_endpoint *e, const struct forward_ctx *ctx, struct
     settle(e, batch, outcome, n);
 }
 
+/* Concurrent delivery's settle (src/dispatch.c): a finished prefix, in
+ * receive order. */
+static void dispatch_settled(void *arg, struct message **msgs, const enum msg_outcome *outcome,
+                             size_t n, unsigned long long errors)
+{
+    struct gw_endpoint *e = arg;
+    if (errors) atomic_fetch_add_explicit(&e->stats.sink_errors, errors, memory_order_relaxed);
+    if (e->warm) warm_settled(e->warm, msgs, outcome, n); /* before they are freed */
+    settle(e, msgs, outcome, n);
+}
+
+static void dispatch_popped(void *arg)
+{
+    struct gw_endpoint *e = arg;
+    atomic_store_explicit(&e->stats.queue_depth, (long long)queue_depth(e->q), memory_order_relaxed);
+}
+
 static void *forwarder_main(void *arg)
 {
     struct gw_endpoint *e = arg;
+    if (e->concurrent) {
+        dispatch_run(&e->disp);
+        return NULL;
+    }
     size_t max = e->queue_batch_max;
     struct message **batch = xcalloc(max, sizeof *batch);
     enum msg_outcome *outcome = xcalloc(max, sizeof *outcome);
@@ -531,6 +554,16 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
      * delivers inline, so that thread must give up by itself (a shared pipe
      * filled by another endpoint between ready() and the write would
      * otherwise hold the stop as long as the reader stalls). */
+    e->concurrent = c->sink->ops->async != NULL && c->ordering != ORDERING_STRICT;
+    if (e->concurrent) {
+        e->disp.q = e->q;
+        e->disp.fctx = &e->fctx;
+        e->disp.queue_batch_max = e->queue_batch_max;
+        e->disp.by_key = c->ordering == ORDERING_KEY;
+        e->disp.settle = dispatch_settled;
+        e->disp.popped = dispatch_popped;
+        e->disp.arg = e;
+    }
     e->inl_fctx = e->fctx;
     e->inl_fctx.stopping = &e->ep_stopping;
     e->inl_fctx.drain_deadline_ms = &e->drain_deadline_ms;

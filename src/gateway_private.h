@@ -16,6 +16,7 @@
 #include "baton/locker.h"
 #include "baton/scope.h"
 #include "common/util.h"
+#include "src/dispatch.h"
 #include "src/forward.h"
 #include "src/gateway.h"
 #include "src/queue.h"
@@ -34,6 +35,10 @@ struct gw_endpoint {
     struct queue *q;
     struct forward_ctx fctx;    /* term-scoped delivery to the sink (src/forward.h) */
     struct forward_ctx inl_fctx; /* the same for inline delivery (+ its drain deadline) */
+    /* Concurrent delivery (src/dispatch.c): the sink has requests in flight
+     * together and the ordering is not "strict". */
+    bool concurrent;
+    struct dispatch_host disp;
     size_t queue_batch_max;  /* messages per sink send (config queue_batch_max) */
     /* Inline delivery (host_flush): the endpoint's thread delivers its own
      * batch while the forwarder is idle, if the sink takes it at once. */

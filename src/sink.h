@@ -38,6 +38,48 @@ struct sink_call {
 int64_t sink_time_left(const struct sink_call *call, uint64_t epoch);
 int64_t sink_wait_live(const struct sink_call *call, uint64_t epoch);
 
+/* One request of a concurrent sink (sink_async_ops): up to batch_max
+ * messages of one term, in order, and what became of them. The dispatcher
+ * (src/dispatch.c) owns it; the sink holds it from submit until run hands
+ * it back. */
+struct sink_req {
+    struct message **msgs;
+    size_t n;
+    enum msg_outcome outcome; /* set by the sink when it hands it back */
+};
+
+/* What a concurrent sink shows of its requests (/metrics, /status). */
+struct sink_flight {
+    size_t in_flight; /* requests started and not handed back (retry waits included) */
+    size_t limit;     /* how many may be in flight now (fixed, or adaptive) */
+    double rtt_ms;    /* smoothed round-trip time of answered requests; 0 = none yet */
+};
+
+/* Requests in flight together. Every call but wake and flight comes from
+ * one thread (the endpoint's dispatcher). */
+struct sink_async_ops {
+    /* How many requests may be in flight now, and how many messages one
+     * request carries at most. */
+    size_t (*limit)(void *sink);
+    size_t (*limit_max)(void *sink);
+    size_t (*batch_max)(void *sink);
+    /* Starts r (never blocks on the network). call is the endpoint's, the
+     * same for every request until the sink is destroyed: the sink asks
+     * call->time_left for r's term before every write, attempt and poll
+     * slice, exactly as send() does, and aborts r the moment its term ends
+     * (MSG_DROPPED_TERM_ENDED) or *call->cancel turns true
+     * (MSG_DROPPED_SHUTDOWN). */
+    void (*submit)(void *sink, struct sink_req *r, struct sink_call *call);
+    /* Runs the requests in flight for at most wait_ms (0: no waiting),
+     * returning as soon as one finished or wake was called. Fills done with
+     * up to max finished requests (outcome set); returns their count. */
+    size_t (*run)(void *sink, int64_t wait_ms, struct sink_req **done, size_t max);
+    /* Any thread: makes a waiting run return now (a message was queued). */
+    void (*wake)(void *sink);
+    /* Any thread: the figures for /metrics and /status. */
+    void (*flight)(void *sink, struct sink_flight *out);
+};
+
 struct sink_ops {
     const char *type; /* "stdout", "http" */
     const struct setting_def *settings;
@@ -62,6 +104,10 @@ struct sink_ops {
      * always if the answer was wrong (another writer filled a pipe in
      * between). NULL: every batch goes through the forwarder. */
     bool (*ready)(void *sink, size_t bytes);
+    /* Optional: requests in flight together (http max_in_flight). A sink
+     * with it is driven by the dispatcher (src/dispatch.c) unless the
+     * endpoint's ordering is "strict"; send() must still work (strict). */
+    const struct sink_async_ops *async;
     /* Readiness: 0 when the sink looks reachable, -1 with msg otherwise. */
     int (*check)(void *sink, char *msg, size_t msglen);
     void (*destroy)(void *sink);

@@ -24,6 +24,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@
 #include "common/log.h"
 #include "common/redact.h"
 #include "common/util.h"
+#include "src/aimd.h"
 #include "src/sink_impl.h"
 
 struct http_settings {
@@ -48,6 +50,8 @@ struct http_settings {
     struct strlist headers;
     struct strlist headers_env;
     int64_t batch_max;
+    int64_t max_in_flight; /* 0 = "auto" */
+    int64_t max_in_flight_limit;
 };
 
 static const struct setting_def http_defs[] = {
@@ -70,7 +74,39 @@ static const struct setting_def http_defs[] = {
              "ENVVAR"},
     {"batch_max", SETTING_INT, offsetof(struct http_settings, batch_max), .def = "1", .min = 1,
      .max = 100000, .help = "messages per POST; > 1 sends an NDJSON body"},
+    {"max_in_flight", SETTING_INT, offsetof(struct http_settings, max_in_flight), .def = "auto",
+     .min = 1, .max = 1024, .word = "auto",
+     .help = "requests in flight together (1 to 1024), or \"auto\": adapted to the receiver "
+             "(AIMD), up to max_in_flight_limit"},
+    {"max_in_flight_limit", SETTING_INT, offsetof(struct http_settings, max_in_flight_limit),
+     .def = "64", .min = 1, .max = 1024, .help = "the most requests \"auto\" puts in flight"},
     SETTINGS_END,
+};
+
+/* One request: its messages' headers and body, its curl handle (reused:
+ * the connections stay in the multi handle's pool, kept alive), its retry
+ * state, and the start of the last answer's body for the logs. */
+struct http_req {
+    struct http_req *next;   /* k->active, k->done or k->spare */
+    struct sink_req *r;
+    struct sink_call *call;
+    CURL *easy;
+    struct curl_slist *hdrs;
+    struct jbuf body;        /* NDJSON batch body (batch_max > 1) */
+    const char *data;        /* what is posted: body.data or the one envelope */
+    size_t len;
+    uint64_t epoch;
+    unsigned attempt;        /* attempts failed so far */
+    bool running;            /* added to the multi handle (else waiting to retry) */
+    int64_t t0_ms;           /* first attempt */
+    int64_t attempt_ms;      /* this attempt's start */
+    int64_t retry_at_ms;     /* waiting: when the next attempt may start */
+    unsigned load;           /* requests in flight when this attempt started */
+    long status;
+    char errbuf[CURL_ERROR_SIZE];
+    char resp[256];          /* start of the answer's body */
+    size_t resp_len;
+    char what[400];          /* the last failure, for the logs */
 };
 
 struct http_sink {
@@ -85,15 +121,22 @@ struct http_sink {
     size_t batch_max;
     struct curl_slist *static_headers; /* static + env headers, "Name: value" */
     bool custom_content_type;
-    CURL *curl;
-    CURLM *multi; /* runs k->curl, so a request can be aborted between poll slices */
-    char errbuf[CURL_ERROR_SIZE];
-    struct jbuf body;       /* NDJSON batch body, reused */
-    char resp[256];         /* start of the last response body, for logs */
-    size_t resp_len;
+    CURLM *multi; /* runs every request, so each can be aborted between poll slices */
+    /* Requests: started and not handed back (active, n_active of them, n_running
+     * on the multi handle), finished and not handed back (done), and spare
+     * ones with their curl handles, for reuse. The dispatcher's thread only. */
+    struct http_req *active, *done, *spare;
+    size_t n_active, n_running;
+    size_t fixed_limit;    /* max_in_flight; 0 = auto */
+    size_t limit_max;      /* max_in_flight, or max_in_flight_limit (auto) */
+    struct aimd aimd;      /* the adaptive limit (auto), and the RTT either way */
+    atomic_bool woken;     /* wake() was called: run returns */
+    /* What flight() shows (any thread). */
+    atomic_size_t shown_in_flight, shown_limit;
+    atomic_llong shown_rtt_us;
+    struct ratelimit rl_retry; /* "attempt failed, retrying" lines */
+    struct ratelimit rl_drop;  /* "dropping" lines */
 };
-
-
 
 /* RFC 7230 token characters. */
 static bool is_tchar(unsigned char c)
@@ -200,24 +243,44 @@ static int http_validate(const void *settings, char *msg, size_t msglen)
 
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
-    struct http_sink *k = userdata;
+    struct http_req *q = userdata;
     size_t n = size * nmemb;
-    size_t room = sizeof k->resp - 1 - k->resp_len;
+    size_t room = sizeof q->resp - 1 - q->resp_len;
     size_t take = n < room ? n : room;
-    memcpy(k->resp + k->resp_len, ptr, take);
-    k->resp_len += take;
-    k->resp[k->resp_len] = '\0';
+    memcpy(q->resp + q->resp_len, ptr, take);
+    q->resp_len += take;
+    q->resp[q->resp_len] = '\0';
     return n;
+}
+
+static void req_free(struct http_req *q)
+{
+    if (q->easy) sym_curl_easy_cleanup(q->easy);
+    sym_curl_slist_free_all(q->hdrs);
+    jbuf_free(&q->body);
+    free(q);
+}
+
+static void req_free_list(struct http_req *q)
+{
+    while (q) {
+        struct http_req *next = q->next;
+        req_free(q);
+        q = next;
+    }
 }
 
 static void http_destroy(void *sink)
 {
     struct http_sink *k = sink;
     if (!k) return;
+    for (struct http_req *q = k->active; q; q = q->next)
+        if (q->running) sym_curl_multi_remove_handle(k->multi, q->easy);
+    req_free_list(k->active);
+    req_free_list(k->done);
+    req_free_list(k->spare);
     if (k->multi) sym_curl_multi_cleanup(k->multi);
-    if (k->curl) sym_curl_easy_cleanup(k->curl);
     sym_curl_slist_free_all(k->static_headers);
-    jbuf_free(&k->body);
     free(k->name);
     free(k->endpoint);
     free(k->endpoint_header);
@@ -253,6 +316,20 @@ static void encode_header(char line[HEADER_LINE_MAX], const char *name, const ch
     line[n] = '\0';
 }
 
+/* The limit in force now: fixed, or what the receiver's answers taught. */
+static size_t current_limit(const struct http_sink *k)
+{
+    return k->fixed_limit ? k->fixed_limit : aimd_limit(&k->aimd);
+}
+
+static void publish_flight(struct http_sink *k)
+{
+    atomic_store_explicit(&k->shown_in_flight, k->n_active, memory_order_relaxed);
+    atomic_store_explicit(&k->shown_limit, current_limit(k), memory_order_relaxed);
+    atomic_store_explicit(&k->shown_rtt_us, (long long)(aimd_rtt_ms(&k->aimd) * 1000.0),
+                          memory_order_relaxed);
+}
+
 static void *http_create(const char *name, const char *endpoint, const void *settings, char *err,
                          size_t errlen)
 {
@@ -281,7 +358,11 @@ static void *http_create(const char *name, const char *endpoint, const void *set
     k->backoff_ms = s->backoff_ms;
     k->backoff_max_ms = s->backoff_max_ms;
     k->batch_max = s->batch_max > 0 ? (size_t)s->batch_max : 1;
-    jbuf_init(&k->body, k->batch_max > 1 ? 4096 : 16);
+    k->fixed_limit = (size_t)s->max_in_flight;
+    size_t bound = k->fixed_limit ? k->fixed_limit : (size_t)s->max_in_flight_limit;
+    k->limit_max = bound;
+    aimd_init(&k->aimd, (unsigned)bound);
+    publish_flight(k);
 
     for (size_t i = 0; i < s->headers.n; i++) {
         const char *h = s->headers.v[i];
@@ -320,26 +401,16 @@ static void *http_create(const char *name, const char *endpoint, const void *set
     /* no "Expect: 100-continue" round trip for large bodies */
     if (!append_header(&k->static_headers, "Expect:")) goto oom;
 
-    k->curl = sym_curl_easy_init();
     k->multi = sym_curl_multi_init();
-    if (!k->curl || !k->multi) {
-        snprintf(err, errlen, "sink '%s': curl_easy_init failed", k->name);
+    if (!k->multi) {
+        snprintf(err, errlen, "sink '%s': curl_multi_init failed", k->name);
         http_destroy(k);
         return NULL;
     }
-    CURL *c = k->curl;
-    sym_curl_easy_setopt(c, CURLOPT_URL, k->url);
-    sym_curl_easy_setopt(c, CURLOPT_POST, 1L);
-    sym_curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    sym_curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, k->timeout_ms);
-    sym_curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, k->connect_timeout_ms);
-    sym_curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
-    sym_curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
-    sym_curl_easy_setopt(c, CURLOPT_ERRORBUFFER, k->errbuf);
-    sym_curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    sym_curl_easy_setopt(c, CURLOPT_WRITEDATA, k);
-    sym_curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    sym_curl_easy_setopt(c, CURLOPT_USERAGENT, "baton/" BATON_VERSION);
+    /* one kept-alive connection per request in flight (HTTP/1.1), or
+     * streams on one connection where the receiver speaks HTTP/2 */
+    sym_curl_multi_setopt(k->multi, CURLMOPT_MAXCONNECTS, (long)bound);
+    sym_curl_multi_setopt(k->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
     return k;
 oom:
     snprintf(err, errlen, "sink '%s': out of memory building headers", k->name);
@@ -384,7 +455,7 @@ static struct curl_slist *request_headers(struct http_sink *k, struct message *c
     return h;
 }
 
-enum attempt_result { ATTEMPT_OK, ATTEMPT_RETRY, ATTEMPT_FATAL, ATTEMPT_ENDED, ATTEMPT_CANCELLED };
+enum attempt_result { ATTEMPT_OK, ATTEMPT_RETRY, ATTEMPT_FATAL };
 
 static bool curl_error_retryable(CURLcode rc)
 {
@@ -401,248 +472,451 @@ static bool curl_error_retryable(CURLcode rc)
     }
 }
 
-/* Runs the prepared request on the multi handle, asking the lease every
- * poll slice (<= 20 ms): aborted (ATTEMPT_ENDED / ATTEMPT_CANCELLED) the
- * moment the term ends or the drain deadline passes. *rc gets curl's result
- * otherwise. */
-static enum attempt_result run_request(struct http_sink *k, struct sink_call *call, uint64_t epoch,
-                                       CURLcode *rc)
+/* ---- one request's life: start, attempts, retries, end ----------------- */
+
+/* A spare request with its curl handle set up, or a new one (NULL when
+ * curl cannot make a handle). */
+static struct http_req *req_take(struct http_sink *k)
 {
-    enum attempt_result stop = ATTEMPT_OK;
-    *rc = CURLE_OK;
-    if (sym_curl_multi_add_handle(k->multi, k->curl) != CURLM_OK) {
-        *rc = CURLE_FAILED_INIT;
-        return ATTEMPT_OK;
+    struct http_req *q = k->spare;
+    if (q) {
+        k->spare = q->next;
+    } else {
+        q = xcalloc(1, sizeof *q);
+        jbuf_init(&q->body, k->batch_max > 1 ? 4096 : 16);
+        q->easy = sym_curl_easy_init();
+        if (!q->easy) {
+            req_free(q);
+            return NULL;
+        }
+        CURL *c = q->easy;
+        sym_curl_easy_setopt(c, CURLOPT_URL, k->url);
+        sym_curl_easy_setopt(c, CURLOPT_POST, 1L);
+        sym_curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+        sym_curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, k->timeout_ms);
+        sym_curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, k->connect_timeout_ms);
+        sym_curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+        sym_curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+        sym_curl_easy_setopt(c, CURLOPT_ERRORBUFFER, q->errbuf);
+        sym_curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+        sym_curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
+        sym_curl_easy_setopt(c, CURLOPT_PRIVATE, q);
+        sym_curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+        sym_curl_easy_setopt(c, CURLOPT_USERAGENT, "baton/" BATON_VERSION);
     }
-    int running = 1;
-    for (;;) {
-        /* The term is asked right before every curl_multi_perform, the call
-         * that writes: a leader paused inside the poll below (SIGSTOP, swap)
-         * must not send the rest of its request when it resumes after its
-         * term ended (found by test_term_delivery_acked: a connect pending at
-         * the pause completed and sent the request 0.9 s after a newer
-         * epoch). What remains is the gap between this check and the write. */
-        if (call->cancel && atomic_load(call->cancel)) {
-            stop = ATTEMPT_CANCELLED;
-            break;
-        }
-        int64_t left = sink_time_left(call, epoch);
-        if (left < 0) {
-            stop = ATTEMPT_ENDED;
-            break;
-        }
-        if (sym_curl_multi_perform(k->multi, &running) != CURLM_OK) {
-            *rc = CURLE_FAILED_INIT;
-            break;
-        }
-        if (!running) {
-            int q = 0;
-            CURLMsg *msg;
-            while ((msg = sym_curl_multi_info_read(k->multi, &q)))
-                if (msg->msg == CURLMSG_DONE && msg->easy_handle == k->curl) *rc = msg->data.result;
-            break;
-        }
-        int wait = 20;
-        if (left > 0 && left < wait) wait = (int)left;
-        sym_curl_multi_poll(k->multi, NULL, 0, wait, NULL);
-    }
-    /* mid-transfer this closes the connection: nothing more goes out */
-    sym_curl_multi_remove_handle(k->multi, k->curl);
-    return stop;
+    q->next = NULL;
+    return q;
 }
 
-/* One POST. what describes the failure for the log. */
-static enum attempt_result post_once(struct http_sink *k, struct sink_call *call, uint64_t epoch,
-                                     const char *body, size_t len, struct curl_slist *hdrs,
-                                     long *status, char *what, size_t whatlen)
+/* A finished request goes back to the spare list; a huge batch buffer is
+ * not pinned. */
+static void req_recycle(struct http_sink *k, struct http_req *q)
 {
-    k->errbuf[0] = '\0';
-    k->resp_len = 0;
-    k->resp[0] = '\0';
-    *status = 0;
-    sym_curl_easy_setopt(k->curl, CURLOPT_HTTPHEADER, hdrs);
-    sym_curl_easy_setopt(k->curl, CURLOPT_POSTFIELDS, body);
-    sym_curl_easy_setopt(k->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-    CURLcode rc;
-    enum attempt_result stop = run_request(k, call, epoch, &rc);
-    if (stop != ATTEMPT_OK) {
-        snprintf(what, whatlen, "%s", stop == ATTEMPT_ENDED ? "aborted: the lease term ended during the request"
-                                                           : "aborted: shutdown");
-        return stop;
+    sym_curl_easy_setopt(q->easy, CURLOPT_HTTPHEADER, NULL);
+    sym_curl_slist_free_all(q->hdrs);
+    q->hdrs = NULL;
+    if (q->body.cap > ((size_t)8 << 20)) {
+        jbuf_free(&q->body);
+        jbuf_init(&q->body, 4096);
     }
+    q->r = NULL;
+    q->next = k->spare;
+    k->spare = q;
+}
+
+static void unlink_active(struct http_sink *k, struct http_req *q)
+{
+    for (struct http_req **pp = &k->active; *pp; pp = &(*pp)->next) {
+        if (*pp == q) {
+            *pp = q->next;
+            k->n_active--;
+            return;
+        }
+    }
+}
+
+/* Ends q with outcome o: off the multi handle, onto the done list. */
+static void req_end(struct http_sink *k, struct http_req *q, enum msg_outcome o)
+{
+    if (q->running) {
+        /* mid-transfer this closes the connection: nothing more goes out */
+        sym_curl_multi_remove_handle(k->multi, q->easy);
+        q->running = false;
+        k->n_running--;
+    }
+    unlink_active(k, q);
+    q->r->outcome = o;
+    q->next = k->done;
+    k->done = q;
+}
+
+static void log_not_delivered(struct http_sink *k, const struct http_req *q, const char *level_what,
+                              bool error)
+{
+    long long suppressed = 0;
+    if (!ratelimit_ok(&k->rl_drop, 5000, &suppressed)) return;
+    const struct sink_req *r = q->r;
+    if (error)
+        log_error("sink_http", k->endpoint,
+                  "sink '%s': POST %s %s; %zu message(s) not delivered, id '%s'%s (%lld such "
+                  "lines suppressed)",
+                  k->name, k->url_shown, level_what, r->n, r->msgs[0]->id,
+                  r->n > 1 ? " and following" : "", suppressed);
+    else
+        log_warn("sink_http", k->endpoint,
+                 "sink '%s': POST %s %s; %zu message(s) not delivered, id '%s'%s (%lld such lines "
+                 "suppressed)",
+                 k->name, k->url_shown, level_what, r->n, r->msgs[0]->id,
+                 r->n > 1 ? " and following" : "", suppressed);
+}
+
+/* Starts the next attempt of q (the term was asked just before). */
+static void attempt_start(struct http_sink *k, struct http_req *q, int64_t now)
+{
+    q->errbuf[0] = '\0';
+    q->resp_len = 0;
+    q->resp[0] = '\0';
+    q->status = 0;
+    q->attempt_ms = now;
+    if (sym_curl_multi_add_handle(k->multi, q->easy) != CURLM_OK) {
+        snprintf(q->what, sizeof q->what, "curl_multi_add_handle failed");
+        q->r->outcome = MSG_DROPPED_SINK_FAILED;
+        q->call->attempt_errors++;
+        log_not_delivered(k, q, "failed (curl_multi_add_handle)", true);
+        req_end(k, q, MSG_DROPPED_SINK_FAILED);
+        return;
+    }
+    q->running = true;
+    k->n_running++;
+    q->load = (unsigned)k->n_running;
+}
+
+static void http_submit(void *sink, struct sink_req *r, struct sink_call *call)
+{
+    struct http_sink *k = sink;
+    struct http_req *q = req_take(k);
+    r->outcome = MSG_DROPPED_SINK_FAILED;
+    if (!q) {
+        log_error("sink_http", k->endpoint, "sink '%s': curl_easy_init failed; dropping %zu message(s), id '%s'",
+                  k->name, r->n, r->msgs[0]->id);
+        call->attempt_errors++;
+        /* nothing started: handed back through the done list */
+        q = xcalloc(1, sizeof *q);
+        q->r = r;
+        q->next = k->done;
+        k->done = q;
+        return;
+    }
+    q->r = r;
+    q->call = call;
+    q->epoch = r->msgs[0]->epoch;
+    q->attempt = 0;
+    q->running = false;
+    q->what[0] = '\0';
+    q->t0_ms = clock_mono_ms();
+    q->retry_at_ms = q->t0_ms; /* the first attempt starts at the next run, after the term check */
+    q->hdrs = request_headers(k, r->msgs, r->n);
+    q->next = k->active;
+    k->active = q;
+    k->n_active++;
+    if (!q->hdrs) {
+        log_error("sink_http", k->endpoint, "sink '%s': out of memory building request headers",
+                  k->name);
+        call->attempt_errors++;
+        req_end(k, q, MSG_DROPPED_SINK_FAILED);
+        return;
+    }
+    if (k->batch_max > 1) {
+        jbuf_reset(&q->body);
+        for (size_t j = 0; j < r->n; j++) {
+            jbuf_raw(&q->body, r->msgs[j]->json, r->msgs[j]->len);
+            jbuf_char(&q->body, '\n');
+        }
+        q->data = q->body.data;
+        q->len = q->body.len;
+    } else {
+        q->data = r->msgs[0]->json;
+        q->len = r->msgs[0]->len;
+    }
+    sym_curl_easy_setopt(q->easy, CURLOPT_HTTPHEADER, q->hdrs);
+    sym_curl_easy_setopt(q->easy, CURLOPT_POSTFIELDS, q->data);
+    sym_curl_easy_setopt(q->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)q->len);
+    publish_flight(k);
+}
+
+/* What one finished attempt came to; q->what describes a failure. */
+static enum attempt_result attempt_result(struct http_req *q, CURLcode rc)
+{
     if (rc == CURLE_OUT_OF_MEMORY) {
         /* what libcurl answers to a response header line over its limit
          * (100 KiB) or one it cannot take apart: say what it is */
-        bool detail = k->errbuf[0] && strcasecmp(k->errbuf, "out of memory") != 0;
-        snprintf(what, whatlen, "receiver's answer has a header line too long or malformed "
-                 "(curl: out of memory%s%s)", detail ? ": " : "", detail ? k->errbuf : "");
+        bool detail = q->errbuf[0] && strcasecmp(q->errbuf, "out of memory") != 0;
+        snprintf(q->what, sizeof q->what, "receiver's answer has a header line too long or malformed "
+                 "(curl: out of memory%s%s)", detail ? ": " : "", detail ? q->errbuf : "");
         return ATTEMPT_FATAL;
     }
     if (rc != CURLE_OK) {
-        snprintf(what, whatlen, "%s", k->errbuf[0] ? k->errbuf : sym_curl_easy_strerror(rc));
+        snprintf(q->what, sizeof q->what, "%s", q->errbuf[0] ? q->errbuf : sym_curl_easy_strerror(rc));
         return curl_error_retryable(rc) ? ATTEMPT_RETRY : ATTEMPT_FATAL;
     }
-    sym_curl_easy_getinfo(k->curl, CURLINFO_RESPONSE_CODE, status);
-    if (*status >= 200 && *status < 300) return ATTEMPT_OK;
+    sym_curl_easy_getinfo(q->easy, CURLINFO_RESPONSE_CODE, &q->status);
+    if (q->status >= 200 && q->status < 300) return ATTEMPT_OK;
     /* keep the response excerpt printable on one line */
-    for (size_t i = 0; i < k->resp_len; i++)
-        if ((unsigned char)k->resp[i] < 0x20) k->resp[i] = ' ';
-    snprintf(what, whatlen, "HTTP %ld%s%.200s", *status, k->resp_len ? ": " : "", k->resp);
-    if (*status == 429 || *status >= 500) return ATTEMPT_RETRY;
+    for (size_t i = 0; i < q->resp_len; i++)
+        if ((unsigned char)q->resp[i] < 0x20) q->resp[i] = ' ';
+    snprintf(q->what, sizeof q->what, "HTTP %ld%s%.200s", q->status, q->resp_len ? ": " : "", q->resp);
+    if (q->status == 429 || q->status >= 500) return ATTEMPT_RETRY;
     return ATTEMPT_FATAL; /* other 4xx, 3xx (redirects are not followed) */
 }
 
-/* Sleeps delay_ms between attempts, asking the lease every 20 ms at most:
- * returns MSG_DELIVERED when the delay passed with the term still live,
- * MSG_DROPPED_TERM_ENDED when it ended, MSG_DROPPED_SHUTDOWN on cancel. */
-static enum msg_outcome backoff_sleep(const struct sink_call *call, uint64_t epoch, int64_t delay_ms)
+/* The delay before the next attempt: exponential back-off with jitter, or
+ * the receiver's Retry-After on 429/503 when longer (up to backoff_max_ms). */
+static int64_t retry_delay(const struct http_sink *k, const struct http_req *q)
 {
-    int64_t until = clock_mono_ms() + delay_ms;
-    for (;;) {
-        int64_t left = sink_wait_live(call, epoch);
-        if (call->cancel && atomic_load(call->cancel)) return MSG_DROPPED_SHUTDOWN;
-        if (left < 0) return MSG_DROPPED_TERM_ENDED;
-        int64_t rem = until - clock_mono_ms();
-        if (rem <= 0) return MSG_DELIVERED;
-        int64_t step = rem < 20 ? rem : 20;
-        if (step > left) step = left; /* never sleep past the deadline */
-        sleep_ms_cancellable(step, call->cancel);
+    int64_t delay = backoff_ms(q->attempt - 1, k->backoff_ms, k->backoff_max_ms);
+    curl_off_t retry_after = 0;
+    if ((q->status == 429 || q->status == 503) &&
+        sym_curl_easy_getinfo(q->easy, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK &&
+        retry_after > 0) {
+        int64_t ra = (int64_t)retry_after * 1000;
+        if (ra > k->backoff_max_ms) ra = k->backoff_max_ms;
+        if (ra > delay) delay = ra;
     }
+    return delay;
 }
 
-/* Delivers one request (one message or one NDJSON batch, all of one term)
- * with retries. Returns MSG_DELIVERED, MSG_DROPPED_SINK_FAILED,
- * MSG_DROPPED_TERM_ENDED or MSG_DROPPED_SHUTDOWN. */
-static enum msg_outcome deliver(struct http_sink *k, struct message *const *msgs, size_t n,
-                                const char *body, size_t len, struct sink_call *call)
+/* An attempt of q finished with curl's rc: delivered, given up, or waiting
+ * to retry. */
+static void attempt_done(struct http_sink *k, struct http_req *q, CURLcode rc, int64_t now)
 {
-    const char *epn = k->endpoint;
-    uint64_t epoch = msgs[0]->epoch;
-    struct curl_slist *hdrs = request_headers(k, msgs, n);
-    if (!hdrs) {
-        log_error("sink_http", epn, "sink '%s': out of memory building request headers", k->name);
-        call->attempt_errors++;
-        return MSG_DROPPED_SINK_FAILED;
+    sym_curl_multi_remove_handle(k->multi, q->easy);
+    q->running = false;
+    k->n_running--;
+    enum attempt_result res = attempt_result(q, rc);
+    bool overload = res == ATTEMPT_RETRY; /* timeout, connect error, 5xx, 429 */
+    aimd_observe(&k->aimd, now, (double)(now - q->attempt_ms), overload, q->load);
+    if (res == ATTEMPT_OK) {
+        if (q->attempt > 0)
+            log_info("sink_http", k->endpoint, "sink '%s': delivered id '%s' after %u retries",
+                     k->name, q->r->msgs[0]->id, q->attempt);
+        req_end(k, q, MSG_DELIVERED);
+        return;
     }
-    char what[400] = "";
-    long status = 0;
-    enum msg_outcome res = MSG_DROPPED_SINK_FAILED;
-    unsigned attempt = 0;
-    int64_t t0 = clock_mono_ms();
-    for (;;) {
-        /* leader now, in this term, before every attempt */
-        int64_t left = sink_wait_live(call, epoch);
+    q->call->attempt_errors++;
+    q->attempt++;
+    if (res == ATTEMPT_FATAL) {
+        char line[480];
+        snprintf(line, sizeof line, "failed, not retried: %s", q->what);
+        log_not_delivered(k, q, line, true);
+        req_end(k, q, MSG_DROPPED_SINK_FAILED);
+        return;
+    }
+    if (q->attempt > k->retries) {
+        char line[520];
+        snprintf(line, sizeof line, "failed after %u attempts in %lld ms: %s", q->attempt,
+                 (long long)(now - q->t0_ms), q->what);
+        log_not_delivered(k, q, line, true);
+        req_end(k, q, MSG_DROPPED_SINK_FAILED);
+        return;
+    }
+    int64_t delay = retry_delay(k, q);
+    q->retry_at_ms = now + delay;
+    long long suppressed = 0;
+    if (ratelimit_ok(&k->rl_retry, 5000, &suppressed))
+        log_warn("sink_http", k->endpoint,
+                 "sink '%s': POST attempt %u failed: %s; retrying in %lld ms (%lld such lines "
+                 "suppressed)",
+                 k->name, q->attempt, q->what, (long long)delay, suppressed);
+}
+
+/* ---- the run loop ------------------------------------------------------- */
+
+/* The term of every request is asked at most once per pass (one term at a
+ * time is the rule; a handover leaves two for a moment). */
+struct term_memo {
+    uint64_t epoch[4];
+    int64_t left[4];
+    size_t n;
+};
+
+static int64_t term_left(struct term_memo *m, const struct sink_call *call, uint64_t epoch)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (m->epoch[i] == epoch) return m->left[i];
+    int64_t left = sink_time_left(call, epoch);
+    if (m->n < 4) {
+        m->epoch[m->n] = epoch;
+        m->left[m->n] = left;
+        m->n++;
+    }
+    return left;
+}
+
+/* Before every curl_multi_perform, the call that writes: a request whose
+ * term ended (or at shutdown) is aborted, a waiting one whose time came is
+ * started if its term runs with time left. Returns the poll bound: the
+ * least time left in a running request's term, and the next retry. */
+static int64_t check_terms(struct http_sink *k, int64_t now, int64_t bound)
+{
+    struct term_memo memo = {.n = 0};
+    struct http_req *next;
+    for (struct http_req *q = k->active; q; q = next) {
+        next = q->next;
+        const struct sink_call *call = q->call;
         if (call->cancel && atomic_load(call->cancel)) {
-            res = MSG_DROPPED_SHUTDOWN;
-            break;
-        }
-        if (left < 0) {
-            res = MSG_DROPPED_TERM_ENDED;
-            if (attempt > 0)
-                log_warn("sink_http", epn,
-                         "sink '%s': term %llu ended while retrying (%s); %zu message(s) not "
-                         "delivered, id '%s'%s",
-                         k->name, (unsigned long long)epoch, what, n, msgs[0]->id,
-                         n > 1 ? " and following" : "");
-            break;
-        }
-        enum attempt_result r = post_once(k, call, epoch, body, len, hdrs, &status, what, sizeof what);
-        if (r == ATTEMPT_ENDED || r == ATTEMPT_CANCELLED) {
-            call->attempt_errors++;
-            res = r == ATTEMPT_ENDED ? MSG_DROPPED_TERM_ENDED : MSG_DROPPED_SHUTDOWN;
-            log_warn("sink_http", epn,
-                     "sink '%s': POST %s %s; %zu message(s) not delivered (the receiver may still "
-                     "process what was written: X-Baton-Epoch %llu), id '%s'%s",
-                     k->name, k->url_shown, what, n, (unsigned long long)epoch, msgs[0]->id,
-                     n > 1 ? " and following" : "");
-            break;
-        }
-        if (r == ATTEMPT_OK) {
-            res = MSG_DELIVERED;
-            if (attempt > 0)
-                log_info("sink_http", epn, "sink '%s': delivered id '%s' after %u retries", k->name,
-                         msgs[0]->id, attempt);
-            break;
-        }
-        call->attempt_errors++;
-        if (call->cancel && atomic_load(call->cancel)) {
-            res = MSG_DROPPED_SHUTDOWN;
-            break;
-        }
-        if (r == ATTEMPT_FATAL) {
-            log_error("sink_http", epn,
-                      "sink '%s': POST %s failed, not retried: %s; dropping %zu message(s), "
-                      "id '%s'%s",
-                      k->name, k->url_shown, what, n, msgs[0]->id, n > 1 ? " and following" : "");
-            break;
-        }
-        if (attempt >= k->retries) {
-            log_error("sink_http", epn,
-                      "sink '%s': POST %s failed after %u attempts in %lld ms: %s; dropping "
-                      "%zu message(s), id '%s'%s",
-                      k->name, k->url_shown, attempt + 1, (long long)(clock_mono_ms() - t0), what, n,
-                      msgs[0]->id, n > 1 ? " and following" : "");
-            break;
-        }
-        int64_t delay = backoff_ms(attempt, k->backoff_ms, k->backoff_max_ms);
-        curl_off_t retry_after = 0;
-        if (status == 429 || status == 503) {
-            if (sym_curl_easy_getinfo(k->curl, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK &&
-                retry_after > 0) {
-                int64_t ra = (int64_t)retry_after * 1000;
-                if (ra > k->backoff_max_ms) ra = k->backoff_max_ms;
-                if (ra > delay) delay = ra;
+            if (q->running || q->attempt > 0) {
+                if (q->running) q->call->attempt_errors++;
+                log_not_delivered(k, q, q->running ? "aborted: shutdown" : "not retried: shutdown", false);
             }
+            req_end(k, q, MSG_DROPPED_SHUTDOWN);
+            continue;
         }
-        log_warn("sink_http", epn, "sink '%s': POST attempt %u failed: %s; retrying in %lld ms",
-                 k->name, attempt + 1, what, (long long)delay);
-        enum msg_outcome b = backoff_sleep(call, epoch, delay);
-        if (b != MSG_DELIVERED) {
-            res = b;
-            log_warn("sink_http", epn,
-                     "sink '%s': %s while retrying (%s); %zu message(s) not delivered, id '%s'%s",
-                     k->name, b == MSG_DROPPED_SHUTDOWN ? "shutdown" : "lease term ended", what, n,
-                     msgs[0]->id, n > 1 ? " and following" : "");
-            break;
+        int64_t left = term_left(&memo, call, q->epoch);
+        if (left < 0) {
+            if (q->running) {
+                /* The term is asked right before every curl_multi_perform: a
+                 * leader paused inside the poll (SIGSTOP, swap) must not send
+                 * the rest of its request when it resumes after its term
+                 * ended (found by test_term_delivery_acked). */
+                q->call->attempt_errors++;
+                char line[160];
+                snprintf(line, sizeof line, "aborted: the lease term ended during the request "
+                         "(the receiver may still process what was written: X-Baton-Epoch %llu)",
+                         (unsigned long long)q->epoch);
+                log_not_delivered(k, q, line, false);
+            } else if (q->attempt > 0) {
+                char line[480];
+                snprintf(line, sizeof line, "term %llu ended while retrying (%s)",
+                         (unsigned long long)q->epoch, q->what);
+                log_not_delivered(k, q, line, false);
+            }
+            req_end(k, q, MSG_DROPPED_TERM_ENDED);
+            continue;
         }
-        attempt++;
+        if (q->running) {
+            if (left > 0 && left < bound) bound = left;
+            continue;
+        }
+        /* waiting: for its first attempt or a retry; a lease being
+         * verified (left == 0) sends nothing and asks again shortly */
+        if (left == 0) {
+            if (bound > 1) bound = 1;
+        } else if (now >= q->retry_at_ms) {
+            attempt_start(k, q, now);
+            if (q->running && left < bound) bound = left;
+        } else if (q->retry_at_ms - now < bound) {
+            bound = q->retry_at_ms - now;
+        }
     }
-    sym_curl_easy_setopt(k->curl, CURLOPT_HTTPHEADER, NULL);
-    sym_curl_slist_free_all(hdrs);
-    return res;
+    return bound;
 }
 
+/* Finished attempts, from curl's messages. */
+static void collect(struct http_sink *k, int64_t now)
+{
+    int left = 0;
+    CURLMsg *msg;
+    while ((msg = sym_curl_multi_info_read(k->multi, &left))) {
+        if (msg->msg != CURLMSG_DONE) continue;
+        struct http_req *q = NULL;
+        CURLcode rc = msg->data.result;
+        sym_curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&q);
+        if (q && q->running) attempt_done(k, q, rc, now);
+    }
+}
+
+static size_t hand_back(struct http_sink *k, struct sink_req **done, size_t max)
+{
+    size_t n = 0;
+    while (k->done && n < max) {
+        struct http_req *q = k->done;
+        k->done = q->next;
+        done[n++] = q->r;
+        if (q->easy)
+            req_recycle(k, q);
+        else
+            req_free(q);
+    }
+    publish_flight(k);
+    return n;
+}
+
+static size_t http_run(void *sink, int64_t wait_ms, struct sink_req **done, size_t max)
+{
+    struct http_sink *k = sink;
+    int64_t until = clock_mono_ms() + (wait_ms > 0 ? wait_ms : 0);
+    for (;;) {
+        int64_t now = clock_mono_ms();
+        int64_t bound = check_terms(k, now, 20); /* poll slices of at most 20 ms */
+        if (k->n_running > 0) {
+            int running = 0;
+            if (sym_curl_multi_perform(k->multi, &running) == CURLM_OK) collect(k, clock_mono_ms());
+        }
+        if (k->done) return hand_back(k, done, max);
+        now = clock_mono_ms();
+        if (atomic_exchange(&k->woken, false) || now >= until || k->n_active == 0) {
+            publish_flight(k);
+            return 0;
+        }
+        if (until - now < bound) bound = until - now;
+        if (bound < 1) bound = 1;
+        sym_curl_multi_poll(k->multi, NULL, 0, (int)bound, NULL);
+    }
+}
+
+static void http_wake(void *sink)
+{
+    struct http_sink *k = sink;
+    atomic_store(&k->woken, true);
+    sym_curl_multi_wakeup(k->multi);
+}
+
+static size_t http_limit(void *sink)
+{
+    return current_limit(sink);
+}
+
+static size_t http_limit_max(void *sink)
+{
+    const struct http_sink *k = sink;
+    return k->limit_max;
+}
+
+static size_t http_batch_max(void *sink)
+{
+    const struct http_sink *k = sink;
+    return k->batch_max;
+}
+
+static void http_flight(void *sink, struct sink_flight *out)
+{
+    struct http_sink *k = sink;
+    out->in_flight = atomic_load_explicit(&k->shown_in_flight, memory_order_relaxed);
+    out->limit = atomic_load_explicit(&k->shown_limit, memory_order_relaxed);
+    out->rtt_ms = (double)atomic_load_explicit(&k->shown_rtt_us, memory_order_relaxed) / 1000.0;
+}
+
+/* One request at a time (ordering = "strict"): the same requests, each run
+ * to its end before the next starts. */
 static void http_send(void *sink, struct message *const *msgs, size_t n, enum msg_outcome *outcome,
                       struct sink_call *call)
 {
     struct http_sink *k = sink;
-    if (k->batch_max <= 1) {
-        for (size_t i = 0; i < n; i++)
-            outcome[i] = deliver(k, &msgs[i], 1, msgs[i]->json, msgs[i]->len, call);
-    } else {
-        for (size_t i = 0; i < n; i += k->batch_max) {
-            size_t cnt = n - i < k->batch_max ? n - i : k->batch_max;
-            jbuf_reset(&k->body);
-            for (size_t j = 0; j < cnt; j++) {
-                jbuf_raw(&k->body, msgs[i + j]->json, msgs[i + j]->len);
-                jbuf_char(&k->body, '\n');
-            }
-            enum msg_outcome o = deliver(k, &msgs[i], cnt, k->body.data, k->body.len, call);
-            for (size_t j = 0; j < cnt; j++) outcome[i + j] = o;
-        }
-        /* do not pin a huge batch buffer */
-        if (k->body.cap > ((size_t)8 << 20)) {
-            jbuf_free(&k->body);
-            jbuf_init(&k->body, 4096);
-        }
+    for (size_t i = 0; i < n; i += k->batch_max) {
+        size_t cnt = n - i < k->batch_max ? n - i : k->batch_max;
+        struct sink_req r = {.msgs = (struct message **)&msgs[i], .n = cnt};
+        struct sink_req *back = NULL;
+        http_submit(k, &r, call);
+        while (http_run(k, 20, &back, 1) == 0) {}
+        for (size_t j = 0; j < cnt; j++) outcome[i + j] = r.outcome;
     }
 }
 
 static int http_check(void *sink, char *msg, size_t msglen)
 {
     struct http_sink *k = sink;
-    /* own handle: check() runs on the status thread while send() may be
-     * using k->curl on the forwarder thread */
+    /* own handle: check() runs on the status thread while requests run on
+     * the forwarder thread */
     CURL *c = sym_curl_easy_init();
     if (!c) {
         snprintf(msg, msglen, "sink '%s': curl_easy_init failed", k->name);
@@ -666,6 +940,16 @@ static int http_check(void *sink, char *msg, size_t msglen)
     return 0;
 }
 
+static const struct sink_async_ops http_async = {
+    .limit = http_limit,
+    .limit_max = http_limit_max,
+    .batch_max = http_batch_max,
+    .submit = http_submit,
+    .run = http_run,
+    .wake = http_wake,
+    .flight = http_flight,
+};
+
 const struct sink_ops sink_http_ops = {
     .type = "http",
     .settings = http_defs,
@@ -673,6 +957,7 @@ const struct sink_ops sink_http_ops = {
     .validate = http_validate,
     .create = http_create,
     .send = http_send,
+    .async = &http_async,
     .check = http_check,
     .destroy = http_destroy,
 };

@@ -222,6 +222,45 @@ static void metric_ep(struct jbuf *b, const char *name, const struct gw_endpoint
 
 #define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
 
+/* What a concurrent sink shows of its requests; false when it has none. */
+static bool endpoint_flight(const struct gw_endpoint *e, struct sink_flight *f)
+{
+    const struct sink_ops *ops = e->cfg->sink->ops;
+    if (!ops->async) return false;
+    ops->async->flight(e->sink, f);
+    if (!e->concurrent) f->limit = 1; /* ordering = "strict": one at a time */
+    return true;
+}
+
+/* Requests in flight, their limit and the receiver's round-trip time, per
+ * endpoint whose sink has requests in flight together. */
+static void render_flight_metrics(const struct gateway *gw, struct jbuf *b)
+{
+    static const char *const names[] = {"baton_sink_in_flight", "baton_sink_concurrency_limit",
+                                        "baton_sink_rtt_seconds"};
+    static const char *const helps[] = {
+        "Sink requests in flight (retry waits included).",
+        "How many sink requests may be in flight now (fixed max_in_flight, or adapted: auto).",
+        "Smoothed round-trip time of the sink's answered requests."};
+    for (size_t m = 0; m < 3; m++) {
+        metric_head(b, names[m], "gauge", helps[m]);
+        for (size_t i = 0; i < gw->n_eps; i++) {
+            struct sink_flight f;
+            if (!endpoint_flight(&gw->eps[i], &f)) continue;
+            if (m < 2) {
+                metric_ep(b, names[m], &gw->eps[i], NULL, m == 0 ? f.in_flight : f.limit);
+                continue;
+            }
+            jbuf_rawz(b, names[m]);
+            jbuf_rawz(b, "{endpoint=\"");
+            label_value(b, gw->eps[i].cfg->name);
+            char num[32];
+            snprintf(num, sizeof num, "\"} %.6f\n", f.rtt_ms / 1000.0);
+            jbuf_rawz(b, num);
+        }
+    }
+}
+
 static int64_t ring_age_ms(const struct warm *w)
 {
     int64_t oldest = LOAD(warm_stats(w)->ring_oldest_wall_ms);
@@ -377,6 +416,7 @@ void gateway_render_metrics(struct gateway *gw, struct jbuf *b)
     metric_head(b, "baton_queue_depth", "gauge", "Messages waiting for the sink.");
     for (size_t i = 0; i < gw->n_eps; i++)
         metric_ep(b, "baton_queue_depth", &gw->eps[i], NULL, queue_depth(gw->eps[i].q));
+    render_flight_metrics(gw, b);
     metric_head(b, "baton_sink_errors_total", "counter", "Failed sink attempts, including retried ones.");
     for (size_t i = 0; i < gw->n_eps; i++)
         metric_ep(b, "baton_sink_errors_total", &gw->eps[i], NULL, LOAD(gw->eps[i].stats.sink_errors));
@@ -505,6 +545,24 @@ void gateway_render_status(struct gateway *gw, struct jbuf *b)
                         LOAD(e->stats.dropped_term_ended));
         jbuf_key(b, &f, "queue_depth");
         jbuf_u64(b, queue_depth(e->q));
+        struct sink_flight fl;
+        if (endpoint_flight(e, &fl)) {
+            static const char *const order_names[] = {"key", "none", "strict"};
+            bool df = true;
+            jbuf_key(b, &f, "delivery");
+            jbuf_char(b, '{');
+            jbuf_key(b, &df, "ordering");
+            jbuf_strz(b, order_names[e->cfg->ordering]);
+            jbuf_key(b, &df, "in_flight");
+            jbuf_u64(b, fl.in_flight);
+            jbuf_key(b, &df, "limit");
+            jbuf_u64(b, fl.limit);
+            jbuf_key(b, &df, "rtt_ms");
+            char num[32];
+            snprintf(num, sizeof num, "%.3f", fl.rtt_ms);
+            jbuf_rawz(b, num);
+            jbuf_char(b, '}');
+        }
         char source[sizeof e->source];
         pthread_mutex_lock(&gw->eps[i].source_mu);
         memcpy(source, e->source, sizeof source);

@@ -548,14 +548,8 @@ static struct message *build_message(struct mqtt_ep *ep, const char *topic, size
             have_id = true;
         }
     }
-    envelope_begin(e, h->name, h->type, h->epoch(h), have_id ? id : NULL, clock_wall_ms());
-    envelope_str(e, "topic", topic, topic_len);
-    envelope_i64(e, "qos", msg->qos);
-    envelope_bool(e, "retained", msg->retained != 0);
-    envelope_bool(e, "dup", msg->dup != 0);
-    if (msg->qos > 0) envelope_i64(e, "packet_id", msg->msgid);
-    if (ep->v5) mqtt_properties_to_envelope(&msg->properties, e);
-    envelope_payload(e, msg->payload, msg->payloadlen > 0 ? (size_t)msg->payloadlen : 0);
+    mqtt_envelope(e, h->name, h->type, h->epoch(h), have_id ? id : NULL, clock_wall_ms(), topic,
+                  topic_len, msg, ep->v5);
     struct message *m = envelope_finish(e);
     m->fp = fp;
     return m;

@@ -270,6 +270,22 @@ static void key_bytes(struct envelope *e, const char *key, const char *data, siz
     envelope_bytes(e, key, data ? data : "", data ? n : 0);
 }
 
+void mqtt_envelope(struct envelope *e, const char *endpoint, const char *type, uint64_t epoch,
+                   const char *id, int64_t received_wall_ms, const char *topic, size_t topic_len,
+                   const MQTTAsync_message *msg, bool v5)
+{
+    envelope_begin(e, endpoint, type, epoch, id, received_wall_ms);
+    /* ordered per topic */
+    envelope_order_key(e, topic, topic_len);
+    envelope_str(e, "topic", topic, topic_len);
+    envelope_i64(e, "qos", msg->qos);
+    envelope_bool(e, "retained", msg->retained != 0);
+    envelope_bool(e, "dup", msg->dup != 0);
+    if (msg->qos > 0) envelope_i64(e, "packet_id", msg->msgid);
+    if (v5) mqtt_properties_to_envelope(&msg->properties, e);
+    envelope_payload(e, msg->payload, msg->payloadlen > 0 ? (size_t)msg->payloadlen : 0);
+}
+
 void mqtt_properties_to_envelope(const MQTTProperties *props, struct envelope *e)
 {
     if (!props || props->count <= 0) return;

@@ -1,13 +1,14 @@
 /* Pure logic of the mqtt endpoint, kept apart from the client library calls
  * so it can be unit tested: topic filter and share group validation,
- * $share composition, client id templates, server URI (list) checks and the MQTT 5
- * properties -> envelope fields mapping. */
+ * $share composition, client id templates, server URI (list) checks, a
+ * message's envelope and the MQTT 5 properties -> envelope fields mapping. */
 #ifndef BATON_MQTT_UTIL_H
 #define BATON_MQTT_UTIL_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <MQTTAsync.h>
 #include <MQTTProperties.h>
 
 #include "common/envelope.h"
@@ -65,6 +66,16 @@ int mqtt_servers_match(const char *const *uris, size_t n, const char *connected)
  *   in order).
  * Properties that only matter to the transport (topic alias) are skipped. */
 void mqtt_properties_to_envelope(const MQTTProperties *props, struct envelope *e);
+
+/* Builds the envelope of a message received on topic (topic_len bytes) into
+ * e (reused buffer): endpoint, type, epoch, id (NULL: none), received_at,
+ * topic, qos, retained, dup, packet_id (QoS 1/2), the MQTT 5 properties
+ * when v5 (mqtt_properties_to_envelope), payload. Its ordering key
+ * (message.key) is the topic's (message_key_hash of the topic name the
+ * message was published on, not the subscription's filter). */
+void mqtt_envelope(struct envelope *e, const char *endpoint, const char *type, uint64_t epoch,
+                   const char *id, int64_t received_wall_ms, const char *topic, size_t topic_len,
+                   const MQTTAsync_message *msg, bool v5);
 
 /* The first value of the user property called name, copied into out (NUL
  * terminated, truncated to outlen - 1 bytes). Returns true when found and

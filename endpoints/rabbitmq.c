@@ -639,36 +639,14 @@ static int flush_acks(struct rmq_ep *ep)
 static void forward(struct rmq_ep *ep, const amqp_envelope_t *d)
 {
     struct endpoint_host *h = ep->host;
-    const amqp_basic_properties_t *p = &d->message.properties;
-    char id[256];
-    const char *idp = NULL;
-    if ((p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) && p->message_id.len) {
-        size_t n = p->message_id.len < sizeof id - 1 ? p->message_id.len : sizeof id - 1;
-        memcpy(id, p->message_id.bytes, n);
-        id[n] = '\0';
-        idp = id;
-    }
     struct envelope *e = &ep->env;
-    envelope_begin(e, h->name, h->type, h->epoch(h), idp, clock_wall_ms());
-    envelope_str(e, "exchange", d->exchange.bytes, d->exchange.len);
-    envelope_str(e, "routing_key", d->routing_key.bytes, d->routing_key.len);
-    envelope_u64(e, "delivery_tag", d->delivery_tag);
-    envelope_bool(e, "redelivered", d->redelivered != 0);
-    if (ep->s->mode == MODE_GROUP || ep->queue_cfg[0]) envelope_strz(e, "queue", ep->queue);
-    if (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG)
-        envelope_str(e, "message_id", p->message_id.bytes, p->message_id.len);
-    if (p->_flags & AMQP_BASIC_CONTENT_TYPE_FLAG)
-        envelope_str(e, "content_type", p->content_type.bytes, p->content_type.len);
-    if (p->_flags & AMQP_BASIC_HEADERS_FLAG) {
-        envelope_key(e, "headers");
-        if (rmq_table_to_json(&e->buf, &p->headers) > 0) {
-            atomic_fetch_add_explicit(&h->stats->malformed, 1, memory_order_relaxed);
-            if (ratelimit_ok(&ep->rl, 5000, NULL))
-                log_warn(COMP, h->name, "delivery %llu: header values too deeply nested were "
-                                        "written as null", (unsigned long long)d->delivery_tag);
-        }
+    const char *queue = ep->s->mode == MODE_GROUP || ep->queue_cfg[0] ? ep->queue : NULL;
+    if (rmq_envelope(e, h->name, h->type, h->epoch(h), clock_wall_ms(), d, queue) > 0) {
+        atomic_fetch_add_explicit(&h->stats->malformed, 1, memory_order_relaxed);
+        if (ratelimit_ok(&ep->rl, 5000, NULL))
+            log_warn(COMP, h->name, "delivery %llu: header values too deeply nested were "
+                                    "written as null", (unsigned long long)d->delivery_tag);
     }
-    envelope_payload(e, d->message.body.bytes, d->message.body.len);
     struct message *m = envelope_finish(e);
     if (ep->after_sink) {
         m->done = on_message_done;

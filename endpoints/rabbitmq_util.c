@@ -1,5 +1,5 @@
-/* Pure helpers of the rabbitmq endpoint: field tables to JSON, queue name
- * templates, the ack decision. See rabbitmq_util.h. */
+/* Pure helpers of the rabbitmq endpoint: field tables to JSON, a delivery's
+ * envelope, queue name templates, the ack decision. See rabbitmq_util.h. */
 #include "endpoints/rabbitmq_util.h"
 
 #include <stdio.h>
@@ -99,6 +99,39 @@ int rmq_table_to_json(struct jbuf *b, const amqp_table_t *t)
     v.kind = AMQP_FIELD_KIND_TABLE;
     v.value.table = *t;
     return rmq_field_to_json(b, &v, 0);
+}
+
+int rmq_envelope(struct envelope *e, const char *endpoint, const char *type, uint64_t epoch,
+                 int64_t received_wall_ms, const amqp_envelope_t *d, const char *queue)
+{
+    const amqp_basic_properties_t *p = &d->message.properties;
+    char id[256];
+    const char *idp = NULL;
+    if ((p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) && p->message_id.len) {
+        size_t n = p->message_id.len < sizeof id - 1 ? p->message_id.len : sizeof id - 1;
+        memcpy(id, p->message_id.bytes, n);
+        id[n] = '\0';
+        idp = id;
+    }
+    envelope_begin(e, endpoint, type, epoch, idp, received_wall_ms);
+    /* ordered per routing key */
+    envelope_order_key(e, d->routing_key.bytes, d->routing_key.len);
+    envelope_str(e, "exchange", d->exchange.bytes, d->exchange.len);
+    envelope_str(e, "routing_key", d->routing_key.bytes, d->routing_key.len);
+    envelope_u64(e, "delivery_tag", d->delivery_tag);
+    envelope_bool(e, "redelivered", d->redelivered != 0);
+    if (queue) envelope_strz(e, "queue", queue);
+    if (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG)
+        envelope_str(e, "message_id", p->message_id.bytes, p->message_id.len);
+    if (p->_flags & AMQP_BASIC_CONTENT_TYPE_FLAG)
+        envelope_str(e, "content_type", p->content_type.bytes, p->content_type.len);
+    int lost = 0;
+    if (p->_flags & AMQP_BASIC_HEADERS_FLAG) {
+        envelope_key(e, "headers");
+        lost = rmq_table_to_json(&e->buf, &p->headers);
+    }
+    envelope_payload(e, d->message.body.bytes, d->message.body.len);
+    return lost;
 }
 
 static int placeholder(const char *p, size_t n, const struct rmq_name_vars *v, char *val,

@@ -1,5 +1,6 @@
 /* Pure helpers of the rabbitmq endpoint (no connection): AMQP field tables
- * to JSON, the queue name template, the ack decision per outcome. Kept apart
+ * to JSON, a delivery's envelope, the queue name template, the ack decision
+ * per outcome. Kept apart
  * from endpoints/rabbitmq.c so unit tests can exercise them directly. */
 #ifndef BATON_RABBITMQ_UTIL_H
 #define BATON_RABBITMQ_UTIL_H
@@ -9,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/envelope.h"
 #include "common/json.h"
 #include "common/message.h"
 
@@ -27,6 +29,17 @@
 int rmq_table_to_json(struct jbuf *b, const amqp_table_t *t);
 /* One field value (used for arrays, exposed for tests). */
 int rmq_field_to_json(struct jbuf *b, const amqp_field_value_t *v, int depth);
+
+/* Builds the envelope of delivery d into e (reused buffer): endpoint, type,
+ * epoch, id (the message_id property, its first 255 bytes; none without
+ * it or when empty), received_at, exchange, routing_key, delivery_tag,
+ * redelivered, queue (when queue is not NULL), message_id, content_type,
+ * headers (rmq_table_to_json), payload. Its ordering key (message.key) is
+ * the routing key's (message_key_hash; the empty routing key is one key
+ * too). Returns what rmq_table_to_json returned for the headers (values
+ * written as null), 0 without headers. */
+int rmq_envelope(struct envelope *e, const char *endpoint, const char *type, uint64_t epoch,
+                 int64_t received_wall_ms, const amqp_envelope_t *d, const char *queue);
 
 /* Expands a queue name template. Placeholders: {name} (endpoint name),
  * {owner}, {type}, {hostname}, {pid}; "{{" and "}}" are literal braces.

@@ -207,13 +207,17 @@ void redis_psub_envelope(struct envelope *e, const char *endpoint, uint64_t epoc
                          int64_t received_wall_ms, const struct psub_event *ev, const char *id)
 {
     envelope_begin(e, endpoint, TYPE_NAME, epoch, id, received_wall_ms);
+    /* ordered per channel: the one the message was published on, not the
+     * pattern that matched it */
+    envelope_order_key(e, ev->channel, ev->channel_len);
     envelope_fields(e, ev);
 }
 
 /* failover = "replay", standby: the raw record of a message (message.raw),
  * the header then channel, pattern and payload bytes. Rendered into the
  * envelope only if this replica replays it. In-process only (native byte
- * order). */
+ * order). Its message.key is already the channel's, as the envelope's would
+ * be: the render carries it over. */
 struct raw_head {
     int64_t wall_ms;
     uint64_t id; /* replay_id_next */
@@ -238,6 +242,7 @@ struct message *redis_psub_raw(const struct psub_event *ev, int64_t wall_ms, int
     p += hd.pattern_len;
     if (ev->payload_len) memcpy(p, ev->payload, ev->payload_len);
     m->raw = true;
+    m->key = message_key_hash(ev->channel, ev->channel_len);
     m->received_mono_us = mono_us;
     m->received_wall_ms = wall_ms;
     return m;
@@ -267,6 +272,7 @@ struct message *redis_psub_render(const char *endpoint, struct envelope *e,
     envelope_fields(e, &ev);
     struct message *m = envelope_finish(e);
     m->fp = raw->fp;
+    m->key = raw->key;
     m->received_mono_us = raw->received_mono_us;
     m->received_wall_ms = raw->received_wall_ms;
     return m;

@@ -62,18 +62,22 @@ enum psub_kind redis_psub_decode(const redisReply *r, struct psub_event *ev);
 /* Builds the envelope of a MESSAGE/PMESSAGE event into e (reused buffer):
  * endpoint, type, epoch, received_at, channel, pattern (PMESSAGE only),
  * payload (string when UTF-8, else base64). id: NULL, or the replay id
- * (failover = "replay"). */
+ * (failover = "replay"). Its ordering key (message.key) is the channel's
+ * (message_key_hash of the channel the message was published on, never the
+ * pattern). */
 void redis_psub_envelope(struct envelope *e, const char *endpoint, uint64_t epoch,
                          int64_t received_wall_ms, const struct psub_event *ev, const char *id);
 
 /* failover = "replay", standby: the compact record of a MESSAGE/PMESSAGE
- * event (message.raw; id from replay_id_next), instead of its envelope.
+ * event (message.raw; id from replay_id_next), instead of its envelope;
+ * message.key set as redis_psub_envelope sets it.
  * wall_ms / mono_us: when it was read (received_at, received_mono_us). */
 struct message *redis_psub_raw(const struct psub_event *ev, int64_t wall_ms, int64_t mono_us,
                                uint64_t id);
 /* failover = "replay": renders the raw record a standby kept (message.raw)
  * into the envelope redis_psub_envelope would have built, in term epoch,
- * with "replayed":true when replayed. NULL when raw is not such a record. */
+ * with "replayed":true when replayed; fp and key are the record's. NULL when
+ * raw is not such a record. */
 struct message *redis_psub_render(const char *endpoint, struct envelope *e,
                                   const struct message *raw, uint64_t epoch, bool replayed);
 

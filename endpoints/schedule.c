@@ -392,6 +392,7 @@ static void fire(struct schedule *sc, int64_t slot)
     snprintf(id, sizeof id, "%s:%s", h->name, key);
     struct envelope *e = &sc->env;
     envelope_begin(e, h->name, h->type, h->epoch(h), id, clock_wall_ms());
+    /* no ordering key (0, issue 36): the endpoint's one key, slots in order */
     envelope_i64(e, "slot", slot);
     envelope_strz(e, "slot_time", when);
     envelope_strz(e, "cron", sc->s->cron);

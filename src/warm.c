@@ -93,7 +93,10 @@ void warm_set_render(struct warm *w, warm_render_fn render, void *ep)
 }
 
 /* The envelope of a ring entry in term epoch (mu held): raw records are
- * rendered, envelopes restamped. NULL when it cannot be (logged). */
+ * rendered, envelopes restamped. It keeps the entry's ordering key (issue
+ * 36: a replayed message is ordered with the live ones of its key, as it
+ * would have been on the leader that received it). NULL when it cannot be
+ * (logged). */
 static struct message *reissue(struct warm *w, const struct message *m, uint64_t epoch,
                                bool replayed)
 {
@@ -102,6 +105,7 @@ static struct message *reissue(struct warm *w, const struct message *m, uint64_t
         r = w->render ? w->render(w->render_ep, &w->scratch, m, epoch, replayed) : NULL;
     else
         r = envelope_restamp(m, epoch, replayed);
+    if (r) r->key = m->key; /* whatever the render did: the key it was received with */
     if (!r)
         log_error(COMPONENT, w->name, "internal: a buffered message could not be re-issued (%s)",
                   m->raw ? "raw record" : "envelope");
@@ -158,7 +162,7 @@ int warm_emit(struct warm *w, struct message *m, struct message **enqueue)
         if (m->epoch != live) {
             /* built just before the promotion: it belongs to this term */
             struct message *r = envelope_restamp(m, live, false);
-            if (r) {
+            if (r) { /* restamp kept fp, key, id and the receive times */
                 r->done = m->done;
                 r->done_arg = m->done_arg;
                 r->seq = m->seq;

@@ -58,7 +58,8 @@ struct warm *warm_create(const char *name, const struct replay_config *rc, struc
                          const char *lease_key);
 /* Renders a raw record (message.raw) into its envelope: the endpoint's
  * replay_render op. Called under the ring lock with the warm's own scratch
- * envelope. */
+ * envelope. The message it returns gets the record's ordering key
+ * (message.key), as every message the ring re-issues keeps its own. */
 typedef struct message *(*warm_render_fn)(void *ep, struct envelope *scratch,
                                           const struct message *raw, uint64_t epoch,
                                           bool replayed);

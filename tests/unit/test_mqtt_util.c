@@ -1,6 +1,6 @@
 /* Unit tests: mqtt endpoint pure logic (topic filters, $share, client ids,
- * server URIs, MQTT 5 properties -> envelope fields) and the endpoint's
- * settings validation / auto guard. */
+ * server URIs, a message's envelope and ordering key, MQTT 5 properties ->
+ * envelope fields) and the endpoint's settings validation / auto guard. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -234,6 +234,45 @@ static char *render(const MQTTProperties *p)
     return s;
 }
 
+/* The envelope of a message on topic, and its ordering key (issue 36). */
+static struct message *on_topic(struct envelope *e, const char *topic, int qos, bool v5)
+{
+    MQTTAsync_message msg = MQTTAsync_message_initializer;
+    msg.payload = (void *)"hi";
+    msg.payloadlen = 2;
+    msg.qos = qos;
+    msg.msgid = 12;
+    mqtt_envelope(e, "ep", "mqtt", 3, qos ? "i-1" : NULL, 1764684000123LL, topic, strlen(topic),
+                  &msg, v5);
+    return envelope_finish(e);
+}
+
+static void test_envelope_and_order_key(void **state)
+{
+    (void)state;
+    struct envelope e;
+    envelope_init(&e);
+    struct message *a = on_topic(&e, "plant/1/temp", 1, true);
+    assert_string_equal(a->json,
+        "{\"endpoint\":\"ep\",\"type\":\"mqtt\",\"epoch\":3,\"id\":\"i-1\","
+        "\"received_at\":\"2025-12-02T14:00:00.123Z\",\"topic\":\"plant/1/temp\",\"qos\":1,"
+        "\"retained\":false,\"dup\":false,\"packet_id\":12,\"payload\":\"hi\"}");
+    /* the topic the message was published on: one key per topic */
+    assert_int_equal(a->key, message_key_hash("plant/1/temp", 12));
+    assert_int_not_equal(a->key, 0);
+    struct message *b = on_topic(&e, "plant/1/temp", 0, false);
+    assert_null(strstr(b->json, "packet_id"));
+    assert_null(strstr(b->json, "\"id\""));
+    assert_int_equal(b->key, a->key);
+    struct message *c = on_topic(&e, "plant/2/temp", 1, true);
+    assert_int_equal(c->key, message_key_hash("plant/2/temp", 12));
+    assert_int_not_equal(c->key, a->key);
+    message_finish(c, MSG_DELIVERED);
+    message_finish(b, MSG_DELIVERED);
+    message_finish(a, MSG_DELIVERED);
+    envelope_free(&e);
+}
+
 static void test_properties_json(void **state)
 {
     (void)state;
@@ -430,6 +469,7 @@ int main(void)
         cmocka_unit_test(test_client_id),
         cmocka_unit_test(test_server_uri),
         cmocka_unit_test(test_servers_list),
+        cmocka_unit_test(test_envelope_and_order_key),
         cmocka_unit_test(test_properties_json),
         cmocka_unit_test(test_after_sink_verdict_term_ended),
         cmocka_unit_test(test_auto_guard_and_validate),

@@ -1,5 +1,6 @@
 /* Unit tests: rabbitmq endpoint pure logic. AMQP field tables -> JSON (every
- * field kind), queue name templates, ack decisions, delivery tag packing,
+ * field kind), a delivery's envelope and ordering key, queue name templates,
+ * ack decisions, delivery tag packing,
  * settings table + validation (through libconfig text), create() errors and
  * a create/destroy cycle without a broker. */
 #include <setjmp.h>
@@ -15,6 +16,7 @@
 
 #include "endpoints/endpoint.h"
 #include "endpoints/rabbitmq_util.h"
+#include "common/envelope.h"
 #include "common/json.h"
 
 extern const struct endpoint_ops ep_rabbitmq_ops;
@@ -234,6 +236,79 @@ static void test_ack_action_term_ended(void **state)
         }
 }
 
+/* A delivery on exchange ex with routing key rk and body "b". */
+static amqp_envelope_t delivery(const char *ex, const char *rk, uint64_t tag)
+{
+    amqp_envelope_t d;
+    memset(&d, 0, sizeof d);
+    d.exchange = amqp_cstring_bytes(ex);
+    d.routing_key = amqp_cstring_bytes(rk);
+    d.delivery_tag = tag;
+    d.message.body = amqp_cstring_bytes("b");
+    return d;
+}
+
+static struct message *build(struct envelope *e, const amqp_envelope_t *d, const char *queue)
+{
+    assert_int_equal(rmq_envelope(e, "ev", "rabbitmq", 7, 1764684000123LL, d, queue), 0);
+    return envelope_finish(e);
+}
+
+/* The envelope of a delivery and its ordering key (issue 36): the routing
+ * key's, whatever the exchange, the queue or the properties. */
+static void test_envelope_and_order_key(void **state)
+{
+    (void)state;
+    struct envelope e;
+    envelope_init(&e);
+    amqp_envelope_t d = delivery("orders", "order.created", 5);
+    d.redelivered = 1;
+    d.message.properties._flags = AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_CONTENT_TYPE_FLAG |
+                                  AMQP_BASIC_HEADERS_FLAG;
+    d.message.properties.message_id = amqp_cstring_bytes("m-1");
+    d.message.properties.content_type = amqp_cstring_bytes("text/plain");
+    amqp_table_entry_t hs[1] = {entry("h", fv(AMQP_FIELD_KIND_BOOLEAN))};
+    hs[0].value.value.boolean = 1;
+    d.message.properties.headers.num_entries = 1;
+    d.message.properties.headers.entries = hs;
+    struct message *a = build(&e, &d, "q1");
+    assert_string_equal(a->json,
+        "{\"endpoint\":\"ev\",\"type\":\"rabbitmq\",\"epoch\":7,\"id\":\"m-1\","
+        "\"received_at\":\"2025-12-02T14:00:00.123Z\",\"exchange\":\"orders\","
+        "\"routing_key\":\"order.created\",\"delivery_tag\":5,\"redelivered\":true,"
+        "\"queue\":\"q1\",\"message_id\":\"m-1\",\"content_type\":\"text/plain\","
+        "\"headers\":{\"h\":true},\"payload\":\"b\"}");
+    assert_string_equal(a->id, "m-1");
+    assert_int_equal(a->key, message_key_hash("order.created", 13));
+    assert_int_not_equal(a->key, 0);
+
+    /* the same routing key through another exchange, without a queue field
+     * or properties: the same key */
+    amqp_envelope_t d2 = delivery("audit", "order.created", 6);
+    struct message *b = build(&e, &d2, NULL);
+    assert_null(strstr(b->json, "\"queue\""));
+    assert_null(strstr(b->json, "\"id\""));
+    assert_string_equal(b->id, "");
+    assert_int_equal(b->key, a->key);
+
+    /* another routing key: another key; the empty one is a key too */
+    amqp_envelope_t d3 = delivery("orders", "order.paid", 7);
+    struct message *c = build(&e, &d3, "q1");
+    assert_int_equal(c->key, message_key_hash("order.paid", 10));
+    assert_int_not_equal(c->key, a->key);
+    amqp_envelope_t d4 = delivery("fanout", "", 8);
+    struct message *f = build(&e, &d4, NULL);
+    assert_int_equal(f->key, message_key_hash("", 0));
+    assert_int_not_equal(f->key, 0);
+    assert_int_not_equal(f->key, a->key);
+
+    message_finish(f, MSG_DELIVERED);
+    message_finish(c, MSG_DELIVERED);
+    message_finish(b, MSG_DELIVERED);
+    message_finish(a, MSG_DELIVERED);
+    envelope_free(&e);
+}
+
 static void test_seq_packing(void **state)
 {
     (void)state;
@@ -421,6 +496,7 @@ int main(void)
         cmocka_unit_test(test_queue_template),
         cmocka_unit_test(test_ack_actions),
         cmocka_unit_test(test_ack_action_term_ended),
+        cmocka_unit_test(test_envelope_and_order_key),
         cmocka_unit_test(test_seq_packing),
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_create),

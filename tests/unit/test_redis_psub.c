@@ -181,6 +181,7 @@ static void test_raw_record_renders_the_envelope(void **state)
         arr(4, bulk("pmessage"), bulk("o.*"), bulk("o.new"), bulk("seq=1 \xff\x00b")),
         arr(3, bulk("message"), bulk("audit"), bulk("")),
     };
+    static const char *const channels[2] = {"o.new", "audit"};
     for (int i = 0; i < 2; i++) {
         struct psub_event ev;
         redis_psub_decode(rs[i], &ev);
@@ -189,19 +190,26 @@ static void test_raw_record_renders_the_envelope(void **state)
         redis_psub_envelope(&e, "orders", 9, 1764684000123LL, &ev, "r00000000000000ab");
         struct message *lead = envelope_finish(&e);
 
+        /* issue 36: the ordering key is the channel, on the raw record too,
+         * and the rendered message keeps it */
+        uint64_t key = message_key_hash(channels[i], strlen(channels[i]));
+        assert_int_equal(lead->key, key);
         struct message *raw = redis_psub_raw(&ev, 1764684000123LL, 42, 0xab);
         raw->fp = 77;
         assert_true(raw->raw);
+        assert_int_equal(raw->key, key);
         struct message *live = redis_psub_render("orders", &e, raw, 9, false);
         assert_non_null(live);
         assert_string_equal(live->json, lead->json);
         assert_string_equal(live->id, "r00000000000000ab");
         assert_int_equal(live->fp, 77);
+        assert_int_equal(live->key, key);
         assert_int_equal(live->received_mono_us, raw->received_mono_us);
 
         struct message *rep = redis_psub_render("orders", &e, raw, 12, true);
         struct message *want = envelope_restamp(lead, 12, true);
         assert_string_equal(rep->json, want->json);
+        assert_int_equal(rep->key, key);
 
         struct message *junk = message_new("xx", 2);
         junk->raw = true;
@@ -216,6 +224,51 @@ static void test_raw_record_renders_the_envelope(void **state)
         envelope_free(&e);
         free_reply(rs[i]);
     }
+}
+
+/* The key of a message published on channel ch (matched by pattern pat
+ * when pat is not NULL), from its envelope and from its raw record. */
+static uint64_t key_of(const char *pat, const char *ch, uint64_t *raw_key)
+{
+    redisReply *r = pat ? arr(4, bulk("pmessage"), bulk(pat), bulk(ch), bulk("x"))
+                        : arr(3, bulk("message"), bulk(ch), bulk("x"));
+    struct psub_event ev;
+    redis_psub_decode(r, &ev);
+    struct envelope e;
+    envelope_init(&e);
+    redis_psub_envelope(&e, "orders", 3, 1764684000123LL, &ev, NULL);
+    struct message *m = envelope_finish(&e);
+    uint64_t k = m->key;
+    struct message *raw = redis_psub_raw(&ev, 1764684000123LL, 42, 1);
+    *raw_key = raw->key;
+    message_finish(raw, MSG_DELIVERED);
+    message_finish(m, MSG_DELIVERED);
+    envelope_free(&e);
+    free_reply(r);
+    return k;
+}
+
+/* issue 36: messages are ordered per channel, the one they were published
+ * on: the pattern that matched them plays no part. */
+static void test_order_key_is_the_channel(void **state)
+{
+    (void)state;
+    uint64_t rk;
+    uint64_t a = key_of("o.*", "o.new", &rk);
+    assert_int_equal(a, message_key_hash("o.new", 5));
+    assert_int_equal(rk, a);
+    assert_int_not_equal(a, 0);
+    /* another channel under the same pattern: another key */
+    uint64_t b = key_of("o.*", "o.old", &rk);
+    assert_int_equal(b, message_key_hash("o.old", 5));
+    assert_int_equal(rk, b);
+    assert_int_not_equal(a, b);
+    /* the same channel through another pattern, or SUBSCRIBE: the same key */
+    assert_int_equal(key_of("o.n*", "o.new", &rk), a);
+    assert_int_equal(rk, a);
+    assert_int_equal(key_of(NULL, "o.new", &rk), a);
+    assert_int_equal(rk, a);
+    assert_int_not_equal(a, message_key_hash("o.*", 3));
 }
 
 static void test_envelope_pmessage(void **state)
@@ -357,6 +410,7 @@ int main(void)
         cmocka_unit_test(test_decode_confirmations),
         cmocka_unit_test(test_decode_pong_and_error),
         cmocka_unit_test(test_decode_malformed),
+        cmocka_unit_test(test_order_key_is_the_channel),
         cmocka_unit_test(test_envelope_pmessage),
         cmocka_unit_test(test_raw_record_renders_the_envelope),
         cmocka_unit_test(test_envelope_message_base64_no_pattern),

@@ -1,7 +1,8 @@
 /* Unit tests: warm standby replay for one endpoint (src/warm.c) over the
  * in-process locker: standby buffering, promotion on the previous leader's
- * mark (replayed, restamped, in order before the live stream), the fenced
- * mark the new leader publishes, and the unaligned cases. */
+ * mark (replayed, restamped, in order before the live stream, with their
+ * ordering keys), the fenced mark the new leader publishes, and the
+ * unaligned cases. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -72,12 +73,23 @@ static void sink_free(struct sink *s)
     s->n = 0;
 }
 
-/* An envelope with payload "p<fp>", built in epoch. */
+/* The ordering key of message fp: channel "c<fp % 3>". */
+static uint64_t key_of(uint64_t fp)
+{
+    char ch[8];
+    snprintf(ch, sizeof ch, "c%u", (unsigned)(fp % 3));
+    return message_key_hash(ch, strlen(ch));
+}
+
+/* An envelope with payload "p<fp>" and key_of(fp), built in epoch. */
 static struct message *msg(uint64_t fp, uint64_t epoch)
 {
     struct envelope e;
     envelope_init(&e);
     envelope_begin(&e, "orders", "redis_psub", epoch, NULL, clock_wall_ms()); /* the ring times it by this */
+    char ch[8];
+    snprintf(ch, sizeof ch, "c%u", (unsigned)(fp % 3));
+    envelope_order_key(&e, ch, strlen(ch));
     char p[32];
     snprintf(p, sizeof p, "p%llu", (unsigned long long)fp);
     envelope_payload(&e, p, strlen(p));
@@ -167,7 +179,9 @@ static void test_promote_on_mark(void **state)
         assert_true(has_payload(out.m[i], 4 + i));
         assert_int_equal(out.m[i]->epoch, e2);
         assert_non_null(strstr(out.m[i]->json, "\"replayed\":true"));
+        assert_int_equal(out.m[i]->key, key_of(4 + i)); /* replayed with its ordering key */
     }
+    assert_int_not_equal(out.m[0]->key, out.m[1]->key);
     assert_int_equal(atomic_load(&warm_stats(w)->replayed), 2);
     for (int r = 0; r < 4; r++) assert_int_equal(atomic_load(&warm_stats(w)->unaligned[r]), 0);
 
@@ -178,6 +192,7 @@ static void test_promote_on_mark(void **state)
     assert_true(has_payload(out.m[2], 6));
     assert_int_equal(out.m[2]->epoch, e2);
     assert_null(strstr(out.m[2]->json, "replayed"));
+    assert_int_equal(out.m[2]->key, key_of(6));
     assert_int_equal(atomic_load(&warm_stats(w)->ring_count), 6); /* the leader keeps one too */
 
     /* the new leader's mark: what it settled, fenced by its epoch */
@@ -364,6 +379,70 @@ static void test_promotion_hand_off_keeps_order(void **state)
     baton_locker_destroy(l);
 }
 
+/* failover = "replay" with raw records (redis_psub's standby): a record is
+ * rendered only when it is re-issued, by the endpoint's render, and the
+ * message it becomes keeps the record's ordering key (issue 36) -- also
+ * when the render itself sets none, as this one. */
+static struct message *render_raw(void *ep, struct envelope *scratch, const struct message *raw,
+                                  uint64_t epoch, bool replayed)
+{
+    (void)ep;
+    if (replayed)
+        envelope_begin_replayed(scratch, "orders", "redis_psub", epoch, NULL, raw->received_wall_ms);
+    else
+        envelope_begin(scratch, "orders", "redis_psub", epoch, NULL, raw->received_wall_ms);
+    envelope_payload(scratch, raw->json, raw->len);
+    struct message *m = envelope_finish(scratch);
+    m->fp = raw->fp;
+    return m;
+}
+
+/* A raw record "p<fp>" with key_of(fp). */
+static struct message *raw_msg(uint64_t fp)
+{
+    char p[32];
+    int n = snprintf(p, sizeof p, "p%llu", (unsigned long long)fp);
+    struct message *m = message_new(p, (size_t)n);
+    m->raw = true;
+    m->fp = fp;
+    m->key = key_of(fp);
+    m->received_wall_ms = clock_wall_ms();
+    return m;
+}
+
+static void test_raw_records_keep_their_key(void **state)
+{
+    (void)state;
+    struct baton_locker *l = baton_locker_local_create();
+    struct sink out = {0};
+    struct replay_config c = cfg();
+    struct warm *w = warm_create("orders", &c, l, KEY);
+    warm_set_render(w, render_raw, NULL);
+    char tok[RANDOM_TOKEN_LEN];
+
+    for (uint64_t fp = 61; fp <= 63; fp++) assert_int_equal(emit(w, raw_msg(fp), &out), 0);
+    assert_int_equal(out.n, 0);
+    uint64_t e = acquire(l, tok);
+    assert_int_equal(promote(w, e, &out), 0); /* no mark: the whole ring */
+    assert_int_equal(out.n, 3);
+    /* live: a raw record emitted just before the promotion is rendered now */
+    assert_int_equal(emit(w, raw_msg(64), &out), 0);
+    assert_int_equal(out.n, 4);
+    for (size_t i = 0; i < 4; i++) {
+        assert_false(out.m[i]->raw);
+        assert_true(has_payload(out.m[i], 61 + i));
+        assert_int_equal(out.m[i]->epoch, e);
+        assert_int_equal(out.m[i]->key, key_of(61 + i));
+    }
+    /* three channels: three keys */
+    assert_int_not_equal(out.m[0]->key, out.m[1]->key);
+    assert_int_not_equal(out.m[1]->key, out.m[2]->key);
+    assert_int_equal(out.m[0]->key, out.m[3]->key);
+    sink_free(&out);
+    warm_destroy(w);
+    baton_locker_destroy(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -371,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_mark_skips_unsettled),
         cmocka_unit_test(test_unaligned_and_partial),
         cmocka_unit_test(test_promotion_hand_off_keeps_order),
+        cmocka_unit_test(test_raw_records_keep_their_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/message.h"
 #include "common/util.h"
 
 /* ------------------------------------------------------------------ bytes */
@@ -244,11 +245,39 @@ static bool parse_optional(struct cdc_table *t, const unsigned char *p, const un
         case 6: /* ENUM_STR_VALUE */
             if (!parse_str_values(t, CDC_T_ENUM, v, vend)) return false;
             break;
-        default: /* geometry types, primary keys, enum/set charsets: unused */
+        case 8: /* SIMPLE_PRIMARY_KEY: the key's column indexes (0-based) */
+        case 9: /* PRIMARY_KEY_WITH_PREFIX: (column index, prefix length)
+                   pairs, prefix 0 = the whole column */
+            while (v < vend) {
+                uint64_t idx, prefix = 0;
+                if (!lenenc(&v, vend, &idx)) return false;
+                if (kind == 9 && !lenenc(&v, vend, &prefix)) return false;
+                /* A prefix part is left out of the ordering key, as is an
+                 * index out of range: the key gets coarser (rows that
+                 * differ only there share it), never finer, so one row's
+                 * events still share a key. Keying by the prefix itself
+                 * would need the column's character semantics. */
+                if (idx < t->ncols && prefix == 0) t->cols[idx].in_pk = true;
+            }
+            t->have_pk = true;
+            break;
+        default: /* geometry types, enum/set charsets, column visibility: unused */
             break;
         }
     }
     return true;
+}
+
+/* Counts the primary key columns of the ordering key; too many: none. */
+static void count_pk(struct cdc_table *t)
+{
+    t->npk = 0;
+    for (uint32_t i = 0; i < t->ncols; i++)
+        if (t->cols[i].in_pk) t->npk++;
+    if (t->npk > CDC_PK_MAX) {
+        for (uint32_t i = 0; i < t->ncols; i++) t->cols[i].in_pk = false;
+        t->npk = 0;
+    }
 }
 
 /* The escaped object key of every column, written once per table map
@@ -318,6 +347,7 @@ int cdc_table_parse(const unsigned char *body, size_t len, struct cdc_table *out
         cdc_table_free(out);
         return -1;
     }
+    count_pk(out);
     out->body = xmalloc(len ? len : 1);
     memcpy(out->body, body, len);
     out->body_len = len;
@@ -346,6 +376,13 @@ void cdc_table_apply_schema(struct cdc_table *t, char *const *names, const bool 
     }
     if (names && n == t->ncols) t->have_names = true;
     build_keys(t);
+}
+
+void cdc_table_apply_pk(struct cdc_table *t, const bool *in_pk, uint32_t count)
+{
+    if (t->have_pk || count != t->ncols) return;
+    for (uint32_t i = 0; i < t->ncols; i++) t->cols[i].in_pk = in_pk && in_pk[i];
+    count_pk(t);
 }
 
 /* ------------------------------------------------------------ rows event */
@@ -879,6 +916,13 @@ int cdc_row_to_json(const struct cdc_table *t, const unsigned char *present,
                     const unsigned char **pp, const unsigned char *end, struct jbuf *b, char *err,
                     size_t errlen)
 {
+    return cdc_row_to_json_pk(t, present, pp, end, b, NULL, err, errlen);
+}
+
+int cdc_row_to_json_pk(const struct cdc_table *t, const unsigned char *present,
+                       const unsigned char **pp, const unsigned char *end, struct jbuf *b,
+                       struct cdc_span *pk, char *err, size_t errlen)
+{
     const unsigned char *p = *pp;
     uint32_t npresent = 0;
     for (uint32_t i = 0; i < t->ncols; i++)
@@ -888,14 +932,22 @@ int cdc_row_to_json(const struct cdc_table *t, const unsigned char *present,
         set_err(err, errlen, "row image of %s.%s truncated", t->db, t->table);
         return -1;
     }
+    if (pk)
+        for (uint32_t j = 0; j < t->npk; j++) pk[j].len = 0;
     const unsigned char *nulls = p;
     p += nb;
     bool first = true;
     jbuf_char(b, '{');
-    uint32_t k = 0;
+    uint32_t k = 0, kp = 0;
     for (uint32_t i = 0; i < t->ncols; i++) {
-        if (!(present[i / 8] >> (i % 8) & 1)) continue;
         const struct cdc_column *c = &t->cols[i];
+        /* the span of this column's value, when it is a key column */
+        struct cdc_span *sp = NULL;
+        if (c->in_pk) {
+            if (pk && kp < t->npk) sp = &pk[kp];
+            kp++;
+        }
+        if (!(present[i / 8] >> (i % 8) & 1)) continue;
         if (c->key) {
             if (!first) jbuf_char(b, ',');
             first = false;
@@ -906,19 +958,61 @@ int cdc_row_to_json(const struct cdc_table *t, const unsigned char *present,
             snprintf(key, sizeof key, "@%u", i + 1);
             jbuf_key(b, &first, key);
         }
+        size_t at = b->len;
         bool isnull = nulls[k / 8] >> (k % 8) & 1;
         k++;
         if (isnull) {
             jbuf_null(b);
-            continue;
+        } else {
+            long n = value_to_json(c, p, end, b, err, errlen);
+            if (n < 0) return -1;
+            p += n;
         }
-        long n = value_to_json(c, p, end, b, err, errlen);
-        if (n < 0) return -1;
-        p += n;
+        if (sp) {
+            sp->off = at;
+            sp->len = b->len - at;
+        }
     }
     jbuf_char(b, '}');
     *pp = p;
     return 0;
+}
+
+uint64_t cdc_table_key(const struct cdc_table *t)
+{
+    const char *db = t->db ? t->db : "", *tb = t->table ? t->table : "";
+    const void *parts[2] = {db, tb};
+    size_t lens[2] = {strlen(db), strlen(tb)};
+    return message_key_hash_parts(parts, lens, 2);
+}
+
+uint64_t cdc_ddl_key(const char *db)
+{
+    if (!db) db = "";
+    const void *parts[1] = {db};
+    size_t lens[1] = {strlen(db)};
+    return message_key_hash_parts(parts, lens, 1);
+}
+
+uint64_t cdc_row_key(const struct cdc_table *t, const char *buf, const struct cdc_span *before,
+                     const struct cdc_span *after)
+{
+    if (t->npk == 0 || t->npk > CDC_PK_MAX || (!before && !after)) return cdc_table_key(t);
+    const void *parts[2 + CDC_PK_MAX];
+    size_t lens[2 + CDC_PK_MAX];
+    parts[0] = t->db ? t->db : "";
+    lens[0] = strlen(parts[0]);
+    parts[1] = t->table ? t->table : "";
+    lens[1] = strlen(parts[1]);
+    for (uint32_t j = 0; j < t->npk; j++) {
+        /* the new value (after image), else the unchanged one (before) */
+        const struct cdc_span *sp = after && after[j].len ? &after[j]
+                                    : before && before[j].len ? &before[j] : NULL;
+        if (!sp) return cdc_table_key(t);
+        parts[2 + j] = buf + sp->off;
+        lens[2 + j] = sp->len;
+    }
+    return message_key_hash_parts(parts, lens, 2 + t->npk);
 }
 
 /* ------------------------------------------------------------ positions */

@@ -59,7 +59,14 @@ struct cdc_column {
                             the name is unknown); NULL until cdc_table_parse /
                             cdc_table_apply_schema set it */
     size_t key_len;
+    bool in_pk;          /* a whole-column part of the primary key: its value is
+                            part of the row's ordering key (cdc_row_key) */
 };
+
+/* Primary keys of more columns than this (MySQL allows 16 parts, MariaDB
+ * 32) are not used for ordering keys: the table's rows are keyed by db +
+ * table. */
+#define CDC_PK_MAX 64
 
 /* One TABLE_MAP event, parsed. */
 struct cdc_table {
@@ -70,6 +77,9 @@ struct cdc_table {
     struct cdc_column *cols;
     bool have_names;      /* COLUMN_NAME optional metadata present */
     bool have_signedness; /* SIGNEDNESS optional metadata present */
+    bool have_pk;         /* SIMPLE_PRIMARY_KEY / PRIMARY_KEY_WITH_PREFIX present
+                             (binlog_row_metadata=FULL and the table has one) */
+    uint32_t npk;         /* columns with in_pk (0: rows keyed by db + table) */
     unsigned char *body;  /* copy of the event body, to detect changes */
     size_t body_len;
 };
@@ -87,6 +97,14 @@ void cdc_table_free(struct cdc_table *t);
  * are set; any array may be NULL. */
 void cdc_table_apply_schema(struct cdc_table *t, char *const *names, const bool *is_unsigned,
                             const bool *is_binary, uint32_t count);
+
+/* For a table map without primary key metadata (have_pk false): which
+ * columns are whole-column parts of the primary key, from
+ * information_schema (in ORDINAL_POSITION order; a part with a prefix length
+ * is not one). Used only when count == ncols (otherwise the schema read is
+ * not the table map's, and the rows stay keyed by db + table) and the table
+ * map had none. in_pk NULL: no primary key. */
+void cdc_table_apply_pk(struct cdc_table *t, const bool *in_pk, uint32_t count);
 
 enum cdc_op { CDC_OP_INSERT = 0, CDC_OP_UPDATE = 1, CDC_OP_DELETE = 2, CDC_OP_DDL = 3 };
 const char *cdc_op_name(enum cdc_op op);
@@ -115,6 +133,38 @@ int cdc_rows_parse(int event_type, const unsigned char *body, size_t len, struct
 int cdc_row_to_json(const struct cdc_table *t, const unsigned char *present,
                     const unsigned char **p, const unsigned char *end, struct jbuf *b, char *err,
                     size_t errlen);
+
+/* Where the value of a primary key column sits in the JSON a row image was
+ * written to: offsets into the jbuf (it may move as it grows) of the value's
+ * JSON text. len 0: the column is not in the image. */
+struct cdc_span {
+    size_t off, len;
+};
+/* cdc_row_to_json, also noting in pk[0 .. t->npk) where the value of each
+ * primary key column (in column order) was written; pk NULL: none noted. */
+int cdc_row_to_json_pk(const struct cdc_table *t, const unsigned char *present,
+                       const unsigned char **p, const unsigned char *end, struct jbuf *b,
+                       struct cdc_span *pk, char *err, size_t errlen);
+
+/* The ordering key of a row (message.key), issue 36:
+ * message_key_hash_parts over db, table and the primary key columns' values
+ * (their JSON text as the envelope shows them, in column order): taken from
+ * the after image for an insert or an update -- an update that changes the
+ * primary key is keyed by the new one -- and from the before image for a
+ * delete. A key column an update's after image lacks (binlog_row_image =
+ * MINIMAL: not changed) is taken from its before image. db + table alone
+ * (cdc_table_key) when the primary key is not known (npk 0: no primary key,
+ * only prefix parts, no FULL metadata and no information_schema answer) or
+ * a key column is in neither image. buf: the jbuf's data both images were
+ * written to (cdc_row_to_json_pk); before / after: their spans, NULL for an
+ * image the row has not (insert: no before; delete: no after). */
+uint64_t cdc_row_key(const struct cdc_table *t, const char *buf, const struct cdc_span *before,
+                     const struct cdc_span *after);
+/* message_key_hash_parts over db and table. */
+uint64_t cdc_table_key(const struct cdc_table *t);
+/* The ordering key of a DDL event: message_key_hash_parts over its (default)
+ * database alone. */
+uint64_t cdc_ddl_key(const char *db);
 
 /* Value formatting, exposed for tests. Each returns the number of input bytes
  * consumed, or -1 when the input is too short or invalid (or out is too

@@ -489,8 +489,35 @@ static void tables_clear(struct cdc *c)
     c->ntables = 0;
 }
 
+/* Which of the k columns in names are whole-column parts of t's primary key,
+ * from information_schema.STATISTICS, into in_pk. false when it could not
+ * be read (logged; the rows are then keyed by db + table). */
+static bool pk_lookup(struct cdc *c, const struct cdc_table *t, const char *edb, const char *etb,
+                      char *const *names, uint32_t k, bool *in_pk)
+{
+    char sql[1400];
+    snprintf(sql, sizeof sql,
+             "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA='%s' AND "
+             "TABLE_NAME='%s' AND INDEX_NAME='PRIMARY' AND SUB_PART IS NULL", edb, etb);
+    if (mysql_query(c->meta, sql)) {
+        log_warn(COMPONENT, c->h->name, "information_schema primary key lookup of %s.%s: %s "
+                 "(its rows are ordered by table)", t->db, t->table, mysql_error(c->meta));
+        close_conn(c, 1, &c->meta);
+        return false;
+    }
+    MYSQL_RES *r = mysql_store_result(c->meta);
+    if (!r) return false;
+    MYSQL_ROW row;
+    while ((row = mysql_fetch_row(r)))
+        for (uint32_t i = 0; row[0] && i < k; i++)
+            if (strcasecmp(names[i], row[0]) == 0) in_pk[i] = true; /* names are case-insensitive */
+    mysql_free_result(r);
+    return true;
+}
+
 /* Column names, signedness and binary-ness from information_schema, for
- * table maps without FULL metadata (binlog_row_metadata=MINIMAL). */
+ * table maps without FULL metadata (binlog_row_metadata=MINIMAL), and the
+ * primary key (the ordering key of the rows, issue 36). */
 static void schema_lookup(struct cdc *c, struct cdc_table *t)
 {
     char err[512];
@@ -536,6 +563,11 @@ static void schema_lookup(struct cdc *c, struct cdc_table *t)
         log_warn(COMPONENT, name, "%s.%s: information_schema lists %u columns, the table map %u "
                  "(schema changed since the event was written?)", t->db, t->table, k, t->ncols);
     cdc_table_apply_schema(t, names, uns, bin, k);
+    if (!t->have_pk) {
+        bool *in_pk = xcalloc(k + 1, sizeof *in_pk);
+        if (pk_lookup(c, t, edb, etb, names, k, in_pk)) cdc_table_apply_pk(t, in_pk, k);
+        free(in_pk);
+    }
     for (uint32_t i = 0; i < k; i++) free(names[i]);
     free(names);
     free(uns);
@@ -737,6 +769,8 @@ static void handle_rows(struct cdc *c, int type, const unsigned char *body, size
         return;
     }
     const unsigned char *p = rows.data;
+    /* where each image's primary key values were written (cdc_row_key) */
+    struct cdc_span pk_before[CDC_PK_MAX], pk_after[CDC_PK_MAX];
     /* every row of the event was received now, with the event */
     int64_t received = clock_wall_ms();
     char id[CDC_FILE_MAX + 48];
@@ -783,13 +817,15 @@ static void handle_rows(struct cdc *c, int type, const unsigned char *body, size
         }
         int rc = 0;
         if (rows.op == CDC_OP_INSERT) jbuf_null(&e->buf);
-        else rc = cdc_row_to_json(&te->t, rows.present, &p, rows.end, &e->buf, err, sizeof err);
+        else rc = cdc_row_to_json_pk(&te->t, rows.present, &p, rows.end, &e->buf, pk_before, err,
+                                     sizeof err);
         if (rc == 0) {
             jbuf_raw(&e->buf, ",\"after\":", 9);
             if (rows.op == CDC_OP_DELETE) jbuf_null(&e->buf);
             else
-                rc = cdc_row_to_json(&te->t, rows.op == CDC_OP_UPDATE ? rows.present_upd : rows.present,
-                                     &p, rows.end, &e->buf, err, sizeof err);
+                rc = cdc_row_to_json_pk(&te->t,
+                                        rows.op == CDC_OP_UPDATE ? rows.present_upd : rows.present,
+                                        &p, rows.end, &e->buf, pk_after, err, sizeof err);
         }
         if (rc) {
             char what[400];
@@ -802,6 +838,11 @@ static void handle_rows(struct cdc *c, int type, const unsigned char *body, size
             c->txn_rows++;
             continue;
         }
+        /* ordered per row: db + table + primary key (the new one for an
+         * update that changes it; see cdc_row_key), db + table when the
+         * table's primary key is not known */
+        e->key = cdc_row_key(&te->t, e->buf.data, rows.op == CDC_OP_INSERT ? NULL : pk_before,
+                             rows.op == CDC_OP_DELETE ? NULL : pk_after);
         jbuf_raw(&e->buf, c->ev_tail.data, c->ev_tail.len);
         emit_current(c);
         c->txn_rows++;
@@ -864,6 +905,9 @@ static void handle_query(struct cdc *c, const MARIADB_RPL_EVENT *ev, uint64_t ev
         char id[CDC_FILE_MAX + 48];
         snprintf(id, sizeof id, "%s:%" PRIu64 ":0", c->file, ev_pos);
         begin_envelope(c, id);
+        /* ordered per database (the statement's default one), not with
+         * the rows of its tables */
+        c->env.key = cdc_ddl_key(db);
         envelope_strz(&c->env, "db", db);
         envelope_key(&c->env, "table");
         jbuf_null(&c->env.buf);

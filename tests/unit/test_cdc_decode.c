@@ -1,5 +1,6 @@
 /* mysql_cdc decoding: value formats, TABLE_MAP/ROWS bodies captured from a
- * MariaDB 10.11 server (binlog_row_metadata=FULL), positions, filters and the
+ * MariaDB 10.11 server (binlog_row_metadata=FULL), the rows' ordering keys
+ * (primary key metadata, issue 36), positions, filters and the
  * delivered-prefix checkpoint tracker. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include "endpoints/cdc_checkpoint.h"
 #include "endpoints/cdc_decode.h"
 #include "endpoints/cdc_filter.h"
+#include "common/message.h"
 
 static size_t unhex(const char *h, unsigned char *out, size_t cap)
 {
@@ -141,6 +143,11 @@ static void test_table_and_row(void **state)
     assert_int_equal(t.cols[12].charset, 8);
     assert_int_equal(t.cols[10].type, CDC_T_ENUM);
     assert_int_equal(t.cols[10].nvalues, 2);
+    /* SIMPLE_PRIMARY_KEY (08 01 00): the key is id */
+    assert_true(t.have_pk);
+    assert_int_equal(t.npk, 1);
+    assert_true(t.cols[0].in_pk);
+    for (uint32_t i = 1; i < t.ncols; i++) assert_false(t.cols[i].in_pk);
 
     struct cdc_rows r;
     assert_int_equal(cdc_rows_parse(23, rw, rl, &r, err, sizeof err), 0);
@@ -152,6 +159,21 @@ static void test_table_and_row(void **state)
     const unsigned char *p = r.data;
     assert_int_equal(cdc_row_to_json(&t, r.present, &p, r.end, &b, err, sizeof err), 0);
     assert_ptr_equal(p, r.end);
+    /* the same JSON with the key spans noted; the row keyed by shop.z id 1 */
+    struct jbuf b2;
+    jbuf_init(&b2, 16);
+    struct cdc_span sp[1];
+    p = r.data;
+    assert_int_equal(cdc_row_to_json_pk(&t, r.present, &p, r.end, &b2, sp, err, sizeof err), 0);
+    assert_ptr_equal(p, r.end);
+    assert_int_equal(b2.len, b.len);
+    assert_memory_equal(b2.data, b.data, b.len);
+    assert_int_equal(sp[0].len, 1);
+    assert_memory_equal(b2.data + sp[0].off, "1", 1);
+    const void *zparts[] = { "shop", "z", "1" };
+    const size_t zlens[] = { 4, 1, 1 };
+    assert_int_equal(cdc_row_key(&t, b2.data, NULL, sp), message_key_hash_parts(zparts, zlens, 3));
+    jbuf_free(&b2);
     jbuf_char(&b, '\0');
     assert_string_equal(b.data,
         "{\"id\":1,\"y\":2024,\"f\":1.5,\"d\":\"3.25\",\"bt\":5,\"t\":9,\"v\":\"\xc3\xa9\","
@@ -446,6 +468,274 @@ static void test_column_keys_escaped(void **state)
     cdc_table_free(&t);
 }
 
+/* ------------------------------------------- ordering keys (issue 36) */
+
+/* Appends primary key optional metadata to a table map body of length len:
+ * SIMPLE_PRIMARY_KEY (prefix NULL) or PRIMARY_KEY_WITH_PREFIX. */
+static size_t add_pk(unsigned char *body, size_t len, const uint32_t *idx, const uint32_t *prefix,
+                     size_t n)
+{
+    unsigned char v[64];
+    size_t vl = 0;
+    for (size_t i = 0; i < n; i++) {
+        vl += put_lenenc(v + vl, idx[i]);
+        if (prefix) vl += put_lenenc(v + vl, prefix[i]);
+    }
+    unsigned char *o = body + len;
+    *o++ = prefix ? 9 : 8;
+    o += put_lenenc(o, vl);
+    memcpy(o, v, vl);
+    o += vl;
+    return (size_t)(o - body);
+}
+
+/* Table b.t (a INT, s VARCHAR(20), v INT), optionally with names. */
+static const uint8_t KT_TYPES[] = { CDC_T_LONG, CDC_T_VARCHAR, CDC_T_LONG };
+static const unsigned char KT_META[] = { 20, 0 };
+static const char *const KT_NAMES[] = { "a", "s", "v" };
+
+static size_t kt_table(unsigned char *tm, size_t cap, bool names)
+{
+    return table_map_body(tm, cap, KT_TYPES, 3, KT_META, sizeof KT_META, names ? KT_NAMES : NULL);
+}
+
+/* One row image of the columns in mask (bit i = column i): a, s, v. */
+static size_t kt_image(unsigned char *o, unsigned mask, uint32_t a, const char *str, uint32_t v)
+{
+    size_t n = 0;
+    o[n++] = 0x00; /* null bitmap: no nulls (3 columns at most: one byte) */
+    if (mask & 1) {
+        for (int i = 0; i < 4; i++) o[n++] = (unsigned char)(a >> (8 * i));
+    }
+    if (mask & 2) {
+        size_t l = strlen(str);
+        o[n++] = (unsigned char)l;
+        memcpy(o + n, str, l);
+        n += l;
+    }
+    if (mask & 4) {
+        for (int i = 0; i < 4; i++) o[n++] = (unsigned char)(v >> (8 * i));
+    }
+    return n;
+}
+
+/* A v1 rows body for table 42 (3 columns): type 23 insert, 24 update, 25
+ * delete; before/after images (after only for an update). */
+static size_t kt_rows(unsigned char *out, int type, unsigned present, unsigned present_upd,
+                      const unsigned char *img, size_t imglen)
+{
+    unsigned char *o = out;
+    const unsigned char head[] = { 42, 0, 0, 0, 0, 0, 0, 0 };
+    memcpy(o, head, sizeof head);
+    o += sizeof head;
+    *o++ = 3;
+    *o++ = (unsigned char)present;
+    if (type == 24) *o++ = (unsigned char)present_upd;
+    memcpy(o, img, imglen);
+    o += imglen;
+    return (size_t)(o - out);
+}
+
+/* Decodes the one row of a rows body as mysql_cdc does and returns its
+ * ordering key. */
+static uint64_t kt_key(const struct cdc_table *t, int type, const unsigned char *body, size_t len)
+{
+    struct cdc_rows r;
+    char err[256];
+    assert_int_equal(cdc_rows_parse(type, body, len, &r, err, sizeof err), 0);
+    struct jbuf b;
+    jbuf_init(&b, 64);
+    struct cdc_span before[CDC_PK_MAX], after[CDC_PK_MAX];
+    const unsigned char *p = r.data;
+    if (r.op != CDC_OP_INSERT)
+        assert_int_equal(cdc_row_to_json_pk(t, r.present, &p, r.end, &b, before, err, sizeof err), 0);
+    if (r.op != CDC_OP_DELETE)
+        assert_int_equal(cdc_row_to_json_pk(t, r.op == CDC_OP_UPDATE ? r.present_upd : r.present,
+                                            &p, r.end, &b, after, err, sizeof err), 0);
+    assert_ptr_equal(p, r.end);
+    uint64_t k = cdc_row_key(t, b.data, r.op == CDC_OP_INSERT ? NULL : before,
+                             r.op == CDC_OP_DELETE ? NULL : after);
+    jbuf_free(&b);
+    assert_int_not_equal(k, 0);
+    return k;
+}
+
+static uint64_t kt_insert(const struct cdc_table *t, uint32_t a, const char *str, uint32_t v)
+{
+    unsigned char img[64], body[128];
+    size_t il = kt_image(img, 7, a, str, v);
+    return kt_key(t, 23, body, kt_rows(body, 23, 7, 0, img, il));
+}
+
+/* db b, table t, then the key values' JSON text */
+static uint64_t parts_key(const char *a, const char *str)
+{
+    const void *parts[] = { "b", "t", a, str };
+    size_t lens[] = { 1, 1, strlen(a), str ? strlen(str) : 0 };
+    return message_key_hash_parts(parts, lens, str ? 4 : 3);
+}
+
+static uint64_t table_key(const char *db, const char *table)
+{
+    const void *parts[] = { db, table };
+    size_t lens[] = { strlen(db), strlen(table) };
+    return message_key_hash_parts(parts, lens, 2);
+}
+
+/* A composite primary key (a, s): rows keyed by db + table + the key's
+ * values; an update by its new key (its after image, or its before image
+ * for key columns a minimal after image lacks), a delete by its before
+ * image. */
+static void test_row_key_composite_pk(void **state)
+{
+    (void)state;
+    unsigned char tm[256];
+    size_t tl = kt_table(tm, sizeof tm, true);
+    const uint32_t idx[] = { 1, 0 }; /* PRIMARY KEY (s, a): any order */
+    tl = add_pk(tm, tl, idx, NULL, 2);
+    struct cdc_table t;
+    char err[256];
+    assert_int_equal(cdc_table_parse(tm, tl, &t, err, sizeof err), 0);
+    assert_true(t.have_pk);
+    assert_int_equal(t.npk, 2);
+    assert_true(t.cols[0].in_pk && t.cols[1].in_pk && !t.cols[2].in_pk);
+
+    uint64_t k1x = kt_insert(&t, 1, "x", 10);
+    assert_int_equal(k1x, parts_key("1", "\"x\""));
+    assert_int_equal(kt_insert(&t, 1, "x", 99), k1x); /* another value, the same row */
+    assert_int_not_equal(kt_insert(&t, 2, "x", 10), k1x);
+    assert_int_not_equal(kt_insert(&t, 1, "y", 10), k1x);
+    assert_int_not_equal(k1x, table_key("b", "t"));
+
+    unsigned char img[128], body[256];
+    size_t il;
+    /* update v of (1, x), full images: keyed by (1, x) */
+    il = kt_image(img, 7, 1, "x", 10);
+    il += kt_image(img + il, 7, 1, "x", 11);
+    assert_int_equal(kt_key(&t, 24, body, kt_rows(body, 24, 7, 7, img, il)), k1x);
+    /* the same with a minimal after image (v only): the key from before */
+    il = kt_image(img, 3, 1, "x", 0);
+    il += kt_image(img + il, 4, 0, NULL, 11);
+    assert_int_equal(kt_key(&t, 24, body, kt_rows(body, 24, 3, 4, img, il)), k1x);
+    /* an update that changes the key: keyed by the new one, (2, x) */
+    il = kt_image(img, 7, 1, "x", 10);
+    il += kt_image(img + il, 7, 2, "x", 10);
+    assert_int_equal(kt_key(&t, 24, body, kt_rows(body, 24, 7, 7, img, il)),
+                     parts_key("2", "\"x\""));
+    /* ... minimal: a changed (after), s unchanged (before) */
+    il = kt_image(img, 3, 1, "x", 0);
+    il += kt_image(img + il, 1, 2, NULL, 0);
+    assert_int_equal(kt_key(&t, 24, body, kt_rows(body, 24, 3, 1, img, il)),
+                     parts_key("2", "\"x\""));
+    /* delete: the before image, full or minimal */
+    il = kt_image(img, 7, 1, "x", 10);
+    assert_int_equal(kt_key(&t, 25, body, kt_rows(body, 25, 7, 0, img, il)), k1x);
+    il = kt_image(img, 3, 1, "x", 0);
+    assert_int_equal(kt_key(&t, 25, body, kt_rows(body, 25, 3, 0, img, il)), k1x);
+    /* a key column in neither image: keyed by the table */
+    il = kt_image(img, 1, 1, NULL, 0);
+    assert_int_equal(kt_key(&t, 25, body, kt_rows(body, 25, 1, 0, img, il)), table_key("b", "t"));
+    cdc_table_free(&t);
+}
+
+/* Tables without a usable primary key: their rows keyed by db + table. A
+ * prefix part is left out of the key (PRIMARY_KEY_WITH_PREFIX). */
+static void test_row_key_without_pk(void **state)
+{
+    (void)state;
+    unsigned char tm[256];
+    struct cdc_table t;
+    char err[256];
+    /* FULL metadata, no primary key */
+    size_t tl = kt_table(tm, sizeof tm, true);
+    assert_int_equal(cdc_table_parse(tm, tl, &t, err, sizeof err), 0);
+    assert_false(t.have_pk);
+    assert_int_equal(t.npk, 0);
+    uint64_t k = kt_insert(&t, 1, "x", 10);
+    assert_int_equal(k, table_key("b", "t"));
+    assert_int_equal(kt_insert(&t, 2, "y", 20), k);
+    assert_int_equal(cdc_table_key(&t), k);
+    cdc_table_free(&t);
+
+    /* PRIMARY KEY (a, s(5)): keyed by a */
+    tl = kt_table(tm, sizeof tm, true);
+    const uint32_t idx[] = { 0, 1 }, prefix[] = { 0, 5 };
+    tl = add_pk(tm, tl, idx, prefix, 2);
+    assert_int_equal(cdc_table_parse(tm, tl, &t, err, sizeof err), 0);
+    assert_true(t.have_pk);
+    assert_int_equal(t.npk, 1);
+    assert_true(t.cols[0].in_pk);
+    assert_false(t.cols[1].in_pk);
+    k = kt_insert(&t, 1, "x", 10);
+    assert_int_equal(k, parts_key("1", NULL));
+    assert_int_equal(kt_insert(&t, 1, "y", 10), k);
+    assert_int_not_equal(kt_insert(&t, 2, "x", 10), k);
+    cdc_table_free(&t);
+
+    /* PRIMARY KEY (s(5)) alone: keyed by the table */
+    tl = kt_table(tm, sizeof tm, true);
+    const uint32_t idx1[] = { 1 }, prefix1[] = { 5 };
+    tl = add_pk(tm, tl, idx1, prefix1, 1);
+    assert_int_equal(cdc_table_parse(tm, tl, &t, err, sizeof err), 0);
+    assert_true(t.have_pk);
+    assert_int_equal(t.npk, 0);
+    assert_int_equal(kt_insert(&t, 1, "x", 10), table_key("b", "t"));
+    cdc_table_free(&t);
+
+    /* a malformed key field fails the table map, as other optional metadata */
+    tl = kt_table(tm, sizeof tm, true);
+    tm[tl++] = 9;
+    tm[tl++] = 1;
+    tm[tl++] = 0; /* an index without its prefix length */
+    assert_int_equal(cdc_table_parse(tm, tl, &t, err, sizeof err), -1);
+
+    /* DDL: keyed by its database alone */
+    const void *dparts[] = { "shop" };
+    const size_t dlens[] = { 4 };
+    assert_int_equal(cdc_ddl_key("shop"), message_key_hash_parts(dparts, dlens, 1));
+    assert_int_not_equal(cdc_ddl_key("shop"), cdc_ddl_key("crm"));
+    assert_int_not_equal(cdc_ddl_key("shop"), table_key("shop", ""));
+    assert_int_not_equal(cdc_ddl_key("shop"), 0);
+}
+
+/* Without FULL metadata the primary key comes from information_schema
+ * (cdc_table_apply_pk), used only when it lists as many columns as the
+ * table map has and the table map named none itself. */
+static void test_row_key_from_schema(void **state)
+{
+    (void)state;
+    unsigned char tm[256];
+    struct cdc_table t;
+    char err[256];
+    size_t tl = kt_table(tm, sizeof tm, false);
+    assert_int_equal(cdc_table_parse(tm, tl, &t, err, sizeof err), 0);
+    assert_false(t.have_pk);
+    assert_int_equal(kt_insert(&t, 1, "x", 10), table_key("b", "t"));
+    cdc_table_apply_schema(&t, (char *const *)KT_NAMES, NULL, NULL, 3);
+    const bool pk_a[] = { true, false, false };
+    cdc_table_apply_pk(&t, pk_a, 2); /* another column count: ignored */
+    assert_int_equal(t.npk, 0);
+    cdc_table_apply_pk(&t, pk_a, 3);
+    assert_int_equal(t.npk, 1);
+    assert_int_equal(kt_insert(&t, 1, "x", 10), parts_key("1", NULL));
+    assert_int_not_equal(kt_insert(&t, 2, "x", 10), parts_key("1", NULL));
+    cdc_table_apply_pk(&t, NULL, 3); /* no primary key (any more) */
+    assert_int_equal(t.npk, 0);
+    assert_int_equal(kt_insert(&t, 1, "x", 10), table_key("b", "t"));
+    cdc_table_free(&t);
+
+    /* the table map's own key wins */
+    tl = kt_table(tm, sizeof tm, true);
+    const uint32_t idx[] = { 2 };
+    tl = add_pk(tm, tl, idx, NULL, 1);
+    assert_int_equal(cdc_table_parse(tm, tl, &t, err, sizeof err), 0);
+    cdc_table_apply_pk(&t, pk_a, 3);
+    assert_int_equal(t.npk, 1);
+    assert_true(t.cols[2].in_pk);
+    assert_false(t.cols[0].in_pk);
+    cdc_table_free(&t);
+}
+
 static void test_position(void **state)
 {
     (void)state;
@@ -511,6 +801,9 @@ int main(void)
         cmocka_unit_test(test_minimal_metadata),
         cmocka_unit_test(test_decimal_digit_groups),
         cmocka_unit_test(test_column_keys_escaped),
+        cmocka_unit_test(test_row_key_composite_pk),
+        cmocka_unit_test(test_row_key_without_pk),
+        cmocka_unit_test(test_row_key_from_schema),
         cmocka_unit_test(test_position),
         cmocka_unit_test(test_filter),
     };

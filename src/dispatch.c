@@ -109,16 +109,18 @@ static size_t take(struct dispatcher *d, int64_t timeout_ms)
     return n;
 }
 
-/* Hands requests to the sink while its limit allows. Returns false when a
- * term is being verified (nothing may go for now). */
-static bool start_requests(struct dispatcher *d)
+/* Hands requests to the sink while its limit allows. Returns how many
+ * started; *verifying: a term is being verified (nothing may go for now). */
+static size_t start_requests(struct dispatcher *d, bool *verifying)
 {
+    size_t started = 0;
+    *verifying = false;
     while (d->in_flight < d->ops->limit(d->sink)) {
         struct dreq *q = dreq_take(d);
         size_t n = keysched_pick(d->ks, q->msgs, q->slots, d->batch);
         if (n == 0) {
             dreq_put(d, q);
-            return true;
+            break;
         }
         switch (forward_gate(d->h->fctx, q->msgs[0]->epoch)) {
         case FORWARD_OPEN:
@@ -126,11 +128,13 @@ static bool start_requests(struct dispatcher *d)
             q->r.n = n;
             d->ops->submit(d->sink, &q->r, &d->call);
             d->in_flight++;
+            started++;
             continue;
         case FORWARD_VERIFYING:
             keysched_unpick(d->ks, q->slots, n);
             dreq_put(d, q);
-            return false;
+            *verifying = true;
+            return started;
         case FORWARD_ENDED:
             keysched_finish(d->ks, q->slots, n, MSG_DROPPED_TERM_ENDED);
             break;
@@ -140,7 +144,7 @@ static bool start_requests(struct dispatcher *d)
         }
         dreq_put(d, q);
     }
-    return true;
+    return started;
 }
 
 /* The requests the sink handed back: their messages are finished. */
@@ -170,10 +174,13 @@ static void settle_prefix(struct dispatcher *d)
 static void run_sink(struct dispatcher *d, int64_t wait_ms)
 {
     struct dispatch_host *h = d->h;
-    if (wait_ms > 0) {
+    /* A producer's wake-up is asked for only when a message could be
+     * taken (the window has room): a full window waits for answers alone,
+     * not woken once per message queued meanwhile. */
+    if (wait_ms > 0 && keysched_room(d->ks) > 0) {
         atomic_store(&h->waiting, true);
         /* a message queued before the flag was seen is not waited for */
-        if (queue_depth(h->q) > 0 && keysched_room(d->ks) > 0) wait_ms = 0;
+        if (queue_depth(h->q) > 0) wait_ms = 0;
     }
     size_t n = d->ops->run(d->sink, wait_ms, d->done, d->done_max);
     atomic_store(&h->waiting, false);
@@ -192,16 +199,19 @@ void dispatch_run(struct dispatch_host *h)
         if (idle && got == 0) continue;
         if (h->fctx->cancel && atomic_load(h->fctx->cancel))
             keysched_finish_waiting(d.ks, MSG_DROPPED_SHUTDOWN);
-        bool live = start_requests(&d);
+        bool verifying;
+        size_t started = start_requests(&d, &verifying);
         settle_prefix(&d);
         if (d.in_flight > 0) {
-            /* more may be taken and sent when the window has room and the
-             * limit allows: then only poll */
-            bool more = live && keysched_room(d.ks) > 0 && queue_depth(h->q) > 0 &&
+            /* Only poll (and come back for more at once) while requests are
+             * being started and more wait in the queue; otherwise wait for
+             * an answer, or for a producer's wake-up (a new message may have
+             * a free key). */
+            bool more = started > 0 && keysched_room(d.ks) > 0 && queue_depth(h->q) > 0 &&
                         d.in_flight < d.ops->limit(d.sink);
             run_sink(&d, more ? 0 : 50);
             settle_prefix(&d);
-        } else if (!live) {
+        } else if (verifying) {
             struct timespec ts = {0, 1000000}; /* the lease is being verified */
             nanosleep(&ts, NULL);
         }

@@ -44,6 +44,14 @@ struct keysched {
     struct key_seen *seen;    /* keys a pick passed over */
     size_t tmask;
     uint32_t gen;
+    /* A pick that took nothing leaves its scan to be continued: the next
+     * pick looks only at what was pushed since (same generation, so the
+     * keys it passed over still hold their later messages back), unless a
+     * key was freed or a waiting message left in between (resume = false).
+     * Without it a window full of one busy key was scanned whole on every
+     * pick, finding nothing each time. */
+    bool resume;
+    uint64_t resume_pos;
 };
 
 /* key 0 (a keyless message: the endpoint's one key) is a key like any
@@ -151,7 +159,10 @@ static void flight_release(struct keysched *ks, uint64_t key)
 {
     struct key_count *e = flight_find(ks, key);
     if (!e) return;
-    if (--e->count == 0) flight_remove_at(ks, (size_t)(e - ks->flight));
+    if (--e->count == 0) {
+        flight_remove_at(ks, (size_t)(e - ks->flight));
+        ks->resume = false; /* a message passed over may go now */
+    }
 }
 
 /* ---- keys a pick passed over ---- */
@@ -214,10 +225,14 @@ size_t keysched_pick(struct keysched *ks, struct message **msgs, uint32_t *slots
 {
     while (ks->first_wait < ks->tail && at(ks, ks->first_wait)->state != SLOT_WAIT) ks->first_wait++;
     if (ks->waiting == 0 || max == 0) return 0;
-    next_generation(ks);
+    uint64_t pos = ks->first_wait;
+    if (ks->resume && ks->resume_pos > pos)
+        pos = ks->resume_pos; /* only what came since the last empty pick */
+    else
+        next_generation(ks);
     size_t n = 0;
     uint64_t epoch = 0;
-    for (uint64_t pos = ks->first_wait; pos < ks->tail && n < max; pos++) {
+    for (; pos < ks->tail && n < max; pos++) {
         struct slot *s = at(ks, pos);
         if (s->state != SLOT_WAIT || !may_take(ks, s->m, n, epoch)) continue;
         if (n == 0) epoch = s->m->epoch;
@@ -228,6 +243,10 @@ size_t keysched_pick(struct keysched *ks, struct message **msgs, uint32_t *slots
         slots[n] = (uint32_t)(pos % ks->cap);
         n++;
     }
+    /* continued next time only when this pick took nothing (what it took
+     * carries this generation's stamp) and saw everything */
+    ks->resume = n == 0;
+    ks->resume_pos = pos;
     return n;
 }
 
@@ -246,6 +265,7 @@ void keysched_unpick(struct keysched *ks, const uint32_t *slots, size_t n)
         if (ks->by_key) flight_release(ks, key_of(s->m));
         s->state = SLOT_WAIT;
         ks->waiting++;
+        ks->resume = false;
         uint64_t pos = position(ks, slots[i]);
         if (pos < ks->first_wait) ks->first_wait = pos;
     }
@@ -257,6 +277,7 @@ static void finish_slot(struct keysched *ks, struct slot *s, enum msg_outcome o)
         if (ks->by_key) flight_release(ks, key_of(s->m));
     } else if (s->state == SLOT_WAIT) {
         ks->waiting--;
+        ks->resume = false; /* its key no longer holds later ones back */
     } else {
         return; /* finished already, or free */
     }

@@ -6,7 +6,9 @@
  * PROCESSES
  *   Guard(i)  i = 0..2  the lease thread of replica i (guard/active_guard.c)
  *   Fwd(i)    i = 0..2  its forwarder and bounded sink write (src/gateway.c,
- *                       src/forward.c, src/sink_*.c)
+ *                       src/forward.c, src/sink_*.c); with -DINFLIGHT2 its
+ *                       concurrent HTTP sink: up to two requests in flight,
+ *                       one per ordering key
  *   Redis()             one Redis node: the lock key with expiry on Redis's
  *                       clock, the epoch key, TIME (guard/locker_redis.c)
  *   Env()               time, clock drift, connection breaks, Redis restarts
@@ -52,9 +54,17 @@
  *       deadline is final);
  *   S4  (-DS4, optional) when a write completes, Redis still holds that
  *       term's token;
+ *   S5  (INFLIGHT2) per-key order, at the sink: on each key, within an
+ *       epoch, the messages are accepted in their receive order, none
+ *       skipped (the first accepted of an epoch is the first received in
+ *       it, each next one the next received on that key);
  *   L1  (-DLIVE: LTL, weak fairness) with Redis up and replica 0 running,
  *       some running replica leads infinitely often.
- *   -DNO_S1 / -DNO_S2 / -DNO_S3 switch one off (to see what else breaks).
+ *   -DNO_S1 / -DNO_S2 / -DNO_S3 / -DNO_S5 switch one off (to see what else
+ *   breaks).
+ *   With INFLIGHT2 a replica may be inside several requests at once (that
+ *   is allowed); S1 is about replicas: a request may start only while no
+ *   other replica has one in flight.
  *
  * SWITCHES
  *   wrong designs (each must give a counterexample):
@@ -84,6 +94,30 @@
  *                        until a renew succeeds, then delegates again); the
  *                        guard leaves a term (unlock, standby) only while
  *                        the renewer has no request in flight for it
+ *   concurrent delivery (must verify like the real model):
+ *   INFLIGHT2            the HTTP sink with several requests in flight
+ *                        (max_in_flight = MAXINF = 2), ordered per key:
+ *                        every message gets one of NK = 2 keys when it is
+ *                        received; the replica keeps its messages in receive
+ *                        order (QLEN, 2 or 3, pending and in flight
+ *                        together); a request for one starts only after the
+ *                        check of its term (same as today: epoch equal,
+ *                        deadline not passed, generation unchanged) and only
+ *                        when no earlier message of its key is left (so one
+ *                        request per key in flight, in receive order; keys
+ *                        in parallel); a request lives while its term does
+ *                        (each asks the lease every poll slice:
+ *                        run_request) and completes at any moment of it;
+ *                        when the term ends (deadline, LOST, release) all of
+ *                        its requests in flight are aborted and its messages
+ *                        settled
+ *   with INFLIGHT2, wrong designs:
+ *   NO_ABORT_INFLIGHT    when a term ends only the first request in flight
+ *                        is aborted: the other keeps going (S3; with S3 off
+ *                        and a third message, S1)
+ *   NO_KEY_BUSY          a key's next message may start while its previous
+ *                        one is still in flight (two requests on one key):
+ *                        they complete out of order (S5)
  *   with RENEWER, wrong designs:
  *   REN_NO_CAS           the renewer's extension is a read, then (another
  *                        step) a plain store: it revives an ended term
@@ -100,6 +134,14 @@
  *   - messages of an ended term are dropped when the term ends, and a write
  *     is aborted when its bound passes (the forwarder would do the same
  *     whenever it looks: the check never says yes again for an ended term);
+ *     INFLIGHT2: the requests of a term are aborted in the step that ends it
+ *     (the C code aborts each at its next poll slice, before it writes or
+ *     reads anything more);
+ *   - INFLIGHT2: the two keys are symmetric, so the first message is on
+ *     key 0; a retry of a failed attempt is part of its request's time in
+ *     flight (its check is the term being live, which the request needs
+ *     anyway; a retry waiting while UNSURE does less than a request that
+ *     goes on);
  *   - messages arrive when a term begins and after a write completes (the
  *     forwarder may wait arbitrarily, so a later arrival in the same term
  *     carries the same epoch and allows nothing more);
@@ -143,6 +185,22 @@
 #endif
 #ifndef MAXREL
 #define MAXREL 1         /* graceful releases */
+#endif
+#ifdef INFLIGHT2
+#ifndef QLEN
+#define QLEN 2           /* INFLIGHT2: pending and in-flight messages per replica (2 or 3) */
+#endif
+#ifndef MAXINF
+#define MAXINF 2         /* INFLIGHT2: max_in_flight, requests in flight per replica */
+#endif
+#define NK 2             /* INFLIGHT2: ordering keys */
+#ifdef CHECK_PER_BATCH
+#error "CHECK_PER_BATCH is a one-write forwarder: not with INFLIGHT2"
+#endif
+#else
+#if defined(NO_ABORT_INFLIGHT) || defined(NO_KEY_BUSY)
+#error "NO_ABORT_INFLIGHT and NO_KEY_BUSY need INFLIGHT2"
+#endif
 #endif
 #ifndef QLEN
 #define QLEN 1           /* forwarder queue per replica (1 or 2) */
@@ -211,8 +269,25 @@ bool rlive[N];     /* step 1 saw a live term and a later deadline: step 2 stores
 #endif
 #endif
 
+#ifndef INFLIGHT2
 typedef queue { byte m[QLEN] };
 queue q[N];        /* forwarder queue: the epoch each message was received in */
+#else
+/* INFLIGHT2: the replica's messages in receive order, pending or in flight
+ * (a request in flight keeps its place until it completes or is aborted) */
+typedef mqueue {
+	byte ep[QLEN]; /* the epoch it was received in */
+	byte s[QLEN];  /* its place on its key in that term: 1, 2, ... */
+	bit k[QLEN];   /* its ordering key */
+	bit f[QLEN]    /* a request for it is in flight */
+};
+mqueue q[N];
+byte nfl[N];       /* requests in flight (at most MAXINF; one per key) */
+byte kseq[N * NK]; /* messages received on each key in the current term */
+byte kn[NK];       /* the sink, per key: the place of the last message it
+                      accepted in epoch `last` (0: none yet) */
+byte tj, tk, te;   /* scratch for the steps below (0 between steps; not hidden: BFS) */
+#endif
 byte qn[N];
 bool wr[N];        /* inside a sink write */
 byte wdl[N];       /* ticks left on the write's bound (the time left when it started) */
@@ -244,7 +319,9 @@ bool rwait[N];     /* standby waits for the next tick before trying again */
 #endif
 
 /* a write that can still reach the sink */
-#ifdef CHECK_PER_BATCH
+#if defined(INFLIGHT2)
+#define LIVEW(j) (nfl[j] > 0)
+#elif defined(CHECK_PER_BATCH)
 #define LIVEW(j) (wr[j])
 #else
 #define LIVEW(j) (wr[j] && wdl[j] > 0)
@@ -313,6 +390,7 @@ inline rdone(i) {
 /* ================================================================== */
 /* forwarder queue                                                     */
 
+#ifndef INFLIGHT2
 inline pop(i) {
 #if QLEN > 1
 	q[i].m[0] = q[i].m[1]; q[i].m[1] = 0;
@@ -351,6 +429,87 @@ inline settle(i) {
 	settle1(i)
 #endif
 }
+#define DRAINED(i) (!wr[i])
+#define ABORT_ALL(i)
+#else
+/* INFLIGHT2. The queue keeps receive order; a message leaves it when its
+ * request completes or when it is settled. */
+
+/* remove entry j (shift the later ones down) */
+inline qdel(i, j) {
+	tk = j;
+	do
+	:: tk + 1 < qn[i] ->
+		q[i].ep[tk] = q[i].ep[tk + 1]; q[i].s[tk] = q[i].s[tk + 1];
+		q[i].k[tk] = q[i].k[tk + 1]; q[i].f[tk] = q[i].f[tk + 1]; tk++
+	:: else -> break
+	od;
+	q[i].ep[tk] = 0; q[i].s[tk] = 0; q[i].k[tk] = 0; q[i].f[tk] = 0; tk = 0;
+	qn[i]--
+}
+
+/* A message from the source on key `key`, tagged with the replica's current
+ * epoch and its place on the key in this term. (Reduction: see the header.) */
+inline arrive(i, key) {
+	kseq[i * NK + key]++;
+	q[i].ep[qn[i]] = tep[i]; q[i].k[qn[i]] = key; q[i].s[qn[i]] = kseq[i * NK + key];
+	qn[i]++; nmsg++;
+	printf("r%d: message %d of key %d received in term %d\n", i, kseq[i * NK + key], key, tep[i])
+}
+/* (reduction) the keys are symmetric: the first message is on key 0 */
+inline maybe_arrive(i) {
+	do
+	:: nmsg < MAXMSG && tdl[i] > 0 && qn[i] < QLEN -> arrive(i, 0)
+	:: nmsg < MAXMSG && tdl[i] > 0 && qn[i] < QLEN && nmsg > 0 -> arrive(i, 1)
+	:: true -> break
+	od
+}
+
+/* Messages of an ended term, not in flight, are settled as term_ended:
+ * dropped, never delivered (their requests were aborted when the term
+ * ended: abort_all). */
+inline settle(i) {
+	tj = 0;
+	do
+	:: tj < qn[i] ->
+		if
+		:: !q[i].f[tj] && (tep[i] != q[i].ep[tj] || tdl[i] == 0) ->
+			printf("r%d: message %d of key %d, term %d, dropped (term_ended)\n",
+			       i, q[i].s[tj], q[i].k[tj], q[i].ep[tj]);
+			qdel(i, tj)
+		:: else -> tj++
+		fi
+	:: else -> break
+	od;
+	tj = 0
+}
+
+/* The term ended: every request of it in flight is aborted (each asks the
+ * lease every poll slice). NO_ABORT_INFLIGHT: only the first one is. */
+inline abort_all(i) {
+	tj = 0;
+	do
+	:: tj < qn[i] ->
+		if
+		:: q[i].f[tj] -> q[i].f[tj] = 0; nfl[i]--;
+			printf("r%d: request for message %d of key %d aborted (term %d ended)\n",
+			       i, q[i].s[tj], q[i].k[tj], q[i].ep[tj]);
+#ifdef NO_ABORT_INFLIGHT
+			tj = QLEN
+#else
+			tj++
+#endif
+		:: else -> tj++
+		fi
+	:: else -> break
+	od;
+	tj = 0
+}
+#define DRAINED(i) (nfl[i] == 0)
+/* (carries its own leading ';': without INFLIGHT2 it is nothing, so the
+ * other runs are the same model as before) */
+#define ABORT_ALL(i) ; abort_all(i)
+#endif
 
 /* ================================================================== */
 /* term                                                                */
@@ -361,11 +520,14 @@ inline standby(i) {
 #ifdef RENEWER
 	ren_on[i] = 0; hb[i] = HB_NONE;  /* (the renewer's slot is idle: the guard waited) */
 #endif
+#ifdef INFLIGHT2
+	kseq[i * NK] = 0; kseq[i * NK + 1] = 0;
+#endif
 	HELD_WAIT(i)
 }
 
 inline term_end(i) {
-	tdl[i] = 0; tend[i] = 1; settle(i)
+	tdl[i] = 0; tend[i] = 1 ABORT_ALL(i); settle(i)
 }
 
 /* Replica i's connection breaks: a request not applied yet is dropped, a
@@ -406,6 +568,7 @@ inline ltick(i) {
 		if
 		:: tdl[i] == 0 -> tend[i] = 1;  /* the deadline passed: the term ended, for good */
 			printf("r%d: deadline of term %d passed: term ended\n", i, tep[i])
+			ABORT_ALL(i)
 		:: else -> skip
 		fi
 	:: else -> skip
@@ -568,13 +731,75 @@ inline deliver(i, e) {
 
 inline s1(i) {
 #ifndef NO_S1
+#ifndef INFLIGHT2
 	assert(!LIVEW((i + 1) % N) && !LIVEW((i + 2) % N))  /* S1 */
+#else
+	assert(nfl[(i + 1) % N] == 0 && nfl[(i + 2) % N] == 0)  /* S1 */
+#endif
+#else
+	skip
 #endif
 }
+
+#ifdef INFLIGHT2
+/* the message at q[i] entry j reaches the sink: S2-S4 as deliver(), and
+ * S5: on each key, within an epoch, the sink accepts the messages in their
+ * receive order, none skipped (the first one it accepts of an epoch is the
+ * first received in it, each next one the next received) */
+inline deliver2(i, j) {
+	printf("r%d: request for message %d of key %d completes\n", i, q[i].s[j], q[i].k[j]);
+	te = q[i].ep[j]; tk = last; deliver(i, te);
+	if
+	:: te > tk -> kn[0] = 0; kn[1] = 0     /* a newer epoch: nothing accepted in it yet */
+	:: else -> skip
+	fi;
+#ifndef NO_S5
+	assert(q[i].s[j] == kn[q[i].k[j]] + 1);                /* S5 */
+#endif
+	kn[q[i].k[j]] = q[i].s[j]; te = 0; tk = 0
+}
+#endif
 
 /* ================================================================== */
 /* forwarder                                                           */
 
+#ifdef INFLIGHT2
+/* entry j may be started: its term is live and sure (the check before every
+ * request), a request slot is free, and no earlier message of its key is
+ * left (per-key order: one request per key in flight, in receive order).
+ * NO_KEY_BUSY: only an earlier message of its key not yet in flight stops it */
+#ifdef NO_KEY_BUSY
+#define EARLIER(i, a, j) (q[i].k[a] == q[i].k[j] && !q[i].f[a])
+#else
+#define EARLIER(i, a, j) (q[i].k[a] == q[i].k[j])
+#endif
+#define CANSTART(i, j) (j < qn[i] && !q[i].f[j] && q[i].ep[j] == tep[i] && \
+                        tdl[i] > 0 && !chg[i] && nfl[i] < MAXINF)
+inline start(i, j) {
+	printf("r%d: term %d live: request for message %d of key %d starts\n", i, tep[i], q[i].s[j], q[i].k[j]);
+	s1(i); q[i].f[j] = 1; nfl[i]++
+}
+/* it completes while its term lasts (abort_all() aborts it when the term
+ * ends; NO_ABORT_INFLIGHT: maybe not) */
+inline complete(i, j) {
+	deliver2(i, j); q[i].f[j] = 0; nfl[i]--; qdel(i, j); settle(i); maybe_arrive(i)
+}
+
+proctype Fwd(byte i) {
+	do
+	:: atomic { ALIVE(i) && CANSTART(i, 0) -> start(i, 0) }
+	:: atomic { ALIVE(i) && CANSTART(i, 1) && !EARLIER(i, 0, 1) -> start(i, 1) }
+#if QLEN > 2
+	:: atomic { ALIVE(i) && CANSTART(i, 2) && !EARLIER(i, 0, 2) && !EARLIER(i, 1, 2) -> start(i, 2) }
+#endif
+	:: atomic { ALIVE(i) && q[i].f[0] -> complete(i, 0) }
+	:: atomic { ALIVE(i) && q[i].f[1] -> complete(i, 1) }
+#if QLEN > 2
+	:: atomic { ALIVE(i) && q[i].f[2] -> complete(i, 2) }
+#endif
+	od
+}
+#else
 proctype Fwd(byte i) {
 	do
 #ifndef CHECK_PER_BATCH
@@ -605,6 +830,7 @@ proctype Fwd(byte i) {
 #endif
 	od
 }
+#endif
 
 /* ================================================================== */
 /* guard                                                               */
@@ -660,13 +886,13 @@ proctype Guard(byte i) {
 		send(i, R_CHK, tep[i]); gst[i] = G_CHK; printf("r%d: lease UNSURE: check sent\n", i) }
 	/* leader: graceful release -- drained (no write in flight), term ended, unlock */
 #ifndef RENEWER
-	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] > 0 && nrel < MAXREL && !wr[i] ->
+	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] > 0 && nrel < MAXREL && DRAINED(i) ->
 		nrel++; term_end(i); send(i, R_UNL, tep[i]); gst[i] = G_UNL;
 		printf("r%d: graceful release of term %d: term ended, unlock sent\n", i, tep[i]) }
 #else
 	/* term_end, then renewer_remove (waits while its request is in flight),
 	 * then unlock */
-	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] > 0 && nrel < MAXREL && !wr[i] ->
+	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] > 0 && nrel < MAXREL && DRAINED(i) ->
 		nrel++; term_end(i); gst[i] = G_DONE;
 		printf("r%d: graceful release of term %d: term ended\n", i, tep[i]) }
 	:: atomic { ALIVE(i) && gst[i] == G_DONE && REN_IDLE(i) ->

@@ -98,6 +98,7 @@ struct http_req {
     uint64_t epoch;
     unsigned attempt;        /* attempts failed so far */
     bool running;            /* added to the multi handle (else waiting to retry) */
+    enum msg_outcome stopped; /* MSG_DELIVERED, or why on_prereq refused to send */
     int64_t t0_ms;           /* first attempt */
     int64_t attempt_ms;      /* this attempt's start */
     int64_t retry_at_ms;     /* waiting: when the next attempt may start */
@@ -251,6 +252,28 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
     q->resp_len += take;
     q->resp[q->resp_len] = '\0';
     return n;
+}
+
+/* Right before a request is written (libcurl's pre-request callback, after
+ * the connection is made or reused): its term is asked once more, so a
+ * leader paused between the run loop's check and curl_multi_perform does
+ * not send when it resumes (found by test_concurrent_failover: a pass
+ * that starts many requests left up to all of them unchecked). What
+ * remains is the gap between this check and the write(2) in libcurl. */
+static int on_prereq(void *clientp, char *primary_ip, char *local_ip, int primary_port,
+                     int local_port)
+{
+    (void)primary_ip, (void)local_ip, (void)primary_port, (void)local_port;
+    struct http_req *q = clientp;
+    if (q->call->cancel && atomic_load(q->call->cancel)) {
+        q->stopped = MSG_DROPPED_SHUTDOWN;
+        return CURL_PREREQFUNC_ABORT;
+    }
+    if (sink_time_left(q->call, q->epoch) < 0) {
+        q->stopped = MSG_DROPPED_TERM_ENDED;
+        return CURL_PREREQFUNC_ABORT;
+    }
+    return CURL_PREREQFUNC_OK;
 }
 
 static void req_free(struct http_req *q)
@@ -505,6 +528,8 @@ static struct http_req *req_take(struct http_sink *k)
         sym_curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
         sym_curl_easy_setopt(c, CURLOPT_WRITEDATA, q);
         sym_curl_easy_setopt(c, CURLOPT_PRIVATE, q);
+        sym_curl_easy_setopt(c, CURLOPT_PREREQFUNCTION, on_prereq);
+        sym_curl_easy_setopt(c, CURLOPT_PREREQDATA, q);
         sym_curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
         sym_curl_easy_setopt(c, CURLOPT_USERAGENT, "baton/" BATON_VERSION);
     }
@@ -581,6 +606,7 @@ static void attempt_start(struct http_sink *k, struct http_req *q, int64_t now)
     q->resp_len = 0;
     q->resp[0] = '\0';
     q->status = 0;
+    q->stopped = MSG_DELIVERED;
     q->attempt_ms = now;
     if (sym_curl_multi_add_handle(k->multi, q->easy) != CURLM_OK) {
         snprintf(q->what, sizeof q->what, "curl_multi_add_handle failed");
@@ -696,6 +722,15 @@ static void attempt_done(struct http_sink *k, struct http_req *q, CURLcode rc, i
     sym_curl_multi_remove_handle(k->multi, q->easy);
     q->running = false;
     k->n_running--;
+    if (q->stopped != MSG_DELIVERED) { /* on_prereq: nothing was written */
+        q->call->attempt_errors++;
+        log_not_delivered(k, q, q->stopped == MSG_DROPPED_SHUTDOWN
+                                    ? "not sent: shutdown"
+                                    : "not sent: the lease term ended before the request was written",
+                          false);
+        req_end(k, q, q->stopped);
+        return;
+    }
     enum attempt_result res = attempt_result(q, rc);
     bool overload = res == ATTEMPT_RETRY; /* timeout, connect error, 5xx, 429 */
     aimd_observe(&k->aimd, now, (double)(now - q->attempt_ms), overload, q->load);
@@ -754,6 +789,18 @@ static int64_t term_left(struct term_memo *m, const struct sink_call *call, uint
         m->n++;
     }
     return left;
+}
+
+/* Whether the term of every running request still runs, asked again right
+ * before curl_multi_perform: a pause inside the pass (SIGSTOP, swap) must
+ * not let what it decided write after the term ended. Once a term ended it
+ * stays ended, so the next pass aborts what this one found. */
+static bool terms_still_live(const struct http_sink *k)
+{
+    struct term_memo fresh = {.n = 0};
+    for (const struct http_req *q = k->active; q; q = q->next)
+        if (q->running && term_left(&fresh, q->call, q->epoch) < 0) return false;
+    return true;
 }
 
 /* Before every curl_multi_perform, the call that writes: a request whose
@@ -853,6 +900,7 @@ static size_t http_run(void *sink, int64_t wait_ms, struct sink_req **done, size
         int64_t now = clock_mono_ms();
         int64_t bound = check_terms(k, now, 20); /* poll slices of at most 20 ms */
         if (k->n_running > 0) {
+            if (!terms_still_live(k)) continue; /* ended meanwhile: the next pass aborts */
             int running = 0;
             if (sym_curl_multi_perform(k->multi, &running) == CURLM_OK) collect(k, clock_mono_ms());
         }

@@ -95,6 +95,7 @@ struct http_req {
     struct jbuf body;        /* NDJSON batch body (batch_max > 1) */
     const char *data;        /* what is posted: body.data or the one envelope */
     size_t len;
+    size_t sent;             /* of data, handed to libcurl in this attempt (on_read) */
     uint64_t epoch;
     unsigned attempt;        /* attempts failed so far */
     bool running;            /* added to the multi handle (else waiting to retry) */
@@ -274,6 +275,42 @@ static int on_prereq(void *clientp, char *primary_ip, char *local_ip, int primar
         return CURL_PREREQFUNC_ABORT;
     }
     return CURL_PREREQFUNC_OK;
+}
+
+/* The body, handed to libcurl when it is about to write it (after the
+ * request line and headers went out on their own): the term is asked once
+ * more here, so a request whose term ended meanwhile never gets a body and
+ * the receiver never sees a whole request. A pause in on_prereq's window,
+ * while libcurl builds the headers, is caught here; what remains is the
+ * copy between this return and libcurl's write(2). */
+static size_t on_read(char *buf, size_t size, size_t nitems, void *userdata)
+{
+    struct http_req *q = userdata;
+    if (q->sent < q->len || q->len == 0) {
+        if (q->call->cancel && atomic_load(q->call->cancel)) {
+            q->stopped = MSG_DROPPED_SHUTDOWN;
+            return CURL_READFUNC_ABORT;
+        }
+        if (sink_time_left(q->call, q->epoch) < 0) {
+            q->stopped = MSG_DROPPED_TERM_ENDED;
+            return CURL_READFUNC_ABORT;
+        }
+    }
+    size_t room = size * nitems;
+    size_t n = q->len - q->sent < room ? q->len - q->sent : room;
+    memcpy(buf, q->data + q->sent, n);
+    q->sent += n;
+    return n;
+}
+
+/* libcurl rewinds when it sends the request again on a fresh connection (a
+ * kept-alive one that the receiver had closed). */
+static int on_seek(void *userdata, curl_off_t offset, int origin)
+{
+    struct http_req *q = userdata;
+    if (origin != SEEK_SET || offset < 0 || (size_t)offset > q->len) return CURL_SEEKFUNC_FAIL;
+    q->sent = (size_t)offset;
+    return CURL_SEEKFUNC_OK;
 }
 
 static void req_free(struct http_req *q)
@@ -531,6 +568,12 @@ static struct http_req *req_take(struct http_sink *k)
         sym_curl_easy_setopt(c, CURLOPT_PRIVATE, q);
         sym_curl_easy_setopt(c, CURLOPT_PREREQFUNCTION, on_prereq);
         sym_curl_easy_setopt(c, CURLOPT_PREREQDATA, q);
+        sym_curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
+        sym_curl_easy_setopt(c, CURLOPT_READDATA, q);
+        sym_curl_easy_setopt(c, CURLOPT_SEEKFUNCTION, on_seek);
+        sym_curl_easy_setopt(c, CURLOPT_SEEKDATA, q);
+        /* the body goes through on_read: libcurl's smallest upload buffer */
+        sym_curl_easy_setopt(c, CURLOPT_UPLOAD_BUFFERSIZE, 16384L);
         sym_curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
         sym_curl_easy_setopt(c, CURLOPT_USERAGENT, "baton/" BATON_VERSION);
     }
@@ -607,6 +650,7 @@ static void attempt_start(struct http_sink *k, struct http_req *q, int64_t now)
     q->resp_len = 0;
     q->resp[0] = '\0';
     q->status = 0;
+    q->sent = 0;
     q->stopped = MSG_DELIVERED;
     q->attempt_ms = now;
     if (sym_curl_multi_add_handle(k->multi, q->easy) != CURLM_OK) {
@@ -670,7 +714,8 @@ static void http_submit(void *sink, struct sink_req *r, struct sink_call *call)
         q->len = r->msgs[0]->len;
     }
     sym_curl_easy_setopt(q->easy, CURLOPT_HTTPHEADER, q->hdrs);
-    sym_curl_easy_setopt(q->easy, CURLOPT_POSTFIELDS, q->data);
+    /* no POSTFIELDS: libcurl would build the body into the first write,
+     * past on_read's check (see on_read) */
     sym_curl_easy_setopt(q->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)q->len);
     publish_flight(k);
 }

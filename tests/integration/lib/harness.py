@@ -699,6 +699,18 @@ class TestContext:
                 log("  " + line)
 
 
+def check_sanitizers(t):
+    """Sanitizer builds: a report in any baton's log fails the test, even
+    when the process was killed or its exit status was not checked."""
+    for b in t.batons:
+        text = b.stderr_text()
+        for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                       "WARNING: ThreadSanitizer"):
+            if marker in text:
+                t.failures.append("%s: sanitizer report in its log (%s)" % (b.name, marker))
+                break
+
+
 def main(namespace):
     tests = [(n, f) for n, f in sorted(namespace.items())
              if n.startswith("test_") and callable(f)]
@@ -724,15 +736,7 @@ def main(namespace):
             traceback.print_exc()
             t.failures.append("exception: %r" % e)
         t.finish()
-        # Sanitizer builds: a report in any baton's log fails the test, even
-        # when the process was killed or its exit status was not checked.
-        for b in t.batons:
-            text = b.stderr_text()
-            for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
-                           "WARNING: ThreadSanitizer"):
-                if marker in text:
-                    t.failures.append("%s: sanitizer report in its log (%s)" % (b.name, marker))
-                    break
+        check_sanitizers(t)
         if t.failures:
             t.dump_logs()
         dt = time.monotonic() - t0

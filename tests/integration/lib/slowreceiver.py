@@ -487,13 +487,7 @@ def parallel_main(namespace, limit_s=400):
                 traceback.print_exc()
             t.failures.append("exception: %r" % e)
         t.finish()
-        for b in t.batons:
-            text = b.stderr_text()
-            for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
-                           "WARNING: ThreadSanitizer"):
-                if marker in text:
-                    t.failures.append("%s: sanitizer report in its log (%s)" % (b.name, marker))
-                    break
+        h.check_sanitizers(t)
         dt = time.monotonic() - t0
         with _print_lock:
             if t.failures:

@@ -285,20 +285,12 @@ static void settle(struct gw_endpoint *e, struct message **msgs, const enum msg_
     atomic_fetch_sub(&e->pending, (long long)n);
 }
 
-/* Forwards a popped (or claimed) batch and settles it. */
-static void deliver(struct gw_endpoint *e, const struct forward_ctx *ctx, struct message **batch,
-                    enum msg_outcome *outcome, size_t n)
-{
-    unsigned long long errors = forward_batch(ctx, batch, outcome, n);
-    if (errors) atomic_fetch_add_explicit(&e->stats.sink_errors, errors, memory_order_relaxed);
-    if (e->warm) warm_settled(e->warm, batch, outcome, n); /* before they are freed */
-    settle(e, batch, outcome, n);
-}
-
-/* Concurrent delivery's settle (src/dispatch.c): a finished prefix, in
- * receive order. */
-static void dispatch_settled(void *arg, struct message **msgs, const enum msg_outcome *outcome,
-                             size_t n, unsigned long long errors)
+/* What the sink made of msgs[0..n) (in receive order), told to everyone
+ * who counts: the error counter, the replay ring, the settle above. Both
+ * forwarders end here: deliver below, and concurrent delivery
+ * (src/dispatch.c) with each finished prefix. */
+static void settle_sent(void *arg, struct message **msgs, const enum msg_outcome *outcome,
+                        size_t n, unsigned long long errors)
 {
     struct gw_endpoint *e = arg;
     if (errors) atomic_fetch_add_explicit(&e->stats.sink_errors, errors, memory_order_relaxed);
@@ -306,7 +298,16 @@ static void dispatch_settled(void *arg, struct message **msgs, const enum msg_ou
     settle(e, msgs, outcome, n);
 }
 
-static void dispatch_popped(void *arg)
+/* Forwards a popped (or claimed) batch and settles it. */
+static void deliver(struct gw_endpoint *e, const struct forward_ctx *ctx, struct message **batch,
+                    enum msg_outcome *outcome, size_t n)
+{
+    unsigned long long errors = forward_batch(ctx, batch, outcome, n);
+    settle_sent(e, batch, outcome, n, errors);
+}
+
+/* The queue's depth for the metrics, after every pop. */
+static void publish_queue_depth(void *arg)
 {
     struct gw_endpoint *e = arg;
     atomic_store_explicit(&e->stats.queue_depth, (long long)queue_depth(e->q), memory_order_relaxed);
@@ -342,7 +343,7 @@ static void *forwarder_main(void *arg)
          * not pay the coalescing pause on every message. */
         for (size_t i = 0; i < n; i++)
             if (batch[i]->sender_waits) last_n = 0;
-        atomic_store_explicit(&e->stats.queue_depth, (long long)queue_depth(e->q), memory_order_relaxed);
+        publish_queue_depth(e);
         if (n == 0) {
             if (queue_closed(e->q)) break;
             continue;
@@ -560,8 +561,8 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
         e->disp.fctx = &e->fctx;
         e->disp.queue_batch_max = e->queue_batch_max;
         e->disp.by_key = c->ordering == ORDERING_KEY;
-        e->disp.settle = dispatch_settled;
-        e->disp.popped = dispatch_popped;
+        e->disp.settle = settle_sent;
+        e->disp.popped = publish_queue_depth;
         e->disp.arg = e;
     }
     e->inl_fctx = e->fctx;

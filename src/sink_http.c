@@ -261,20 +261,22 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
  * not send when it resumes (found by test_concurrent_failover: a pass
  * that starts many requests left up to all of them unchecked). What
  * remains is the gap between this check and the write(2) in libcurl. */
+/* Whether q may still write: false (q->stopped set) at shutdown or once
+ * its term ended. Asked by libcurl's callbacks right before it writes. */
+static bool may_write(struct http_req *q)
+{
+    if (q->call->cancel && atomic_load(q->call->cancel))
+        q->stopped = MSG_DROPPED_SHUTDOWN;
+    else if (sink_time_left(q->call, q->epoch) < 0)
+        q->stopped = MSG_DROPPED_TERM_ENDED;
+    return q->stopped == MSG_DELIVERED;
+}
+
 static int on_prereq(void *clientp, char *primary_ip, char *local_ip, int primary_port,
                      int local_port)
 {
     (void)primary_ip, (void)local_ip, (void)primary_port, (void)local_port;
-    struct http_req *q = clientp;
-    if (q->call->cancel && atomic_load(q->call->cancel)) {
-        q->stopped = MSG_DROPPED_SHUTDOWN;
-        return CURL_PREREQFUNC_ABORT;
-    }
-    if (sink_time_left(q->call, q->epoch) < 0) {
-        q->stopped = MSG_DROPPED_TERM_ENDED;
-        return CURL_PREREQFUNC_ABORT;
-    }
-    return CURL_PREREQFUNC_OK;
+    return may_write(clientp) ? CURL_PREREQFUNC_OK : CURL_PREREQFUNC_ABORT;
 }
 
 /* The body, handed to libcurl when it is about to write it (after the
@@ -286,16 +288,7 @@ static int on_prereq(void *clientp, char *primary_ip, char *local_ip, int primar
 static size_t on_read(char *buf, size_t size, size_t nitems, void *userdata)
 {
     struct http_req *q = userdata;
-    if (q->sent < q->len || q->len == 0) {
-        if (q->call->cancel && atomic_load(q->call->cancel)) {
-            q->stopped = MSG_DROPPED_SHUTDOWN;
-            return CURL_READFUNC_ABORT;
-        }
-        if (sink_time_left(q->call, q->epoch) < 0) {
-            q->stopped = MSG_DROPPED_TERM_ENDED;
-            return CURL_READFUNC_ABORT;
-        }
-    }
+    if ((q->sent < q->len || q->len == 0) && !may_write(q)) return CURL_READFUNC_ABORT;
     size_t room = size * nitems;
     size_t n = q->len - q->sent < room ? q->len - q->sent : room;
     memcpy(buf, q->data + q->sent, n);

@@ -190,7 +190,7 @@ static int apply_default(const struct setting_def *d, void *out, const config_se
         return 0;
     case SETTING_INT: {
         if (d->word && strcmp(t, d->word) == 0) {
-            *(int64_t *)p = 0;
+            *(int64_t *)p = d->word_value;
             return 0;
         }
         errno = 0;
@@ -290,7 +290,7 @@ static int parse_one(const struct setting_def *d, const config_setting_t *s, voi
                         d->name, v, (long long)d->min, (long long)d->max, d->word);
                 return -1;
             }
-            *(int64_t *)p = 0;
+            *(int64_t *)p = d->word_value;
             return 0;
         }
         if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64) break;

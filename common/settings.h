@@ -52,8 +52,11 @@ struct setting_def {
      * file, line and the new name; both given is an error. NULL: none. */
     const char *old_name;
     /* SETTING_INT: a word accepted instead of a number (as a string, e.g.
-     * "auto"), stored as 0 (so min must be > 0). NULL: numbers only. */
+     * "auto"), stored as word_value (0 unless given: min must then be > 0;
+     * a word beside a range that holds 0 is stored as -1, e.g. retries =
+     * "while_leading"). NULL: numbers only. */
     const char *word;
+    int64_t word_value;
 };
 #define SETTINGS_END { .name = NULL }
 

@@ -23,6 +23,12 @@ struct ep_stats {
     atomic_llong queue_depth;
     atomic_ullong source_errors;       /* connection losses, decode errors, ... */
     atomic_ullong malformed;           /* source messages that could not be decoded */
+    atomic_ullong source_overflow;     /* the source cut this reader off for falling behind
+                                          (redis_psub: client-output-buffer-limit pubsub) */
+    atomic_ullong dead_lettered[4];    /* handed to the dead-letter sink, by
+                                          enum dead_letter_reason (src/sink.h) */
+    atomic_ullong fenced_by_sink;      /* the receiver answered "fenced" (HTTP 409):
+                                          the term was ended */
     /* sink latency (received -> accepted) histogram */
     atomic_ullong latency_bucket[STATS_LATENCY_BUCKETS + 1]; /* last = +Inf */
     atomic_ullong latency_count;

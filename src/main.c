@@ -32,6 +32,7 @@
 #include "src/gateway.h"
 #include "src/http_listener.h"
 #include "src/notify.h"
+#include "src/sink.h"
 #include "src/status_cmd.h"
 
 static void usage(FILE *f)
@@ -251,6 +252,7 @@ int main(int argc, char **argv)
             continue;
         }
         if (sig == SIGHUP) {
+            sinks_reopen_request(); /* file sinks reopen their files (logrotate) */
             struct jbuf b;
             jbuf_init(&b, 1024);
             gateway_render_status(gw, &b);

@@ -114,6 +114,13 @@ struct sink_ops {
 };
 
 const struct sink_ops *sink_lookup(const char *type);
+
+/* SIGHUP (logrotate): sinks that write files reopen them. main() calls
+ * sinks_reopen_request from its signal loop; a sink compares
+ * sinks_reopen_generation with the one it opened its file at before each
+ * write. Any thread. */
+void sinks_reopen_request(void);
+unsigned sinks_reopen_generation(void);
 extern const struct sink_ops *const sink_registry[];
 
 #endif

@@ -21,6 +21,18 @@ const struct sink_ops *sink_lookup(const char *type)
     return NULL;
 }
 
+static atomic_uint reopen_generation;
+
+void sinks_reopen_request(void)
+{
+    atomic_fetch_add(&reopen_generation, 1);
+}
+
+unsigned sinks_reopen_generation(void)
+{
+    return atomic_load(&reopen_generation);
+}
+
 int64_t sink_time_left(const struct sink_call *call, uint64_t epoch)
 {
     if (call == NULL || call->time_left == NULL) return INT64_MAX;

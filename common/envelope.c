@@ -22,6 +22,10 @@ void envelope_init(struct envelope *e)
     e->first = true;
     e->epoch = 0;
     e->id[0] = '\0';
+    uint64_t nonce = 0;
+    if (random_bytes(&nonce, sizeof nonce) != 0) nonce = (uint64_t)clock_mono_us() ^ (uint64_t)clock_wall_ms() << 20;
+    snprintf(e->gen, sizeof e->gen, "g%016llx-", (unsigned long long)nonce);
+    e->gen_n = 0;
     e->pool = message_pool_create(ENVELOPE_POOL_MAX);
     e->ts_ms = INT64_MIN;
     e->ts[0] = '\0';
@@ -71,6 +75,17 @@ static void begin(struct envelope *e, const char *endpoint, const char *type, ui
     e->epoch = epoch;
     e->key = 0;
     e->id[0] = '\0';
+    char gen[sizeof e->gen + 21];
+    if ((!id || !*id) && e->gen[0]) { /* the source gives none */
+        size_t p = strlen(e->gen);
+        memcpy(gen, e->gen, p);
+        char digits[21];
+        size_t nd = 0;
+        for (uint64_t v = ++e->gen_n; v; v /= 10) digits[nd++] = (char)('0' + v % 10);
+        while (nd) gen[p++] = digits[--nd];
+        gen[p] = '\0';
+        id = gen;
+    }
     if (id) {
         /* truncated to MESSAGE_ID_MAX-1 bytes, without cutting a UTF-8
          * sequence in half */

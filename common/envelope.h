@@ -29,6 +29,13 @@ struct envelope {
     uint64_t epoch;
     uint64_t key; /* the message's ordering key (envelope_order_key); 0 = none */
     char id[MESSAGE_ID_MAX];
+    /* Ids for messages whose source gives none (envelope_begin with a NULL
+     * or empty id): "g" + 16 random hex digits drawn at envelope_init + "-"
+     * + a count, unique per envelope, so every message can be named in a
+     * log line, deduplicated by a receiver across retries (X-Baton-Id) and
+     * found in a dead-letter file. */
+    char gen[20];
+    uint64_t gen_n;
     struct message_pool *pool; /* envelope_finish's messages come from it */
     /* received_at of this (or the last) envelope, the message's
      * received_wall_ms, and its text: the messages of one read(2) share

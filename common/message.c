@@ -179,6 +179,12 @@ struct message *message_pool_new(struct message_pool *p, const char *json, size_
     return init(m, cap, p, json, len);
 }
 
+void message_set_failure(struct message *m, const struct message_failure *f)
+{
+    if (!m->failure) m->failure = xmalloc(sizeof *m->failure);
+    *m->failure = *f;
+}
+
 void message_finish(struct message *m, enum msg_outcome o)
 {
     if (!m) return;
@@ -197,6 +203,8 @@ void message_unref(struct message *m)
     if (!m) return;
     /* acq_rel: the last holder sees every other holder's reads completed */
     if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) == 1) {
+        free(m->failure);
+        m->failure = NULL;
         if (m->pool) pool_return(m->pool, m);
         else free(m);
     }

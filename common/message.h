@@ -30,6 +30,16 @@ const char *msg_outcome_name(enum msg_outcome o);
 
 struct message;
 struct message_pool;
+
+/* What the sink said when it did not take a message (kept for the
+ * dead-letter envelope and the drop log): set by the sink on failure only. */
+#define MESSAGE_FAILURE_BODY_MAX 512
+struct message_failure {
+    bool rejected;  /* a non-retryable answer; false: retries gave out */
+    int status;     /* the HTTP status of the last answer; 0 = none (no answer) */
+    size_t body_len;
+    char body[MESSAGE_FAILURE_BODY_MAX]; /* the first bytes of that answer's body */
+};
 /* Called exactly once per message, from the forwarder thread (or the thread
  * that dropped it), before the message is freed. Endpoints use it to ack
  * (RabbitMQ after_sink, MQTT QoS 1/2) or to advance a checkpoint. */
@@ -60,6 +70,8 @@ struct message {
                                   endpoint's one key (ordered with every
                                   other keyless message) */
     char id[MESSAGE_ID_MAX];   /* "" when the source has none */
+    struct message_failure *failure; /* the sink's, when it did not take it;
+                                        freed with the message */
     atomic_uint refs;          /* holders: the forwarding path, plus the
                                   replay ring that shares it (message_ref) */
     struct message_pool *pool; /* where it goes back to; NULL: free() */
@@ -98,6 +110,9 @@ void message_finish(struct message *m, enum msg_outcome o);
  * copying them): it reads only the immutable json, len, fp, id, epoch and
  * received_mono_us, and lets go with message_unref. */
 struct message *message_ref(struct message *m);
+/* Records what the sink said (copied; replaces an earlier record). Only
+ * the forwarding path calls it, before it settles the message. */
+void message_set_failure(struct message *m, const struct message_failure *f);
 /* Drops one reference; frees m when it was the last. Never calls done. */
 void message_unref(struct message *m);
 

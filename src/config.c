@@ -483,12 +483,16 @@ static const struct setting_def shutdown_defs[] = {
 struct sink_common {
     char *name;
     char *type;
+    char *dead_letter;
 };
 static const struct setting_def sink_common_defs[] = {
     { "name", SETTING_STRING, offsetof(struct sink_common, name), .required = true,
       .help = "sink name, " NAME_RULE },
     { "type", SETTING_STRING, offsetof(struct sink_common, type), .required = true,
       .help = "sink type" },
+    { "dead_letter", SETTING_STRING, offsetof(struct sink_common, dead_letter),
+      .help = "name of a sink that gets the messages this one cannot deliver (for every "
+              "endpoint using this sink that sets no dead_letter of its own)" },
     SETTINGS_END
 };
 
@@ -502,6 +506,7 @@ struct endpoint_common {
     char *name;
     char *type;
     char *sink;
+    char *dead_letter;
     bool enabled;
     int guard;
     bool force_guard;
@@ -523,6 +528,10 @@ static const struct setting_def endpoint_common_defs[] = {
       .help = "endpoint type" },
     { "sink", SETTING_STRING, offsetof(struct endpoint_common, sink), .required = true,
       .help = "name of a sink from the main file" },
+    { "dead_letter", SETTING_STRING, offsetof(struct endpoint_common, dead_letter),
+      .help = "name of a sink that gets the messages the sink cannot deliver (rejected, "
+              "retries exhausted, left at shutdown), with the reason; default: the sink's "
+              "dead_letter, else none (dropped and counted)" },
     { "enabled", SETTING_BOOL, offsetof(struct endpoint_common, enabled), .def = "true",
       .help = "false: validated but not started" },
     { "guard", SETTING_ENUM, offsetof(struct endpoint_common, guard), .def = "auto",
@@ -924,6 +933,7 @@ static int parse_sink(struct baton_config *c, const config_setting_t *g, int ind
     if (rc == 0) rc = check_name(config_setting_get_member(g, "name"), what, "name", com.name, err);
     sc->name = com.name;
     sc->type = com.type;
+    sc->dead_letter = com.dead_letter;
     if (rc) return -1;
 
     for (size_t i = 0; i + 1 < c->n_sinks; i++) {
@@ -1082,6 +1092,40 @@ static int parse_replay(const struct baton_config *c, struct endpoint_config *ep
     return 0;
 }
 
+/* The endpoint's dead-letter sink: its own dead_letter, else its sink's.
+ * The target must be another sink of the main file (a sink cannot take
+ * back what it refused); its own dead_letter is not followed. */
+static int resolve_dead_letter(struct baton_config *c, struct endpoint_config *ep,
+                               const config_setting_t *root, const char *path, const char *what,
+                               const char *own, struct config_error *err)
+{
+    const char *name = own ? own : ep->sink->dead_letter;
+    if (!name) return 0;
+    const char *file = own ? path : ep->sink->file;
+    int line = own ? line_of(config_setting_get_member(root, "dead_letter")) : ep->sink->line;
+    char by[480];
+    if (own)
+        snprintf(by, sizeof by, "%s: dead_letter", what);
+    else
+        snprintf(by, sizeof by, "sink '%s' (used by %s): dead_letter", ep->sink->name, what);
+    for (size_t i = 0; i < c->n_sinks; i++)
+        if (strcmp(c->sinks[i].name, name) == 0) ep->dead_letter = &c->sinks[i];
+    if (!ep->dead_letter) {
+        char names[300];
+        join_names(names, sizeof names, c->n_sinks, sink_name_at, c);
+        config_error_set(err, file, line, "%s: unknown sink '%s'; sinks defined in %s: %s", by, name,
+                         c->path, names);
+        return -1;
+    }
+    if (ep->dead_letter == ep->sink) {
+        config_error_set(err, file, line,
+                         "%s: '%s' is the sink itself; name another sink (a file sink, say) to keep "
+                         "what '%s' cannot deliver", by, name, name);
+        return -1;
+    }
+    return 0;
+}
+
 static int load_endpoint(struct baton_config *c, const char *path, struct name_site *sites,
                          struct config_error *err)
 {
@@ -1195,6 +1239,7 @@ static int load_endpoint(struct baton_config *c, const char *path, struct name_s
                          names);
         goto out;
     }
+    if (resolve_dead_letter(c, ep, root, path, what, com.dead_letter, err)) goto out;
 
     /* lease: the main lease, overridden per endpoint */
     ep->lease = c->lease;
@@ -1371,6 +1416,7 @@ void config_free(struct baton_config *c)
         free(s->name);
         free(s->type);
         free(s->file);
+        free(s->dead_letter);
     }
     free(c->sinks);
     for (size_t i = 0; i < c->n_endpoints; i++) {

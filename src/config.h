@@ -40,6 +40,7 @@ struct sink_config {
     void *settings; /* filled from ops->settings */
     char *file;
     int line;
+    char *dead_letter; /* the sink's dead_letter setting (a sink name); NULL = none */
 };
 
 /* Delivery order of an endpoint's messages at a sink with requests in
@@ -56,6 +57,9 @@ struct endpoint_config {
     void *settings;                 /* filled from ops->settings */
     char *sink_name;
     const struct sink_config *sink; /* points into baton_config.sinks */
+    /* Where a message the sink cannot deliver goes (the endpoint's
+     * dead_letter, else its sink's); NULL = dropped and counted. */
+    const struct sink_config *dead_letter;
     bool enabled;
     enum guard_kind guard;          /* resolved: never GUARD_AUTO */
     bool force_guard;

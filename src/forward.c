@@ -20,6 +20,8 @@ static enum baton_leader_state term_state(const struct forward_ctx *ctx, uint64_
     if (ctx->stopping && ctx->drain_deadline_ms && atomic_load(ctx->stopping) &&
         clock_mono_ms() >= atomic_load(ctx->drain_deadline_ms))
         return BATON_LEADER_NO;
+    if (ctx->fenced_epoch && epoch != 0 && epoch <= atomic_load(ctx->fenced_epoch))
+        return BATON_LEADER_NO; /* the receiver saw a newer term */
     if (!ctx->guard) { /* inline delivery of an unguarded endpoint */
         if (left_ms) *left_ms = INT64_MAX;
         return BATON_LEADER_YES;
@@ -55,12 +57,19 @@ enum forward_gate forward_gate(const struct forward_ctx *ctx, uint64_t epoch)
     }
 }
 
+static void forward_fenced(void *arg, uint64_t epoch, const char *what)
+{
+    const struct forward_ctx *ctx = arg;
+    ctx->on_fenced(ctx->fenced_arg, epoch, what);
+}
+
 struct sink_call forward_call(const struct forward_ctx *ctx)
 {
     struct sink_call call = {
         .cancel = ctx->cancel,
         .time_left = term_checked(ctx) ? forward_time_left : NULL,
         .arg = (void *)ctx,
+        .fenced = ctx->on_fenced ? forward_fenced : NULL,
     };
     return call;
 }

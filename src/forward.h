@@ -50,6 +50,13 @@ struct forward_ctx {
      * defines it) and answers for it; no gateway callback sits between the
      * forwarder and the guard. */
     forward_term_state_fn term_state;
+    /* The receiver fenced a term (answered that it saw a newer epoch): every
+     * term up to *fenced_epoch counts as ended for this context from that
+     * moment, before the guard has given the lease up. on_fenced (the
+     * sink_call's fenced) records it and ends the term; NULL = not used. */
+    const _Atomic uint64_t *fenced_epoch;
+    void (*on_fenced)(void *arg, uint64_t epoch, const char *what);
+    void *fenced_arg;
 };
 
 /* Whether a request of term `epoch` may go out now (non-blocking; the

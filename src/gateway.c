@@ -34,6 +34,7 @@
 #include "baton/active_guard.h"
 #include "baton/locker.h"
 #include "baton/scope.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/redact.h"
 #include "common/util.h"
@@ -257,9 +258,152 @@ static bool host_stopping(const struct endpoint_host *h)
     return atomic_load(&e->gw->stopping);
 }
 
+/* The receiver answered that it saw a newer epoch than `epoch` (HTTP 409,
+ * from the sink on the forwarder's thread): the term ends here at once.
+ * Every term up to it counts as ended for this endpoint's forwarding from
+ * now on (forward_ctx.fenced_epoch: nothing more of it goes out, what
+ * waits settles as term_ended), and the guard gives the lease up (released
+ * if the locker still shows it ours) and competes again after one ttl.
+ * Counted once per term. */
+static void on_fenced(void *arg, uint64_t epoch, const char *what)
+{
+    struct gw_endpoint *e = arg;
+    if (epoch == 0) {
+        log_warn("gateway", e->cfg->name, "the receiver answered that it saw a newer epoch (%s), "
+                 "but this endpoint has no lease term to end (guard \"%s\"): the message is "
+                 "settled as term_ended", what, e->guard ? "active" : "none or once");
+        return;
+    }
+    uint64_t cur = atomic_load(&e->fenced_epoch);
+    do {
+        if (epoch <= cur) return; /* this term was fenced already */
+    } while (!atomic_compare_exchange_weak(&e->fenced_epoch, &cur, epoch));
+    atomic_fetch_add_explicit(&e->stats.fenced_by_sink, 1, memory_order_relaxed);
+    char reason[200];
+    snprintf(reason, sizeof reason, "fenced by the receiver: epoch %llu is older than one it saw",
+             (unsigned long long)epoch);
+    log_warn("gateway", e->cfg->name, "%s (%s): ending the term now, settling its messages as "
+             "term_ended, giving the lease up", reason, what);
+    if (e->guard && baton_active_guard_epoch(e->guard) == epoch) baton_active_guard_give_up(e->guard, reason);
+}
+
+/* ---- dead letters --------------------------------------------------------- */
+
+/* Why a message the sink did not take goes to the dead-letter sink, or -1
+ * when it does not (dropped and counted as today): rejected, retries gave
+ * out, or still queued when the drain at exit timed out. Messages a source
+ * delivers again (rabbitmq group, mysql_cdc, failover = "replay") are left
+ * to it at exit: the next leader gets them, which beats a file. */
+static int dead_letter_reason(const struct gw_endpoint *e, const struct message *m, enum msg_outcome o)
+{
+    if (!e->dl_sink) return -1;
+    if (o == MSG_DROPPED_SINK_FAILED)
+        return m->failure && m->failure->rejected ? DEAD_LETTER_REJECTED : DEAD_LETTER_RETRIES_EXHAUSTED;
+    if (o == MSG_DROPPED_SHUTDOWN && !e->host.source_redelivers) return DEAD_LETTER_SHUTDOWN;
+    return -1;
+}
+
+/* The dead-letter envelope: the message's own, with
+ * "dead_letter":{"reason":..,"status":..,"body":..} added at its end. */
+static struct message *dead_letter_envelope(const struct message *m, enum dead_letter_reason r)
+{
+    struct jbuf b;
+    jbuf_init(&b, m->len + 96 + (m->failure ? 2 * m->failure->body_len : 0));
+    size_t keep = m->len;
+    while (keep > 0 && m->json[keep - 1] != '}') keep--;
+    if (keep > 1) {
+        jbuf_raw(&b, m->json, keep - 1);
+        jbuf_rawz(&b, m->json[1] == '}' ? "" : ",");
+    } else { /* not an object (never, for an envelope): kept as a string */
+        jbuf_rawz(&b, "{\"message\":");
+        jbuf_str(&b, m->json, m->len);
+        jbuf_char(&b, ',');
+    }
+    jbuf_rawz(&b, "\"dead_letter\":{\"reason\":");
+    jbuf_strz(&b, dead_letter_reason_name(r));
+    if (m->failure && m->failure->status > 0) {
+        jbuf_rawz(&b, ",\"status\":");
+        jbuf_i64(&b, m->failure->status);
+    }
+    if (m->failure && m->failure->body_len > 0) {
+        jbuf_rawz(&b, ",\"body\":");
+        jbuf_str(&b, m->failure->body, m->failure->body_len);
+    }
+    jbuf_rawz(&b, "}}");
+    struct message *d = message_new(b.data, b.len);
+    jbuf_free(&b);
+    d->epoch = m->epoch;
+    d->key = m->key;
+    d->received_mono_us = m->received_mono_us;
+    d->received_wall_ms = m->received_wall_ms;
+    memcpy(d->id, m->id, sizeof d->id);
+    return d;
+}
+
+/* How long the dead-letter sink may take (its sink_call's time_left): the
+ * dead-letter record is not a delivery in a term (the receiver did not take
+ * it), so it is bounded by a deadline of its own: the larger of the lease
+ * ttl and 5 s, and at exit half a second past the drain deadline. */
+static int64_t dead_letter_time_left(void *arg, uint64_t epoch)
+{
+    (void)epoch;
+    const int64_t *deadline = arg;
+    int64_t left = *deadline - clock_mono_ms();
+    return left > 0 ? left : -1;
+}
+
+/* Hands msgs[0..n) (reasons why[0..n)) to the dead-letter sink; each one
+ * taken is finished as delivered to its source (acked, checkpointed: it is
+ * kept in the dead-letter sink) and counted; the others are dropped with
+ * their own outcome, counted and logged. */
+static void dead_letter(struct gw_endpoint *e, struct message **msgs, const enum msg_outcome *orig,
+                        const int *why, size_t n)
+{
+    struct message **dl = xcalloc(n, sizeof *dl);
+    enum msg_outcome *out = xcalloc(n, sizeof *out);
+    for (size_t i = 0; i < n; i++) {
+        dl[i] = dead_letter_envelope(msgs[i], (enum dead_letter_reason)why[i]);
+        out[i] = MSG_DROPPED_SINK_FAILED;
+    }
+    int64_t now = clock_mono_ms();
+    int64_t deadline = now + (e->cfg->lease.ttl_ms > 5000 ? e->cfg->lease.ttl_ms : 5000);
+    if (atomic_load(&e->gw->stopping)) {
+        int64_t at_exit = atomic_load(&e->gw->stop_deadline_ms);
+        at_exit = (at_exit > now ? at_exit : now) + 500;
+        if (at_exit < deadline) deadline = at_exit;
+    }
+    struct sink_call call = {.time_left = dead_letter_time_left, .arg = &deadline};
+    const struct sink_config *dc = e->cfg->dead_letter;
+    /* one send per run of the same epoch (the sink's contract) */
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        while (j < n && dl[j]->epoch == dl[i]->epoch) j++;
+        dc->ops->send(e->dl_sink, dl + i, j - i, out + i, &call);
+        i = j;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (out[i] == MSG_DELIVERED) {
+            atomic_fetch_add_explicit(&e->stats.dead_lettered[why[i]], 1, memory_order_relaxed);
+            message_finish(msgs[i], MSG_DELIVERED);
+        } else {
+            long long suppressed = 0;
+            if (ratelimit_ok(&e->rl_dead_letter, 5000, &suppressed))
+                log_error("gateway", e->cfg->name, "dead-letter sink '%s' did not take message id '%s' "
+                          "(%s; reason %s): dropping it (%lld such lines suppressed)", dc->name,
+                          msgs[i]->id, msg_outcome_name(out[i]), dead_letter_reason_name((enum dead_letter_reason)why[i]),
+                          suppressed);
+            drop_message(e, msgs[i], orig[i]);
+        }
+        message_finish(dl[i], out[i]);
+    }
+    free(dl);
+    free(out);
+}
+
 /* ---- forwarder -------------------------------------------------------- */
 
-/* Settles msgs[0..n) with their outcomes: counters, latency, done callbacks. */
+/* Settles msgs[0..n) with their outcomes: counters, latency, done callbacks;
+ * what the sink could not deliver goes to the dead-letter sink, if any. */
 static void settle(struct gw_endpoint *e, struct message **msgs, const enum msg_outcome *outcome,
                    size_t n)
 {
@@ -267,15 +411,33 @@ static void settle(struct gw_endpoint *e, struct message **msgs, const enum msg_
     unsigned long long delivered = 0;
     struct stats_batch lat;
     stats_batch_init(&lat);
+    struct message **dl = NULL;
+    enum msg_outcome *dl_orig = NULL;
+    int *dl_why = NULL;
+    size_t n_dl = 0;
     for (size_t i = 0; i < n; i++) {
+        int why;
         if (outcome[i] == MSG_DELIVERED) {
             delivered++;
             stats_batch_observe(&lat, now - msgs[i]->received_mono_us);
             message_finish(msgs[i], MSG_DELIVERED);
+        } else if ((why = dead_letter_reason(e, msgs[i], outcome[i])) >= 0) {
+            if (!dl) {
+                dl = xcalloc(n, sizeof *dl);
+                dl_orig = xcalloc(n, sizeof *dl_orig);
+                dl_why = xcalloc(n, sizeof *dl_why);
+            }
+            dl[n_dl] = msgs[i];
+            dl_orig[n_dl] = outcome[i];
+            dl_why[n_dl++] = why;
         } else {
             drop_message(e, msgs[i], outcome[i]);
         }
     }
+    if (n_dl) dead_letter(e, dl, dl_orig, dl_why, n_dl);
+    free(dl);
+    free(dl_orig);
+    free(dl_why);
     if (delivered) {
         atomic_fetch_add_explicit(&e->stats.forwarded, delivered, memory_order_relaxed);
         stats_batch_publish(&e->stats, &lat);
@@ -541,12 +703,24 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
         if (c->failover == FAILOVER_REPLAY && gw->locker)
             e->warm = warm_create(c->name, &c->replay, gw->locker, e->lease_key);
     }
+    if (c->dead_letter) {
+        e->dl_sink = c->dead_letter->ops->create(c->dead_letter->name, c->name,
+                                                 c->dead_letter->settings, serr, sizeof serr);
+        if (!e->dl_sink) {
+            snprintf(err, errlen, "endpoint '%s': dead-letter sink '%s': %s", c->name,
+                     c->dead_letter->name, serr);
+            return -1;
+        }
+    }
     /* The forwarder asks the guard itself (src/forward.c). */
     e->fctx = (struct forward_ctx){
         .sink_ops = c->sink->ops,
         .sink = e->sink,
         .guard = e->guard,
         .cancel = &e->fwd_cancel,
+        .fenced_epoch = &e->fenced_epoch,
+        .on_fenced = on_fenced,
+        .fenced_arg = e,
     };
     /* Inline delivery's view of the term: the lease's (always live when
      * unguarded), but over once the endpoint is being stopped and its drain
@@ -630,6 +804,7 @@ static void endpoint_teardown(struct gw_endpoint *e)
     if (e->ep) e->cfg->ops->destroy(e->ep);
     warm_destroy(e->warm); /* after the endpoint: it emits into the ring */
     if (e->sink) e->cfg->sink->ops->destroy(e->sink);
+    if (e->dl_sink) e->cfg->dead_letter->ops->destroy(e->dl_sink);
     free(e->lease_key);
     pthread_mutex_destroy(&e->lifecycle);
     pthread_mutex_destroy(&e->source_mu);

@@ -32,6 +32,8 @@ struct gw_endpoint {
 
     void *ep;               /* endpoint instance */
     void *sink;             /* sink instance (one per endpoint) */
+    void *dl_sink;          /* the dead-letter sink's instance; NULL = none */
+    _Atomic uint64_t fenced_epoch; /* the newest term the receiver fenced (409); 0 = none */
     struct queue *q;
     struct forward_ctx fctx;    /* term-scoped delivery to the sink (src/forward.h) */
     struct forward_ctx inl_fctx; /* the same for inline delivery (+ its drain deadline) */
@@ -68,6 +70,7 @@ struct gw_endpoint {
     struct ratelimit rl_queue_full;
     struct ratelimit rl_not_leader;
     struct ratelimit rl_sink_failed;
+    struct ratelimit rl_dead_letter;
 };
 
 /* What the HTTP pages show of the backend, refreshed by the observer thread

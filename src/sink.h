@@ -29,7 +29,24 @@ struct sink_call {
     void *arg;
     /* Out: failed attempts, for metrics. */
     unsigned long long attempt_errors;
+    /* The receiver answered that it saw a newer epoch than `epoch` (HTTP
+     * 409): the term is over for the receiver, so it must end here too, at
+     * once (src/gateway.c ends it and gives the lease up). The sink settles
+     * that request's messages as MSG_DROPPED_TERM_ENDED and never retries
+     * it; the term's other requests are aborted by the next term check.
+     * NULL = not asked for (the sink then only settles as term_ended). */
+    void (*fenced)(void *arg, uint64_t epoch, const char *what);
 };
+
+/* Why a message went to the dead-letter sink (its envelope's
+ * "dead_letter":{"reason":...}, baton_messages_dead_lettered_total{reason}). */
+enum dead_letter_reason {
+    DEAD_LETTER_REJECTED = 0,      /* a non-retryable answer (4xx but 408, 409, 425, 429) */
+    DEAD_LETTER_RETRIES_EXHAUSTED, /* retries = <number>, all failed */
+    DEAD_LETTER_SHUTDOWN,          /* still queued when the drain at exit timed out */
+};
+#define DEAD_LETTER_REASONS 3
+const char *dead_letter_reason_name(enum dead_letter_reason r);
 
 /* Helpers for sinks (src/sinks.c). sink_time_left: call->time_left, or
  * INT64_MAX when unguarded. sink_wait_live: waits while the lease is being

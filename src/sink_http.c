@@ -1,6 +1,18 @@
 /* http sink (libcurl): POST each envelope (or an NDJSON batch) to a URL over
- * a kept-alive connection, retrying with exponential backoff and jitter on
- * connection errors, timeouts, 5xx and 429; other 4xx fail at once.
+ * a kept-alive connection. What an answer means (docs/receiver.md):
+ *   2xx                delivered
+ *   408, 425, 429, 5xx, connect errors, timeouts
+ *                      retried with exponential back-off and jitter, for as
+ *                      long as this replica leads the messages' term
+ *                      (retries = "while_leading", the default) or at most
+ *                      `retries` times; a 429 or 503 with Retry-After
+ *                      (seconds or an HTTP date) pauses every request of the
+ *                      sink that long instead, still bounded by the term
+ *   409                fenced: the receiver saw a newer epoch; the term ends
+ *                      at once (sink_call.fenced), never retried
+ *   other 4xx, 3xx     rejected, not retried
+ * A message given up on carries the status and the answer's first 512 bytes
+ * (message.failure) to the endpoint's dead-letter sink, if it has one.
  *
  * Lease-bounded: before every attempt the sink asks whether the messages'
  * term still runs (sink_wait_live); an ended term stops it
@@ -61,8 +73,10 @@ static const struct setting_def http_defs[] = {
      .min = 1, .max = 3600000, .help = "whole-request timeout in ms"},
     {"connect_timeout_ms", SETTING_INT, offsetof(struct http_settings, connect_timeout_ms),
      .def = "2000", .min = 1, .max = 600000, .help = "connect timeout in ms"},
-    {"retries", SETTING_INT, offsetof(struct http_settings, retries), .def = "5", .min = 0,
-     .max = 1000, .help = "retries after the first attempt"},
+    {"retries", SETTING_INT, offsetof(struct http_settings, retries), .def = "while_leading",
+     .min = 0, .max = 1000000, .word = "while_leading", .word_value = -1,
+     .help = "\"while_leading\": retry a retryable failure for as long as this replica leads "
+             "the message's lease term; or how many retries after the first attempt"},
     {"backoff_ms", SETTING_INT, offsetof(struct http_settings, backoff_ms), .def = "100",
      .min = 1, .max = 3600000, .help = "first retry delay in ms (doubles per retry, jittered)"},
     {"backoff_max_ms", SETTING_INT, offsetof(struct http_settings, backoff_max_ms),
@@ -106,7 +120,7 @@ struct http_req {
     unsigned load;           /* requests in flight when this attempt started */
     long status;
     char errbuf[CURL_ERROR_SIZE];
-    char resp[256];          /* start of the answer's body */
+    char resp[MESSAGE_FAILURE_BODY_MAX + 1]; /* start of the answer's body */
     size_t resp_len;
     char what[400];          /* the last failure, for the logs */
 };
@@ -119,7 +133,11 @@ struct http_sink {
     char *url_shown; /* what logs and messages show: user information masked */
     long timeout_ms, connect_timeout_ms;
     unsigned retries;
+    bool retry_while_leading; /* retries = "while_leading" */
     int64_t backoff_ms, backoff_max_ms;
+    /* A 429 or 503 with Retry-After: no attempt starts before this (mono
+     * ms), whatever its request; the dispatcher's thread only. */
+    int64_t pause_until_ms;
     size_t batch_max;
     struct curl_slist *static_headers; /* static + env headers, "Name: value" */
     bool custom_content_type;
@@ -407,7 +425,8 @@ static void *http_create(const char *name, const char *endpoint, const void *set
     redact_urls(s->url, k->url_shown, shown_len);
     k->timeout_ms = (long)s->timeout_ms;
     k->connect_timeout_ms = (long)s->connect_timeout_ms;
-    k->retries = (unsigned)s->retries;
+    k->retry_while_leading = s->retries < 0;
+    k->retries = s->retries < 0 ? 0 : (unsigned)s->retries;
     k->backoff_ms = s->backoff_ms;
     k->backoff_max_ms = s->backoff_max_ms;
     k->batch_max = s->batch_max > 0 ? (size_t)s->batch_max : 1;
@@ -508,7 +527,7 @@ static struct curl_slist *request_headers(struct http_sink *k, struct message *c
     return h;
 }
 
-enum attempt_result { ATTEMPT_OK, ATTEMPT_RETRY, ATTEMPT_FATAL };
+enum attempt_result { ATTEMPT_OK, ATTEMPT_RETRY, ATTEMPT_FATAL, ATTEMPT_FENCED };
 
 static bool curl_error_retryable(CURLcode rc)
 {
@@ -523,6 +542,17 @@ static bool curl_error_retryable(CURLcode rc)
     default:
         return true; /* connect, resolve, timeout, send/recv, TLS, empty reply */
     }
+}
+
+/* What an answer's status means (docs/receiver.md): 2xx delivered; 408,
+ * 425, 429 and 5xx retried; 409 fenced (the receiver saw a newer epoch);
+ * any other (4xx, 3xx: redirects are not followed) rejected for good. */
+static enum attempt_result status_result(long status)
+{
+    if (status >= 200 && status < 300) return ATTEMPT_OK;
+    if (status == 409) return ATTEMPT_FENCED;
+    if (status == 408 || status == 425 || status == 429 || status >= 500) return ATTEMPT_RETRY;
+    return ATTEMPT_FATAL;
 }
 
 /* ---- one request's life: start, attempts, retries, end ----------------- */
@@ -730,28 +760,40 @@ static enum attempt_result attempt_result(struct http_req *q, CURLcode rc)
     }
     sym_curl_easy_getinfo(q->easy, CURLINFO_RESPONSE_CODE, &q->status);
     if (q->status >= 200 && q->status < 300) return ATTEMPT_OK;
-    /* keep the response excerpt printable on one line */
-    for (size_t i = 0; i < q->resp_len; i++)
-        if ((unsigned char)q->resp[i] < 0x20) q->resp[i] = ' ';
-    snprintf(q->what, sizeof q->what, "HTTP %ld%s%.200s", q->status, q->resp_len ? ": " : "", q->resp);
-    if (q->status == 429 || q->status >= 500) return ATTEMPT_RETRY;
-    return ATTEMPT_FATAL; /* other 4xx, 3xx (redirects are not followed) */
+    /* the log shows the answer's start printable on one line (the
+     * dead-letter record keeps the bytes as they came) */
+    char shown[201];
+    size_t n = q->resp_len < sizeof shown - 1 ? q->resp_len : sizeof shown - 1;
+    for (size_t i = 0; i < n; i++)
+        shown[i] = (unsigned char)q->resp[i] < 0x20 ? ' ' : q->resp[i];
+    shown[n] = '\0';
+    snprintf(q->what, sizeof q->what, "HTTP %ld%s%s", q->status, n ? ": " : "", shown);
+    return status_result(q->status);
 }
 
-/* The delay before the next attempt: exponential back-off with jitter, or
- * the receiver's Retry-After on 429/503 when longer (up to backoff_max_ms). */
-static int64_t retry_delay(const struct http_sink *k, const struct http_req *q)
+/* The longest Retry-After honoured (a larger one waits this long): the
+ * term bounds every wait anyway, this only keeps the arithmetic sane. */
+#define RETRY_AFTER_MAX_MS (3600 * 1000LL)
+
+/* The receiver's Retry-After on a 429 or 503 (seconds or an HTTP date:
+ * libcurl turns both into seconds), in ms; 0 = none. */
+static int64_t retry_after_ms(const struct http_req *q)
 {
-    int64_t delay = backoff_ms(q->attempt - 1, k->backoff_ms, k->backoff_max_ms);
-    curl_off_t retry_after = 0;
-    if ((q->status == 429 || q->status == 503) &&
-        sym_curl_easy_getinfo(q->easy, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK &&
-        retry_after > 0) {
-        int64_t ra = (int64_t)retry_after * 1000;
-        if (ra > k->backoff_max_ms) ra = k->backoff_max_ms;
-        if (ra > delay) delay = ra;
-    }
-    return delay;
+    curl_off_t ra = 0;
+    if ((q->status != 429 && q->status != 503) ||
+        sym_curl_easy_getinfo(q->easy, CURLINFO_RETRY_AFTER, &ra) != CURLE_OK || ra <= 0)
+        return 0;
+    return ra > RETRY_AFTER_MAX_MS / 1000 ? RETRY_AFTER_MAX_MS : (int64_t)ra * 1000;
+}
+
+/* What the sink keeps of a request it gives up on, for the dead-letter
+ * envelope and the logs: on every message of the request. */
+static void record_failure(struct http_req *q, bool rejected)
+{
+    struct message_failure f = {.rejected = rejected, .status = (int)q->status};
+    f.body_len = q->resp_len < sizeof f.body ? q->resp_len : sizeof f.body;
+    memcpy(f.body, q->resp, f.body_len);
+    for (size_t i = 0; i < q->r->n; i++) message_set_failure(q->r->msgs[i], &f);
 }
 
 /* An attempt of q finished with curl's rc: delivered, given up, or waiting
@@ -771,7 +813,7 @@ static void attempt_done(struct http_sink *k, struct http_req *q, CURLcode rc, i
         return;
     }
     enum attempt_result res = attempt_result(q, rc);
-    bool overload = res == ATTEMPT_RETRY; /* timeout, connect error, 5xx, 429 */
+    bool overload = res == ATTEMPT_RETRY; /* timeout, connect error, 5xx, 408, 425, 429 */
     aimd_observe(&k->aimd, now, (double)(now - q->attempt_ms), overload, q->load);
     if (res == ATTEMPT_OK) {
         if (q->attempt > 0)
@@ -782,29 +824,54 @@ static void attempt_done(struct http_sink *k, struct http_req *q, CURLcode rc, i
     }
     q->call->attempt_errors++;
     q->attempt++;
+    if (res == ATTEMPT_FENCED) {
+        /* The receiver saw a newer epoch: this term is over for it, so it
+         * ends here too, at once; never retried (docs/receiver.md). */
+        char line[560];
+        snprintf(line, sizeof line, "fenced by the receiver (X-Baton-Epoch %llu is older than one "
+                 "it saw: %s); ending the term", (unsigned long long)q->epoch, q->what);
+        log_not_delivered(k, q, line, true);
+        if (q->call->fenced) q->call->fenced(q->call->arg, q->epoch, q->what);
+        req_end(k, q, MSG_DROPPED_TERM_ENDED);
+        return;
+    }
     if (res == ATTEMPT_FATAL) {
         char line[480];
-        snprintf(line, sizeof line, "failed, not retried: %s", q->what);
+        snprintf(line, sizeof line, "rejected, not retried: %s", q->what);
         log_not_delivered(k, q, line, true);
+        record_failure(q, true);
         req_end(k, q, MSG_DROPPED_SINK_FAILED);
         return;
     }
-    if (q->attempt > k->retries) {
+    if (!k->retry_while_leading && q->attempt > k->retries) {
         char line[520];
         snprintf(line, sizeof line, "failed after %u attempts in %lld ms: %s", q->attempt,
                  (long long)(now - q->t0_ms), q->what);
         log_not_delivered(k, q, line, true);
+        record_failure(q, false);
         req_end(k, q, MSG_DROPPED_SINK_FAILED);
         return;
     }
-    int64_t delay = retry_delay(k, q);
+    /* Back-off, or the receiver's Retry-After: then no request of this
+     * sink starts before it (the receiver asked for a pause, not for this
+     * one request to wait). Either way the term bounds the wait
+     * (check_terms ends a waiting request whose term ended). */
+    int64_t delay = backoff_ms(q->attempt - 1, k->backoff_ms, k->backoff_max_ms);
+    int64_t ra = retry_after_ms(q);
+    if (ra > 0) {
+        delay = ra;
+        if (now + ra > k->pause_until_ms) k->pause_until_ms = now + ra;
+    }
     q->retry_at_ms = now + delay;
     long long suppressed = 0;
     if (ratelimit_ok(&k->rl_retry, 5000, &suppressed))
         log_warn("sink_http", k->endpoint,
-                 "sink '%s': POST attempt %u failed: %s; retrying in %lld ms (%lld such lines "
+                 "sink '%s': POST attempt %u failed: %s; retrying in %lld ms%s (%lld such lines "
                  "suppressed)",
-                 k->name, q->attempt, q->what, (long long)delay, suppressed);
+                 k->name, q->attempt, q->what, (long long)delay,
+                 ra > 0 ? " (the receiver's Retry-After)"
+                 : k->retry_while_leading ? ", for as long as this replica leads the term" : "",
+                 suppressed);
 }
 
 /* ---- the run loop ------------------------------------------------------- */
@@ -891,6 +958,8 @@ static int64_t check_terms(struct http_sink *k, int64_t now, int64_t bound)
          * verified (left == 0) sends nothing and asks again shortly */
         if (left == 0) {
             if (bound > 1) bound = 1;
+        } else if (now < k->pause_until_ms) { /* Retry-After: nothing starts */
+            if (k->pause_until_ms - now < bound) bound = k->pause_until_ms - now;
         } else if (now >= q->retry_at_ms) {
             attempt_start(k, q, now);
             if (q->running && left < bound) bound = left;

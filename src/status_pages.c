@@ -423,6 +423,24 @@ void gateway_render_metrics(struct gateway *gw, struct jbuf *b)
     metric_head(b, "baton_source_errors_total", "counter", "Source connection losses and errors.");
     for (size_t i = 0; i < gw->n_eps; i++)
         metric_ep(b, "baton_source_errors_total", &gw->eps[i], NULL, LOAD(gw->eps[i].stats.source_errors));
+    metric_head(b, "baton_source_overflow_total", "counter",
+                "Times the source cut this reader off for falling behind (redis_psub: Redis's "
+                "client-output-buffer-limit pubsub); what it published meanwhile is lost.");
+    for (size_t i = 0; i < gw->n_eps; i++)
+        metric_ep(b, "baton_source_overflow_total", &gw->eps[i], NULL, LOAD(gw->eps[i].stats.source_overflow));
+    metric_head(b, "baton_messages_dead_lettered_total", "counter",
+                "Messages the sink could not deliver, handed to the endpoint's dead_letter sink, by reason.");
+    for (size_t i = 0; i < gw->n_eps; i++)
+        for (int r = 0; r < DEAD_LETTER_REASONS; r++) {
+            char label[64];
+            snprintf(label, sizeof label, "reason=\"%s\"", dead_letter_reason_name((enum dead_letter_reason)r));
+            metric_ep(b, "baton_messages_dead_lettered_total", &gw->eps[i], label,
+                      LOAD(gw->eps[i].stats.dead_lettered[r]));
+        }
+    metric_head(b, "baton_fenced_by_sink_total", "counter",
+                "Times the receiver answered that it saw a newer epoch (HTTP 409): the lease term was ended.");
+    for (size_t i = 0; i < gw->n_eps; i++)
+        metric_ep(b, "baton_fenced_by_sink_total", &gw->eps[i], NULL, LOAD(gw->eps[i].stats.fenced_by_sink));
 
     struct {
         const char *name, *help;

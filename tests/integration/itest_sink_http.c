@@ -41,6 +41,7 @@ static struct {
     unsigned fail_status;
     unsigned status;     /* afterwards */
     int delay_ms;        /* answer this much later (a slow receiver) */
+    char retry_after[64]; /* a Retry-After header on failed answers; "" = none */
     int nreq;
     int connections;
     struct seen_req req[MAX_REQS];
@@ -96,6 +97,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     status = i < srv.fail_first ? srv.fail_status : srv.status;
     int delay = srv.delay_ms;
+    char retry_after[sizeof srv.retry_after];
+    memcpy(retry_after, srv.retry_after, sizeof retry_after);
     pthread_mutex_unlock(&srv.mu);
     if (delay > 0) usleep((useconds_t)delay * 1000);
     static const char ok[] = "{\"ok\":true}";
@@ -103,6 +106,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     struct MHD_Response *resp =
         status < 300 ? MHD_create_response_from_buffer(sizeof ok - 1, (void *)ok, MHD_RESPMEM_PERSISTENT)
                      : MHD_create_response_from_buffer(sizeof bad - 1, (void *)bad, MHD_RESPMEM_PERSISTENT);
+    if (status >= 300 && retry_after[0]) MHD_add_response_header(resp, "Retry-After", retry_after);
     enum MHD_Result rc = MHD_queue_response(c, status, resp);
     MHD_destroy_response(resp);
     return rc;
@@ -143,6 +147,7 @@ static void server_reset(int fail_first, unsigned fail_status, unsigned status)
     srv.fail_status = fail_status;
     srv.status = status;
     srv.delay_ms = 0;
+    srv.retry_after[0] = '\0';
     pthread_mutex_unlock(&srv.mu);
 }
 
@@ -279,8 +284,8 @@ static void test_retries_then_delivery(void **state)
     assert_true(el < 10000);
     message_finish(msg, out);
 
-    /* keep-alive: more messages over the same connection, no id header when
-     * the message has none */
+    /* keep-alive: more messages over the same connection; a message whose
+     * source gives no id carries the envelope's generated one */
     server_reset(0, 0, 200);
     struct message *msgs[4];
     enum msg_outcome outs[4];
@@ -297,7 +302,8 @@ static void test_retries_then_delivery(void **state)
     assert_int_equal(srv.connections, 0); /* the kept-alive connection was reused */
     for (int i = 0; i < 4; i++) {
         assert_int_equal(outs[i], MSG_DELIVERED);
-        assert_string_equal(srv.req[i].id, "");
+        assert_string_equal(srv.req[i].id, msgs[i]->id);
+        assert_int_equal(srv.req[i].id[0], 'g');
         assert_string_equal(srv.req[i].epoch, "7");
         message_finish(msgs[i], outs[i]);
     }
@@ -774,6 +780,135 @@ static void test_term_checked_before_every_request(void **state)
     unmake_sink(&m);
 }
 
+/* ---- issue 37: what each answer means (docs/receiver.md) ---- */
+
+struct fenced_seen {
+    int calls;
+    uint64_t epoch;
+};
+
+static void on_fenced_cb(void *arg, uint64_t epoch, const char *what)
+{
+    struct fenced_seen *f = arg;
+    (void)what;
+    f->calls++;
+    f->epoch = epoch;
+}
+
+/* A 409 is "fenced": never retried, the term is reported ended at once. */
+static void test_409_fenced_not_retried(void **state)
+{
+    server_reset(0, 0, 409);
+    char cfg[512], err[512] = "";
+    url_cfg(cfg, sizeof cfg, "backoff_ms = 10; backoff_max_ms = 20;\n");
+    struct made m = {0};
+    assert_int_equal(make_sink(&m, cfg, err, sizeof err), 0);
+    struct message *msg = mk_msg("e", 11, "f-1", "p");
+    enum msg_outcome out = MSG_DELIVERED;
+    struct fenced_seen seen = {0};
+    struct sink_call call = {.fenced = on_fenced_cb, .arg = &seen};
+    m.ops->send(m.sink, &msg, 1, &out, &call);
+    assert_int_equal(out, MSG_DROPPED_TERM_ENDED);
+    assert_int_equal(seen.calls, 1);
+    assert_int_equal(seen.epoch, 11);
+    assert_int_equal(srv.nreq, 1);
+    assert_null(msg->failure); /* not a dead letter: the term ended */
+    message_finish(msg, out);
+    unmake_sink(&m);
+}
+
+/* A 400 is rejected at once; the message carries the status and the
+ * answer's body for the dead-letter envelope. */
+static void test_rejected_records_the_answer(void **state)
+{
+    server_reset(0, 0, 400);
+    char cfg[512], err[512] = "";
+    url_cfg(cfg, sizeof cfg, "");
+    struct made m = {0};
+    assert_int_equal(make_sink(&m, cfg, err, sizeof err), 0);
+    struct message *msg = mk_msg("e", 3, "r-1", "p");
+    enum msg_outcome out = MSG_DELIVERED;
+    struct sink_call call = {0};
+    m.ops->send(m.sink, &msg, 1, &out, &call);
+    assert_int_equal(out, MSG_DROPPED_SINK_FAILED);
+    assert_int_equal(srv.nreq, 1);
+    assert_non_null(msg->failure);
+    assert_true(msg->failure->rejected);
+    assert_int_equal(msg->failure->status, 400);
+    assert_int_equal(msg->failure->body_len, strlen("{\"error\":\"nope\"}"));
+    assert_memory_equal(msg->failure->body, "{\"error\":\"nope\"}", msg->failure->body_len);
+    message_finish(msg, out);
+    unmake_sink(&m);
+}
+
+/* 408 and 425 are retried like 5xx. */
+static void test_408_425_retried(void **state)
+{
+    static const unsigned codes[] = {408, 425};
+    for (size_t c = 0; c < 2; c++) {
+        server_reset(2, codes[c], 200);
+        char cfg[512], err[512] = "";
+        url_cfg(cfg, sizeof cfg, "backoff_ms = 10; backoff_max_ms = 20;\n");
+        struct made m = {0};
+        assert_int_equal(make_sink(&m, cfg, err, sizeof err), 0);
+        struct message *msg = mk_msg("e", 3, "t-1", "p");
+        enum msg_outcome out = MSG_DROPPED_SINK_FAILED;
+        struct sink_call call = {0};
+        m.ops->send(m.sink, &msg, 1, &out, &call);
+        assert_int_equal(out, MSG_DELIVERED);
+        assert_int_equal(srv.nreq, 3);
+        message_finish(msg, out);
+        unmake_sink(&m);
+    }
+}
+
+/* A 429 with Retry-After: 1 waits a second (not the 10 ms back-off, and
+ * not capped at backoff_max_ms = 50). */
+static void test_retry_after_waits(void **state)
+{
+    server_reset(1, 429, 200);
+    pthread_mutex_lock(&srv.mu);
+    snprintf(srv.retry_after, sizeof srv.retry_after, "1");
+    pthread_mutex_unlock(&srv.mu);
+    char cfg[512], err[512] = "";
+    url_cfg(cfg, sizeof cfg, "backoff_ms = 10; backoff_max_ms = 50;\n");
+    struct made m = {0};
+    assert_int_equal(make_sink(&m, cfg, err, sizeof err), 0);
+    struct message *msg = mk_msg("e", 3, "ra-1", "p");
+    enum msg_outcome out = MSG_DROPPED_SINK_FAILED;
+    struct sink_call call = {0};
+    m.ops->send(m.sink, &msg, 1, &out, &call);
+    assert_int_equal(out, MSG_DELIVERED);
+    assert_int_equal(srv.nreq, 2);
+    int64_t gap = srv.req[1].at_ms - srv.req[0].at_ms;
+    printf("429 with Retry-After: 1, next request %lld ms later\n", (long long)gap);
+    assert_true(gap >= 950);
+    message_finish(msg, out);
+    unmake_sink(&m);
+}
+
+/* The default (retries = "while_leading"): a receiver answering 503 is
+ * retried until the term ends, far past the old 5 retries. */
+static void test_retries_while_leading(void **state)
+{
+    server_reset(0, 0, 503);
+    char cfg[512], err[512] = "";
+    url_cfg(cfg, sizeof cfg, "backoff_ms = 5; backoff_max_ms = 20;\n");
+    struct made m = {0};
+    assert_int_equal(make_sink(&m, cfg, err, sizeof err), 0);
+    struct message *msg = mk_msg("e", 3, "wl-1", "p");
+    enum msg_outcome out = MSG_DELIVERED;
+    struct fake_lease fl = {0};
+    atomic_store(&fl.end_at, clock_boot_ms() + 800);
+    struct sink_call call = {.time_left = fake_time_left, .arg = &fl};
+    m.ops->send(m.sink, &msg, 1, &out, &call);
+    printf("503 while leading for 800 ms: %d requests, outcome %s\n", srv.nreq, msg_outcome_name(out));
+    assert_int_equal(out, MSG_DROPPED_TERM_ENDED);
+    assert_true(srv.nreq > 10);
+    message_finish(msg, out);
+    unmake_sink(&m);
+}
+
 int main(void)
 {
     log_set_level(LOG_INFO);
@@ -791,6 +926,11 @@ int main(void)
         cmocka_unit_test(test_term_checked_before_every_request),
         cmocka_unit_test(test_create_errors),
         cmocka_unit_test(test_large_message),
+        cmocka_unit_test(test_409_fenced_not_retried),
+        cmocka_unit_test(test_rejected_records_the_answer),
+        cmocka_unit_test(test_408_425_retried),
+        cmocka_unit_test(test_retry_after_waits),
+        cmocka_unit_test(test_retries_while_leading),
     };
     return cmocka_run_group_tests(tests, server_start, server_stop);
 }

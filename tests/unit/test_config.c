@@ -404,7 +404,7 @@ static const struct bad_case bad_cases[] = {
       "endpoints.d/a.cfg", 2, "endpoint 'a': expected a string for 'type'", NULL },
     { "endpoint: misspelt type-specific key",
       { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", "name = \"a\";\ntype = \"schedule\";\nsink = \"out\";\ncrn = \"* * * * * *\";\n" } },
-      "endpoints.d/a.cfg", 4, "endpoint 'a': unknown key 'crn' (did you mean 'cron'?); valid keys: name, type, sink, enabled, guard", "cron, timezone, payload" },
+      "endpoints.d/a.cfg", 4, "endpoint 'a': unknown key 'crn' (did you mean 'cron'?); valid keys: name, type, sink, dead_letter, enabled, guard", "cron, timezone, payload" },
     { "endpoint: missing required type-specific key",
       { { "baton.cfg", SINKS_OUT }, { "endpoints.d/a.cfg", "name = \"a\";\ntype = \"schedule\";\nsink = \"out\";\n" } },
       "endpoints.d/a.cfg", 1, "endpoint 'a': missing required key 'cron' (6-field cron expression)", NULL },

@@ -135,16 +135,26 @@ static void test_field_order_utf8(void **state)
     message_finish(m, MSG_DELIVERED);
     assert_int_equal(calls, 1);
     assert_int_equal(done_outcome, MSG_DELIVERED);
-    /* the envelope is reusable: no id -> no id field, epoch 0 */
+    /* the envelope is reusable: no id from the source -> a generated one
+     * ("g" + 16 hex digits + "-" + count), epoch 0 */
     envelope_begin(&e, "tick", "schedule", 0, NULL, 0);
     m = envelope_finish(&e);
-    assert_string_equal(m->json, "{\"endpoint\":\"tick\",\"type\":\"schedule\",\"epoch\":0,"
-                                 "\"received_at\":\"1970-01-01T00:00:00.000Z\"}");
-    assert_string_equal(m->id, "");
+    char want[256];
+    snprintf(want, sizeof want, "{\"endpoint\":\"tick\",\"type\":\"schedule\",\"epoch\":0,"
+             "\"id\":\"%s\",\"received_at\":\"1970-01-01T00:00:00.000Z\"}", m->id);
+    assert_string_equal(m->json, want);
+    assert_int_equal(strlen(m->id), 19);
+    assert_int_equal(m->id[0], 'g');
+    assert_int_equal(m->id[17], '-');
+    char first[MESSAGE_ID_MAX];
+    strcpy(first, m->id);
     message_finish(m, MSG_DROPPED_SHUTDOWN);
+    /* an empty id is none too; the next generated id differs only in its count */
     envelope_begin(&e, "tick", "schedule", 0, "", 0);
     m = envelope_finish(&e);
-    assert_null(strstr(m->json, "\"id\""));
+    assert_non_null(strstr(m->json, "\"id\":\"g"));
+    assert_memory_equal(m->id, first, 18);
+    assert_string_equal(m->id + 18, "2");
     message_finish(m, MSG_DELIVERED);
     /* received_at's text is kept for the next envelope of the same time
      * only: back to T0, then one millisecond later */

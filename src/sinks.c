@@ -22,6 +22,16 @@ const struct sink_ops *sink_lookup(const char *type)
     return NULL;
 }
 
+const char *dead_letter_reason_name(enum dead_letter_reason r)
+{
+    switch (r) {
+    case DEAD_LETTER_REJECTED: return "rejected";
+    case DEAD_LETTER_RETRIES_EXHAUSTED: return "retries_exhausted";
+    case DEAD_LETTER_SHUTDOWN: return "shutdown";
+    }
+    return "unknown";
+}
+
 static atomic_uint reopen_generation;
 
 void sinks_reopen_request(void)

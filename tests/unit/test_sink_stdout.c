@@ -253,7 +253,7 @@ static void test_registry(void **state)
         assert_non_null(sink_registry[n]->destroy);
         assert_non_null(sink_registry[n]->settings);
     }
-    assert_int_equal(n, 2);
+    assert_int_equal(n, 3); /* stdout, http, file */
 }
 
 struct fake_lease {

@@ -185,6 +185,13 @@ static void run_sink(struct dispatcher *d, int64_t wait_ms)
     size_t n = d->ops->run(d->sink, wait_ms, d->done, d->done_max);
     atomic_store(&h->waiting, false);
     finish_requests(d, n);
+    /* failed attempts of requests still retrying show in the metrics now,
+     * not when the request ends (a receiver down for minutes) */
+    if (n == 0 && d->call.attempt_errors) {
+        unsigned long long errors = d->call.attempt_errors;
+        d->call.attempt_errors = 0;
+        h->settle(h->arg, NULL, NULL, 0, errors);
+    }
 }
 
 void dispatch_run(struct dispatch_host *h)

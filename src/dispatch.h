@@ -31,7 +31,8 @@ struct dispatch_host {
     size_t queue_batch_max;         /* messages popped at once */
     bool by_key;                    /* ordering "key" (else "none") */
     /* Settles msgs[0..n) (receive order) with their outcomes; errors: the
-     * sink's failed attempts since the last call. */
+     * sink's failed attempts since the last call (n may be 0: only
+     * attempts failed meanwhile). */
     void (*settle)(void *arg, struct message **msgs, const enum msg_outcome *outcome, size_t n,
                    unsigned long long errors);
     /* After every pop: the queue's depth, for the metrics. */

@@ -456,6 +456,7 @@ static void settle_sent(void *arg, struct message **msgs, const enum msg_outcome
 {
     struct gw_endpoint *e = arg;
     if (errors) atomic_fetch_add_explicit(&e->stats.sink_errors, errors, memory_order_relaxed);
+    if (n == 0) return; /* failed attempts only (a request still retrying) */
     if (e->warm) warm_settled(e->warm, msgs, outcome, n); /* before they are freed */
     settle(e, msgs, outcome, n);
 }

@@ -33,7 +33,19 @@
  * the master and checks its ROLE (redis_conn_open_ex); the consumer also
  * watches the process's +switch-master counter (redis/sentinel.h, at
  * least every SWITCH_POLL_MS) and resubscribes on the new master when it
- * moves, like after a lost connection. */
+ * moves, like after a lost connection.
+ *
+ * Falling behind (issue 37): Redis cuts off a subscriber whose output
+ * buffer passes client-output-buffer-limit pubsub, e.g. while the reader
+ * waits at a full queue (queue_policy "block"), and says nothing to it:
+ * the socket just closes. The read loop keeps a lag record (struct lag); a
+ * session that ends by EOF or reset while the reader was behind leaves a
+ * suspicion, which the next connect judges (overflow_judge) with INFO
+ * server (restarted since: not this) and CONFIG GET (the limit, to name
+ * it; off: not this), sent only then, so that a source user without +info
+ * and +config|get costs nothing in ACL LOG unless it happens (refused:
+ * judged without them). A cut-off counts one source_overflow and logs one
+ * warning. */
 #include "endpoints/redis_psub.h"
 #include "base/util.h"
 #include "endpoints/redis_probe.h"
@@ -70,6 +82,21 @@
  * rates); neither does a leader. */
 #define STANDBY_NAP_MIN_BYTES 4096
 #define STANDBY_NAP_US 1000
+/* Falling behind (struct lag): a read whose messages took this long to hand
+ * over (emit + flush) waited for the sink (the queue was full) */
+#define LAG_WAIT_MS 10
+/* caught up: the reader sat this long at an empty socket, or saw no sign of
+ * being behind for LAG_CALM_MS (a socket drained at full speed after a wait
+ * comes up empty now and then for a moment: that is not catching up) */
+#define LAG_IDLE_MS 100
+#define LAG_CALM_MS 1000
+/* a lost connection is suspected of being Redis's cut-off when the reader,
+ * behind when it was lost, had waited this long in all since it last
+ * caught up, ... */
+#define LAG_SUSPECT_WAIT_MS 100
+/* ... or every read brought a full buffer for this long (reading more slowly
+ * than Redis sent) */
+#define LAG_SUSPECT_BEHIND_MS 1000
 
 static const struct setting_def psub_defs[] = {
     {"host", SETTING_STRING, offsetof(struct redis_psub_settings, host), .def = "127.0.0.1",
@@ -336,6 +363,36 @@ int redis_psub_validate(const struct redis_psub_settings *s, enum guard_kind gua
 /* ------------------------------------------------------------------------ */
 /* The endpoint */
 
+/* How the reader kept up with its socket in one session. Behind: a read
+ * brought a full buffer (more was waiting), or handing a read's messages
+ * over (emit, flush) took LAG_WAIT_MS or more (the queue was full). Caught
+ * up (the record starts over): LAG_IDLE_MS at an empty socket, or
+ * LAG_CALM_MS without a sign of being behind. */
+struct lag {
+    int64_t since_ms;       /* behind since (0: caught up) */
+    int64_t last_behind_ms; /* when it was last seen behind */
+    int64_t waited_ms;      /* hand-off time of the reads that waited, since since_ms */
+    int64_t ready_ms;       /* the last read was handed over: reading again */
+};
+
+/* A session lost (EOF or reset) while the reader was behind: judged at the
+ * next connect (overflow_judge). */
+struct overflow_suspect {
+    bool set;
+    int64_t waited_ms, behind_ms;
+    int64_t session_ms;   /* when that session connected (clock_mono_ms) */
+    uint64_t switch_seen; /* the Sentinel switch count of that session */
+};
+
+/* What the judging connect asked the server (INFO server, CONFIG GET). */
+struct server_facts {
+    long long uptime_s;        /* INFO server uptime_in_seconds, -1 unknown */
+    char info_err[160];        /* why unknown */
+    bool limit_known;          /* client-output-buffer-limit pubsub's hard, soft, seconds */
+    long long hard, soft, secs;
+    char limit_err[160];       /* why not known */
+};
+
 struct psub {
     const struct redis_psub_settings *s;
     struct endpoint_host *host;
@@ -369,6 +426,12 @@ struct psub {
      * only, besides the prober's own fields) */
     struct probe_conn probe;
     bool probed;
+
+    /* Falling behind (consumer thread only): the live session's lag, and a
+     * lost session's suspicion for the next connect to judge */
+    struct lag lag;
+    struct overflow_suspect suspect;
+    int64_t session_ms; /* when the live connection was opened */
 };
 
 /* Deferred: flushed after the read (a drop is counted and logged there). */
@@ -474,6 +537,213 @@ static bool flush_output(redisContext *c)
     return true;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Falling behind: Redis's client-output-buffer-limit pubsub */
+
+/* Whether the reader, at now_ms, has caught up since it was last behind. */
+static bool lag_caught_up(const struct lag *l, int64_t now_ms)
+{
+    return now_ms - l->ready_ms >= LAG_IDLE_MS || now_ms - l->last_behind_ms >= LAG_CALM_MS;
+}
+
+/* After a read of got bytes at read_ms whose messages took handoff_ms to
+ * hand over. */
+static void lag_read(struct lag *l, int64_t read_ms, size_t got, int64_t handoff_ms)
+{
+    if (l->since_ms && lag_caught_up(l, read_ms)) {
+        l->since_ms = 0;
+        l->waited_ms = 0;
+    }
+    l->ready_ms = read_ms + handoff_ms;
+    bool waited = handoff_ms >= LAG_WAIT_MS;
+    if (!waited && got < REDIS_READ_CHUNK) return;
+    if (!l->since_ms) l->since_ms = read_ms;
+    l->last_behind_ms = l->ready_ms;
+    if (waited) l->waited_ms += handoff_ms;
+}
+
+/* The connection ended at now_ms: true (waited and behind filled) when the
+ * reader was behind enough for Redis to have cut it off. */
+static bool lag_suspect(const struct lag *l, int64_t now_ms, int64_t *waited, int64_t *behind)
+{
+    if (!l->since_ms || lag_caught_up(l, now_ms)) return false;
+    *waited = l->waited_ms;
+    *behind = l->last_behind_ms - l->since_ms;
+    return *waited >= LAG_SUSPECT_WAIT_MS || *behind >= LAG_SUSPECT_BEHIND_MS;
+}
+
+/* A read of the live connection failed: when it was EOF or a reset (not a
+ * stop, not the prober's verdict, not a refused reply) while the reader was
+ * behind, the next connect judges it. */
+static void lag_lost(struct psub *p, const redisContext *c)
+{
+    if (c->err != REDIS_ERR_EOF && c->err != REDIS_ERR_IO) return;
+    if ((p->probed && atomic_load(&p->probe.dead)) || source_loop_stopping(&p->loop)) return;
+    int64_t waited = 0, behind = 0;
+    if (!lag_suspect(&p->lag, clock_mono_us() / 1000, &waited, &behind)) return;
+    p->suspect = (struct overflow_suspect){.set = true, .waited_ms = waited, .behind_ms = behind,
+                                           .session_ms = p->session_ms,
+                                           .switch_seen = p->switch_seen};
+}
+
+/* The value of field name in an INFO text, into out ("" when absent). */
+static void info_field(const char *info, size_t len, const char *name, char *out, size_t outlen)
+{
+    size_t n = strlen(name);
+    out[0] = '\0';
+    for (const char *q = info, *end = info + len; q < end;) {
+        const char *eol = memchr(q, '\n', (size_t)(end - q));
+        const char *le = eol ? eol : end;
+        if ((size_t)(le - q) > n && memcmp(q, name, n) == 0 && q[n] == ':') {
+            const char *v = q + n + 1;
+            if (le > v && le[-1] == '\r') le--;
+            size_t vl = (size_t)(le - v) < outlen ? (size_t)(le - v) : outlen - 1;
+            memcpy(out, v, vl);
+            out[vl] = '\0';
+            return;
+        }
+        q = eol ? eol + 1 : end;
+    }
+}
+
+/* "pubsub <hard> <soft> <seconds>" out of client-output-buffer-limit's
+ * value ("normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 ..."). */
+static bool limit_parse(const char *v, struct server_facts *f)
+{
+    const char *q = strstr(v, "pubsub ");
+    if (!q) return false;
+    char *e;
+    long long x[3];
+    q += sizeof "pubsub " - 1;
+    for (int i = 0; i < 3; i++) {
+        errno = 0;
+        x[i] = strtoll(q, &e, 10);
+        if (e == q || errno || x[i] < 0) return false;
+        q = e;
+    }
+    f->hard = x[0];
+    f->soft = x[1];
+    f->secs = x[2];
+    return true;
+}
+
+/* Bytes the way the setting is written ("1mb", "512kb", "1000"). */
+static const char *size_text(long long b, char *buf, size_t len)
+{
+    static const char *const unit[] = {"gb", "mb", "kb"};
+    for (int i = 0; i < 3; i++) {
+        long long u = 1LL << (10 * (3 - i));
+        if (b > 0 && b % u == 0) {
+            snprintf(buf, len, "%lld%s", b / u, unit[i]);
+            return buf;
+        }
+    }
+    snprintf(buf, len, "%lld", b);
+    return buf;
+}
+
+/* The answers to INFO server and CONFIG GET client-output-buffer-limit,
+ * sent before the subscription. A refusal (ACL, a renamed or disabled
+ * command) leaves the fact unknown; false (err filled) only when the
+ * connection failed. */
+static bool read_facts(struct psub *p, redisContext *c, struct server_facts *f, char *err,
+                       size_t errlen)
+{
+    *f = (struct server_facts){.uptime_s = -1};
+    for (int i = 0; i < 2; i++) {
+        void *rv = NULL;
+        if (redis_get_reply(c, &rv) != REDIS_OK || !rv) {
+            snprintf(err, errlen, "redis %s: waiting for the answer to %s: %s", p->where,
+                     i == 0 ? "INFO" : "CONFIG GET", c->errstr[0] ? c->errstr : "connection lost");
+            return false;
+        }
+        redisReply *r = rv;
+        char *why = i == 0 ? f->info_err : f->limit_err;
+        if (i == 0 && r->type == REDIS_REPLY_STRING) {
+            char v[32];
+            info_field(r->str, (size_t)r->len, "uptime_in_seconds", v, sizeof v);
+            char *e;
+            long long up = strtoll(v, &e, 10);
+            if (v[0] && !*e && up >= 0) f->uptime_s = up;
+            else snprintf(why, sizeof f->info_err, "INFO server has no uptime_in_seconds");
+        } else if (i == 1 && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                   is_str(r->element[1]) && limit_parse(r->element[1]->str, f)) {
+            f->limit_known = true;
+        } else if (r->type == REDIS_REPLY_ERROR) {
+            snprintf(why, sizeof f->info_err, "%s refused: %.120s", i == 0 ? "INFO" : "CONFIG GET",
+                     r->str ? r->str : "");
+        } else {
+            snprintf(why, sizeof f->info_err, "%s answered something else",
+                     i == 0 ? "INFO" : "CONFIG GET");
+        }
+        freeReplyObject(r);
+    }
+    return true;
+}
+
+/* At the first connect after a session lost while the reader was behind
+ * (p->suspect), with f from the new connection: was it Redis cutting the
+ * subscriber off for passing client-output-buffer-limit pubsub? Redis tells
+ * the subscriber nothing, and 7.0 keeps no count of it (7.2's
+ * client_output_buffer_limit_disconnections counts every client's, with no
+ * baseline here), so it is judged: not when the server started after the
+ * lost session connected (uptime: restarted) or the sentinels switched the
+ * master since, nor when the limit is off (hard and soft 0); otherwise most
+ * likely yes: one source_overflow, one warning. */
+static void overflow_judge(struct psub *p, const struct server_facts *f)
+{
+    struct overflow_suspect s = p->suspect;
+    p->suspect.set = false;
+    /* started after the lost session connected, for certain (uptime is
+     * whole seconds: a restart within a second of the connect is missed) */
+    int64_t session_age = clock_mono_us() / 1000 - s.session_ms;
+    const char *not_it = NULL;
+    if (f->uptime_s >= 0 && (f->uptime_s + 1) * 1000 <= session_age)
+        not_it = "Redis restarted since (INFO server uptime_in_seconds)";
+    else if (p->watch && p->switch_seen != s.switch_seen)
+        not_it = "the sentinels switched the master since";
+    else if (f->limit_known && f->hard == 0 && f->soft == 0)
+        not_it = "client-output-buffer-limit pubsub is off (0 0)";
+    if (not_it) {
+        log_info(COMPONENT, p->host->name,
+                 "the reader was behind when the last connection was lost, but %s: an "
+                 "ordinary connection loss, not a cut-off for falling behind", not_it);
+        return;
+    }
+    atomic_fetch_add_explicit(&p->host->stats->source_overflow, 1, memory_order_relaxed);
+
+    char limit[240], a[24], b[24], why[200];
+    if (f->limit_known)
+        snprintf(limit, sizeof limit, "client-output-buffer-limit pubsub %s %s %lld",
+                 size_text(f->hard, a, sizeof a), size_text(f->soft, b, sizeof b), f->secs);
+    else
+        snprintf(limit, sizeof limit, "client-output-buffer-limit pubsub unknown: %s",
+                 f->limit_err);
+    if (s.waited_ms >= LAG_SUSPECT_WAIT_MS)
+        snprintf(why, sizeof why, "The sink was not taking messages fast enough (queue full: "
+                 "the reader waited %.1f s to hand messages over).", (double)s.waited_ms / 1000.0);
+    else
+        snprintf(why, sizeof why, "baton read more slowly than Redis published (behind for "
+                 "%.1f s).", (double)s.behind_ms / 1000.0);
+    /* the suggestion: at least 64mb 16mb 60, else twice the current one */
+    long long hard = 64LL << 20, soft = 16LL << 20, secs = 60;
+    if (f->limit_known) {
+        if (f->hard * 2 > hard) hard = f->hard * 2;
+        if (f->soft * 2 > soft) soft = f->soft * 2;
+        if (f->secs > 0) secs = f->secs;
+    }
+    char restart[200] = "";
+    if (f->uptime_s < 0)
+        snprintf(restart, sizeof restart, " (%s: a restart could not be ruled out)", f->info_err);
+    log_warn(COMPONENT, p->host->name,
+             "Redis %s most likely closed the subscription because baton fell behind (%s): "
+             "messages published while disconnected are lost. %s Raise the limit (CONFIG SET "
+             "client-output-buffer-limit \"pubsub %s %s %lld\"), or set queue_policy = "
+             "\"drop_oldest\" to drop (counted) instead of being disconnected.%s",
+             p->where, limit, why, size_text(hard, a, sizeof a), size_text(soft, b, sizeof b), secs,
+             restart);
+}
+
 /* Connects and subscribes; returns the context once every pattern and
  * channel is confirmed, or NULL with err filled. */
 static redisContext *conn_open(struct psub *p, char *err, size_t errlen)
@@ -482,7 +752,7 @@ static redisContext *conn_open(struct psub *p, char *err, size_t errlen)
     p->switch_seen = redis_sentinel_watch_count(p->watch);
     redisContext *c = redis_conn_open(&p->ro, err, errlen);
     if (!c) return NULL;
-    reply_pool_attach(p->pool, c->reader); /* a message allocates nothing */
+    p->session_ms = clock_mono_us() / 1000;
     pthread_mutex_lock(&p->lock);
     bool stopping = source_loop_stopping(&p->loop);
     if (!stopping) p->fd = c->fd; /* from now on stop() can interrupt us */
@@ -492,6 +762,13 @@ static redisContext *conn_open(struct psub *p, char *err, size_t errlen)
         redisFree(c);
         return NULL;
     }
+    /* after a session lost while behind, in the same round trip, before
+     * the subscription: what overflow_judge needs */
+    bool judge = p->suspect.set;
+    if (judge) {
+        redisAppendCommand(c, "INFO server");
+        redisAppendCommand(c, "CONFIG GET client-output-buffer-limit");
+    }
     if (p->pargc > 1) redisAppendCommandArgv(c, p->pargc, p->pargv, p->pargvlen);
     if (p->cargc > 1) redisAppendCommandArgv(c, p->cargc, p->cargv, p->cargvlen);
     if (!flush_output(c)) {
@@ -499,6 +776,17 @@ static redisContext *conn_open(struct psub *p, char *err, size_t errlen)
         conn_close(p, c);
         return NULL;
     }
+    if (judge) {
+        struct server_facts facts;
+        if (!read_facts(p, c, &facts, err, errlen)) {
+            conn_close(p, c); /* judged at the next connect */
+            return NULL;
+        }
+        overflow_judge(p, &facts);
+    }
+    /* from here on (the replies above were hiredis's own): a message
+     * allocates nothing */
+    reply_pool_attach(p->pool, c->reader);
     /* one confirmation per pattern and per channel; messages of the first
      * subscriptions may arrive between them and are forwarded as usual */
     int want_p = p->pargc - 1, want_c = p->cargc - 1;
@@ -616,6 +904,9 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
     bool ping_out = false;
     struct read_clock read_at = read_clock_now();
     bool nap = false, full = false;
+    /* the last read, not yet accounted for in p->lag (lag_read) */
+    size_t lag_got = 0;
+    p->lag = (struct lag){0};
     /* a message that began arriving must be complete within the command
      * timeout (a trickle would otherwise hold the connection forever);
      * 0: none in progress. Only looked at when a read completed nothing. */
@@ -637,6 +928,11 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
             reply_pool_put(rv);
         }
         flush_deferred(p); /* this read's messages, before we block again */
+        if (lag_got) {
+            int64_t read_ms = read_at.mono_us / 1000;
+            lag_read(&p->lag, read_ms, lag_got, clock_mono_us() / 1000 - read_ms);
+            lag_got = 0;
+        }
         if (!redis_reply_pending(c)) {
             partial_since = 0;
         } else if (completed > 0 || partial_since == 0) {
@@ -665,9 +961,13 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
              * read again without the poll(2) (at saturation most reads) */
             full = false;
             size_t got;
-            if (!read_some(p, c, true, &got, err, errlen)) return;
+            if (!read_some(p, c, true, &got, err, errlen)) {
+                lag_lost(p, c);
+                return;
+            }
             if (got > 0) {
                 after_read(p, got, &read_at, &quiet_since, &nap, &full);
+                lag_got = got;
                 continue;
             }
         }
@@ -688,8 +988,12 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
         }
         if (pfd[0].revents) { /* data first: it may hold the PONG */
             size_t got;
-            if (!read_some(p, c, false, &got, err, errlen)) return;
+            if (!read_some(p, c, false, &got, err, errlen)) {
+                lag_lost(p, c);
+                return;
+            }
             after_read(p, got, &read_at, &quiet_since, &nap, &full);
+            lag_got = got;
             continue; /* the silence clock was just reset */
         }
         if (!tick) continue;

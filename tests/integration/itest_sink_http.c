@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/util.h"
@@ -887,6 +888,34 @@ static void test_retry_after_waits(void **state)
     unmake_sink(&m);
 }
 
+/* Retry-After as an HTTP date (2 s ahead; whole seconds, so the wait is
+ * 1 to 2 s). */
+static void test_retry_after_http_date(void **state)
+{
+    server_reset(1, 503, 200);
+    time_t at = time(NULL) + 2;
+    struct tm tm;
+    gmtime_r(&at, &tm);
+    pthread_mutex_lock(&srv.mu);
+    strftime(srv.retry_after, sizeof srv.retry_after, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    pthread_mutex_unlock(&srv.mu);
+    char cfg[512], err[512] = "";
+    url_cfg(cfg, sizeof cfg, "backoff_ms = 10; backoff_max_ms = 50;\n");
+    struct made m = {0};
+    assert_int_equal(make_sink(&m, cfg, err, sizeof err), 0);
+    struct message *msg = mk_msg("e", 3, "rd-1", "p");
+    enum msg_outcome out = MSG_DROPPED_SINK_FAILED;
+    struct sink_call call = {0};
+    m.ops->send(m.sink, &msg, 1, &out, &call);
+    assert_int_equal(out, MSG_DELIVERED);
+    assert_int_equal(srv.nreq, 2);
+    int64_t gap = srv.req[1].at_ms - srv.req[0].at_ms;
+    printf("503 with Retry-After: %s, next request %lld ms later\n", srv.retry_after, (long long)gap);
+    assert_true(gap >= 900);
+    message_finish(msg, out);
+    unmake_sink(&m);
+}
+
 /* The default (retries = "while_leading"): a receiver answering 503 is
  * retried until the term ends, far past the old 5 retries. */
 static void test_retries_while_leading(void **state)
@@ -930,6 +959,7 @@ int main(void)
         cmocka_unit_test(test_rejected_records_the_answer),
         cmocka_unit_test(test_408_425_retried),
         cmocka_unit_test(test_retry_after_waits),
+        cmocka_unit_test(test_retry_after_http_date),
         cmocka_unit_test(test_retries_while_leading),
     };
     return cmocka_run_group_tests(tests, server_start, server_stop);

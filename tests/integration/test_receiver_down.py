@@ -156,8 +156,9 @@ class Silent:
 def start(t, url, sink_extra="", ep_extra="", main_extra="", sinks_more=""):
     redis = t.redis()
     mport = h.free_port()
-    sinks = ('{ name = "hook"; type = "http"; url = "%s"; backoff_ms = 50; backoff_max_ms = 500; %s }%s'
-             % (url, sink_extra, sinks_more))
+    backoff = "" if "backoff_ms" in sink_extra else "backoff_ms = 50; backoff_max_ms = 500; "
+    sinks = ('{ name = "hook"; type = "http"; url = "%s"; %s%s }%s'
+             % (url, backoff, sink_extra, sinks_more))
     main = h.main_cfg(redis.port, sinks=sinks,
                       extra='metrics = { listen = "127.0.0.1:%d"; };\n%s' % (mport, main_extra))
     b = t.baton(main, {"orders.cfg": ENDPOINT % (redis.port, ep_extra)})
@@ -178,17 +179,23 @@ def test_receiver_down_20s_nothing_lost(t):
     the middle. With the defaults (retries = "while_leading", queue_size
     10000, queue_policy block): every message delivered exactly once, in
     order per channel."""
+    # By hand, for the README's loss table: BATON_OUTAGE_S=600 runs a 10
+    # minute outage (BATON_OUTAGE_RATE msg/s in all) and reports what was
+    # lost instead of asserting that nothing was.
+    outage = float(os.environ.get("BATON_OUTAGE_S", "20"))
+    rate = float(os.environ.get("BATON_OUTAGE_RATE", "500"))
+    report_only = "BATON_OUTAGE_S" in os.environ
     recv = Receiver()
     redis, b, mport = start(t, recv.url)
-    pubs = [Publisher(redis.port, channel="orders.c%d" % c, rate=125, first_seq=1) for c in range(4)]
+    pubs = [Publisher(redis.port, channel="orders.c%d" % c, rate=rate / 4, first_seq=1) for c in range(4)]
     for p in pubs:
         p.start()
     time.sleep(2.0)
     recv.down()
     t_down = time.monotonic()
-    time.sleep(10.0)
+    time.sleep(outage / 2)
     mid = metrics(mport).get('baton_sink_errors_total{endpoint="orders"}', 0)
-    time.sleep(10.0)
+    time.sleep(outage / 2)
     recv.up()
     h.log("receiver back after %.1f s" % (time.monotonic() - t_down))
     time.sleep(2.0)
@@ -197,9 +204,9 @@ def test_receiver_down_20s_nothing_lost(t):
     sent = {p.channel: [e[0] for e in p.entries if e[2] == 1] for p in pubs}
     unknown = sum(1 for p in pubs for e in p.entries if e[2] != 1)
     total = sum(len(v) for v in sent.values())
-    t.require(unknown == 0, "every PUBLISH reached exactly one subscriber (%d did not)" % unknown)
-    t.require(h.wait_until(lambda: len(recv.accepted()) >= total, 60, interval=0.2),
-              "all %d delivered after the receiver came back, got %d" % (total, len(recv.accepted())))
+    if not report_only:
+        t.require(unknown == 0, "every PUBLISH reached exactly one subscriber (%d did not)" % unknown)
+    h.wait_until(lambda: len(recv.accepted()) >= total, 60 if not report_only else 120, interval=0.2)
     time.sleep(0.5)
     got = recv.accepted()
     by_chan = {}
@@ -211,9 +218,13 @@ def test_receiver_down_20s_nothing_lost(t):
     m = metrics(mport)
     dropped = sum(v for k, v in m.items() if k.startswith("baton_messages_dropped_total"))
     errors = m.get('baton_sink_errors_total{endpoint="orders"}', 0)
-    print("    receiver down 20 s at 500 msg/s: sent %d, delivered %d, lost %d, duplicates %d, "
-          "in order per channel %s, failed attempts %d, dropped %d"
-          % (total, len(got), lost, dup, ordered, errors, dropped))
+    overflow = m.get('baton_source_overflow_total{endpoint="orders"}', 0)
+    print("    receiver down %g s at %g msg/s: sent %d, delivered %d, lost %d, duplicates %d, "
+          "in order per channel %s, failed attempts %d, dropped %d, source overflows %d, "
+          "publishes that reached no subscriber %d"
+          % (outage, rate, total, len(got), lost, dup, ordered, errors, dropped, overflow, unknown))
+    if report_only:
+        return
     t.check(lost == 0, "%d lost" % lost)
     t.check(dup == 0, "%d duplicates" % dup)
     t.check(ordered, "in order per channel")
@@ -261,6 +272,32 @@ def test_rejected_go_to_the_dead_letter_file(t):
     first = min(dls, key=lambda r: int(r["payload"].split()[1]))
     t.check(first["id"] in err, "the log names the (first) rejected message's id %s" % first["id"])
     print("    400 to 3 of 100: dead-lettered %d (status 400, body kept), delivered %d" % (len(dls), len(got)))
+
+
+def test_retries_exhausted_dead_lettered(t):
+    """retries = 2 (a number keeps the bounded behaviour) and a receiver
+    that answers 503: each message is dead-lettered after 3 attempts with
+    reason retries_exhausted, the last status and body."""
+    recv = Receiver(answer=lambda body: (503, {}, b"maintenance"))
+    dl_path = os.path.join(t.workdir, "dead.jsonl")
+    redis, b, mport = start(t, recv.url, sink_extra="retries = 2; backoff_ms = 10; backoff_max_ms = 20;",
+                            ep_extra='dead_letter = "dead";',
+                            sinks_more=',\n{ name = "dead"; type = "file"; path = "%s"; }' % dl_path)
+    c = redis.client()
+    for i in range(5):
+        c.cmd("PUBLISH", "orders.k%d" % i, "x %d" % i)
+    t.require(h.wait_until(lambda: len(dead_letters(dl_path)) >= 5, 15), "5 dead letters: %d" % len(dead_letters(dl_path)))
+    dls = dead_letters(dl_path)
+    t.check(sorted(r["payload"] for r in dls) == ["x %d" % i for i in range(5)], "the 5 messages")
+    t.check(all(r["dead_letter"] == {"reason": "retries_exhausted", "status": 503, "body": "maintenance"}
+                for r in dls), "reason, status, body: %s" % dls[0]["dead_letter"])
+    with recv.lock:
+        n = len(recv.requests)
+    t.check(n == 15, "3 attempts each: %d requests" % n)
+    m = metrics(mport)
+    t.check(m.get('baton_messages_dead_lettered_total{endpoint="orders",reason="retries_exhausted"}') == 5,
+            "dead_lettered_total{retries_exhausted} 5")
+    print("    retries = 2, receiver 503: %d dead-lettered after %d requests" % (len(dls), n))
 
 
 def test_sigterm_dead_letters_the_queue(t):

@@ -111,6 +111,13 @@
  *                        when the term ends (deadline, LOST, release) all of
  *                        its requests in flight are aborted and its messages
  *                        settled
+ *   RX_FENCE             (with INFLIGHT2) a fencing receiver: once, while a
+ *                        replica has requests in flight, one is answered
+ *                        409; the term ends in that step (its requests
+ *                        aborted) and the lease is given up (src/gateway.c
+ *                        on_fenced); S1-S5 must hold as without it
+ *   RX_FENCE_RELEASE_FIRST (wrong, with RX_FENCE) the lease is released at
+ *                        the 409 while the term's other requests go on
  *   with INFLIGHT2, wrong designs:
  *   NO_ABORT_INFLIGHT    when a term ends only the first request in flight
  *                        is aborted: the other keeps going (S3; with S3 off
@@ -301,7 +308,7 @@ byte rtime;        /* TIME in us: above every epoch issued so far, survives rest
 byte frem;         /* FENCE: ticks until grants resume */
 
 /* ---- budgets used, sink ---- */
-byte grants, nbrk, nrst, nmsg, nrel;
+byte grants, nbrk, nrst, nmsg, nrel, nfence;
 byte last;         /* the sink: highest epoch received so far */
 
 #ifdef LIVE
@@ -884,6 +891,21 @@ proctype Guard(byte i) {
 	/* leader, unsure (the generation changed): verify */
 	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] > 0 && chg[i] ->
 		send(i, R_CHK, tep[i]); gst[i] = G_CHK; printf("r%d: lease UNSURE: check sent\n", i) }
+#if defined(RX_FENCE) && !defined(RENEWER)
+	/* a fencing receiver answers 409 to a request in flight (it saw a
+	 * newer epoch): src/gateway.c on_fenced ends the term at once
+	 * (fenced_epoch: the term counts as ended for forwarding, every
+	 * request of it is aborted at its next poll slice, its messages are
+	 * settled), then the guard gives the lease up: on_demoted drains
+	 * (nothing of the term is in flight any more) and unlocks */
+	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] > 0 && nfence < 1 && !DRAINED(i) ->
+#ifdef RX_FENCE_RELEASE_FIRST
+		nfence++; send(i, R_UNL, tep[i]); gst[i] = G_UNL; /* wrong: the term's requests go on */
+#else
+		nfence++; term_end(i); send(i, R_UNL, tep[i]); gst[i] = G_UNL;
+#endif
+		printf("r%d: FENCED by the receiver (409) in term %d: term ended, requests aborted, unlock sent\n", i, tep[i]) }
+#endif
 	/* leader: graceful release -- drained (no write in flight), term ended, unlock */
 #ifndef RENEWER
 	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] > 0 && nrel < MAXREL && DRAINED(i) ->

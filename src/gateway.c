@@ -299,7 +299,10 @@ static int dead_letter_reason(const struct gw_endpoint *e, const struct message 
     if (!e->dl_sink) return -1;
     if (o == MSG_DROPPED_SINK_FAILED)
         return m->failure && m->failure->rejected ? DEAD_LETTER_REJECTED : DEAD_LETTER_RETRIES_EXHAUSTED;
-    if (o == MSG_DROPPED_SHUTDOWN && !e->host.source_redelivers) return DEAD_LETTER_SHUTDOWN;
+    /* (the drain of a demotion that ran out is not a shutdown: dropped and
+     * counted as before) */
+    if (o == MSG_DROPPED_SHUTDOWN && !e->host.source_redelivers && atomic_load(&e->gw->stopping))
+        return DEAD_LETTER_SHUTDOWN;
     return -1;
 }
 

@@ -280,7 +280,7 @@ def test_http_header_too_long(t):
     t.check(ok, "no 'header line too long' line within 10 s: %s" % log[-800:])
     t.check("ut of memory" not in log.replace("(curl: out of memory", ""),
             "a bare 'out of memory' is still logged: %s" % log[-600:])
-    no_marker(t, "the log", log, ["POST http://hook:***@127.0.0.1:%d/in failed, not retried: receiver's "
+    no_marker(t, "the log", log, ["POST http://hook:***@127.0.0.1:%d/in rejected, not retried: receiver's "
                                   "answer has a header line too long or malformed (curl: out of memory"
                                   % port])
 

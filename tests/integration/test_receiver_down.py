@@ -52,12 +52,14 @@ class Receiver:
         self.requests = []  # (monotonic time, headers, body, status)
         self.lock = threading.Lock()
         self.conns = set()  # open connections: closed by down()
+        self.is_down = False
         self.server = None
         self.up()
         h._cleanups.append(self.down)
 
     def up(self):
         recv = self
+        self.is_down = False
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -79,14 +81,22 @@ class Receiver:
                 n = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(n)
                 status, hdrs, out = recv.answer(body)
+                # recorded and answered in one step under the lock, so
+                # down() comes before (not applied, no answer) or after (the
+                # answer is in the socket before it is shut): a service that
+                # stops does not apply a request and lose its answer here
                 with recv.lock:
+                    if recv.is_down:
+                        self.close_connection = True
+                        return
                     recv.requests.append((time.monotonic(), dict(self.headers), body, status))
-                self.send_response(status)
-                for k, v in hdrs.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
+                    self.send_response(status)
+                    for k, v in hdrs.items():
+                        self.send_header(k, v)
+                    self.send_header("Content-Length", str(len(out)))
+                    self.end_headers()
+                    self.wfile.write(out)
+                    self.wfile.flush()
 
         class Server(http.server.ThreadingHTTPServer):
             allow_reuse_address = True
@@ -102,6 +112,8 @@ class Receiver:
     def down(self):
         """Down as a stopped service is: the port refuses connections and
         the kept-alive ones are closed."""
+        with self.lock:
+            self.is_down = True
         if self.server:
             self.server.shutdown()
             self.server.server_close()

@@ -31,16 +31,6 @@ host = "127.0.0.1"; port = %d; patterns = [ "orders.*" ];
 """
 
 
-def metrics(port):
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=2) as r:
-        out = {}
-        for line in r.read().decode().splitlines():
-            if line and not line.startswith("#"):
-                k, v = line.rsplit(" ", 1)
-                out[k] = float(v)
-        return out
-
-
 def log_time(text, needle):
     """The timestamp (seconds) of the first log line containing needle."""
     for line in text.splitlines():
@@ -112,7 +102,7 @@ def test_split_brain_fenced_by_the_receiver(t):
     first_new = next(i for i, r in enumerate(rows) if r["epoch"] == epochs[-1])
     stale_after = [r for r in rows[first_new:] if r["epoch"] < epochs[-1]]
     ids = [r["id"] for r in rows]
-    ma = metrics(ports["a"])
+    ma = h.metrics(ports["a"])
     fenced = ma.get('baton_fenced_by_sink_total{endpoint="orders"}')
     print("    lease key deleted; b leads %.2f s later; a fenced %.2f s after b led, stopped %.2f s "
           "after the fence; receiver stored %d rows, epochs %s, %d of the older epoch after the "

@@ -2,11 +2,9 @@
 first requests, then accepts -> retried, delivered once, counted in the
 metrics; a receiver that is down for longer than the retries -> every message
 is counted as sink_failed and logged with the reason, none silently lost."""
-import json
 import os
 import sys
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import harness as h  # noqa: E402
@@ -14,16 +12,6 @@ import harness as h  # noqa: E402
 ENDPOINT = """name = "orders"; type = "redis_psub"; sink = "hook";
 host = "127.0.0.1"; port = %d; patterns = [ "orders.*" ];
 """
-
-
-def metrics(port):
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=2) as r:
-        out = {}
-        for line in r.read().decode().splitlines():
-            if line and not line.startswith("#"):
-                k, v = line.rsplit(" ", 1)
-                out[k] = float(v)
-        return out
 
 
 def start(t, recv, retries):
@@ -54,7 +42,7 @@ def test_retries_then_delivery(t):
     t.check(hdrs.get("X-Baton-Endpoint") == "orders", "X-Baton-Endpoint header: %s" % hdrs)
     t.check(int(hdrs.get("X-Baton-Epoch", "0")) > 0, "X-Baton-Epoch header > 0")
     t.check(hdrs.get("X-Test") == "yes", "static header")
-    m = metrics(mport)
+    m = h.metrics(mport)
     t.check(m.get('baton_sink_errors_total{endpoint="orders"}') == 3, "sink_errors_total 3: %s"
             % m.get('baton_sink_errors_total{endpoint="orders"}'))
     t.check(m.get('baton_messages_forwarded_total{endpoint="orders"}') == 20, "forwarded_total 20")
@@ -69,8 +57,8 @@ def test_sink_down_counts_every_drop(t):
     for i in range(5):
         pub.cmd("PUBLISH", "orders.new", "lost %d" % i)
     key = 'baton_messages_dropped_total{endpoint="orders",reason="sink_failed"}'
-    t.require(h.wait_until(lambda: metrics(mport).get(key) == 5, 15), "5 counted as sink_failed: %s"
-              % metrics(mport).get(key))
+    t.require(h.wait_until(lambda: h.metrics(mport).get(key) == 5, 15), "5 counted as sink_failed: %s"
+              % h.metrics(mport).get(key))
     err = b.stderr_text()
     t.check(err.count("sink_failed") >= 1 or err.count("gave up") >= 1, "drops are logged")
     recv.down = False

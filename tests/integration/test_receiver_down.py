@@ -11,128 +11,22 @@ a real redis-server and receivers on loopback:
   dead-letter file (reason shutdown), none dropped;
 - 429 with Retry-After: 2: no request reaches the receiver for 2 s.
 """
-import http.server
 import json
 import os
 import socket
 import sys
 import threading
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import harness as h  # noqa: E402
+from downreceiver import Receiver  # noqa: E402
 from publisher import Publisher, parse_payload  # noqa: E402
 
 ENDPOINT = """name = "orders"; type = "redis_psub"; sink = "hook";
 host = "127.0.0.1"; port = %d; patterns = [ "orders.*" ];
 %s
 """
-
-
-def metrics(port):
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=2) as r:
-        out = {}
-        for line in r.read().decode().splitlines():
-            if line and not line.startswith("#"):
-                k, v = line.rsplit(" ", 1)
-                out[k] = float(v)
-        return out
-
-
-class Receiver:
-    """A receiver whose answer is decided per request by answer(body) ->
-    (status, headers dict, body bytes); listens on a fixed port and can be
-    taken down (the port refuses connections) and brought back."""
-
-    def __init__(self, port=None, answer=None):
-        self.port = port or h.free_port()
-        self.url = "http://127.0.0.1:%d/ingest" % self.port
-        self.answer = answer or (lambda body: (200, {}, b""))
-        self.requests = []  # (monotonic time, headers, body, status)
-        self.lock = threading.Lock()
-        self.conns = set()  # open connections: closed by down()
-        self.is_down = False
-        self.server = None
-        self.up()
-        h._cleanups.append(self.down)
-
-    def up(self):
-        recv = self
-        self.is_down = False
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def setup(self):
-                super().setup()
-                with recv.lock:
-                    recv.conns.add(self.connection)
-
-            def finish(self):
-                with recv.lock:
-                    recv.conns.discard(self.connection)
-                super().finish()
-
-            def do_POST(self):
-                n = int(self.headers.get("Content-Length", "0"))
-                body = self.rfile.read(n)
-                status, hdrs, out = recv.answer(body)
-                # recorded and answered in one step under the lock, so
-                # down() comes before (not applied, no answer) or after (the
-                # answer is in the socket before it is shut): a service that
-                # stops does not apply a request and lose its answer here
-                with recv.lock:
-                    if recv.is_down:
-                        self.close_connection = True
-                        return
-                    recv.requests.append((time.monotonic(), dict(self.headers), body, status))
-                    self.send_response(status)
-                    for k, v in hdrs.items():
-                        self.send_header(k, v)
-                    self.send_header("Content-Length", str(len(out)))
-                    self.end_headers()
-                    self.wfile.write(out)
-                    self.wfile.flush()
-
-        class Server(http.server.ThreadingHTTPServer):
-            allow_reuse_address = True
-            request_queue_size = 128
-            daemon_threads = True
-
-            def handle_error(self, request, client_address):
-                pass
-
-        self.server = Server(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def down(self):
-        """Down as a stopped service is: the port refuses connections and
-        the kept-alive ones are closed."""
-        with self.lock:
-            self.is_down = True
-        if self.server:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
-        with self.lock:
-            for c in list(self.conns):
-                try:
-                    c.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def accepted(self):
-        with self.lock:
-            reqs = list(self.requests)
-        out = []
-        for (_t, _h, body, status) in reqs:
-            if status == 200:
-                out.extend(json.loads(line) for line in body.split(b"\n") if line.strip())
-        return out
 
 
 class Silent:
@@ -206,7 +100,7 @@ def test_receiver_down_20s_nothing_lost(t):
     recv.down()
     t_down = time.monotonic()
     time.sleep(outage / 2)
-    mid = metrics(mport).get('baton_sink_errors_total{endpoint="orders"}', 0)
+    mid = h.metrics(mport).get('baton_sink_errors_total{endpoint="orders"}', 0)
     time.sleep(outage / 2)
     recv.up()
     h.log("receiver back after %.1f s" % (time.monotonic() - t_down))
@@ -227,7 +121,7 @@ def test_receiver_down_20s_nothing_lost(t):
     dup = sum(len(v) - len(set(v)) for v in by_chan.values())
     lost = sum(len(set(sent[c]) - set(by_chan.get(c, []))) for c in sent)
     ordered = all(v == sorted(v) for v in by_chan.values())
-    m = metrics(mport)
+    m = h.metrics(mport)
     dropped = sum(v for k, v in m.items() if k.startswith("baton_messages_dropped_total"))
     errors = m.get('baton_sink_errors_total{endpoint="orders"}', 0)
     overflow = m.get('baton_source_overflow_total{endpoint="orders"}', 0)
@@ -275,7 +169,7 @@ def test_rejected_go_to_the_dead_letter_file(t):
                 "dead_letter record: %s" % d)
         t.check(r.get("id", "").startswith("g") and r.get("endpoint") == "orders", "envelope kept: %s" % r)
     t.check(len(got) == 97 and len(set(got)) == 97 and not (set(got) & bad), "97 delivered once")
-    m = metrics(mport)
+    m = h.metrics(mport)
     t.check(m.get('baton_messages_dead_lettered_total{endpoint="orders",reason="rejected"}') == 3,
             "dead_lettered_total{rejected} 3")
     t.check(m.get('baton_messages_dropped_total{endpoint="orders",reason="sink_failed"}') == 0,
@@ -306,7 +200,7 @@ def test_retries_exhausted_dead_lettered(t):
     with recv.lock:
         n = len(recv.requests)
     t.check(n == 15, "3 attempts each: %d requests" % n)
-    m = metrics(mport)
+    m = h.metrics(mport)
     t.check(m.get('baton_messages_dead_lettered_total{endpoint="orders",reason="retries_exhausted"}') == 5,
             "dead_lettered_total{retries_exhausted} 5")
     print("    retries = 2, receiver 503: %d dead-lettered after %d requests" % (len(dls), n))
@@ -327,9 +221,9 @@ def test_sigterm_dead_letters_the_queue(t):
     n = 5000
     for i in range(0, n, 500):
         c.pipeline([("PUBLISH", "orders.new", "q %d" % j) for j in range(i, i + 500)])
-    t.require(h.wait_until(lambda: metrics(mport).get('baton_messages_received_total{endpoint="orders"}', 0) >= n, 15),
+    t.require(h.wait_until(lambda: h.metrics(mport).get('baton_messages_received_total{endpoint="orders"}', 0) >= n, 15),
               "5000 received")
-    m = metrics(mport)
+    m = h.metrics(mport)
     t0 = time.monotonic()
     rc = b.term(timeout=15)
     took = time.monotonic() - t0

@@ -34,20 +34,18 @@ about as long as one outage:
 
 One summary line per scenario gives the figures.
 """
-import http.server
 import json
 import os
 import re
-import socket
 import sys
 import threading
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import harness as h  # noqa: E402
 import mariadb as mdb  # noqa: E402
 import rabbitmq as rmq  # noqa: E402
+from downreceiver import Receiver  # noqa: E402
 
 QUEUE_SIZE = 200
 PREFETCH = 50
@@ -67,20 +65,6 @@ CDC_LEASE = {"ttl_ms": 1000, "renew_ms": 250, "retry_ms": 100}   # as test_mysql
 
 # ------------------------------------------------------------------ helpers
 
-def metrics(port):
-    """The replica's /metrics as {series: value}; {} when it does not answer."""
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=2) as r:
-            out = {}
-            for line in r.read().decode().splitlines():
-                if line and not line.startswith("#"):
-                    k, v = line.rsplit(" ", 1)
-                    out[k] = float(v)
-            return out
-    except (OSError, ValueError):
-        return {}
-
-
 def rss_kib(pid):
     try:
         with open("/proc/%d/status" % pid) as f:
@@ -90,117 +74,6 @@ def rss_kib(pid):
     except (OSError, ValueError):
         pass
     return None
-
-
-class Receiver:
-    """A receiver answering 200 to every POST (after test_receiver_down.py's
-    Receiver); listens on a fixed port and can be taken down (the port
-    refuses connections, kept-alive connections are shut) and brought back.
-
-    Going down is atomic with respect to answers: a request is recorded as
-    accepted only together with writing its whole 200 answer, under the
-    lock that down() takes first, so no recorded answer is cut by down()
-    (a receiver that records a message and then loses the answer makes the
-    sender retry it: a duplicate no sender can avoid, not the one these
-    tests count). A request read once down() began is left unanswered and
-    its connection shut (counted in self.unanswered)."""
-
-    def __init__(self, port=None):
-        self.port = port or h.free_port()
-        self.url = "http://127.0.0.1:%d/ingest" % self.port
-        self.requests = []  # (monotonic time, body, status), in the order answered
-        self.lock = threading.Lock()
-        self.conns = set()
-        self.server = None
-        self.is_down = False
-        self.unanswered = 0
-        self.up()
-        h._cleanups.append(self.down)
-
-    def up(self):
-        recv = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def setup(self):
-                super().setup()
-                with recv.lock:
-                    recv.conns.add(self.connection)
-                    if recv.is_down:
-                        recv._shut(self.connection)
-
-            def finish(self):
-                with recv.lock:
-                    recv.conns.discard(self.connection)
-                try:
-                    super().finish()
-                except OSError:
-                    pass
-
-            def do_POST(self):
-                n = int(self.headers.get("Content-Length", "0"))
-                body = self.rfile.read(n)
-                with recv.lock:
-                    if recv.is_down:
-                        recv.unanswered += 1
-                        self.close_connection = True
-                        recv._shut(self.connection)
-                        return
-                    self.send_response(200)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()  # written to the socket here (unbuffered)
-                    recv.requests.append((time.monotonic(), body, 200))
-
-        class Server(http.server.ThreadingHTTPServer):
-            allow_reuse_address = True
-            request_queue_size = 128
-            daemon_threads = True
-
-            def handle_error(self, request, client_address):
-                pass
-
-        with self.lock:
-            self.is_down = False
-        self.server = Server(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @staticmethod
-    def _shut(conn):
-        try:
-            conn.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-    def down(self):
-        with self.lock:
-            self.is_down = True
-            for c in list(self.conns):
-                self._shut(c)
-        if self.server:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
-        with self.lock:
-            for c in list(self.conns):
-                self._shut(c)
-
-    def accepted(self):
-        """Envelopes accepted (200), in the order their requests were answered."""
-        return [e for (_t, e) in self.accepted_at()]
-
-    def accepted_at(self):
-        """(monotonic time answered, envelope) of every accepted envelope."""
-        with self.lock:
-            reqs = list(self.requests)
-        out = []
-        for (t, body, status) in reqs:
-            if status == 200:
-                out.extend((t, json.loads(line)) for line in body.split(b"\n") if line.strip())
-        return out
 
 
 def dup_times(recv, dup_ids, t_down, t_up, limit=5):
@@ -228,7 +101,7 @@ class Watch(threading.Thread):
     def run(self):
         key = 'baton_queue_depth{endpoint="%s"}' % self.ep
         while not self.stop_flag:
-            m = metrics(self.mport)
+            m = h.metrics(self.mport)
             if key in m:
                 self.max_depth = max(self.max_depth, int(m[key]))
                 self.samples += 1
@@ -327,7 +200,7 @@ def scenario_rabbitmq(t, srv, redis, res):
     time.sleep(1.0)
     ready, unacked = group_queue_counts(srv, qname)
     delivered_mid = len(recv.accepted())
-    mm = metrics(mport)
+    mm = h.metrics(mport)
     depth_mid = int(mm.get('baton_queue_depth{endpoint="%s"}' % ep, -1))
     received_mid = int(counter_sum(mm, "baton_messages_received_total", ep))
     errors_mid = int(counter_sum(mm, "baton_sink_errors_total", ep))
@@ -346,7 +219,7 @@ def scenario_rabbitmq(t, srv, redis, res):
     lost = len(want - set(ids))
     dups = h.duplicates(ids)
     ndup = sum(n - 1 for n in dups.values())
-    m = metrics(mport)
+    m = h.metrics(mport)
     dropped = counter_sum(m, "baton_messages_dropped_total", ep)
     demotions = counter_sum(m, "baton_demotions_total", ep)
     ready_end, unacked_end = group_queue_counts(srv, qname)
@@ -436,19 +309,19 @@ def scenario_cdc(t, srv, redis, res):
     recv.down()
     t_down = time.monotonic()
     down["delivered"] = len(recv.accepted())
-    mm = metrics(mport)
+    mm = h.metrics(mport)
     received_at_down = int(counter_sum(mm, "baton_messages_received_total", ep))
     writer.join(PUBLISH_S + 60)
     t.check(not writer.is_alive() and not err, "mysql_cdc: the inserts failed: %r" % err)
     n_events = TOTAL + len(CDC_UPDATES)
     time.sleep(3.0)
-    mm = metrics(mport)
+    mm = h.metrics(mport)
     delivered_mid = len(recv.accepted())
     received_mid = int(counter_sum(mm, "baton_messages_received_total", ep))
     depth_mid = int(mm.get('baton_queue_depth{endpoint="%s"}' % ep, -1))
     errors_mid = int(counter_sum(mm, "baton_sink_errors_total", ep))
     time.sleep(max(0.0, t_down + DOWN_S - time.monotonic()))
-    mm = metrics(mport)
+    mm = h.metrics(mport)
     received_late = int(counter_sum(mm, "baton_messages_received_total", ep))
     recv.up()
     t_up = time.monotonic()
@@ -476,7 +349,7 @@ def scenario_cdc(t, srv, redis, res):
     bad_values = sum(1 for r in got if r["op"] == "update" and
                      (r["before"].get("v") != 1 or r["after"].get("v") != 2)) + \
         sum(1 for r in got if r["op"] == "insert" and r["after"].get("s") != "row-%d" % r["after"]["id"])
-    m = metrics(mport)
+    m = h.metrics(mport)
     dropped = counter_sum(m, "baton_messages_dropped_total", ep)
     returned = counter_sum(m, "baton_messages_returned_total", ep)
     demotions = counter_sum(m, "baton_demotions_total", ep)

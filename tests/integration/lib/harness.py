@@ -508,6 +508,20 @@ def http_get(port, path, timeout=1.0):
         return None, ""
 
 
+def metrics(port, timeout=2.0):
+    """A replica's /metrics as {series: value}; {} when it does not answer."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=timeout) as r:
+            out = {}
+            for line in r.read().decode().splitlines():
+                if line and not line.startswith("#"):
+                    k, v = line.rsplit(" ", 1)
+                    out[k] = float(v)
+            return out
+    except (OSError, ValueError):
+        return {}
+
+
 def status_endpoints(port, timeout=1.0):
     """{endpoint name: its entry} of a replica's /status, {} when it does not
     answer."""

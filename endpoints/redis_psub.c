@@ -695,7 +695,8 @@ static void overflow_judge(struct psub *p, const struct server_facts *f)
     struct overflow_suspect s = p->suspect;
     p->suspect.set = false;
     /* started after the lost session connected, for certain (uptime is
-     * whole seconds: a restart within a second of the connect is missed) */
+     * whole seconds at both ends, so it may read 1 just after a start: a
+     * restart within two seconds of the connect is missed) */
     int64_t session_age = clock_mono_us() / 1000 - s.session_ms;
     const char *not_it = NULL;
     if (f->uptime_s >= 0 && (f->uptime_s + 1) * 1000 <= session_age)

@@ -323,8 +323,12 @@ static struct timespec fake_clock_deadline_hook(clockid_t clock, int64_t ms)
     return real_deadline(clock, ms <= 0 ? 0 : FAKE_CLOCK_POLL_MS);
 }
 
-static int fake_clock_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, clockid_t clock,
-                                int64_t until)
+/* One wait on cv until fake time reaches until, or a wakeup. time_only:
+ * the caller waits for the time alone (fake_clock_sleep's own condition,
+ * which only the ticker signals): the real polls loop here. Otherwise one
+ * real poll at most, see below. */
+static int cond_wait_core(pthread_cond_t *cv, pthread_mutex_t *mu, clockid_t clock, int64_t until,
+                          bool time_only)
 {
     pthread_mutex_lock(&fk_mu);
     struct fk_thread *t = me_locked();
@@ -335,20 +339,24 @@ static int fake_clock_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, clockid
         fk_epoch++;
     }
     pthread_mutex_unlock(&fk_mu);
-    int rc;
-    for (;;) {
-        if (atomic_load(&fk_now) >= until) {
-            rc = ETIMEDOUT;
-            break;
-        }
+    int rc = ETIMEDOUT;
+    while (atomic_load(&fk_now) < until) {
         /* the ticker broadcasts cv when time reaches until; a broadcast
          * between the look above and this wait is caught by the poll */
         struct timespec ts = real_deadline(clock, t ? 5 : FAKE_CLOCK_POLL_MS);
         int r = pthread_cond_timedwait(cv, mu, &ts);
-        if (r == 0) {
-            rc = atomic_load(&fk_now) >= until ? ETIMEDOUT : 0;
-            break;
-        }
+        if (r == ETIMEDOUT && time_only) continue;
+        /* Woken, or (a caller's condition) the real poll ran out: the
+         * caller looks at its condition again, a spurious wakeup when
+         * neither it nor the time changed. Waiting on here after the poll
+         * ran out lost wakeups: a poll that runs out while another thread
+         * holds mu is off the condition's waiters, so a broadcast that
+         * thread makes before it unlocks reached nobody, and the caller
+         * waited for its whole (fake) timeout. That was a CI failure of
+         * test_announce_wakes_waiters_of_that_key under TSan (woken by the
+         * announcement, yet after >= 1,000 fake ms). */
+        rc = atomic_load(&fk_now) >= until ? ETIMEDOUT : 0;
+        break;
     }
     pthread_mutex_lock(&fk_mu);
     if (t) {
@@ -359,6 +367,12 @@ static int fake_clock_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, clockid
     }
     pthread_mutex_unlock(&fk_mu);
     return rc;
+}
+
+static int fake_clock_cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, clockid_t clock,
+                                int64_t until)
+{
+    return cond_wait_core(cv, mu, clock, until, false);
 }
 
 void fake_clock_sleep(int64_t ms)
@@ -379,7 +393,7 @@ void fake_clock_sleep(int64_t ms)
         return;
     }
     pthread_mutex_lock(&t->sleep_mu);
-    while (fake_clock_cond_wait(&t->sleep_cv, &t->sleep_mu, CLOCK_MONOTONIC, until) != ETIMEDOUT) {
+    while (cond_wait_core(&t->sleep_cv, &t->sleep_mu, CLOCK_MONOTONIC, until, true) != ETIMEDOUT) {
     }
     pthread_mutex_unlock(&t->sleep_mu);
 }

@@ -258,6 +258,55 @@ static void test_announce_wakes_waiters_of_that_key(void **state)
     baton_locker_destroy(l);
 }
 
+/* The test clock's wait must not lose a wakeup (a CI failure of the test
+ * above under TSan): the waiter's real poll runs out while this thread
+ * holds the mutex, so the waiter is off the condition's waiters when the
+ * broadcast comes. The test clock used to wait on after such a poll, and
+ * the waiter saw the flag only at its (fake) timeout, 600 s here; now
+ * clock_cond_wait returns and the caller's loop looks at the flag. */
+struct flag_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool flag, saw;
+    int64_t took;
+};
+
+static void *wait_for_flag(void *arg)
+{
+    struct flag_wait *f = arg;
+    int64_t t0 = clock_mono_ms();
+    struct clock_wait cw = clock_wait_in(CLOCK_MONOTONIC, 600000);
+    pthread_mutex_lock(&f->mu);
+    while (!f->flag)
+        if (clock_cond_wait(&f->cv, &f->mu, &cw) != 0) break;
+    f->saw = f->flag;
+    pthread_mutex_unlock(&f->mu);
+    f->took = clock_mono_ms() - t0;
+    return NULL;
+}
+
+static void test_wakeup_not_lost_while_poll_runs_out(void **state)
+{
+    struct flag_wait f = {.flag = false};
+    pthread_mutex_init(&f.mu, NULL);
+    cond_init_clock(&f.cv, CLOCK_MONOTONIC);
+    pthread_t th;
+    pthread_create(&th, NULL, wait_for_flag, &f);
+    fake_clock_sleep(20);
+    pthread_mutex_lock(&f.mu);
+    struct timespec hold = {0, 30 * 1000000L}; /* real time: the waiter's 5 ms poll runs out */
+    while (nanosleep(&hold, &hold) != 0) {
+    }
+    f.flag = true;
+    pthread_cond_broadcast(&f.cv);
+    pthread_mutex_unlock(&f.mu);
+    pthread_join(th, NULL);
+    assert_true(f.saw);
+    assert_true(f.took < 300000);
+    pthread_cond_destroy(&f.cv);
+    pthread_mutex_destroy(&f.mu);
+}
+
 /* Issue 13 (5): a standby reads the release counter, is then busy (in
  * try_lock, in its balancing delay, between wait chunks: not waiting) while
  * the leader releases and announces; its next wait_release must return at
@@ -570,6 +619,7 @@ int main(void)
         cmocka_unit_test(test_lock_with_retry_counts),
         cmocka_unit_test(test_lock_blocks_until_free_or_cancelled),
         cmocka_unit_test(test_announce_wakes_waiters_of_that_key),
+        cmocka_unit_test(test_wakeup_not_lost_while_poll_runs_out),
         cmocka_unit_test(test_missed_release_counted_while_busy),
         cmocka_unit_test(test_epochs_increase_and_sweep),
         cmocka_unit_test(test_fenced_set_and_shared_get),

@@ -48,7 +48,7 @@ BUILD=${1:-${BATON_BUILD_DIR:-$SRC/build}}
 export BATON_BIN=${BATON_BIN:-$BUILD/baton} BATON_SOURCE_DIR=$SRC BATON_BUILD_DIR=$BUILD
 export N=${N:-1000000} ROUNDS=${ROUNDS:-4} BASE=$BUILD/bench/bench_mysql_cdc_baseline
 for p in "$BATON_BIN" "$BASE"; do
-    [ -x "$p" ] || { echo "missing $p (cmake --build $BUILD --target baton bench_mysql_cdc_baseline)" >&2; exit 2; }
+    [ -x "$p" ] || { echo "missing $p (cmake -DBATON_BENCH=ON -B $BUILD; cmake --build $BUILD --target baton bench_mysql_cdc_baseline)" >&2; exit 2; }
 done
 command -v mariadbd >/dev/null || { echo "missing mariadbd" >&2; exit 2; }
 

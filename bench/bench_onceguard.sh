@@ -36,7 +36,7 @@ PROG=$BUILD/bench/bench_onceguard
 BASE=$BUILD/bench/bench_onceguard_baseline
 
 for p in "$PROG" "$BASE"; do
-    [ -x "$p" ] || { echo "missing $p (cmake --build $BUILD --target bench_onceguard bench_onceguard_baseline)" >&2; exit 2; }
+    [ -x "$p" ] || { echo "missing $p (cmake -DBATON_BENCH=ON -B $BUILD; cmake --build $BUILD --target bench_onceguard bench_onceguard_baseline)" >&2; exit 2; }
 done
 for p in redis-server redis-cli python3 timeout; do
     command -v "$p" >/dev/null || { echo "missing $p" >&2; exit 2; }

@@ -58,7 +58,7 @@ COUNT=${2:-100000}
 SIZE=${3:-100}
 if [ ! -x "$BUILD/baton" ] || [ ! -x "$BUILD/bench/bench_rabbitmq_baseline" ]; then
     echo "building baton and bench_rabbitmq_baseline in $BUILD (Release)" >&2
-    cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DBATON_TESTS=OFF >/dev/null
+    cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DBATON_TESTS=OFF -DBATON_BENCH=ON >/dev/null
     cmake --build "$BUILD" -j2 --target baton bench_rabbitmq_baseline >/dev/null
 fi
 for p in rabbitmq-server rabbitmqctl redis-server python3; do

@@ -8,7 +8,7 @@
  * "Missing table map metadata" / "Malformed row data"), so the endpoint uses
  * the library only to fetch events and decodes the bodies here.
  *
- * Value conventions (documented in endpoints/mysql_cdc.md):
+ * Value conventions (documented in docs/endpoints/mysql_cdc.md):
  *   integers (signed and unsigned), YEAR, BIT      JSON numbers
  *   FLOAT, DOUBLE                                   JSON numbers (shortest
  *                                                   round-trip form)

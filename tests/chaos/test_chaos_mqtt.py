@@ -2,7 +2,7 @@
 file (started once), a sequenced QoS 1 publisher at 200 msg/s, one fault per
 scenario, one CHAOS summary line each.
 
-What the design promises (endpoints/mqtt.md, README "What each endpoint
+What the design promises (docs/endpoints/mqtt.md, README "What each endpoint
 loses"):
   plain subscription (ActiveGuard): no duplicate; loss only of what is
       published while no leader is subscribed (the failover gap) or while the

@@ -3,7 +3,7 @@ the whole file (started once), a writer inserting ~200 rows/s (one
 transaction each, the row carries its sequence number and send time), one
 fault per scenario, one CHAOS summary line each.
 
-What the design promises (endpoints/mysql_cdc.md, README "What each endpoint
+What the design promises (docs/endpoints/mysql_cdc.md, README "What each endpoint
 loses") with `checkpoint = redis`: **no row lost**, across any failover; rows
 forwarded after the last checkpoint are forwarded again by the next leader
 (at-least-once, bounded by the checkpoint interval plus the queue), with the

@@ -2,7 +2,7 @@
 the whole file (started once), a sequenced publisher with confirms at
 300 msg/s, one fault per scenario, one CHAOS summary line each.
 
-What the design promises (endpoints/rabbitmq.md, README "What each endpoint
+What the design promises (docs/endpoints/rabbitmq.md, README "What each endpoint
 loses"):
   private mode: no duplicate ever; loss only of what is published while no
       private queue is bound (the failover gap).

@@ -15,7 +15,7 @@ in this process recording (arrival order, X-Baton-Epoch, message).
   2. mqtt_qos1_after_sink_leader_paused: plain subscription (ActiveGuard),
      QoS 1, ack after_sink, one client id shared by the replicas and
      clean_start = false (the session, and what the broker queued for it,
-     survives the failover: endpoints/mqtt.md); receiver 10 ms per request;
+     survives the failover: docs/endpoints/mqtt.md); receiver 10 ms per request;
      20 msg/s for 20 s; same pauses. 0 lost; no stale request.
 
 Each scenario prints one line "TERM scenario=... result=PASS|FAIL ...".

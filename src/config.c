@@ -402,7 +402,7 @@ static const struct setting_def locker_defs[] = {
     { "backend", SETTING_ENUM, offsetof(struct locker_settings, backend), .def = "redis",
       .choices = locker_types, .help = "locker backend" },
     { "type", SETTING_ENUM, offsetof(struct locker_settings, type), .def = "redis",
-      .choices = locker_types, .help = "older name of backend" },
+      .choices = locker_types, .help = "older name of backend, still read" },
     { "endpoints", SETTING_STRLIST, offsetof(struct locker_settings, endpoints),
       .help = "etcd client URLs (http:// or https://), tried in order" },
     { "ca_file", SETTING_STRING, offsetof(struct locker_settings, ca_file),
@@ -452,7 +452,7 @@ struct metrics_settings {
 };
 static const struct setting_def metrics_defs[] = {
     { "listen", SETTING_STRING, offsetof(struct metrics_settings, listen), .def = "127.0.0.1:9464",
-      .help = "host:port of the /metrics listener" },
+      .help = "host:port of the ops listener (/metrics, /healthz, /readyz, /status)" },
     SETTINGS_END
 };
 
@@ -465,9 +465,11 @@ struct log_settings {
 };
 static const struct setting_def log_defs[] = {
     { "level", SETTING_ENUM, offsetof(struct log_settings, level), .def = "info",
-      .choices = log_levels, .help = "log level" },
+      .choices = log_levels, .help = "least severe level logged (--log-level wins over it)" },
     { "format", SETTING_ENUM, offsetof(struct log_settings, format), .def = "text",
-      .choices = log_formats, .help = "log line format" },
+      .choices = log_formats,
+      .help = "text: one line per event (time, level, component[endpoint], message); json: one "
+              "JSON object per line" },
     SETTINGS_END
 };
 
@@ -535,7 +537,10 @@ static const struct setting_def endpoint_common_defs[] = {
     { "enabled", SETTING_BOOL, offsetof(struct endpoint_common, enabled), .def = "true",
       .help = "false: validated but not started" },
     { "guard", SETTING_ENUM, offsetof(struct endpoint_common, guard), .def = "auto",
-      .choices = guard_names, .help = "guard kind" },
+      .choices = guard_names,
+      .help = "active: only the lease holder consumes (ActiveGuard); once: every replica "
+              "consumes, each message goes out once (OnceGuard); none: no guard, every "
+              "replica forwards what it receives; auto: the type's own choice" },
     { "force_guard", SETTING_BOOL, offsetof(struct endpoint_common, force_guard), .def = "false",
       .help = "accept a guard the endpoint type advises against" },
     { "queue_size", SETTING_INT, offsetof(struct endpoint_common, queue_size), .def = "10000",
@@ -1482,4 +1487,23 @@ struct baton_locker *config_locker_create(const struct baton_config *c, char *er
         snprintf(err, errlen, "locker %s: %s", where, redact_urls(lerr, shown, sizeof shown));
     }
     return l;
+}
+
+/* The main file's tables, for the generated reference (src/reference.h):
+ * "main" (top level), "locker", "lease", "metrics", "log", "shutdown",
+ * "sink" (what every sink has), "endpoint" (what every endpoint has),
+ * "replay" (an endpoint's replay = { ... }). NULL for any other name. */
+const struct setting_def *config_reference_table(const char *which)
+{
+    static const struct {
+        const char *name;
+        const struct setting_def *defs;
+    } tables[] = {
+        {"main", main_defs},         {"locker", locker_defs},     {"lease", lease_defs},
+        {"metrics", metrics_defs},   {"log", log_defs},           {"shutdown", shutdown_defs},
+        {"sink", sink_common_defs},  {"endpoint", endpoint_common_defs}, {"replay", replay_defs},
+    };
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
+        if (strcmp(tables[i].name, which) == 0) return tables[i].defs;
+    return NULL;
 }

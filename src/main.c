@@ -2,7 +2,11 @@
  *
  *   baton -c FILE [--check-config] [--log-level LEVEL]
  *   baton status -c FILE
+ *   baton --print-reference[=markdown|man]
  *   baton --version | --help
+ *
+ * A bad command line gets one line saying what is wrong and a pointer to
+ * --help (exit BATON_EXIT_USAGE); --help prints the whole text.
  *
  * Signals: SIGTERM/SIGINT stop endpoints (leases released and announced),
  * drain queues within shutdown.drain_timeout_ms and exit 0. SIGHUP logs the
@@ -32,19 +36,31 @@
 #include "src/gateway.h"
 #include "src/http_listener.h"
 #include "src/notify.h"
+#include "src/reference.h"
 #include "src/sink.h"
 #include "src/status_cmd.h"
+
+/* A bad command line: what is wrong was said on the line before. */
+static int usage_error(void)
+{
+    fprintf(stderr, "baton: try 'baton --help'\n");
+    return BATON_EXIT_USAGE;
+}
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: baton -c FILE [--check-config] [--log-level LEVEL]\n"
             "       baton status -c FILE\n"
+            "       baton --print-reference[=markdown|man]\n"
             "       baton --version | --help\n"
             "\n"
             "  -c, --config FILE     main configuration file (libconfig)\n"
             "      --check-config    validate the configuration and the endpoint files, then exit\n"
             "      --log-level LEVEL error, warn, info or debug (overrides the file)\n"
+            "      --print-reference[=markdown|man]\n"
+            "                        print the reference of every setting (default markdown; man:\n"
+            "                        the baton.cfg(5) page), then exit\n"
             "  -V, --version         print the version\n"
             "  -h, --help            this text\n"
             "\n"
@@ -103,8 +119,11 @@ int main(int argc, char **argv)
     bool check_only = false;
     bool status_cmd = false;
 
+    const char *reference = NULL; /* the format asked for; NULL: not asked */
+
     if (argc > 1 && strcmp(argv[1], "status") == 0) {
         status_cmd = true;
+        argv[1] = argv[0]; /* getopt's messages name the program, not "status" */
         argv++;
         argc--;
     }
@@ -112,6 +131,7 @@ int main(int argc, char **argv)
         {"config", required_argument, NULL, 'c'},
         {"check-config", no_argument, NULL, 'k'},
         {"log-level", required_argument, NULL, 'l'},
+        {"print-reference", optional_argument, NULL, 'r'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -122,25 +142,36 @@ int main(int argc, char **argv)
         case 'c': config_path = optarg; break;
         case 'k': check_only = true; break;
         case 'l': cli_level = optarg; break;
+        case 'r': reference = optarg ? optarg : "markdown"; break;
         case 'V': printf("baton %s\n", BATON_VERSION); return BATON_EXIT_OK;
         case 'h': usage(stdout); return BATON_EXIT_OK;
-        default: usage(stderr); return BATON_EXIT_USAGE;
+        default: return usage_error(); /* getopt said what is wrong */
         }
     }
     if (optind < argc) {
         fprintf(stderr, "baton: unexpected argument '%s'\n", argv[optind]);
-        usage(stderr);
-        return BATON_EXIT_USAGE;
+        return usage_error();
+    }
+    if (reference) {
+        enum reference_format fmt;
+        if (reference_format_parse(reference, &fmt) != 0) {
+            fprintf(stderr, "baton: --print-reference=%s: expected markdown or man\n", reference);
+            return usage_error();
+        }
+        if (reference_write(stdout, fmt) != 0) {
+            fprintf(stderr, "baton: --print-reference: cannot write: %s\n", strerror(errno));
+            return BATON_EXIT_RUNTIME;
+        }
+        return BATON_EXIT_OK;
     }
     if (!config_path) {
         fprintf(stderr, "baton: missing -c FILE\n");
-        usage(stderr);
-        return BATON_EXIT_USAGE;
+        return usage_error();
     }
     enum log_level level;
     if (cli_level && log_level_parse(cli_level, &level) != 0) {
         fprintf(stderr, "baton: --log-level '%s': expected error, warn, info or debug\n", cli_level);
-        return BATON_EXIT_USAGE;
+        return usage_error();
     }
 
     /* From here on the guard library logs through log_write (which masks a

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""The README's benchmark table, from one bench/run.
+"""The benchmark table of docs/benchmarks.md, from one bench/run.
 
-    bench/readme_table.py RESULTS.json [--write README.md]
+    bench/readme_table.py RESULTS.json [--write docs/benchmarks.md]
 
 Reads the JSON `bench/run` wrote (every RESULT line of every script) and
-prints the "Benchmarks" part of the README's "Measured figures": a
-paragraph naming the run (date, commit, length) and one table row per
-benchmark, each figure taken from that run. With --write it replaces the
-text between the two marker lines in the README instead:
+prints the "Benchmarks" part of docs/benchmarks.md's "Measured figures": a
+heading and paragraph naming the run (date, results file, length) and one
+table row per benchmark, each figure taken from that run. With --write it
+replaces the text between the two marker lines in that file instead:
 
     <!-- bench/readme_table.py: begin -->
     <!-- bench/readme_table.py: end -->
@@ -167,7 +167,7 @@ def rows(R):
                    " / ".join(num(R.b("locker commands/s per replica, %d endpoints" % n)) for n in ns),
                    " / ".join("%.2f" % (R.b("takeover of %d endpoints after SIGKILL" % n) / 1000.0)
                               for n in ns)),
-                "at 1,000 (issue 22): RSS < 64 MiB %s; idle CPU < 2 %% %s; lease round trips growing "
+                "at 1,000: RSS < 64 MiB %s; idle CPU < 2 %% %s; lease round trips growing "
                 "with the renew interval, not with endpoints (the round trips/s above); every "
                 "endpoint led again ≤ ttl + retry + 1 s (4.25 s) %s"
                 % (verdict(rss), verdict(cpu), verdict(tk)))
@@ -308,7 +308,7 @@ def rows(R):
             text += ". (Like for like: not in this run.)"
         return (text, "≥ 0.9 at 1 %s, at 64 %s" % (verdict(a), verdict(b)))
 
-    @row("HTTP sink requests in flight together (issue 36): redis_psub → http sink, batch_max 1, "
+    @row("HTTP sink requests in flight together: redis_psub → http sink, batch_max 1, "
          "to a receiver that answers every POST after 20 ms (`http_receiver_bench.c --latency-ms`, "
          "epoll + timerfd), offered 1.5× the limit over 1,024 channels, steady state; against the "
          "limit max_in_flight / latency; `auto` against a receiver of capacity 32 (503 beyond)",
@@ -339,8 +339,8 @@ def rows(R):
                     paren(k["workload"])[6:]))
         return (text, "≥ 0.9 %s; `auto` ≥ 0.8 %s" % (verdict(a, b), verdict(au)))
 
-    @row("HTTP sink CPU per message with 64 in flight vs one at a time (`ordering = \"strict\"`, the "
-         "behaviour before issue 36) at the same delivered rate; peak RSS with 1,024 in flight "
+    @row("HTTP sink CPU per message with 64 in flight vs one at a time (`ordering = \"strict\"`) "
+         "at the same delivered rate; peak RSS with 1,024 in flight "
          "(receiver latency 200 ms)", "same")
     def _():
         c = R.get("concurrency: CPU per message, max_in_flight 64")
@@ -458,16 +458,14 @@ def render(doc, path):
     R = Run(doc)
     date = doc["date"]
     day = "%s-%s-%s" % (date[0:4], date[4:6], date[6:8])
-    sha = doc["git_sha"][:7]
     head = [
-        "### Benchmarks: one `bench/run`, %s, commit %s" % (day, sha),
+        "### Benchmarks: one `bench/run`, %s" % day,
         "",
-        "Every row below comes from one `bench/run` of %s%s (%s, %d cores, %.0f s%s). Its "
-        "results are committed as [`%s`](%s); the table is made from them by "
-        "`python3 bench/readme_table.py %s --write README.md`. The figures of earlier runs are in "
-        "the history of this file and in the notes of issue 22."
-        % (sha, " with uncommitted changes" if doc.get("git_dirty") else "", doc["build_type"],
-           doc["cpus"], doc["seconds"], ", quick" if doc.get("quick") else "", path, path, path),
+        "Every row below comes from one `bench/run`%s (%s, %d cores, %.0f s%s). "
+        "Its results are in `%s` in the source tree; the table is made from them by "
+        "`python3 bench/readme_table.py %s --write docs/benchmarks.md`."
+        % (" of a tree with uncommitted changes" if doc.get("git_dirty") else "", doc["build_type"],
+           doc["cpus"], doc["seconds"], ", quick" if doc.get("quick") else "", path, path),
         "",
         "| what | figure | target | command |",
         "|---|---|---|---|",
@@ -478,7 +476,8 @@ def render(doc, path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results", help="the JSON bench/run wrote")
-    ap.add_argument("--write", metavar="README", help="replace the table between the markers")
+    ap.add_argument("--write", metavar="docs/benchmarks.md",
+                    help="replace the table between the markers in this file")
     a = ap.parse_args()
     try:
         with open(a.results) as f:

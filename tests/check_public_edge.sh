@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Keeps the library's edge where the tree says it is (README, "Layout"):
+# Keeps the library's edge where the tree says it is (docs/internals.md, "Layout"):
 #
 #   include/baton/  the public API of libbaton-guard: includes only baton/
 #   base/           the base room (clocks, tokens, back-off, base64,

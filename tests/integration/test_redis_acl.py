@@ -1,7 +1,7 @@
 """Redis ACL users (issue 17): baton against a redis-server whose default user
 is password-protected, the locker and the redis_psub sources each logged in
-as an ACL user holding exactly the rule set documented in README.md
-("Redis ACL users"), real baton processes, real MariaDB for mysql_cdc.
+as an ACL user holding exactly the rule set documented in docs/lockers.md
+("ACL users"), real baton processes, real MariaDB for mysql_cdc.
 
   1. test_documented_rules: 2 replicas, each with an ActiveGuard redis_psub
      endpoint (gap), a failover = "replay" redis_psub endpoint (replay marks
@@ -38,7 +38,7 @@ ORDER = ["test_documented_rules", "test_missing_rule"]
 ADMIN_PW, LOCKER_PW, SRC_PW = "admin-secret", "locker-secret", "source-secret"
 SKIP_CDC = os.environ.get("BATON_ACL_SKIP_CDC") == "1"
 
-# The documented rule sets (README "Redis ACL users"), with why baton needs
+# The documented rule sets (docs/lockers.md, "ACL users"), with why baton needs
 # each command. Locker user, prefix "baton" (locker.prefix):
 LOCKER_COMMANDS = [
     ("evalsha", "runs the lease scripts (acquire, renew, check, unlock) and fenced_set"),

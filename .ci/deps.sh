@@ -38,6 +38,7 @@ TESTS=(
   etcd-server etcd-client  # the etcd locker's tests start their own members
   redis-sentinel           # the Sentinel tests start their own sentinels
   systemd binutils         # test_install.py: systemd-analyze verify, readelf/nm on the library
+  groff-base               # test_reference.py: the man pages render without warnings
 )
 # .ci/run only: valgrind on the unit tests, the libFuzzer targets (clang),
 # the lease model (spin, guard/model/run.sh).

@@ -116,7 +116,7 @@ static const struct setting_def mqtt_defs[] = {
      .help = "verify the broker's certificate and host name"},
     {"client_id", SETTING_STRING, OFF(client_id), .def = "baton-%n-%h-%p",
      .help = "client id template: %n endpoint name, %h host name, %p pid, %% percent"},
-    {"user", SETTING_STRING, OFF(user), .help = "user name"},
+    {"user", SETTING_STRING, OFF(user), .help = "user name of the broker login"},
     {"password_env", SETTING_STRING, OFF(password_env),
      .help = "name of the environment variable holding the password"},
     {"password_file", SETTING_STRING, OFF(password_file),

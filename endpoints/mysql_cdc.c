@@ -107,7 +107,7 @@ static const struct setting_def cdc_defs[] = {
     { "on_purged", SETTING_ENUM, OFF(on_purged), .def = "fail", .choices = purged_choices,
       .help = "when the resume position was purged: fail (keep retrying, log) or oldest (skip the gap)" },
     { "connect_timeout_ms", SETTING_INT, OFF(connect_timeout_ms), .def = "3000", .min = 100,
-      .max = 600000, .help = "connect timeout" },
+      .max = 600000, .help = "connect timeout in ms" },
     { "heartbeat_ms", SETTING_INT, OFF(heartbeat_ms), .def = "1000", .min = 100, .max = 60000,
       .help = "server heartbeat period while the binlog is idle (dead-connection detection)" },
     { "reconnect_min_ms", SETTING_INT, OFF(reconnect_min_ms), .def = "200", .min = 1,

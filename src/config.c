@@ -491,7 +491,7 @@ static const struct setting_def sink_common_defs[] = {
     { "name", SETTING_STRING, offsetof(struct sink_common, name), .required = true,
       .help = "sink name, " NAME_RULE },
     { "type", SETTING_STRING, offsetof(struct sink_common, type), .required = true,
-      .help = "sink type" },
+      .help = "one of the sink types, e.g. \"http\"" },
     { "dead_letter", SETTING_STRING, offsetof(struct sink_common, dead_letter),
       .help = "name of a sink that gets the messages this one cannot deliver (for every "
               "endpoint using this sink that sets no dead_letter of its own)" },
@@ -527,7 +527,7 @@ static const struct setting_def endpoint_common_defs[] = {
     { "name", SETTING_STRING, offsetof(struct endpoint_common, name), .required = true,
       .help = "unique endpoint name, " NAME_RULE },
     { "type", SETTING_STRING, offsetof(struct endpoint_common, type), .required = true,
-      .help = "endpoint type" },
+      .help = "one of the endpoint types, e.g. \"redis_psub\"" },
     { "sink", SETTING_STRING, offsetof(struct endpoint_common, sink), .required = true,
       .help = "name of a sink from the main file" },
     { "dead_letter", SETTING_STRING, offsetof(struct endpoint_common, dead_letter),

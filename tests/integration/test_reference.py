@@ -113,6 +113,9 @@ def test_every_setting_is_in_the_reference(t):
     t.check(not md_missing, "not in the markdown reference: %s" % md_missing)
     t.check(not man_missing, "not in the man reference: %s" % man_missing)
     print("    %d setting names from the tables, all in both references" % len(names))
+    # every setting says what it is for: "- `name` (type...): help"
+    no_help = [line for line in md.splitlines() if line.startswith("- `") and "): " not in line]
+    t.check(not no_help, "settings without a help text: %s" % no_help)
 
     # every type --help lists has its section
     rc, helptext, _ = h.run_baton(["--help"])

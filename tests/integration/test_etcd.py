@@ -705,7 +705,7 @@ def test_cluster_faults(t):
     # longer than a lease's ttl revokes that lease when it resumes, although
     # its holder kept renewing it on the new leader (etcd #15247, fixed by
     # #16822): the holder learns at its next renewal, and for up to a renew
-    # interval two replicas lead. No client can prevent it (README, etcd);
+    # interval two replicas lead. No client can prevent it (docs/lockers.md, "etcd");
     # this phase tests baton's handling of its member pausing, so the raft
     # leadership is moved off that member first.
     moved = None

@@ -61,7 +61,7 @@ def start(t, locker, source, user=None):
     ep = endpoint(source.port)
     env = None
     if user:
-        # the documented source rules (README, "ACL users"), nothing more
+        # the documented source rules (docs/lockers.md, "ACL users"), nothing more
         source.client().cmd("ACL", "SETUSER", user, "reset", "on", ">pw", "&" + CHAN,
                             "+subscribe", "+ping")
         ep += 'user = "%s"; password_env = "SRC_PW";\n' % user

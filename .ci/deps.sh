@@ -2,7 +2,8 @@
 # Installs what baton needs on Debian 12, by purpose; each purpose adds one
 # list to the ones before it:
 #
-#   bash .ci/deps.sh --demo   build baton, run the demo (config/demo/run.sh)
+#   bash .ci/deps.sh --build  build baton (and its .deb: packaging/build-deb.sh)
+#   bash .ci/deps.sh --demo   + run the demo (config/demo/run.sh)
 #   bash .ci/deps.sh          + the test suite (tests/run.sh)
 #   bash .ci/deps.sh --ci     + what only .ci/run uses (valgrind, fuzzing, spin)
 #   add --list to print the packages instead of installing them
@@ -10,9 +11,11 @@
 # Idempotent: does nothing when every package is already installed.
 set -euo pipefail
 
-# Building baton (CMakeLists.txt).
+# Building baton (CMakeLists.txt) and its Debian packages (packaging/).
 BUILD=(
   build-essential cmake pkg-config
+  file                  # packaging/build-deb.sh: cpack finds the ELF files with it (dpkg-dev's
+                        # dpkg-shlibdeps, which computes the Depends lines, comes with build-essential)
   libhiredis-dev librabbitmq-dev libmariadb-dev libpaho-mqtt-dev libconfig-dev
   libsystemd-dev
   libcurl4-openssl-dev  # headers; the HTTP sink and the etcd locker load libcurl.so.4 on first use
@@ -38,6 +41,7 @@ TESTS=(
   etcd-server etcd-client  # the etcd locker's tests start their own members
   redis-sentinel           # the Sentinel tests start their own sentinels
   systemd binutils         # test_install.py: systemd-analyze verify, readelf/nm on the library
+  dpkg-dev lintian         # test_deb.py: builds the .debs (dpkg-shlibdeps), checks them with lintian
   groff-base               # test_reference.py: the man pages render without warnings
 )
 # .ci/run only: valgrind on the unit tests, the libFuzzer targets (clang),
@@ -52,16 +56,18 @@ purpose=tests
 list_only=false
 for a in "$@"; do
   case "$a" in
+    --build) purpose=build ;;
     --demo) purpose=demo ;;
     --ci) purpose=ci ;;
     --list) list_only=true ;;
-    *) echo "usage: $0 [--demo | --ci] [--list]" >&2; exit 64 ;;
+    *) echo "usage: $0 [--build | --demo | --ci] [--list]" >&2; exit 64 ;;
   esac
 done
-PACKAGES=("${BUILD[@]}" "${DEMO[@]}")
+PACKAGES=("${BUILD[@]}")
 case "$purpose" in
-  tests) PACKAGES+=("${TESTS[@]}") ;;
-  ci) PACKAGES+=("${TESTS[@]}" "${CI[@]}") ;;
+  demo) PACKAGES+=("${DEMO[@]}") ;;
+  tests) PACKAGES+=("${DEMO[@]}" "${TESTS[@]}") ;;
+  ci) PACKAGES+=("${DEMO[@]}" "${TESTS[@]}" "${CI[@]}") ;;
 esac
 if $list_only; then
   printf '%s\n' "${PACKAGES[@]}"

@@ -14,6 +14,32 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The list config_errors_attach gave, and the struct it collects for. */
+static _Thread_local struct config_errors *collect_list;
+static _Thread_local const struct config_error *collect_for;
+
+void config_errors_attach(struct config_errors *list, const struct config_error *err)
+{
+    collect_list = list;
+    collect_for = err;
+}
+
+void config_errors_detach(void)
+{
+    collect_list = NULL;
+    collect_for = NULL;
+}
+
+void config_errors_free(struct config_errors *list)
+{
+    if (!list) return;
+    free(list->v);
+    list->v = NULL;
+    list->n = 0;
+}
+
+static void *oom_check(void *p);
+
 void config_error_set(struct config_error *err, const char *file, int line, const char *fmt, ...)
 {
     if (!err) return;
@@ -23,6 +49,11 @@ void config_error_set(struct config_error *err, const char *file, int line, cons
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
+    if (collect_list && err == collect_for) {
+        struct config_errors *l = collect_list;
+        l->v = oom_check(realloc(l->v, (l->n + 1) * sizeof *l->v));
+        l->v[l->n++] = *err;
+    }
 }
 
 void config_error_format(const struct config_error *err, char *buf, size_t len)
@@ -458,9 +489,43 @@ static const char *closest_key(const char *name, const struct setting_def *defs,
     return best;
 }
 
+/* True when an unknown key of group is a near miss of name (the "did you
+ * mean" of its error): the missing key is then that misspelling. */
+static bool misspelt(const char *name, const config_setting_t *group, const struct setting_def *defs,
+                     const char *const *also)
+{
+    int n = group ? config_setting_length(group) : 0;
+    for (int i = 0; i < n; i++) {
+        const char *k = config_setting_name(config_setting_get_elem(group, (unsigned)i));
+        if (k && !name_in(k, defs, also)) {
+            const char *near = closest_key(k, defs, also);
+            if (near && strcmp(near, name) == 0) return true;
+        }
+    }
+    return false;
+}
+
+static int parse_group(const struct setting_def *defs, const config_setting_t *group,
+                       const char *const *also_allowed, const char *what, void *out,
+                       struct config_error *err, bool report_unknown);
+
 int settings_parse(const struct setting_def *defs, const config_setting_t *group,
                    const char *const *also_allowed, const char *what, void *out,
                    struct config_error *err)
+{
+    return parse_group(defs, group, also_allowed, what, out, err, true);
+}
+
+int settings_parse_values(const struct setting_def *defs, const config_setting_t *group,
+                          const char *const *also_allowed, const char *what, void *out,
+                          struct config_error *err)
+{
+    return parse_group(defs, group, also_allowed, what, out, err, false);
+}
+
+static int parse_group(const struct setting_def *defs, const config_setting_t *group,
+                       const char *const *also_allowed, const char *what, void *out,
+                       struct config_error *err, bool report_unknown)
 {
     if (!what) what = "settings";
     if (group && !config_setting_is_group(group)) {
@@ -469,19 +534,32 @@ int settings_parse(const struct setting_def *defs, const config_setting_t *group
         return -1;
     }
 
-    /* Unknown keys first: a misspelt key explains a "missing" one. */
+    /* Unknown keys first: a misspelt key explains a "missing" one. Every
+     * key is checked; err is left holding the first error (the one a caller
+     * that does not collect them all reports). */
+    int rc = 0;
+    struct config_error first;
+    bool have_first = false;
+#define FAILED()                                     \
+    do {                                             \
+        if (!have_first && err) first = *err;        \
+        have_first = true;                           \
+        rc = -1;                                     \
+    } while (0)
     int n = group ? config_setting_length(group) : 0;
     for (int i = 0; i < n; i++) {
         const config_setting_t *s = config_setting_get_elem(group, (unsigned)i);
         const char *name = config_setting_name(s);
         if (name && !name_in(name, defs, also_allowed)) {
+            rc = -1;
+            if (!report_unknown) continue;
             char keys[400];
             list_keys(defs, also_allowed, keys, sizeof keys);
             const char *near = closest_key(name, defs, also_allowed);
             char hint[160] = "";
             if (near) snprintf(hint, sizeof hint, " (did you mean '%s'?)", near);
             set_err(err, s, "%s: unknown key '%s'%s; valid keys: %s", what, name, hint, keys);
-            return -1;
+            FAILED();
         }
     }
 
@@ -493,7 +571,8 @@ int settings_parse(const struct setting_def *defs, const config_setting_t *group
         if (old && s) {
             set_err(err, old, "%s: '%s' and '%s' are the same setting (its old and new "
                     "name): keep only '%s'", what, d->old_name, d->name, d->name);
-            return -1;
+            FAILED();
+            continue;
         }
         if (old) {
             const char *file;
@@ -505,21 +584,26 @@ int settings_parse(const struct setting_def *defs, const config_setting_t *group
             s = old;
         }
         if (s) {
-            if (parse_one(d, s, out, what, err)) return -1;
+            if (parse_one(d, s, out, what, err)) FAILED();
         } else if (d->required) {
-            char h[200];
-            set_err(err, group, "%s: missing required key '%s'%s", what, d->name,
-                    help_suffix(d, h, sizeof h));
-            return -1;
+            if (!misspelt(d->name, group, defs, also_allowed)) {
+                char h[200];
+                set_err(err, group, "%s: missing required key '%s'%s", what, d->name,
+                        help_suffix(d, h, sizeof h));
+                FAILED();
+            }
+            rc = -1;
         } else if (d->type == SETTING_GROUP) {
             char sub_what[300];
             snprintf(sub_what, sizeof sub_what, "%s: %s", what, d->name);
-            if (settings_parse(d->sub, NULL, NULL, sub_what, (char *)out + d->offset, err)) return -1;
+            if (settings_parse(d->sub, NULL, NULL, sub_what, (char *)out + d->offset, err)) FAILED();
         } else if (d->def) {
-            if (apply_default(d, out, group, what, err)) return -1;
+            if (apply_default(d, out, group, what, err)) FAILED();
         }
     }
-    return 0;
+#undef FAILED
+    if (have_first && err) *err = first;
+    return rc;
 }
 
 void settings_free(const struct setting_def *defs, void *out)

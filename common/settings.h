@@ -71,15 +71,40 @@ void config_error_set(struct config_error *err, const char *file, int line,
                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void config_error_format(const struct config_error *err, char *buf, size_t len);
 
+/* Every error instead of the first (--check-config lists them all). While a
+ * list is attached to err on this thread (config_errors_attach),
+ * config_error_set on that very struct (not on a scratch one a caller uses
+ * to build a message) also appends a copy to the list, and the loaders go
+ * on after an error where what follows does not depend on it: settings_parse
+ * checks every key of a group, the configuration loader every group, sink
+ * and endpoint file. err itself keeps the last error set; the list keeps
+ * them all, in the order found. One list per thread at a time. */
+struct config_errors {
+    struct config_error *v;
+    size_t n;
+};
+void config_errors_attach(struct config_errors *list, const struct config_error *err);
+void config_errors_detach(void);
+void config_errors_free(struct config_errors *list);
+
 /* Fills out (a zeroed struct) from group according to defs: defaults,
  * required keys, types, ranges, enum choices. Keys in group that are neither
  * in defs nor in also_allowed (NULL-terminated, may be NULL) are errors.
  * what names the object in messages ("endpoint 'orders'", "sink 'out'").
- * Returns 0 or -1 with err filled. On error out may hold partial values:
- * call settings_free anyway. */
+ * Returns 0 or -1 with err filled. Every key is checked: a bad one does not
+ * stop the others (see config_errors_attach), but a required key missing
+ * is not reported beside an unknown key that is a near miss of its name.
+ * On error out may hold partial values: call settings_free anyway. */
 int settings_parse(const struct setting_def *defs, const config_setting_t *group,
                    const char *const *also_allowed, const char *what, void *out,
                    struct config_error *err);
+/* As settings_parse, but an unknown key is not reported (only counted in
+ * the result): for a group a caller parses with two tables, the first of
+ * which reported them. A near miss of a required key's name still stands
+ * for that key (no "missing" error beside it). */
+int settings_parse_values(const struct setting_def *defs, const config_setting_t *group,
+                          const char *const *also_allowed, const char *what, void *out,
+                          struct config_error *err);
 /* Frees strings and lists that settings_parse allocated. */
 void settings_free(const struct setting_def *defs, void *out);
 void strlist_free(struct strlist *l);

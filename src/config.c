@@ -935,24 +935,26 @@ static int parse_sink(struct baton_config *c, const config_setting_t *g, int ind
     struct sink_common com = { 0 };
     int rc = settings_parse(sink_common_defs, g, type_keys, what, &com, err);
     free(type_keys);
-    if (rc == 0) rc = check_name(config_setting_get_member(g, "name"), what, "name", com.name, err);
+    if (com.name && check_name(config_setting_get_member(g, "name"), what, "name", com.name, err)) rc = -1;
     sc->name = com.name;
     sc->type = com.type;
     sc->dead_letter = com.dead_letter;
-    if (rc) return -1;
 
-    for (size_t i = 0; i + 1 < c->n_sinks; i++) {
-        if (strcmp(c->sinks[i].name, sc->name) == 0) {
+    for (size_t i = 0; sc->name && i + 1 < c->n_sinks; i++) {
+        if (c->sinks[i].name && strcmp(c->sinks[i].name, sc->name) == 0) {
             config_error_set(err, file, line_of(config_setting_get_member(g, "name")),
                              "duplicate sink name '%s' (first defined at %s:%d)", sc->name,
                              c->sinks[i].file, c->sinks[i].line);
-            return -1;
+            rc = -1;
+            break;
         }
     }
 
+    /* the type's keys are checked whatever the common ones found; unknown
+     * keys were reported with those */
     const char **common_keys = def_names(sink_common_defs);
     sc->settings = xcalloc(1, sc->ops->settings_size ? sc->ops->settings_size : 1);
-    rc = settings_parse(sc->ops->settings, g, common_keys, what, sc->settings, err);
+    if (settings_parse_values(sc->ops->settings, g, common_keys, what, sc->settings, err)) rc = -1;
     free(common_keys);
     if (rc) return -1;
     if (sc->ops->validate) {
@@ -970,16 +972,30 @@ static int parse_sink(struct baton_config *c, const config_setting_t *g, int ind
 static int parse_sinks(struct baton_config *c, const config_setting_t *s, struct config_error *err)
 {
     if (config_setting_type(s) != CONFIG_TYPE_LIST) {
+        c->sinks_incomplete = true;
         config_error_set(err, config_setting_source_file(s), line_of(s),
                          "'sinks' expected a list ( { name = \"...\"; type = \"...\"; }, ... ), got %s",
                          config_setting_is_group(s) ? "a group { }" : "a single value or an array");
         return -1;
     }
-    int n = config_setting_length(s);
+    int n = config_setting_length(s), rc = 0;
     c->sinks = xcalloc((size_t)n + 1, sizeof *c->sinks);
-    for (int i = 0; i < n; i++)
-        if (parse_sink(c, config_setting_get_elem(s, (unsigned)i), i, err)) return -1;
-    return 0;
+    /* every sink is checked; a bad one is marked (sink_config.invalid) so
+     * that the endpoints naming it do not report it again */
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *g = config_setting_get_elem(s, (unsigned)i);
+        size_t at = c->n_sinks;
+        if (parse_sink(c, g, i, err) == 0) continue;
+        rc = -1;
+        const char *name = NULL;
+        if (config_setting_is_group(g)) config_setting_lookup_string(g, "name", &name);
+        if (c->n_sinks > at) {
+            c->sinks[at].invalid = true;
+            if (!c->sinks[at].name && name) c->sinks[at].name = xstrdup(name);
+        }
+        if (!name) c->sinks_incomplete = true; /* any unknown name may be this one */
+    }
+    return rc;
 }
 
 /* A main-file group that must be a group when present. */
@@ -1001,6 +1017,15 @@ static int expect_group(const config_setting_t *s, const char *name, struct conf
 struct name_site {
     const char *file;
     int line;
+};
+
+/* What an endpoint file's checks depend on in the main file: when that part
+ * failed, its error is reported and the checks resting on it are skipped
+ * (no second error for one mistake). */
+struct load_ctx {
+    struct name_site *sites; /* where each endpoint name was defined */
+    bool locker_bad;         /* the locker group failed: no locker, timeouts unknown */
+    bool lease_bad;          /* the main lease failed */
 };
 
 /* An endpoint's effective lease (the main lease with its lease_*_ms
@@ -1114,7 +1139,9 @@ static int resolve_dead_letter(struct baton_config *c, struct endpoint_config *e
     else
         snprintf(by, sizeof by, "sink '%s' (used by %s): dead_letter", ep->sink->name, what);
     for (size_t i = 0; i < c->n_sinks; i++)
-        if (strcmp(c->sinks[i].name, name) == 0) ep->dead_letter = &c->sinks[i];
+        if (c->sinks[i].name && strcmp(c->sinks[i].name, name) == 0) ep->dead_letter = &c->sinks[i];
+    if (ep->dead_letter && ep->dead_letter->invalid) return -1; /* reported at the sink */
+    if (!ep->dead_letter && c->sinks_incomplete) return -1;    /* may be the bad one: reported */
     if (!ep->dead_letter) {
         char names[300];
         join_names(names, sizeof names, c->n_sinks, sink_name_at, c);
@@ -1131,7 +1158,7 @@ static int resolve_dead_letter(struct baton_config *c, struct endpoint_config *e
     return 0;
 }
 
-static int load_endpoint(struct baton_config *c, const char *path, struct name_site *sites,
+static int load_endpoint(struct baton_config *c, const char *path, const struct load_ctx *ctx,
                          struct config_error *err)
 {
     config_t cf;
@@ -1169,33 +1196,38 @@ static int load_endpoint(struct baton_config *c, const char *path, struct name_s
         goto out;
     }
 
+    /* the common keys and the type's keys: both checked, whatever the other
+     * found */
     type_keys = def_names_with(ep->ops->settings, "replay");
-    rc = settings_parse(endpoint_common_defs, root, type_keys, what, &com, err);
+    int bad = settings_parse(endpoint_common_defs, root, type_keys, what, &com, err);
     ep->name = com.name;
     com.name = NULL;
     ep->type = com.type;
     com.type = NULL;
     ep->sink_name = com.sink;
     com.sink = NULL;
-    if (rc) goto out;
-    rc = -1;
     const config_setting_t *ns = config_setting_get_member(root, "name");
-    if (check_name(ns, what, "name", ep->name, err)) goto out;
+    if (ep->name && check_name(ns, what, "name", ep->name, err)) bad = -1;
 
-    for (size_t i = 0; i + 1 < c->n_endpoints; i++) {
-        if (strcmp(c->endpoints[i].name, ep->name) == 0) {
+    for (size_t i = 0; ep->name && i + 1 < c->n_endpoints; i++) {
+        if (ctx->sites[i].file && strcmp(c->endpoints[i].name, ep->name) == 0) {
             config_error_set(err, path, line_of(ns),
                              "duplicate endpoint name '%s' (also defined at %s:%d)", ep->name,
-                             sites[i].file, sites[i].line);
-            goto out;
+                             ctx->sites[i].file, ctx->sites[i].line);
+            bad = -1;
+            break;
         }
     }
-    sites[c->n_endpoints - 1].file = ep->file;
-    sites[c->n_endpoints - 1].line = line_of(ns);
+    if (!bad) {
+        ctx->sites[c->n_endpoints - 1].file = ep->file;
+        ctx->sites[c->n_endpoints - 1].line = line_of(ns);
+    }
 
     ep->settings = xcalloc(1, ep->ops->settings_size ? ep->ops->settings_size : 1);
     common_keys = def_names_with(endpoint_common_defs, "replay");
-    if (settings_parse(ep->ops->settings, root, common_keys, what, ep->settings, err)) goto out;
+    /* the unknown keys were reported with the common keys above */
+    if (settings_parse_values(ep->ops->settings, root, common_keys, what, ep->settings, err)) bad = -1;
+    if (bad) goto out;
 
     ep->enabled = com.enabled;
     ep->force_guard = com.force_guard;
@@ -1217,36 +1249,49 @@ static int load_endpoint(struct baton_config *c, const char *path, struct name_s
         goto out;
     }
     ep->guard = g;
+    /* From here each check stands alone: one failing does not hide the
+     * next (rc collects them). */
+    rc = 0;
     if (ep->ops->validate) {
         char msg[400] = "";
         if (ep->ops->validate(ep->settings, ep->guard, ep->force_guard, msg, sizeof msg)) {
             const config_setting_t *at = setting_named_by(root, msg);
             config_error_set(err, path, line_of(at ? at : gs ? gs : ts), "%s: %s", what,
                              msg[0] ? msg : "invalid settings");
-            goto out;
+            rc = -1;
         }
     }
-    if (ep->ops->check_file) {
+    if (rc == 0 && ep->ops->check_file) {
         char *dir = dir_of(path);
         int r = ep->ops->check_file(ep->settings, root, dir, what, err);
         free(dir);
-        if (r) goto out;
+        if (r) rc = -1;
     }
 
     /* sink */
     for (size_t i = 0; i < c->n_sinks; i++)
-        if (strcmp(c->sinks[i].name, ep->sink_name) == 0) ep->sink = &c->sinks[i];
-    if (!ep->sink) {
+        if (c->sinks[i].name && strcmp(c->sinks[i].name, ep->sink_name) == 0) ep->sink = &c->sinks[i];
+    if (ep->sink && ep->sink->invalid) {
+        rc = -1; /* the sink's own errors are reported at the sink */
+    } else if (!ep->sink && c->sinks_incomplete) {
+        rc = -1; /* it may be the bad sink whose name is unknown: reported there */
+    } else if (!ep->sink) {
         char names[300];
         join_names(names, sizeof names, c->n_sinks, sink_name_at, c);
         config_error_set(err, path, line_of(config_setting_get_member(root, "sink")),
                          "%s: unknown sink '%s'; sinks defined in %s: %s", what, ep->sink_name, c->path,
                          names);
+        rc = -1;
+    } else if (resolve_dead_letter(c, ep, root, path, what, com.dead_letter, err)) {
+        rc = -1;
+    }
+
+    /* lease: the main lease, overridden per endpoint; not checked when the
+     * main lease or the locker (its command timeout) failed */
+    if (ctx->lease_bad || ctx->locker_bad) {
+        rc = -1;
         goto out;
     }
-    if (resolve_dead_letter(c, ep, root, path, what, com.dead_letter, err)) goto out;
-
-    /* lease: the main lease, overridden per endpoint */
     ep->lease = c->lease;
     if (com.lease_ttl_ms) {
         ep->lease.ttl_ms = com.lease_ttl_ms;
@@ -1257,10 +1302,12 @@ static int load_endpoint(struct baton_config *c, const char *path, struct name_s
         ep->lease.retry_ms = com.lease_retry_ms;
         ep->lease.balance_step_ms = com.lease_retry_ms / 2 > 0 ? com.lease_retry_ms / 2 : 1;
     }
-    if (check_endpoint_lease(c, ep, root, what, &com, err)) goto out;
+    if (check_endpoint_lease(c, ep, root, what, &com, err)) {
+        rc = -1;
+        goto out;
+    }
     ep->failover = com.failover == 1 ? FAILOVER_REPLAY : FAILOVER_GAP;
-    if (parse_replay(c, ep, root, what, err)) goto out;
-    rc = 0;
+    if (parse_replay(c, ep, root, what, err)) rc = -1;
 out:
     free(type_keys);
     free(common_keys);
@@ -1281,7 +1328,7 @@ static bool is_cfg_name(const char *n)
 }
 
 static int load_endpoints(struct baton_config *c, const config_setting_t *dir_setting,
-                          struct config_error *err)
+                          struct load_ctx *ctx, struct config_error *err)
 {
     DIR *d = opendir(c->endpoints_dir);
     if (!d) {
@@ -1307,14 +1354,16 @@ static int load_endpoints(struct baton_config *c, const config_setting_t *dir_se
      * (level, format) of this very file apply. */
 
     c->endpoints = xcalloc(n + 1, sizeof *c->endpoints);
-    struct name_site *sites = xcalloc(n + 1, sizeof *sites);
+    ctx->sites = xcalloc(n + 1, sizeof *ctx->sites);
     int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
+    /* each file on its own: an error in one does not stop the next */
+    for (size_t i = 0; i < n; i++) {
         char *p = path_join(c->endpoints_dir, names[i]);
-        rc = load_endpoint(c, p, sites, err);
+        if (load_endpoint(c, p, ctx, err)) rc = -1;
         free(p);
     }
-    free(sites);
+    free(ctx->sites);
+    ctx->sites = NULL;
     for (size_t i = 0; i < n; i++) free(names[i]);
     free(names);
     return rc;
@@ -1322,11 +1371,10 @@ static int load_endpoints(struct baton_config *c, const config_setting_t *dir_se
 
 /* ---- entry points ---- */
 
-int config_load(const char *path, struct baton_config *out, struct config_error *err)
+/* Every check of the configuration; errors go through err (collected by
+ * the caller's config_errors list). Returns 0 or -1. */
+static int load_all(const char *path, struct baton_config *out, struct config_error *err)
 {
-    struct config_error scratch;
-    if (!err) err = &scratch;
-    memset(err, 0, sizeof *err);
     out->path = xstrdup(path);
     out->key_prefix = xstrdup("baton");
     out->lease = (struct lease_config){ .ttl_ms = 3000, .renew_ms = 1000, .retry_ms = 250, .balance_step_ms = 125 };
@@ -1337,28 +1385,45 @@ int config_load(const char *path, struct baton_config *out, struct config_error 
     config_t cf;
     config_init(&cf);
     struct main_settings ms = { 0 };
-    int rc = -1;
-    if (read_file(&cf, path, err)) goto out;
+    struct load_ctx ctx = { 0 };
+    int rc = 0;
+    if (read_file(&cf, path, err)) {
+        rc = -1;
+        goto out; /* nothing to check without the main file */
+    }
     const config_setting_t *root = config_root_setting(&cf);
-    if (settings_parse(main_defs, root, main_groups, "main file", &ms, err)) goto out;
+    if (settings_parse(main_defs, root, main_groups, "main file", &ms, err)) rc = -1;
 
     if (ms.owner && ms.owner[0]) {
-        if (check_name(config_setting_get_member(root, "owner"), "main file", "owner", ms.owner, err))
-            goto out;
-        out->owner = ms.owner;
-        ms.owner = NULL;
+        if (check_name(config_setting_get_member(root, "owner"), "main file", "owner", ms.owner, err)) {
+            rc = -1;
+        } else {
+            out->owner = ms.owner;
+            ms.owner = NULL;
+        }
     }
 
+    /* each group on its own; a group that is no group is reported once */
+    bool is_group[sizeof main_groups / sizeof main_groups[0]] = { false };
     const config_setting_t *s;
     for (size_t i = 0; main_groups[i]; i++) {
         s = main_group_member(root, main_groups[i]);
-        if (s && strcmp(main_groups[i], "sinks") != 0 && expect_group(s, main_groups[i], err)) goto out;
+        is_group[i] = !s || strcmp(main_groups[i], "sinks") == 0 || expect_group(s, main_groups[i], err) == 0;
+        if (!is_group[i]) rc = -1;
     }
-    if ((s = main_group_member(root, "locker")) && parse_locker(out, s, err)) goto out;
-    if (parse_lease(&out->lease, main_group_member(root, "lease"), err)) goto out;
-    if (check_main_lease(out, main_group_member(root, "lease"), main_group_member(root, "locker"), err)) goto out;
-    if ((s = main_group_member(root, "sinks")) && parse_sinks(out, s, err)) goto out;
-    if ((s = main_group_member(root, "metrics"))) {
+    /* main_groups order: locker, lease, sinks, metrics, log, shutdown */
+    const config_setting_t *locker = is_group[0] ? main_group_member(root, "locker") : NULL;
+    const config_setting_t *lease = is_group[1] ? main_group_member(root, "lease") : NULL;
+    ctx.locker_bad = !is_group[0] || (locker && parse_locker(out, locker, err) != 0);
+    ctx.lease_bad = !is_group[1] || parse_lease(&out->lease, lease, err) != 0;
+    if (ctx.locker_bad || ctx.lease_bad) rc = -1;
+    /* the lease against the locker's command timeout: both must be known */
+    if (!ctx.locker_bad && !ctx.lease_bad && check_main_lease(out, lease, locker, err)) {
+        ctx.lease_bad = true;
+        rc = -1;
+    }
+    if ((s = main_group_member(root, "sinks")) && parse_sinks(out, s, err)) rc = -1;
+    if (is_group[3] && (s = main_group_member(root, "metrics"))) {
         struct metrics_settings m = { 0 };
         int r = settings_parse(metrics_defs, s, NULL, "metrics", &m, err);
         if (r == 0) {
@@ -1366,31 +1431,112 @@ int config_load(const char *path, struct baton_config *out, struct config_error 
             r = check_listen(m.listen, ls ? ls : s, err);
         }
         out->metrics_listen = m.listen;
-        if (r) goto out;
+        if (r) rc = -1;
     }
-    if ((s = main_group_member(root, "log"))) {
+    if (is_group[4] && (s = main_group_member(root, "log"))) {
         struct log_settings l = { 0 };
-        if (settings_parse(log_defs, s, NULL, "log", &l, err)) goto out;
+        if (settings_parse(log_defs, s, NULL, "log", &l, err)) rc = -1;
         out->log_level = (enum log_level)l.level;
         out->log_format = (enum log_format)l.format;
     }
-    if ((s = main_group_member(root, "shutdown"))) {
+    if (is_group[5] && (s = main_group_member(root, "shutdown"))) {
         struct shutdown_settings sd = { 0 };
-        if (settings_parse(shutdown_defs, s, NULL, "shutdown", &sd, err)) goto out;
+        if (settings_parse(shutdown_defs, s, NULL, "shutdown", &sd, err)) rc = -1;
         out->drain_timeout_ms = sd.drain_timeout_ms;
     }
 
     const config_setting_t *ds = config_setting_get_member(root, "endpoints_dir");
+    if (!ms.endpoints_dir) {
+        rc = -1; /* not a string: reported above */
+        goto out;
+    }
     if (!ms.endpoints_dir[0]) {
         config_error_set(err, path, line_of(ds), "main file: endpoints_dir must not be empty");
+        rc = -1;
         goto out;
     }
     out->endpoints_dir = main_relative(path, ms.endpoints_dir);
-    if (load_endpoints(out, ds, err)) goto out;
-    rc = 0;
+    if (load_endpoints(out, ds, &ctx, err)) rc = -1;
 out:
     settings_free(main_defs, &ms);
     config_destroy(&cf);
+    return rc;
+}
+
+/* Errors in the order a reader meets them: files in the order they were
+ * checked (main file, then endpoint files by name), lines in order within a
+ * file (the checks go group by group, not line by line). Stable: errors
+ * on one line keep their order. */
+static void sort_errors(struct config_errors *e)
+{
+    size_t *rank = xcalloc(e->n + 1, sizeof *rank);
+    for (size_t i = 0; i < e->n; i++) {
+        rank[i] = i;
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(e->v[j].file, e->v[i].file) == 0) {
+                rank[i] = rank[j];
+                break;
+            }
+        }
+    }
+    for (size_t i = 1; i < e->n; i++) { /* insertion sort: few errors */
+        struct config_error x = e->v[i];
+        size_t rx = rank[i], j = i;
+        while (j > 0 && (rank[j - 1] > rx || (rank[j - 1] == rx && e->v[j - 1].line > x.line))) {
+            e->v[j] = e->v[j - 1];
+            rank[j] = rank[j - 1];
+            j--;
+        }
+        e->v[j] = x;
+        rank[j] = rx;
+    }
+    free(rank);
+}
+
+int config_load_all(const char *path, struct baton_config *out, struct config_errors *errors)
+{
+    struct config_error err = { 0 };
+    config_errors_attach(errors, &err);
+    int rc = load_all(path, out, &err);
+    config_errors_detach();
+    if (rc != 0 && errors->n == 0) {
+        /* a failure whose message did not pass through config_error_set on
+         * err (none is known): keep what err holds */
+        if (!err.msg[0]) config_error_set(&err, path, 0, "invalid configuration");
+        errors->v = xrealloc(errors->v, sizeof *errors->v);
+        errors->v[errors->n++] = err;
+    }
+    sort_errors(errors);
+    return errors->n ? -1 : 0;
+}
+
+void config_errors_print(const struct config_errors *errors, FILE *f)
+{
+    for (size_t i = 0; i < errors->n; i++) {
+        char msg[1200], shown[1300];
+        config_error_format(&errors->v[i], msg, sizeof msg);
+        /* a URL quoted in the message keeps its password out of the output */
+        fprintf(f, "%s\n", redact_urls(msg, shown, sizeof shown));
+    }
+}
+
+int config_load(const char *path, struct baton_config *out, struct config_error *err)
+{
+    struct config_error scratch;
+    if (!err) err = &scratch;
+    memset(err, 0, sizeof *err);
+    struct config_errors all = { 0 };
+    int rc = config_load_all(path, out, &all);
+    if (all.n == 1) {
+        *err = all.v[0];
+    } else if (all.n > 1) {
+        /* each on its own line, compiler style; err is the count, the line
+         * the caller prints last */
+        config_errors_print(&all, stderr);
+        config_error_set(err, NULL, 0, "%zu errors in the configuration (each above, as file:line: message)",
+                         all.n);
+    }
+    config_errors_free(&all);
     return rc;
 }
 

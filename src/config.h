@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "baton/etcd.h"
 #include "baton/redis.h"
@@ -41,6 +42,7 @@ struct sink_config {
     char *file;
     int line;
     char *dead_letter; /* the sink's dead_letter setting (a sink name); NULL = none */
+    bool invalid;      /* loading only: its errors are reported; endpoints naming it say nothing more */
 };
 
 /* Delivery order of an endpoint's messages at a sink with requests in
@@ -90,6 +92,7 @@ struct baton_config {
     struct lease_config lease;
     struct sink_config *sinks;
     size_t n_sinks;
+    bool sinks_incomplete; /* loading only: a bad sink without a name (or a bad sinks list) */
     struct endpoint_config *endpoints; /* sorted by file name */
     size_t n_endpoints;
     char *metrics_listen; /* "127.0.0.1:9464"; NULL = no listener */
@@ -113,9 +116,22 @@ enum baton_exit {
     BATON_EXIT_START = 69,    /* could not start (EX_UNAVAILABLE) */
 };
 
-/* Loads and validates everything (including endpoint files, sinks, secrets).
- * Returns 0, or -1 with err filled (file, line, message). out must be zeroed;
- * call config_free either way. */
+/* Loads and validates everything (including endpoint files, sinks, secrets),
+ * going on after an error wherever what follows does not rest on it: each
+ * group of the main file, each sink, each endpoint file, each key of a
+ * group (a syntax error stops its own file only; what depends on a part
+ * that failed, such as an endpoint's sink, is not reported again). Returns
+ * 0, or -1 with every error in errors (file, line, message, in the order
+ * found; free with config_errors_free). out must be zeroed; call
+ * config_free either way. */
+int config_load_all(const char *path, struct baton_config *out, struct config_errors *errors);
+/* Prints each error as "file:line: message", one a line (URLs redacted). */
+void config_errors_print(const struct config_errors *errors, FILE *f);
+/* config_load_all for the command line: one error is returned in err (file,
+ * line, message) and nothing is printed; several are printed to stderr (as
+ * config_errors_print) and err says how many ("3 errors in the
+ * configuration ...", no file), the line the caller prints after them.
+ * Returns 0 or -1. out must be zeroed; call config_free either way. */
 int config_load(const char *path, struct baton_config *out, struct config_error *err);
 void config_free(struct baton_config *c);
 

@@ -496,9 +496,14 @@ static void test_bad_configs(void **state)
         struct tree t;
         write_tree(&t, bc->files, true);
         struct baton_config c = { 0 };
-        struct config_error err = { 0 };
-        int rc = config_load(t.main, &c, &err);
+        struct config_errors all = { 0 };
+        int rc = config_load_all(t.main, &c, &all);
         config_free(&c);
+        /* the first error found is the one each case names (some have more:
+         * "sinks: element not a group" finds both elements) */
+        struct config_error err = { 0 };
+        if (all.n) err = all.v[0];
+        config_errors_free(&all);
         char want_file[512], line[1200];
         snprintf(want_file, sizeof want_file, "%s/%s", t.root, bc->err_file);
         config_error_format(&err, line, sizeof line);
@@ -562,9 +567,12 @@ static void expect_config_error(const struct file *files, const char *err_file, 
     struct tree t;
     write_tree(&t, files, true);
     struct baton_config c = { 0 };
-    struct config_error err = { 0 };
-    int rc = config_load(t.main, &c, &err);
+    struct config_errors all = { 0 };
+    int rc = config_load_all(t.main, &c, &all);
     config_free(&c);
+    struct config_error err = { 0 };
+    if (all.n) err = all.v[0];
+    config_errors_free(&all);
     char want_file[512];
     snprintf(want_file, sizeof want_file, "%s/%s", t.root, err_file);
     print_message("  -> %s:%d: %s\n", err.file + (strncmp(err.file, t.root, strlen(t.root)) == 0 ? strlen(t.root) + 1 : 0),
@@ -575,6 +583,170 @@ static void expect_config_error(const struct file *files, const char *err_file, 
     if (!ok)
         fail_msg("rc=%d %s:%d: %s; wanted %s:%d '%s' '%s'", rc, err.file, err.line, err.msg, err_file, line,
                  want, want2 ? want2 : "");
+}
+
+/* ---- every error in one run (--check-config) ----
+ *
+ * config_load_all goes on after an error: each key of a group, each group
+ * of the main file, each sink and each endpoint file is checked; a syntax
+ * error stops its own file only, and what rests on a part that failed (the
+ * sink an endpoint names, the lease against a bad locker) is not reported
+ * a second time. */
+
+/* Loads files and checks the errors found: want[i] = { file, line,
+ * message part }, n of them, in this order (files in the order checked,
+ * lines in order within a file). */
+struct want_error {
+    const char *file;
+    int line;
+    const char *part;
+};
+static void expect_errors(const struct file *files, const struct want_error *want, size_t n)
+{
+    struct tree t;
+    write_tree(&t, files, true);
+    struct baton_config c = { 0 };
+    struct config_errors all = { 0 };
+    int rc = config_load_all(t.main, &c, &all);
+    config_free(&c);
+    size_t root = strlen(t.root) + 1;
+    for (size_t i = 0; i < all.n; i++)
+        print_message("  -> %s:%d: %s\n", all.v[i].file + (strncmp(all.v[i].file, t.root, root - 1) == 0 ? root : 0),
+                      all.v[i].line, all.v[i].msg);
+    char why[1500] = "";
+    if (rc != -1 || all.n != n) {
+        snprintf(why, sizeof why, "rc=%d, %zu errors; wanted -1, %zu errors", rc, all.n, n);
+    } else {
+        for (size_t i = 0; i < n && !why[0]; i++) {
+            char want_file[512];
+            snprintf(want_file, sizeof want_file, "%s/%s", t.root, want[i].file);
+            if (strcmp(all.v[i].file, want_file) != 0 || all.v[i].line != want[i].line ||
+                !strstr(all.v[i].msg, want[i].part))
+                snprintf(why, sizeof why, "error %zu is %s:%d: %s; wanted %s:%d '%s'", i + 1, all.v[i].file,
+                         all.v[i].line, all.v[i].msg, want[i].file, want[i].line, want[i].part);
+        }
+    }
+    config_errors_free(&all);
+    remove_tree(&t);
+    if (why[0]) fail_msg("%s", why);
+}
+
+/* Three mistakes in three places of the main file: a key of the locker, a
+ * value of the log group, a sink's unknown type. All three, each at its
+ * line; the endpoint naming a good sink loads. */
+static void test_all_errors_main_file(void **state)
+{
+    (void)state;
+    const struct file files[] = {
+        { "baton.cfg",
+          "locker = {\n"                                  /* 1 */
+          "  host = \"127.0.0.1\";\n"                     /* 2 */
+          "  port = 70000;\n"                             /* 3: out of range */
+          "};\n"                                          /* 4 */
+          "log = { level = \"loud\"; };\n"                /* 5: not a level */
+          "sinks = (\n"                                   /* 6 */
+          "  { name = \"out\"; type = \"stdout\"; },\n"   /* 7 */
+          "  { name = \"bad\"; type = \"carrier_pigeon\"; }\n" /* 8: unknown type */
+          ");\n" },
+        { "endpoints.d/a.cfg", EP_A },
+        { NULL, NULL },
+    };
+    const struct want_error want[] = {
+        { "baton.cfg", 3, "locker: port = 70000 is out of range 1..65535" },
+        { "baton.cfg", 5, "log: level = \"loud\": expected one of error, warn, info, debug" },
+        { "baton.cfg", 8, "sink 'bad': unknown sink type 'carrier_pigeon'" },
+    };
+    expect_errors(files, want, 3);
+}
+
+/* One group, several bad keys: each is reported (a bad value does not stop
+ * the others); a misspelt required key is one error, not also "missing". */
+static void test_all_errors_in_one_group(void **state)
+{
+    (void)state;
+    const struct file files[] = {
+        { "baton.cfg", SINKS_OUT },
+        { "endpoints.d/a.cfg",
+          "name = \"a\";\n"               /* 1 */
+          "type = \"schedule\";\n"        /* 2 */
+          "sink = \"out\";\n"             /* 3 */
+          "queue_size = 0;\n"             /* 4: out of range */
+          "crn = \"* * * * * *\";\n"      /* 5: misspelt cron (required) */
+          "enabled = \"yes\";\n" },       /* 6: not a boolean */
+        { NULL, NULL },
+    };
+    const struct want_error want[] = {
+        { "endpoints.d/a.cfg", 4, "queue_size = 0 is out of range" },
+        { "endpoints.d/a.cfg", 5, "unknown key 'crn' (did you mean 'cron'?)" },
+        { "endpoints.d/a.cfg", 6, "'enabled' expected a boolean" },
+    };
+    expect_errors(files, want, 3);
+}
+
+/* An error in one endpoint file and another in a second: both, in file
+ * order; a syntax error stops its own file only (c.cfg), and the endpoint
+ * naming a sink that failed (d.cfg names "bad") adds nothing. */
+static void test_all_errors_across_endpoint_files(void **state)
+{
+    (void)state;
+    const struct file files[] = {
+        { "baton.cfg", "sinks = (\n  { name = \"out\"; type = \"stdout\"; },\n"
+                       "  { name = \"bad\"; type = \"stdout\"; colour = 1; }\n);\n" },
+        { "endpoints.d/a.cfg", "name = \"a\";\ntype = \"schedule\";\nsink = \"nowhere\";\ncron = \"* * * * * *\";\n" },
+        { "endpoints.d/b.cfg", "name = \"b\";\ntype = \"schedule\";\nsink = \"out\";\ncron = 5;\n" },
+        { "endpoints.d/c.cfg", "name = \"c\";\ntype = \"schedule\";\nsink = = \"out\";\n" },
+        { "endpoints.d/d.cfg", "name = \"d\";\ntype = \"schedule\";\nsink = \"bad\";\ncron = \"* * * * * *\";\n" },
+        { "endpoints.d/e.cfg", "name = \"e\";\ntype = \"schedule\";\nsink = \"out\";\ncron = \"* * * * * *\";\n" },
+        { NULL, NULL },
+    };
+    const struct want_error want[] = {
+        { "baton.cfg", 3, "sink 'bad': unknown key 'colour'" },
+        { "endpoints.d/a.cfg", 3, "endpoint 'a': unknown sink 'nowhere'" },
+        { "endpoints.d/b.cfg", 4, "endpoint 'b': 'cron' expected a string" },
+        { "endpoints.d/c.cfg", 3, "cannot parse: syntax error" },
+    };
+    expect_errors(files, want, 4);
+}
+
+/* What rests on a part that failed is not checked again: a locker that
+ * failed hides the endpoint's replay and lease checks against it (no
+ * "needs a locker" for a locker that is there but wrong). */
+static void test_all_errors_no_cascade_from_locker(void **state)
+{
+    (void)state;
+    const struct file files[] = {
+        { "baton.cfg", SINKS_OUT "locker = { host = \"\"; };\n" },
+        { "endpoints.d/a.cfg", EP_A "lease_ttl_ms = 3000;\n" },
+        { NULL, NULL },
+    };
+    const struct want_error want[] = {
+        { "baton.cfg", 2, "locker: host must not be empty" },
+    };
+    expect_errors(files, want, 1);
+}
+
+/* config_load, the command line's: one error comes back as is; several are
+ * printed (stderr) and err counts them. */
+static void test_config_load_counts_several(void **state)
+{
+    (void)state;
+    const struct file files[] = {
+        { "baton.cfg", SINKS_OUT "log = { level = \"loud\"; format = \"xml\"; };\n" },
+        { "endpoints.d/a.cfg", EP_A },
+        { NULL, NULL },
+    };
+    struct tree t;
+    write_tree(&t, files, true);
+    struct baton_config c = { 0 };
+    struct config_error err = { 0 };
+    fflush(stderr);
+    int rc = config_load(t.main, &c, &err);
+    config_free(&c);
+    remove_tree(&t);
+    assert_int_equal(rc, -1);
+    assert_string_equal(err.file, "");
+    assert_int_equal(err.line, 0);
+    assert_non_null(strstr(err.msg, "2 errors in the configuration"));
 }
 
 /* Loads files; expects success and returns nothing (the caller checks what
@@ -1576,6 +1748,11 @@ int main(void)
         cmocka_unit_test(test_symlink_to_regular_file_accepted),
         cmocka_unit_test(test_size_cap),
         cmocka_unit_test(test_log_format),
+        cmocka_unit_test(test_all_errors_main_file),
+        cmocka_unit_test(test_all_errors_in_one_group),
+        cmocka_unit_test(test_all_errors_across_endpoint_files),
+        cmocka_unit_test(test_all_errors_no_cascade_from_locker),
+        cmocka_unit_test(test_config_load_counts_several),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

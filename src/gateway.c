@@ -846,6 +846,11 @@ struct gateway *gateway_create(const struct baton_config *cfg, char *err, size_t
             return NULL;
         }
     }
+    /* endpoint files, all disabled (no files at all: main says so) */
+    if (n == 0 && cfg->n_endpoints > 0)
+        log_warn("gateway", NULL, "no endpoint is enabled (%zu endpoint file%s in %s, each with enabled = "
+                 "false): baton will do nothing; set enabled = true in one (/readyz answers 503 meanwhile)",
+                 cfg->n_endpoints, cfg->n_endpoints == 1 ? "" : "s", cfg->endpoints_dir);
     return gw;
 }
 

@@ -119,6 +119,10 @@ static void observe_once(struct gateway *gw)
             snprintf(reason, sizeof reason, "sink '%s' of endpoint '%s' unreachable: %s",
                      e->cfg->sink->name, e->cfg->name, msg);
     }
+    /* nothing enabled: up, but ready for nothing (the start log warned) */
+    if (gw->n_eps == 0 && !reason[0])
+        snprintf(reason, sizeof reason, "no endpoint is enabled: baton does nothing (enable one in %.200s)",
+                 gw->cfg->endpoints_dir ? gw->cfg->endpoints_dir : "the endpoints directory");
     observe_holders(gw, up);
     pthread_mutex_lock(&gw->obs.mu);
     /* said once per change: a probe refused (an ACL without +ping) or failing

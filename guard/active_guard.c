@@ -94,6 +94,8 @@ struct baton_active_guard {
     pthread_cond_t cv;  /* lease thread waits here (CLOCK_MONOTONIC) */
     atomic_bool stop;
     atomic_bool give_up;
+    /* logging only: "standby for ..." was said since the last promotion */
+    atomic_bool said_standby;
     char give_up_reason[160];
     /* worker mailbox (under mu) */
     enum wk_cmd wk_cmd;
@@ -570,6 +572,7 @@ static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_
     atomic_fetch_add(&g->stats.promotions, 1);
     glog_info("guard", g->log_name, "promoted to leader of %s (epoch %llu)", g->key,
              (unsigned long long)grant->epoch);
+    atomic_store(&g->said_standby, false); /* a standby again after this term says so again */
 
     worker_post(g, WK_PROMOTE, grant->epoch);
     bool promoting = true, demoting = false, promote_failed = false;
@@ -764,6 +767,19 @@ static struct baton_active_guard *guard_of_acq(struct acquirer_entry *e)
 /* An attempt made for this standby: a grant is handed to the lease thread
  * (W_ACQUIRER); held or an error, the next attempt is scheduled as the
  * lease thread would have made it. */
+/* A lease attempt found the lease held: said once per standby period (at
+ * start, after each term), not at every attempt. */
+static void say_standby(struct baton_active_guard *g, int64_t held_pttl_ms)
+{
+    if (atomic_exchange(&g->said_standby, true)) return;
+    if (held_pttl_ms > 0)
+        glog_info("guard", g->log_name, "standby for %s: another replica holds the lease (%lld ms left); "
+                  "waiting for its release or expiry", g->key, (long long)held_pttl_ms);
+    else
+        glog_info("guard", g->log_name, "standby for %s: another replica holds the lease; waiting for "
+                  "its release or expiry", g->key);
+}
+
 static int64_t acq_answered(struct acquirer_entry *e, const struct locker_acquisition *a,
                             uint64_t gen_before)
 {
@@ -786,7 +802,10 @@ static int64_t acq_answered(struct acquirer_entry *e, const struct locker_acquis
     int64_t now = clock_boot_ms();
     int64_t d = standby_delay(g);
     e->release_delay = d;
-    if (a->rc == BATON_LOCKER_HELD) return now + held_wait(g, a->grant.held_pttl_ms) + d;
+    if (a->rc == BATON_LOCKER_HELD) {
+        say_standby(g, a->grant.held_pttl_ms);
+        return now + held_wait(g, a->grant.held_pttl_ms) + d;
+    }
     note_backend_error(g, "acquiring", a->err);
     return now + g->retry_ms + d;
 }
@@ -935,6 +954,7 @@ static void *guard_main(void *arg)
             continue;
         }
         if (rc == BATON_LOCKER_HELD) {
+            say_standby(g, grant.held_pttl_ms);
             standby_wait(g, held_wait(g, grant.held_pttl_ms), seen);
             continue;
         }

@@ -538,7 +538,7 @@ static bool drain_wait(struct gw_endpoint *e, int64_t timeout_ms)
 /* failover = "replay", at promotion: what the ring holds after the previous
  * leader's mark is enqueued, in ring order, before anything live (the
  * endpoint's live emits wait in warm_emit until warm_promote_done). */
-static int promote_replay(struct gw_endpoint *e, uint64_t epoch)
+static int promote_replay(struct gw_endpoint *e, uint64_t epoch, size_t *n_replayed)
 {
     struct message **replay = NULL;
     size_t n = 0;
@@ -546,6 +546,7 @@ static int promote_replay(struct gw_endpoint *e, uint64_t epoch)
     for (size_t i = 0; i < n; i++) enqueue_replay_path(e, replay[i], false);
     free(replay);
     warm_promote_done(e->warm);
+    *n_replayed = n;
     return 0;
 }
 
@@ -556,7 +557,8 @@ static int on_promoted(void *arg, uint64_t epoch)
     atomic_store(&e->ep_stopping, false);
     if (!atomic_load(&e->gw->stopping)) atomic_store(&e->fwd_cancel, false);
     /* replay: the endpoint runs already; replay the ring, then go live */
-    int rc = e->warm ? promote_replay(e, epoch) : e->cfg->ops->start(e->ep);
+    size_t replayed = 0;
+    int rc = e->warm ? promote_replay(e, epoch, &replayed) : e->cfg->ops->start(e->ep);
     pthread_mutex_unlock(&e->lifecycle);
     if (rc != 0) {
         log_error("gateway", e->cfg->name, "endpoint failed to start as leader (epoch %llu)",
@@ -564,7 +566,14 @@ static int on_promoted(void *arg, uint64_t epoch)
         return rc;
     }
     if (!atomic_exchange(&e->leading, true)) atomic_fetch_add(&e->gw->leaders, 1);
-    log_info("gateway", e->cfg->name, "consuming as leader (epoch %llu)", (unsigned long long)epoch);
+    if (e->warm)
+        /* the source was started at start-up on every replica and may still
+         * be connecting (it says when it is subscribed): not "consuming" */
+        log_info("gateway", e->cfg->name, "leading (epoch %llu): %zu message%s replayed from the ring; "
+                 "what the source receives is forwarded from now on", (unsigned long long)epoch, replayed,
+                 replayed == 1 ? "" : "s");
+    else /* start returned: the source is connected (subscribed) */
+        log_info("gateway", e->cfg->name, "consuming as leader (epoch %llu)", (unsigned long long)epoch);
     return 0;
 }
 
@@ -897,7 +906,7 @@ int gateway_start(struct gateway *gw)
         log_info("gateway", e->cfg->name, "type %s, guard %s, sink %s%s%s", e->cfg->type,
                  guard_kind_name(e->cfg->guard), e->cfg->sink->name,
                  e->guard ? (gw->locker ? ", competing for the lease" : ", single-process mode") : "",
-                 e->warm ? ", failover replay (subscribed on every replica, buffering as standby)" : "");
+                 e->warm ? ", failover replay (the source runs on every replica; a standby buffers)" : "");
         if (e->warm) {
             /* subscribed before competing: the ring fills from the start */
             if (pthread_create(&e->starter_thread, NULL, starter_main, e) != 0) return -1;

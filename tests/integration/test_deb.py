@@ -10,7 +10,8 @@ Every test below uses those .debs:
      control fields (Package, Version, Architecture, Section, Maintainer,
      a description with a summary line); Depends computed by dpkg-shlibdeps
      (baton: libc6, libhiredis, libsystemd0, libconfig, ...;
-     libbaton-guard1: libhiredis, libssl, libjson-c); libbaton-guard-dev
+     libbaton-guard1: libhiredis, libssl, libjson-c), libcurl4 only
+     recommended (loaded on first use); libbaton-guard-dev
      depends on libbaton-guard1 (= version); libbaton-guard1 has a shlibs
      file for its SONAME.
   2. contents: baton holds /usr/bin/baton, /etc/baton/baton.cfg and every
@@ -167,6 +168,8 @@ def test_fields(t):
         t.check(dep in base.get("Depends", ""), "baton depends on %s (computed)" % dep)
     t.check("libcurl" not in base.get("Depends", ""),
             "no libcurl dependency: baton loads libcurl.so.4 on first use")
+    t.check("libcurl4" in base.get("Recommends", ""), "baton recommends libcurl4: %s"
+            % base.get("Recommends"))
     lib = fields(d[lib_package()])
     for dep in ["libc6", "libhiredis", "libssl", "libjson-c"]:
         t.check(dep in lib.get("Depends", ""), "libbaton-guard1 depends on %s (computed)" % dep)

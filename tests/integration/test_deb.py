@@ -34,6 +34,10 @@ Every test below uses those .debs:
   5. lintian: runs on the three and prints its tags (docs/install.md,
      "Known lintian tags", says why each is left); fails only when lintian
      cannot run.
+
+Time: the build is bounded at 480 s (ctest's limit is 600 s). Measured on
+2 cores: 41 s with an empty build directory (the build 33 s; 63 s while a CI
+run shared the machine), 20 s on a rerun (lintian about 7 s of it).
 """
 import glob
 import os

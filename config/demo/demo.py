@@ -40,6 +40,7 @@ import harness as h  # noqa: E402
 h.log = lambda *a: None  # the demo prints its own progress
 ABORT = threading.Event()
 TTL_MS = 3000  # lease ttl in baton.cfg
+RENEW_MS = 1000  # lease renew_ms in baton.cfg
 MYSQL_PASSWORD_ENV = "BATON_DEMO_MYSQL_PASSWORD"  # password_env in shop-cdc.cfg
 
 
@@ -500,8 +501,9 @@ def main():
                                  for _ in guarded) + \
         "".join("| %14s %5s %3s" % ("fwd r1/r2/r3", "pub", "dup") for _ in shared) + "| heartbeat slots"
     print()
-    print("every second, per endpoint: lead = replica holding its lease (:n = its nth lease,")
-    print("a new epoch at each takeover; - = none right now); fwd = forwarded by replica 1/2/3;")
+    print("every second, per endpoint: lead = replica holding its lease (r2:3 = replica 2 holds")
+    print("the endpoint's 3rd lease term of this run, counted over all replicas: each takeover")
+    print("starts a term with a new epoch; - = none right now); fwd = forwarded by replica 1/2/3;")
     print("pub = published so far; dup = forwarded more than once (orders-replay: repeats")
     print("after a takeover, each marked \"replayed\": true).")
     if shared:
@@ -547,8 +549,10 @@ def main():
                 led = sorted(held[victim])
                 events.append(("SIGKILL", victim, time.time(), led))
                 print(">>> SIGKILL %s (leads %s): a crash, its leases stay until they expire "
-                      "(ttl %.0f s), then a standby takes each over" %
-                      (victim.name, ", ".join(led) or "nothing", TTL_MS / 1000), flush=True)
+                      "(ttl %.0f s after their last renewal, made every %.0f s: %.0f to %.0f s from now), "
+                      "then a standby takes each over" %
+                      (victim.name, ", ".join(led) or "nothing", TTL_MS / 1000, RENEW_MS / 1000,
+                       (TTL_MS - RENEW_MS) / 1000, TTL_MS / 1000), flush=True)
                 victim.signal(signal.SIGKILL)
         if sec == term_at:
             alive = [b for b in replicas if b.alive()]
@@ -623,7 +627,7 @@ def main():
     if rt.id_mismatch():
         notes.append("%d repeated with a different id" % rt.id_mismatch())
     why["orders-replay"] = (
-        ("standbys keep a ring: %d replayed at takeover, the %d duplicates all marked "
+        ("standbys keep a ring: %d replayed at takeovers, the %d duplicates all marked "
          "replayed, same id" % (rt.replayed, rt.dups()) if crashes["orders-replay"]
          else "no SIGKILL hit its leader in this run: nothing had to be replayed")
         if not notes else "; ".join(notes))
@@ -646,9 +650,18 @@ def main():
     if hb.dups():
         bad.append("heartbeat")
     print("(forwarded = distinct messages; duplicates = extra copies; lost = published, never forwarded)")
+    # the replayed copies by term: one count per takeover (the lines below)
+    by_epoch = {}
+    for b in replicas:
+        for r in b.records:
+            if r.get("endpoint") == "orders-replay" and r.get("replayed"):
+                by_epoch[r.get("epoch")] = by_epoch.get(r.get("epoch"), 0) + 1
+    per_takeover = [by_epoch[e] for e in sorted(by_epoch)]
     print("same messages: orders (failover gap) lost %d; orders-replay (failover replay) lost %d, "
-          "replayed %d, %d delivered twice (%s)" % (
-              lost["orders"], lost["orders-replay"], rt.replayed, rt.dups(),
+          "replayed %d%s, %d delivered twice (%s)" % (
+              lost["orders"], lost["orders-replay"], rt.replayed,
+              " in all (%s: one count per takeover, below)" % " + ".join(str(c) for c in per_takeover)
+              if len(per_takeover) > 1 else "", rt.dups(),
               "the second copy marked \"replayed\": true, with the first copy's id" if not notes
               else "; ".join(notes)))
     print("SIGKILLed leaders: %s" % "; ".join(
@@ -684,8 +697,14 @@ def main():
                           and r.get("redelivered"))
             parts.append("%s: %s forwards after %.1f s%s" % (n, nb.name, gap, (
                 " (%d redelivered)" % redeliv) if redeliv else ""))
-        print("%s %s (led %s), takeover: %s" % (what, victim.name, ", ".join(led) or "nothing",
-                                                "; ".join(parts) or "it led nothing"))
+        note = ""
+        if what == "SIGKILL" and led:
+            # why less than the ttl: the lease runs ttl from its last renewal
+            note = (" (under the %.0f s ttl: a lease expires %.0f s after its last renewal, which "
+                    "came up to %.0f s before the crash; a SIGTERM releases and announces it instead)"
+                    % (TTL_MS / 1000, TTL_MS / 1000, RENEW_MS / 1000))
+        print("%s %s (led %s), takeover: %s%s" % (what, victim.name, ", ".join(led) or "nothing",
+                                                  "; ".join(parts) or "it led nothing", note))
     # one message the crash made come twice, both copies
     twice = sorted((k for k, c in rt.seen.items() if c > 1), key=lambda k: int(k.split()[1]))
     if twice:

@@ -5,14 +5,20 @@ each as file:line: message on stderr, then a count, exit 78 (EX_CONFIG).
      an endpoint file with a bad value: three file:line: lines, the count,
      exit 78, both with --check-config and when starting (-c FILE).
   2. one_mistake: one error is printed as before, on one line (no count).
+  3. no_endpoint_enabled: a configuration whose only endpoint is disabled
+     starts, warns that baton will do nothing, and /readyz answers 503
+     saying so.
 
-No broker is needed: nothing starts.
+No broker is needed (3 runs in single-process mode).
 
 Run standalone: BATON_BIN=/path/baton python3 tests/integration/test_check_config.py [test_name ...]
 """
+import json
 import os
 import re
 import sys
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import harness as h  # noqa: E402
@@ -74,6 +80,33 @@ def test_one_mistake(t):
     lines = [l for l in err.splitlines() if l.strip()]
     t.check(len(lines) == 1 and "baton.cfg:2: log: level" in lines[0] and "errors in the" not in err,
             "one error, one line: %r" % err)
+
+
+def test_no_endpoint_enabled(t):
+    mport = h.free_port()
+    main = h.main_cfg(extra='metrics = { listen = "127.0.0.1:%d"; };' % mport)
+    b = t.baton(main, {"tick.cfg": 'name = "tick"; type = "schedule"; sink = "out"; '
+                                   'cron = "* * * * * *"; enabled = false;\n'})
+    t.require(h.wait_until(lambda: "started" in b.stderr_text(), 10, 0.05), "baton did not start")
+    log = b.stderr_text()
+    t.check("WARN gateway: no endpoint is enabled" in log and "baton will do nothing" in log,
+            "no WARN about nothing enabled: %r" % log)
+
+    def readyz():
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/readyz" % mport, timeout=2) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except OSError:
+            return None, ""
+    # the observer's first round (about a second after the start)
+    t.check(h.wait_until(lambda: readyz()[0] == 503 and "no endpoint is enabled" in readyz()[1], 5, 0.1),
+            "/readyz is not 503 naming the reason: %r" % (readyz(),))
+    code, body = readyz()
+    h.log("/readyz %s %s" % (code, body.strip()))
+    t.check(code != 503 or json.loads(body).get("ready") is False, "/readyz body: %r" % body)
+    t.check(b.term() == 0, "SIGTERM exits 0")
 
 
 if __name__ == "__main__":

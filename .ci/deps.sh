@@ -11,11 +11,10 @@
 # Idempotent: does nothing when every package is already installed.
 set -euo pipefail
 
-# Building baton (CMakeLists.txt) and its Debian packages (packaging/).
+# Building baton (CMakeLists.txt). The Debian packages (packaging/build-deb.sh)
+# need dpkg-dev and file besides (in TESTS below).
 BUILD=(
   build-essential cmake pkg-config
-  file                  # packaging/build-deb.sh: cpack finds the ELF files with it (dpkg-dev's
-                        # dpkg-shlibdeps, which computes the Depends lines, comes with build-essential)
   libhiredis-dev librabbitmq-dev libmariadb-dev libpaho-mqtt-dev libconfig-dev
   libsystemd-dev
   libcurl4-openssl-dev  # headers; the HTTP sink and the etcd locker load libcurl.so.4 on first use
@@ -41,7 +40,7 @@ TESTS=(
   etcd-server etcd-client  # the etcd locker's tests start their own members
   redis-sentinel           # the Sentinel tests start their own sentinels
   systemd binutils         # test_install.py: systemd-analyze verify, readelf/nm on the library
-  dpkg-dev lintian         # test_deb.py: builds the .debs (dpkg-shlibdeps), checks them with lintian
+  dpkg-dev file lintian    # test_deb.py: builds the .debs (dpkg-shlibdeps; cpack runs file), checks them with lintian
   groff-base               # test_reference.py: the man pages render without warnings
 )
 # .ci/run only: valgrind on the unit tests, the libFuzzer targets (clang),

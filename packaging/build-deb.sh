@@ -9,9 +9,9 @@
 # /usr, no tests), runs `cpack -G DEB` and leaves baton_*.deb,
 # libbaton-guard1_*.deb and libbaton-guard-dev_*.deb in OUTDIR (default
 # build-deb/), printing their paths; each step's output is in
-# OUTDIR/build-deb.log. Needs the BUILD packages (bash .ci/deps.sh --build:
-# build-essential brings dpkg-dev, whose dpkg-shlibdeps computes the Depends
-# lines, and file, which cpack runs).
+# OUTDIR/build-deb.log. Needs the BUILD packages (bash .ci/deps.sh --build),
+# dpkg-dev (dpkg-shlibdeps computes the Depends lines) and file (cpack runs
+# it).
 set -euo pipefail
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${1:-build-deb}"
@@ -22,7 +22,7 @@ JOBS="${BATON_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 
 for tool in cmake cpack dpkg-shlibdeps dpkg-buildflags dpkg-deb file; do
   if ! command -v "$tool" >/dev/null; then
-    echo "build-deb: $tool not found (Debian: bash .ci/deps.sh --build; dpkg-dev)" >&2
+    echo "build-deb: $tool not found (Debian: bash .ci/deps.sh --build, then apt-get install dpkg-dev file)" >&2
     exit 69
   fi
 done

@@ -195,8 +195,9 @@ int main(int argc, char **argv)
     if (check_only) {
         size_t enabled = 0;
         for (size_t i = 0; i < cfg.n_endpoints; i++) enabled += cfg.endpoints[i].enabled;
-        printf("%s: configuration OK (%zu endpoints, %zu enabled, %zu sinks, locker %s)\n", config_path,
-               cfg.n_endpoints, enabled, cfg.n_sinks, config_locker_backend(&cfg));
+        printf("%s: configuration OK (%zu endpoint%s, %zu enabled, %zu sink%s, locker %s)\n", config_path,
+               cfg.n_endpoints, cfg.n_endpoints == 1 ? "" : "s", enabled, cfg.n_sinks,
+               cfg.n_sinks == 1 ? "" : "s", config_locker_backend(&cfg));
         for (size_t i = 0; i < cfg.n_endpoints; i++) {
             const struct endpoint_config *e = &cfg.endpoints[i];
             printf("  %-24s %-11s guard %-6s sink %-12s %s%s\n", e->name, e->type, guard_kind_name(e->guard),
@@ -254,8 +255,8 @@ int main(int argc, char **argv)
         config_free(&cfg);
         return BATON_EXIT_START;
     }
-    log_info("main", NULL, "baton %s started (pid %d, %zu endpoints, locker %s)", BATON_VERSION, (int)getpid(),
-             cfg.n_endpoints, cfg.has_locker ? config_locker_backend(&cfg) : "none: single-process mode");
+    log_info("main", NULL, "baton %s started (pid %d, %zu endpoint%s, locker %s)", BATON_VERSION, (int)getpid(),
+             cfg.n_endpoints, cfg.n_endpoints == 1 ? "" : "s", cfg.has_locker ? config_locker_backend(&cfg) : "none: single-process mode");
     /* Here, not earlier: the endpoints exist and run, and the ops listener is
      * bound (it answers from now on), so units ordered After= baton see it
      * serving. */

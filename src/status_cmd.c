@@ -11,7 +11,7 @@
 #include "baton/scope.h"
 
 /* The STATE column, in the words /status uses for a replica's role
- * (role_name() in src/status_pages.c; README "Status words"):
+ * (role_name() in src/status_pages.c; docs/operations.md, "Status words"):
  *   has-leader     ActiveGuard: a replica holds the lease (HOLDER says which)
  *   no-leader      ActiveGuard: nobody holds it (a takeover is pending, or no
  *                  replica runs or reaches Redis)

@@ -169,7 +169,7 @@ void status_pages_obs_stop_now(struct gateway *gw)
 }
 
 /* /status "role": what this replica does with the endpoint, in the words
- * `baton status` uses (src/status_cmd.c; README "Status words"):
+ * `baton status` uses (src/status_cmd.c; docs/operations.md, "Status words"):
  *   leader         ActiveGuard: holds the lease now, consumes and forwards
  *   standby        ActiveGuard: does not hold it, ready to take over
  *   once-per-slot  OnceGuard: runs the clock, fires the slots it claims first

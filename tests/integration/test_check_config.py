@@ -17,8 +17,6 @@ import json
 import os
 import re
 import sys
-import urllib.error
-import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 import harness as h  # noqa: E402
@@ -93,13 +91,7 @@ def test_no_endpoint_enabled(t):
             "no WARN about nothing enabled: %r" % log)
 
     def readyz():
-        try:
-            with urllib.request.urlopen("http://127.0.0.1:%d/readyz" % mport, timeout=2) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-        except OSError:
-            return None, ""
+        return h.readyz(mport)
     # the observer's first round (about a second after the start)
     t.check(h.wait_until(lambda: readyz()[0] == 503 and "no endpoint is enabled" in readyz()[1], 5, 0.1),
             "/readyz is not 503 naming the reason: %r" % (readyz(),))

@@ -132,19 +132,6 @@ class Watcher:
         self.c.close()
 
 
-def readyz(port):
-    """(HTTP status, body) of /readyz, 503 included; (None, "") without an answer."""
-    import urllib.error
-    import urllib.request
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/readyz" % port, timeout=2.0) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-    except OSError:
-        return None, ""
-
-
 def acl_log(admin):
     """ACL LOG entries as dicts (str values)."""
     out = []
@@ -281,7 +268,7 @@ def test_documented_rules(t):
     h.log("leader %s /status roles after SCRIPT FLUSH: %s" % (old.name, roles))
     t.check(roles.get("gap") == "leader", "gap: %s is no longer the leader after SCRIPT FLUSH"
             % old.name)
-    code, body = readyz(old.metrics_port)
+    code, body = h.readyz(old.metrics_port)
     t.check(code == 200, "/readyz of %s: %r %r" % (old.name, code, body[:200]))
 
     rc, out, err = h.run_baton(["status", "-c", old.cfg], env=ENV)
@@ -418,7 +405,7 @@ def test_missing_rule(t):
     time.sleep(3.0)
     ready, status_out = {}, {}
     for b, name, *_ in runs:
-        ready[name] = readyz(b.metrics_port)
+        ready[name] = h.readyz(b.metrics_port)
         st = h.status_endpoints(b.metrics_port, timeout=2.0)
         ready[name] += ({n: e.get("role") for n, e in st.items()},)
         status_out[name] = h.run_baton(["status", "-c", b.cfg], env=ENV)

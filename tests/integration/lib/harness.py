@@ -41,6 +41,7 @@ import time
 import traceback
 import http.client
 import http.server
+import urllib.error
 import urllib.request
 
 BATON_BIN = os.environ.get("BATON_BIN", "")
@@ -504,6 +505,18 @@ def http_get(port, path, timeout=1.0):
     try:
         with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
             return r.status, r.read().decode()
+    except OSError:
+        return None, ""
+
+
+def readyz(port, timeout=2.0):
+    """A replica's /readyz as (HTTP status, body), 503 included; (None, "")
+    when it does not answer."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/readyz" % port, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
     except OSError:
         return None, ""
 

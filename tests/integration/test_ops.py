@@ -386,6 +386,11 @@ def test_shipped_configs_check(t):
         p = subprocess.run(["docker-compose", "-f", os.path.join(src, "docker", "compose.yml"), "config", "-q"],
                            capture_output=True, text=True, cwd=os.path.join(src, "docker"))
         t.check(p.returncode == 0, "docker-compose config validates: %s" % p.stderr)
+        # with the CI override (tests/compose/run.sh runs the stack with it)
+        p = subprocess.run(["docker-compose", "-f", os.path.join(src, "docker", "compose.yml"),
+                            "-f", os.path.join(src, "docker", "compose.ci.yml"), "config", "-q"],
+                           capture_output=True, text=True, cwd=os.path.join(src, "docker"))
+        t.check(p.returncode == 0, "docker-compose config validates with compose.ci.yml: %s" % p.stderr)
     else:
         h.log("docker-compose not installed: compose file not validated")
 

@@ -59,6 +59,8 @@ cleanup() {
     fi
   fi
   if [ -n "$DOCKERD_PID" ]; then
+    # the engine is this run's own: its dangling build layers go too
+    [ "${BATON_COMPOSE_KEEP:-0}" = 1 ] || docker image prune -f >/dev/null 2>&1
     step "stopping the dockerd this run started"
     kill "$DOCKERD_PID" 2>/dev/null
     for _ in $(seq 1 30); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.5; done

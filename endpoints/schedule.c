@@ -10,7 +10,8 @@
  * through a OnceGuard (key = slot in Unix seconds, scope
  * "schedule:<owner>:<name>"); only the replica that wins it emits. Backend
  * failure: fail-closed by default, so the tick is skipped with a warning and
- * the next one tries again. Guard "active": only the leader runs the clock.
+ * the next one tries again. A claim answered more than max_late_ms after its
+ * slot is not fired (see fire()). Guard "active": only the leader runs the clock.
  * Guard "none" (forced): every replica fires every slot.
  *
  * Envelope: {"endpoint":..,"type":"schedule","epoch":..,"id":"<name>:<slot>",
@@ -42,6 +43,7 @@ struct schedule_settings {
     char *timezone;
     char *payload;
     int payload_format; /* index into payload_formats */
+    int64_t max_late_ms;
 };
 
 static const char *const payload_formats[] = {"text", "json", NULL};
@@ -58,6 +60,11 @@ static const struct setting_def schedule_defs[] = {
     {"payload_format", SETTING_ENUM, offsetof(struct schedule_settings, payload_format),
      .def = "text", .choices = payload_formats,
      .help = "\"text\" or \"json\" (payload must then be valid JSON; checked at load time)"},
+    {"max_late_ms", SETTING_INT, offsetof(struct schedule_settings, max_late_ms), .def = "2000",
+     .min = 1, .max = 86400000,
+     .help = "guard \"once\": a slot whose claim is answered later than this after its planned "
+             "time is not fired (counted as missed): a claim that late may have been taken on a "
+             "locker that lost its keys since the slot, after another replica fired it"},
     SETTINGS_END,
 };
 
@@ -245,6 +252,7 @@ struct schedule {
 
     struct envelope env; /* consumer thread only */
     atomic_ullong fired, skipped_guard, skipped_backend, missed;
+    struct ratelimit rl_late; /* consumer thread only */
 };
 
 static int schedule_check(const struct schedule_settings *s, char *msg, size_t msglen)
@@ -362,6 +370,32 @@ static bool wait_until_wall(struct schedule *sc, int64_t deadline_ms)
     return stop;
 }
 
+/* A claim made long after its slot cannot be trusted: if the locker lost
+ * its keys since the slot (Redis restarted without persistence, failed over
+ * to a replica that had not received the key), the slot's key is gone and a
+ * late claim wins it again although another replica fired the slot on time.
+ * Found by tests/compose: a replica cut off the network across a slot had its
+ * claim wait behind the side connection's reconnects until after a Redis
+ * restart, and fired a heartbeat slot a second time. So a slot is fired only
+ * when its claim was answered within max_late_ms of the slot's planned time
+ * (a late wake-up, a paused process, a slow locker); otherwise it counts as
+ * missed (at most once per slot: a slot may be lost, never repeated). */
+static bool too_late(struct schedule *sc, int64_t slot, const char *key, const char *when, bool claimed)
+{
+    int64_t late = clock_wall_ms() - slot * 1000;
+    if (late <= sc->s->max_late_ms) return false;
+    atomic_fetch_add(&sc->missed, 1);
+    long long suppressed = 0;
+    if (ratelimit_ok(&sc->rl_late, 1000, &suppressed))
+        log_warn(COMPONENT, sc->host->name,
+                 "slot %s (%s) not fired: %s %lld ms after its time, past max_late_ms %lld (the locker "
+                 "may have lost the slot's key meanwhile, after another replica fired it); counted as "
+                 "missed (%lld similar suppressed)",
+                 key, when, claimed ? "its claim was answered" : "reached", (long long)late,
+                 (long long)sc->s->max_late_ms, suppressed);
+    return true;
+}
+
 static void fire(struct schedule *sc, int64_t slot)
 {
     struct endpoint_host *h = sc->host;
@@ -370,6 +404,7 @@ static void fire(struct schedule *sc, int64_t slot)
     char when[40];
     cron_format_time(sc->expr, slot, when, sizeof when);
     if (sc->once) {
+        if (too_late(sc, slot, key, when, false)) return; /* not claimed either */
         const struct baton_once_guard_stats *gs = baton_once_guard_stats(sc->once);
         unsigned long long errs = atomic_load(&gs->backend_errors);
         bool ok = baton_once_guard_allow(sc->once, key);
@@ -387,6 +422,8 @@ static void fire(struct schedule *sc, int64_t slot)
         }
         if (backend_failed)
             log_warn(COMPONENT, h->name, "slot %s (%s) fired without the locker (fail-open)", key, when);
+        else if (too_late(sc, slot, key, when, true))
+            return;
     }
     char id[MESSAGE_ID_MAX];
     snprintf(id, sizeof id, "%s:%s", h->name, key);

@@ -10,6 +10,9 @@
 - Redis stopped mid-run: ticks are skipped with a warning (fail-closed), the
   processes stay up, and after the restart every slot fires exactly once;
   with once_fail_open = true every replica fires every slot meanwhile
+- a claim that comes late (its requests held 2.6 s by a fault proxy, or its
+  process paused across the slot) while the locker lost its keys (FLUSHALL)
+  does not fire the slot a second time: past max_late_ms it is not fired
 - --check-config on the example configuration, and a bad cron -> 78 with
   file:line
 """
@@ -28,7 +31,7 @@ import harness as h  # noqa: E402
 ORDER = ["test_check_config", "test_single_process_every_second", "test_pause_not_replayed",
          "test_three_replicas_once", "test_guard_active_leader_only",
          "test_redis_outage_fail_closed", "test_redis_outage_fail_open",
-         "test_claim_answers_lost"]
+         "test_claim_answers_lost", "test_late_claim_not_fired"]
 
 
 def main_cfg(redis_port=None):
@@ -334,6 +337,68 @@ def test_claim_answers_lost(t):
     t.check(lost >= len(window), "the claims' answers were not lost (proxy?): %d resolved" % lost)
     t.check(not h.duplicates(slots), "slots fired more than once: %r" % h.duplicates(slots))
     t.check(not missing, "slots lost although one replica's SET ran: %r" % missing)
+
+
+def wait_phase(period, at):
+    """Sleeps until the wall clock is next `at` seconds into a period of
+    `period` seconds; returns the slot (that period's start)."""
+    now = time.time()
+    start = now - now % period
+    target = start + at if start + at > now else start + period + at
+    while time.time() < target:
+        time.sleep(min(0.05, max(0.0, target - time.time())))
+    return int(target - at)
+
+
+def test_late_claim_not_fired(t):
+    """A claim answered, or a slot reached, more than max_late_ms (2 s) after
+    the slot's time is not fired. Replica A claims every 5 s slot on time;
+    its key is then lost (FLUSHALL at +0.5 s, as a Redis restarted without
+    persistence would lose it) while replica B's claim is late:
+    1. B's side connection goes through a fault proxy that holds its
+       requests 2.6 s, so its SET reaches the flushed Redis and wins;
+    2. B is SIGSTOPped across the slot and resumed 2.6 s after it, so it
+       reaches the slot late.
+    Before max_late_ms, B fired both slots a second time (found by the
+    compose test: a replica cut off the network across a heartbeat slot
+    claimed it after a Redis restart)."""
+    r = t.redis()
+    p = faultproxy.start(t, r.port)
+    cron = "*/5 * * * * *"
+    a = t.baton(main_cfg(r.port), {"tick.cfg": schedule_cfg(cron)}, name="a")
+    b_cfg = ('locker = { type = "redis"; host = "127.0.0.1"; port = %d; '
+             'connect_timeout_ms = 200; command_timeout_ms = 5000; };\n'
+             'lease = { ttl_ms = 20000; };\n'  # no lease here, but its timings must fit the timeout
+             'sinks = ( { name = "out"; type = "stdout"; } );\nlog = { level = "info"; };\n' % p.port)
+    b = t.baton(b_cfg, {"tick.cfg": schedule_cfg(cron)}, name="b")
+    time.sleep(1.5)
+    # 1. B's claim held 2.6 s on its way; the slot's key lost at +0.5 s
+    wait_phase(5, 4.0)
+    p.set_delay(2600, names={"baton-side"}, direction="c2s")
+    s1 = wait_phase(5, 0.5)
+    r.client().cmd("FLUSHALL")
+    # its answer comes 2.6 s or more after the slot (the side connection's
+    # other requests wait in the same queue)
+    t.check(h.wait_until(lambda: "its claim was answered" in b.stderr_text(), 15),
+            "B logs its late-answered claim")
+    p.set_delay(0)
+    # 2. B paused across the next slot, resumed 2.6 s after it
+    wait_phase(5, 4.7)
+    b.signal(signal.SIGSTOP)
+    s2 = wait_phase(5, 0.5)
+    r.client().cmd("FLUSHALL")
+    wait_phase(5, 2.6)
+    b.signal(signal.SIGCONT)
+    time.sleep(1.5)
+    stop_all(t, [a, b])
+    got = slots_of([a, b])
+    slots = [s for s, _, _ in got]
+    late = b.stderr_text().count("past max_late_ms")
+    h.log("slots %r (by %r); B's claim late on slot %d, B paused across slot %d; B logged %d "
+          "late slot(s)" % (slots, [n for _, n, _ in got], s1, s2, late))
+    t.check(not h.duplicates(slots), "slots fired more than once: %r" % h.duplicates(slots))
+    t.check(s1 in slots and s2 in slots, "A fired both slots on time: %r" % slots)
+    t.check("reached" in b.stderr_text() and late >= 2, "B logs the slot it reached late (%d)" % late)
 
 
 if __name__ == "__main__":

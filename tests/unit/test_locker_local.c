@@ -38,22 +38,32 @@ static void test_exclusive_and_token_format(void **state)
     baton_locker_destroy(l);
 }
 
+/* Time unit of the ttl tests, in ms: 1 on the fake clock (exact); 20 on the
+ * real one (valgrind, where fake_clock_install installs nothing), so that a
+ * thread stalled on a loaded machine does not outlast a margin: 40 real ms
+ * of margin failed a CI run under valgrind. */
+static int64_t unit_ms(void)
+{
+    return fake_clock_active() ? 1 : 20;
+}
+
 static void test_expiry(void **state)
 {
     struct baton_locker *l = baton_locker_local_create();
     struct baton_lock_grant a, b;
     char err[BATON_LOCKER_ERR_MAX];
+    const int64_t u = unit_ms();
     int64_t t0 = clock_boot_ms();
-    assert_int_equal(baton_locker_try_lock(l, "exp", 100, &a, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, "exp", 100 * u, &a, err), BATON_LOCKER_OK);
     assert_true(a.sent_ms >= t0 && a.sent_ms <= clock_boot_ms());
     assert_int_equal(a.gen, 0); /* no connection that could break */
-    assert_int_equal(baton_locker_try_lock(l, "exp", 100, &b, err), BATON_LOCKER_HELD);
-    fake_clock_sleep(150);
-    assert_int_equal(baton_locker_try_lock(l, "exp", 100, &b, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(l, "exp", 100 * u, &b, err), BATON_LOCKER_HELD);
+    fake_clock_sleep(150 * u);
+    assert_int_equal(baton_locker_try_lock(l, "exp", 100 * u, &b, err), BATON_LOCKER_OK);
     assert_true(b.epoch > a.epoch);
     /* the expired holder can neither renew nor release the new lease */
     int64_t sent;
-    assert_int_equal(baton_locker_renew(l, "exp", a.token, 100, &sent, err), BATON_LOCKER_LOST);
+    assert_int_equal(baton_locker_renew(l, "exp", a.token, 100 * u, &sent, err), BATON_LOCKER_LOST);
     assert_int_equal(baton_locker_unlock(l, "exp", a.token, err), BATON_LOCKER_MISMATCH);
     assert_int_equal(baton_locker_unlock(l, "exp", b.token, err), BATON_LOCKER_OK);
     baton_locker_destroy(l);
@@ -65,18 +75,19 @@ static void test_token_mismatch_and_renew(void **state)
     struct baton_lock_grant a;
     char err[BATON_LOCKER_ERR_MAX];
     int64_t sent = 0;
-    assert_int_equal(baton_locker_try_lock(l, "m", 150, &a, err), BATON_LOCKER_OK);
+    const int64_t u = unit_ms();
+    assert_int_equal(baton_locker_try_lock(l, "m", 150 * u, &a, err), BATON_LOCKER_OK);
     assert_int_equal(baton_locker_unlock(l, "m", "00000000000000000000000000000000", err),
                      BATON_LOCKER_MISMATCH);
     assert_true(strstr(err, "m") != NULL);
-    assert_int_equal(baton_locker_renew(l, "m", "deadbeef", 150, &sent, err), BATON_LOCKER_LOST);
+    assert_int_equal(baton_locker_renew(l, "m", "deadbeef", 150 * u, &sent, err), BATON_LOCKER_LOST);
     assert_int_equal(l->ops->check(l, "m", a.token, err), BATON_LOCKER_OK);
     assert_int_equal(l->ops->check(l, "m", "deadbeef", err), BATON_LOCKER_LOST);
     /* renewing keeps it alive past the original ttl */
     for (int i = 0; i < 4; i++) {
-        fake_clock_sleep(80);
+        fake_clock_sleep(80 * u);
         int64_t before = clock_boot_ms();
-        assert_int_equal(baton_locker_renew(l, "m", a.token, 150, &sent, err), BATON_LOCKER_OK);
+        assert_int_equal(baton_locker_renew(l, "m", a.token, 150 * u, &sent, err), BATON_LOCKER_OK);
         assert_true(sent >= before && sent <= clock_boot_ms());
     }
     struct baton_lock_grant b;
@@ -439,16 +450,18 @@ static void test_shared_absent_expiry_and_buffer(void **state)
     printf("fenced_set (local), no epoch: %s\n", err);
     assert_int_equal(baton_locker_shared_get(l, "sx", "mark", buf, sizeof buf, err), BATON_LOCKER_LOST);
     assert_int_equal(baton_locker_try_lock(l, "sx", 10000, &a, err), BATON_LOCKER_OK);
-    /* the value expires after its ttl, not with the lease */
-    assert_int_equal(baton_locker_fenced_set(l, "sx", "short", a.epoch, "s", 1, 60, err), BATON_LOCKER_OK);
+    /* the value expires after its ttl, not with the lease (times in
+     * unit_ms: a 20-unit margin below) */
+    const int64_t u = unit_ms();
+    assert_int_equal(baton_locker_fenced_set(l, "sx", "short", a.epoch, "s", 1, 60 * u, err), BATON_LOCKER_OK);
     assert_int_equal(baton_locker_shared_get(l, "sx", "short", buf, sizeof buf, err), BATON_LOCKER_OK);
-    fake_clock_sleep(100);
+    fake_clock_sleep(100 * u);
     assert_int_equal(baton_locker_shared_get(l, "sx", "short", buf, sizeof buf, err), BATON_LOCKER_LOST);
     /* rewriting refreshes the ttl */
-    assert_int_equal(baton_locker_fenced_set(l, "sx", "short", a.epoch, "s1", 2, 60, err), BATON_LOCKER_OK);
-    fake_clock_sleep(40);
-    assert_int_equal(baton_locker_fenced_set(l, "sx", "short", a.epoch, "s2", 2, 60, err), BATON_LOCKER_OK);
-    fake_clock_sleep(40);
+    assert_int_equal(baton_locker_fenced_set(l, "sx", "short", a.epoch, "s1", 2, 60 * u, err), BATON_LOCKER_OK);
+    fake_clock_sleep(40 * u);
+    assert_int_equal(baton_locker_fenced_set(l, "sx", "short", a.epoch, "s2", 2, 60 * u, err), BATON_LOCKER_OK);
+    fake_clock_sleep(40 * u);
     assert_int_equal(baton_locker_shared_get(l, "sx", "short", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_string_equal(buf, "s2");
     /* the buffer needs room for the NUL: 8 bytes need 9 */

@@ -32,13 +32,7 @@ host = "127.0.0.1"; port = %d; patterns = [ "orders.*" ];
 """
 
 
-def log_time(text, needle):
-    """The timestamp (seconds) of the first log line containing needle."""
-    for line in text.splitlines():
-        if needle in line:
-            ts = line.split(" ", 1)[0].rstrip("Z")
-            return datetime.datetime.fromisoformat(ts).timestamp()
-    return None
+log_time = h.log_time
 
 
 def start_receiver(t):

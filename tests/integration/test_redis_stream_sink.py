@@ -13,7 +13,6 @@
      unreachable -> retried, then delivered once; SCRIPT FLUSH -> NOSCRIPT
      handled (reloaded), delivered once
 """
-import datetime
 import json
 import os
 import signal
@@ -60,20 +59,10 @@ def seqs(es):
     return out
 
 
-def log_time(text, needle):
-    for line in text.splitlines():
-        if needle in line:
-            return datetime.datetime.fromisoformat(line.split(" ", 1)[0].rstrip("Z")).timestamp()
-    return None
+log_time = h.log_time
 
 
-def wait_subscribers(t, port, n, timeout=15):
-    c = h.Resp(port)
-    try:
-        ok = h.wait_until(lambda: c.cmd("PUBLISH", "chan.probe", "probe") == n, timeout, 0.05)
-    finally:
-        c.close()
-    t.require(ok, "expected %d subscribers within %ds" % (n, timeout))
+wait_subscribers = h.wait_subscribers
 
 
 # --------------------------------------------------------------------------

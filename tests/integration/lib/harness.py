@@ -138,6 +138,28 @@ def wait_until(pred, timeout, interval=0.02, what="condition"):
         time.sleep(interval)
 
 
+def log_time(text, needle):
+    """The timestamp (seconds) of the first baton log line containing needle,
+    or None."""
+    import datetime
+    for line in text.splitlines():
+        if needle in line:
+            ts = line.split(" ", 1)[0].rstrip("Z")
+            return datetime.datetime.fromisoformat(ts).timestamp()
+    return None
+
+
+def wait_subscribers(t, port, n, timeout=15, channel="chan.probe"):
+    """Requires n subscribers of channel on the Redis at port within timeout
+    (PUBLISH answers how many received it)."""
+    c = Resp(port)
+    try:
+        ok = wait_until(lambda: c.cmd("PUBLISH", channel, "probe") == n, timeout, 0.05)
+    finally:
+        c.close()
+    t.require(ok, "expected %d subscribers within %ds" % (n, timeout))
+
+
 def port_open(port, host="127.0.0.1"):
     try:
         with socket.create_connection((host, port), timeout=0.2):

@@ -31,7 +31,7 @@
  * every attempt (sink_wait_live); the command timeout of an attempt is
  * capped by the time left on the lease; retryable failures (connection
  * lost, timeout, LOADING, BUSY, READONLY, TRYAGAIN, CLUSTERDOWN,
- * MASTERDOWN, OOM) are retried with back-off for as long as the term lives,
+ * MASTERDOWN, OOM, NOREPLICAS) are retried with back-off for as long as the term lives,
  * reconnecting as needed. Fenced: sink_call.fenced, the batch settles as
  * MSG_DROPPED_TERM_ENDED, never retried (as an HTTP 409). Other errors
  * (WRONGTYPE, a script error caused by the data): MSG_DROPPED_SINK_FAILED,
@@ -45,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include "base/util.h"
 #include "common/envelope_split.h"
@@ -156,6 +157,14 @@ static int rs_validate(const void *settings, char *msg, size_t msglen)
     if (s->tls.present && (s->tls.cert_file != NULL) != (s->tls.key_file != NULL)) {
         snprintf(msg, msglen, "'tls': cert_file and key_file go together");
         return -1;
+    }
+    const char *const files[3] = {s->tls.ca_file, s->tls.cert_file, s->tls.key_file};
+    static const char *const names[3] = {"ca_file", "cert_file", "key_file"};
+    for (int i = 0; s->tls.present && i < 3; i++) {
+        if (files[i] && access(files[i], R_OK) != 0) {
+            snprintf(msg, msglen, "'tls': %s %s: %s", names[i], files[i], strerror(errno));
+            return -1;
+        }
     }
     if (!s->stream || !s->stream[0]) {
         snprintf(msg, msglen, "'stream' must not be empty");
@@ -340,9 +349,12 @@ static struct timeval ms_tv(int64_t ms)
  * lives. Everything else (WRONGTYPE, ERR from the script) is the data's. */
 static bool error_retryable(const char *e)
 {
+    /* MOVED and ASK are not here: the sink does not follow Cluster
+     * redirections (a Cluster is reached through a proxy, as the locker's),
+     * so retrying one would hold the term up for nothing */
     static const char *const transient[] = {"LOADING", "BUSY", "READONLY", "TRYAGAIN",
-                                            "CLUSTERDOWN", "MASTERDOWN", "OOM", "MOVED", "ASK",
-                                            "NOREPLICAS", NULL};
+                                            "CLUSTERDOWN", "MASTERDOWN", "OOM", "NOREPLICAS",
+                                            NULL};
     for (size_t i = 0; transient[i]; i++) {
         size_t n = strlen(transient[i]);
         if (strncmp(e, transient[i], n) == 0 && (e[n] == ' ' || e[n] == '\0')) return true;

@@ -9,7 +9,8 @@
      test_fenced_receiver.py does): the stale leader's batch is refused by
      the store's fence, it ends its term within 1 s; no entry of the old
      epoch after the new one's first
-  4. bad input: WRONGTYPE at the stream key -> dead-lettered, counted; Redis
+  4. hash_tag: every key of the stream named {<stream>}..., one Cluster slot
+  5. bad input: WRONGTYPE at the stream key -> dead-lettered, counted; Redis
      unreachable -> retried, then delivered once; SCRIPT FLUSH -> NOSCRIPT
      handled (reloaded), delivered once
 """
@@ -23,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib
 import harness as h  # noqa: E402
 from publisher import Publisher, parse_payload  # noqa: E402
 
-ORDER = ["test_config", "test_bad_input", "test_split_brain", "test_fault_loop"]
+ORDER = ["test_config", "test_hash_tag", "test_bad_input", "test_split_brain", "test_fault_loop"]
 
 FAULT_S = int(os.environ.get("BATON_STREAM_FAULT_S", "40"))
 TTL = 1000
@@ -80,6 +81,7 @@ def test_config(t):
         ('sentinels = [ "127.0.0.1:26379" ];', 78, "master_name"),
         ('password_env = "BATON_TEST_NO_SUCH_VAR";', 78, "BATON_TEST_NO_SUCH_VAR"),
         ("dedup_windw_ms = 5;", 78, "dedup_windw_ms"),
+        ('tls = { ca_file = "/nonexistent/ca.pem"; };', 78, "/nonexistent/ca.pem"),
     ]
     for extra, want, needle in cases:
         with open(main, "w") as f:
@@ -88,6 +90,25 @@ def test_config(t):
         ok = rc == want and needle in (out + err) and (want == 0 or "baton.cfg:" in err)
         t.check(ok, "check-config %r: expected %d with %r, got %d: %s"
                 % (extra, want, needle, rc, (out + err).strip()[:300]))
+
+
+def test_hash_tag(t):
+    redis = t.redis()
+    c = redis.client()
+    main = h.main_cfg(redis_port=redis.port, lease=LEASE,
+                      sinks=sink_cfg(redis.port, 'hash_tag = true; dedup_window_ms = 60000;'))
+    t.baton(main, {"orders.cfg": endpoint_cfg(redis.port)}, name="a")
+    wait_subscribers(t, redis.port, 1)
+    for i in range(3):
+        c.cmd("PUBLISH", "chan.x", "%d:0" % i)
+    key = "{%s}" % STREAM
+    t.require(h.wait_until(lambda: c.cmd("XLEN", key) >= 3, 5), "3 entries in %s" % key)
+    seen = c.cmd("KEYS", key + ":seen:*")
+    t.check(c.cmd("EXISTS", key + ":fence") == 1, "the fence is %s:fence" % key)
+    t.check(len(seen) >= 3, "the seen keys are %s:seen:<id>: %r" % (key, seen[:3]))
+    ttl = c.cmd("PTTL", seen[0])
+    t.check(0 < ttl <= 60000, "a seen key expires within dedup_window_ms: %r" % ttl)
+    t.check(c.cmd("EXISTS", STREAM) == 0, "nothing under the untagged name")
 
 
 def test_bad_input(t):

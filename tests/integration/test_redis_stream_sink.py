@@ -97,7 +97,7 @@ def test_hash_tag(t):
     c = redis.client()
     main = h.main_cfg(redis_port=redis.port, lease=LEASE,
                       sinks=sink_cfg(redis.port, 'hash_tag = true; dedup_window_ms = 60000;'))
-    t.baton(main, {"orders.cfg": endpoint_cfg(redis.port)}, name="a")
+    b = t.baton(main, {"orders.cfg": endpoint_cfg(redis.port)}, name="a")
     wait_subscribers(t, redis.port, 1)
     for i in range(3):
         c.cmd("PUBLISH", "chan.x", "%d:0" % i)
@@ -109,6 +109,8 @@ def test_hash_tag(t):
     ttl = c.cmd("PTTL", seen[0])
     t.check(0 < ttl <= 60000, "a seen key expires within dedup_window_ms: %r" % ttl)
     t.check(c.cmd("EXISTS", STREAM) == 0, "nothing under the untagged name")
+    rc = b.term()
+    t.check(rc == 0, "clean exit (no leak report under ASan): %r" % rc)
 
 
 def test_bad_input(t):
@@ -177,14 +179,19 @@ def test_bad_input(t):
     m = h.metrics(mport)
     errs = m.get('baton_sink_errors_total{endpoint="orders"}') or 0
     t.check(errs > 0, "failed attempts counted: %r" % errs)
+    rc = b.term()
+    t.check(rc == 0, "clean exit (no leak report under ASan): %r" % rc)
 
 
 def test_split_brain(t):
     redis = t.redis()
     lease = {"ttl_ms": 30000, "renew_ms": 10000, "retry_ms": 100}
     reps = {}
+    mports = {}
     for name in ("a", "b"):
-        main = h.main_cfg(redis.port, sinks=sink_cfg(redis.port), lease=lease)
+        mports[name] = h.free_port()
+        main = h.main_cfg(redis.port, sinks=sink_cfg(redis.port), lease=lease,
+                          extra='metrics = { listen = "127.0.0.1:%d"; };' % mports[name])
         reps[name] = t.baton(main, {"orders.cfg": endpoint_cfg(redis.port)}, name=name)
         if name == "a":
             t.require(h.wait_until(lambda: "consuming as leader" in reps["a"].stderr_text(), 10), "a leads")
@@ -227,6 +234,8 @@ def test_split_brain(t):
     t.check(t_stop - t_fenced < 1.0, "a ends its term within 1 s of the fence: %.2f s" % (t_stop - t_fenced))
     t.check(not stale_after, "no entry of the older epoch after the newer's first: %d" % len(stale_after))
     t.check(len(ids) == len(set(ids)), "each id once")
+    fenced = h.metrics(mports["a"]).get('baton_fenced_by_sink_total{endpoint="orders"}')
+    t.check(fenced == 1, "a counted the fence once: %r" % fenced)
 
 
 def leader_of(batons):

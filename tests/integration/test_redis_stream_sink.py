@@ -60,9 +60,6 @@ def seqs(es):
     return out
 
 
-log_time = h.log_time
-
-
 wait_subscribers = h.wait_subscribers
 
 
@@ -185,43 +182,15 @@ def test_bad_input(t):
 
 def test_split_brain(t):
     redis = t.redis()
-    lease = {"ttl_ms": 30000, "renew_ms": 10000, "retry_ms": 100}
-    reps = {}
-    mports = {}
-    for name in ("a", "b"):
-        mports[name] = h.free_port()
-        main = h.main_cfg(redis.port, sinks=sink_cfg(redis.port), lease=lease,
-                          extra='metrics = { listen = "127.0.0.1:%d"; };' % mports[name])
-        reps[name] = t.baton(main, {"orders.cfg": endpoint_cfg(redis.port)}, name=name)
-        if name == "a":
-            t.require(h.wait_until(lambda: "consuming as leader" in reps["a"].stderr_text(), 10), "a leads")
-    a, b = reps["a"], reps["b"]
-    t.require(h.wait_until(lambda: "competing for the lease" in b.stderr_text(), 10), "b is a standby")
+    a, b, mports = h.split_brain_pair(t, redis.port, sink_cfg(redis.port),
+                                      {"orders.cfg": endpoint_cfg(redis.port)})
     c = redis.client()
     pub = Publisher(redis.port, channel="chan.x", rate=200)
     pub.start()
     t.cleanup(pub.stop)
     t.require(h.wait_until(lambda: (c.cmd("XLEN", STREAM) or 0) >= 100, 10), "a writes")
-    # away from a's renewal instants (renew_ms grid on CLOCK_BOOTTIME; see
-    # test_fenced_receiver.py)
-    renew_ms = lease["renew_ms"]
-    while not 2000 <= (time.clock_gettime(time.CLOCK_BOOTTIME) * 1000) % renew_ms <= renew_ms - 4000:
-        time.sleep(0.05)
-    key = "baton:active:redis_psub:orders"
-    t.require(c.cmd("EXISTS", key) == 1, "the lease key %s exists" % key)
-    c.cmd("DEL", key)
-    c.cmd("PUBLISH", key + ":released", "released")
-    t_del = time.time()
-    t.require(h.wait_until(lambda: "consuming as leader" in b.stderr_text(), 10), "b leads")
-    t.require(h.wait_until(lambda: "fenced by the store" in a.stderr_text(), 10), "a is fenced")
-    t.require(h.wait_until(lambda: "stopped consuming" in a.stderr_text(), 10), "a stops")
-    time.sleep(1.0)
-    pub.stop()
-    time.sleep(1.0)
-    ea, eb = a.stderr_text(), b.stderr_text()
-    t_b = log_time(eb, "consuming as leader")
-    t_fenced = log_time(ea, "fenced by the store")
-    t_stop = log_time(ea, "stopped consuming")
+    ts = h.split_brain(t, redis, a, b, pub, "fenced by the store")
+    t_del, t_b, t_fenced, t_stop = ts["del"], ts["b"], ts["fenced"], ts["stop"]
     es = entries(c)
     epochs = sorted({e[1] for e in es})
     first_new = next(i for i, e in enumerate(es) if e[1] == epochs[-1])
@@ -231,6 +200,7 @@ def test_split_brain(t):
           "%.2f s after the fence; %d entries, epochs %s, %d of the older epoch after the newer's first"
           % (t_b - t_del, t_fenced - t_b, t_stop - t_fenced, len(es), len(epochs), len(stale_after)))
     t.check(len(epochs) == 2, "two epochs in the stream: %s" % epochs)
+    t.check(t_stop - t_b < 1.0, "a ends its term within 1 s of b leading: %.2f s" % (t_stop - t_b))
     t.check(t_stop - t_fenced < 1.0, "a ends its term within 1 s of the fence: %.2f s" % (t_stop - t_fenced))
     t.check(not stale_after, "no entry of the older epoch after the newer's first: %d" % len(stale_after))
     t.check(len(ids) == len(set(ids)), "each id once")

@@ -161,7 +161,7 @@ int redis_conn_settings_apply(struct baton_redis_opts *o, const struct redis_con
 {
     char *pw = NULL;
     if (secret_resolve(s->password_env, s->password_file, &pw, msg, msglen)) return -1;
-    o->host = xstrdup(s->host);
+    o->host = xstrdup(s->host ? s->host : "127.0.0.1");
     o->port = (int)s->port;
     o->db = (int)s->db;
     o->user = s->user ? xstrdup(s->user) : NULL;

@@ -49,7 +49,8 @@ extern const struct setting_def redis_tls_defs[];
 
 /* host/port, db, ACL user, password (from an environment variable or a
  * file, never the config file) and the timeouts of a Redis connection, for
- * settings tables that embed it as a member (the redis_stream sink):
+ * settings tables that embed it as a member (redis_psub, the redis_stream
+ * sink; the locker's group in src/config.c still has its own):
  *
  *   struct my_settings { struct redis_conn_settings conn; ... };
  *   static const struct setting_def defs[] = { REDIS_CONN_DEFS(struct my_settings, conn), ... };
@@ -70,18 +71,19 @@ struct redis_conn_settings {
      .help = "Redis host name or address"},                                                     \
     {"port", SETTING_INT, offsetof(type, m.port), .def = "6379", .min = 1, .max = 65535,        \
      .help = "Redis TCP port"},                                                                 \
-    {"db", SETTING_INT, offsetof(type, m.db), .def = "0", .min = 0, .max = 65535,               \
-     .help = "Redis database number"},                                                          \
+    {"db", SETTING_INT, offsetof(type, m.db), .def = "0", .min = 0, .max = 1000000,             \
+     .help = "Redis database number to SELECT"},                                                \
     {"user", SETTING_STRING, offsetof(type, m.user), .help = "Redis ACL user"},                 \
     {"password_env", SETTING_STRING, offsetof(type, m.password_env),                            \
      .help = "name of the environment variable holding the Redis password"},                    \
     {"password_file", SETTING_STRING, offsetof(type, m.password_file),                          \
      .help = "file whose first line is the Redis password"},                                    \
     {"connect_timeout_ms", SETTING_INT, offsetof(type, m.connect_timeout_ms), .def = "1000",    \
-     .min = 1, .max = 600000, .help = "TCP connect timeout"},                                   \
+     .min = 1, .max = 600000, .help = "TCP connect timeout in ms"},                                   \
     {"command_timeout_ms", SETTING_INT, offsetof(type, m.command_timeout_ms), .def = "1000",    \
      .min = 1, .max = 600000,                                                                   \
-     .help = "command timeout (one request; capped by the time left on the lease)"}
+     .help = "timeout in ms of each request: AUTH, SELECT, a command, a subscription's "   \
+             "confirmation"}
 
 /* 0, or -1 with msg naming the setting first ("'password_file' ..."):
  * host not empty, not both password_env and password_file, the password

@@ -131,11 +131,11 @@ struct rs_sink {
     const char **argv;
     size_t *argvlen;
     size_t arg_cap;
-    struct jbuf keys;    /* the seen keys, NUL separated */
-    struct jbuf fields;  /* source objects and payloads, NUL separated */
-    size_t *offs;        /* where each field starts in fields/keys */
+    struct jbuf keys;    /* the seen keys, one after the other */
+    struct jbuf fields;  /* per message its source object, then its payload */
+    struct jbuf pay;     /* one message's payload, before it joins fields */
+    size_t *offs;        /* per message: its key in keys, its source and payload in fields */
     size_t offs_cap;
-    unsigned failures;   /* failed attempts since the last success */
     struct ratelimit rl_retry, rl_drop;
 };
 
@@ -246,6 +246,7 @@ static void *rs_create(const char *name, const char *endpoint, const void *setti
     snprintf(k->window, sizeof k->window, "%lld", (long long)s->dedup_window_ms);
     jbuf_init(&k->keys, 1024);
     jbuf_init(&k->fields, 4096);
+    jbuf_init(&k->pay, 1024);
     return k;
 }
 
@@ -265,6 +266,7 @@ static void rs_destroy(void *sink)
     free(k->offs);
     jbuf_free(&k->keys);
     jbuf_free(&k->fields);
+    jbuf_free(&k->pay);
     free(k);
 }
 
@@ -299,12 +301,10 @@ static size_t build_args(struct rs_sink *k, struct message *const *msgs, size_t 
         jbuf_rawz(&k->keys, msgs[i]->id);
         k->offs[3 * i + 1] = k->fields.len;
         /* source then payload, each a run in fields */
-        struct jbuf pay;
-        jbuf_init(&pay, 0);
-        envelope_split_fields(msgs[i]->json, msgs[i]->len, &k->fields, &pay);
+        jbuf_reset(&k->pay);
+        envelope_split_fields(msgs[i]->json, msgs[i]->len, &k->fields, &k->pay);
         k->offs[3 * i + 2] = k->fields.len;
-        jbuf_raw(&k->fields, pay.data ? pay.data : "", pay.len);
-        jbuf_free(&pay);
+        jbuf_raw(&k->fields, k->pay.data, k->pay.len);
     }
     snprintf(numkeys, numkeys_len, "%zu", n + 2);
     snprintf(epoch, epoch_len, "%llu", (unsigned long long)msgs[0]->epoch);
@@ -521,9 +521,12 @@ static void rs_send(void *sink, struct message *const *msgs, size_t n, enum msg_
                 log_info("sink_redis_stream", k->endpoint,
                          "sink '%s': batch of %zu (first id '%s') written after %u retries in %lld ms",
                          k->name, n, msgs[0]->id, attempt, (long long)(clock_mono_ms() - t0));
+            if ((size_t)added < n)
+                log_debug("sink_redis_stream", k->endpoint,
+                          "sink '%s': %zu of %zu id(s) already in %s within dedup_window_ms "
+                          "(first id '%s'): not added again",
+                          k->name, n - (size_t)added, n, k->stream_key, msgs[0]->id);
             settle(msgs, n, outcome, MSG_DELIVERED);
-            k->failures = 0;
-            (void)added;
             return;
         }
         if (res == ATT_NOSCRIPT && !reloaded) {
@@ -552,7 +555,6 @@ static void rs_send(void *sink, struct message *const *msgs, size_t n, enum msg_
             return;
         }
         attempt++;
-        k->failures++;
         int64_t delay = backoff_ms(attempt - 1, k->backoff_ms, k->backoff_max_ms);
         long long suppressed = 0;
         if (ratelimit_ok(&k->rl_retry, 5000, &suppressed))

@@ -87,7 +87,7 @@ static int run_bare(int port, struct message **m, size_t n, size_t batch, const 
     /* the fields prepared beforehand: id, source, payload */
     char fence[128], prefix[128], ep[24], nk[24];
     snprintf(fence, sizeof fence, "%s:fence", stream);
-    snprintf(prefix, sizeof prefix, "%s:seen:", stream);
+    snprintf(prefix, sizeof prefix, "%s:seen:bench:", stream); /* endpoint "bench", as ARGV[4] */
     snprintf(ep, sizeof ep, "%llu", EPOCH);
     snprintf(nk, sizeof nk, "%zu", batch + 2);
     const char *src = "{\"type\":\"redis_psub\",\"received_at\":\"2026-12-07T11:00:00.000Z\","

@@ -5,17 +5,20 @@
  * NOSCRIPT after a Redis restart or SCRIPT FLUSH: loaded again and the same
  * attempt repeated):
  *
- *   KEYS[1] the stream, KEYS[2] <stream>:fence, KEYS[2+i] <stream>:seen:<id i>
+ *   KEYS[1] the stream, KEYS[2] <stream>:fence, KEYS[2+i] <stream>:seen:<endpoint>:<id i>
  *   ARGV    epoch, maxlen, dedup_window_ms, endpoint, then per message
  *           id, source, payload
  *
  *   - the stream key holds something else than a stream: {-2, type}, nothing
  *     written (checked first, so a WRONGTYPE never leaves seen keys behind);
- *   - the fence holds a higher epoch than the batch's: {-1, fence}, nothing
- *     written: a stale leader's batch is refused by the store itself;
+ *   - the fence (a hash: one field per endpoint, since each endpoint has a
+ *     lease, and so epochs, of its own, and several endpoints may share a
+ *     stream) holds a higher epoch for the batch's endpoint than the
+ *     batch's: {-1, fence}, nothing written: a stale leader's batch is
+ *     refused by the store itself;
  *   - otherwise the fence is raised to the batch's epoch and, per message,
- *     SET <stream>:seen:<id> 1 NX PX dedup_window_ms, XADD MAXLEN ~ maxlen
- *     only when that SET took: {0, entries added}.
+ *     SET <stream>:seen:<endpoint>:<id> 1 NX PX dedup_window_ms, XADD MAXLEN
+ *     ~ maxlen only when that SET took: {0, entries added}.
  *
  * Epochs are compared as decimal strings (length, then bytes): any uint64
  * compares right, where Lua's doubles would round above 2^53. Epoch 0 (an
@@ -77,14 +80,15 @@ static const struct setting_def rs_defs[] = {
     REDIS_HA_TLS_DEFS(struct rs_settings),
     {"stream", SETTING_STRING, offsetof(struct rs_settings, stream), .def = "baton:{endpoint}",
      .help = "the stream's key; {endpoint} is replaced by the endpoint's name. Its fence is "
-             "<stream>:fence, its dedup keys <stream>:seen:<id>"},
+             "<stream>:fence (a hash: the epoch per endpoint), its dedup keys "
+             "<stream>:seen:<endpoint>:<id>"},
     {"maxlen", SETTING_INT, offsetof(struct rs_settings, maxlen), .def = "1000000", .min = 1,
      .max = INT64_MAX, .help = "entries kept (XADD MAXLEN ~: approximate trimming)"},
     {"dedup_window_ms", SETTING_INT, offsetof(struct rs_settings, dedup_window_ms),
      .def = "86400000", .min = 1, .max = INT64_MAX,
      .help = "how long a message id is remembered: an id seen again within it is not added"},
     {"hash_tag", SETTING_BOOL, offsetof(struct rs_settings, hash_tag), .def = "false",
-     .help = "keys {<stream>}, {<stream>}:fence, {<stream>}:seen:<id>: all in one Redis Cluster "
+     .help = "keys {<stream>}, {<stream>}:fence, {<stream>}:seen:<endpoint>:<id>: all in one Redis Cluster "
              "slot"},
     {"backoff_ms", SETTING_INT, offsetof(struct rs_settings, backoff_ms), .def = "50", .min = 1,
      .max = 3600000, .help = "first retry delay in ms (doubles per retry, jittered)"},
@@ -99,9 +103,9 @@ const char sink_redis_stream_script[] =
     "t = type(t) == 'table' and t.ok or t\n"
     "if t ~= 'none' and t ~= 'stream' then return {-2, t} end\n"
     "if e ~= '0' then\n"
-    "  local f = redis.call('GET', KEYS[2])\n"
+    "  local f = redis.call('HGET', KEYS[2], ARGV[4])\n"
     "  if f and (#f > #e or (#f == #e and f > e)) then return {-1, f} end\n"
-    "  if f ~= e then redis.call('SET', KEYS[2], e) end\n"
+    "  if f ~= e then redis.call('HSET', KEYS[2], ARGV[4], e) end\n"
     "end\n"
     "local added = 0\n"
     "for i = 1, #KEYS - 2 do\n"
@@ -123,7 +127,7 @@ struct rs_sink {
     int64_t backoff_ms, backoff_max_ms;
     char *stream_key; /* the stream, hash tag applied */
     char *fence_key;
-    char *seen_prefix; /* "<stream>:seen:" */
+    char *seen_prefix; /* "<stream>:seen:<endpoint>:" */
     char maxlen[24], window[24];
     redisContext *c; /* the sender's; NULL = not connected */
     char sha[41];    /* "" = not loaded on this connection's server yet */
@@ -207,6 +211,17 @@ static char *xprintf2(const char *a, const char *b, const char *c)
     return r;
 }
 
+/* "<open><stream><close>:seen:<endpoint>:" (malloc'd): ids are the
+ * endpoint's, so two endpoints writing one stream never dedup each other. */
+static char *seen_prefix(const char *open, const char *stream, const char *close,
+                         const char *endpoint)
+{
+    size_t n = strlen(open) + strlen(stream) + strlen(close) + strlen(endpoint) + 8;
+    char *r = xmalloc(n);
+    snprintf(r, n, "%s%s%s:seen:%s:", open, stream, close, endpoint);
+    return r;
+}
+
 static void rs_destroy(void *sink);
 
 static void *rs_create(const char *name, const char *endpoint, const void *settings, char *err,
@@ -235,11 +250,11 @@ static void *rs_create(const char *name, const char *endpoint, const void *setti
     if (s->hash_tag) {
         k->stream_key = xprintf2("{", stream, "}");
         k->fence_key = xprintf2("{", stream, "}:fence");
-        k->seen_prefix = xprintf2("{", stream, "}:seen:");
+        k->seen_prefix = seen_prefix("{", stream, "}", k->endpoint);
     } else {
         k->stream_key = xstrdup(stream);
         k->fence_key = xprintf2(stream, ":fence", "");
-        k->seen_prefix = xprintf2(stream, ":seen:", "");
+        k->seen_prefix = seen_prefix("", stream, "", k->endpoint);
     }
     free(stream);
     snprintf(k->maxlen, sizeof k->maxlen, "%lld", (long long)s->maxlen);

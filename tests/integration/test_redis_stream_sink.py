@@ -9,7 +9,9 @@
      test_fenced_receiver.py does): the stale leader's batch is refused by
      the store's fence, it ends its term within 1 s; no entry of the old
      epoch after the new one's first
-  4. hash_tag: every key of the stream named {<stream>}..., one Cluster slot
+  4. hash_tag: every key of the stream named {<stream>}..., one Cluster slot;
+     two endpoints sharing one stream: each fenced by its own epoch (the
+     fence is a hash, one field per endpoint)
   5. bad input: WRONGTYPE at the stream key -> dead-lettered, counted; Redis
      unreachable -> retried, then delivered once; SCRIPT FLUSH -> NOSCRIPT
      handled (reloaded), delivered once
@@ -24,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib
 import harness as h  # noqa: E402
 from publisher import Publisher, parse_payload  # noqa: E402
 
-ORDER = ["test_config", "test_hash_tag", "test_bad_input", "test_split_brain", "test_fault_loop"]
+ORDER = ["test_config", "test_hash_tag", "test_shared_stream", "test_bad_input", "test_split_brain", "test_fault_loop"]
 
 FAULT_S = int(os.environ.get("BATON_STREAM_FAULT_S", "40"))
 TTL = 1000
@@ -100,14 +102,52 @@ def test_hash_tag(t):
         c.cmd("PUBLISH", "chan.x", "%d:0" % i)
     key = "{%s}" % STREAM
     t.require(h.wait_until(lambda: c.cmd("XLEN", key) >= 3, 5), "3 entries in %s" % key)
-    seen = c.cmd("KEYS", key + ":seen:*")
-    t.check(c.cmd("EXISTS", key + ":fence") == 1, "the fence is %s:fence" % key)
-    t.check(len(seen) >= 3, "the seen keys are %s:seen:<id>: %r" % (key, seen[:3]))
+    seen = c.cmd("KEYS", key + ":seen:orders:*")
+    t.check(c.cmd("TYPE", key + ":fence") in (b"hash", "hash"), "the fence is the hash %s:fence" % key)
+    t.check(len(seen) >= 3, "the seen keys are %s:seen:orders:<id>: %r" % (key, seen[:3]))
     ttl = c.cmd("PTTL", seen[0])
     t.check(0 < ttl <= 60000, "a seen key expires within dedup_window_ms: %r" % ttl)
     t.check(c.cmd("EXISTS", STREAM) == 0, "nothing under the untagged name")
     rc = b.term()
     t.check(rc == 0, "clean exit (no leak report under ASan): %r" % rc)
+
+
+def test_shared_stream(t):
+    """Two guarded endpoints, leases (and epochs) of their own, one stream:
+    the later lease's higher epoch must not fence the other endpoint."""
+    redis = t.redis()
+    c = redis.client()
+    mport = h.free_port()
+    main = h.main_cfg(redis_port=redis.port, lease=LEASE,
+                      sinks=sink_cfg(redis.port, 'stream = "shared";'),
+                      extra='metrics = { listen = "127.0.0.1:%d"; };' % mport)
+    eps = {"orders.cfg": endpoint_cfg(redis.port),
+           "events.cfg": endpoint_cfg(redis.port).replace('"orders"', '"events"')
+                                                   .replace('"chan.*"', '"evt.*"')}
+    b = t.baton(main, eps, name="a")
+    wait_subscribers(t, redis.port, 1)
+    wait_subscribers(t, redis.port, 1, channel="evt.probe")
+    for r in range(3):
+        for i in range(5):
+            c.cmd("PUBLISH", "chan.x", "%d:0" % (r * 5 + i))
+            c.cmd("PUBLISH", "evt.x", "%d:0" % (r * 5 + i))
+        time.sleep(0.2)
+    def numbered():
+        return len(seqs(entries(c, "shared")))  # the probes' entries are not numbered
+    t.require(h.wait_until(lambda: numbered() >= 30, 5),
+              "30 numbered entries in the shared stream: %r" % numbered())
+    fence = {k.decode(): int(v) for k, v in zip(*[iter(c.cmd("HGETALL", "shared:fence"))] * 2)}
+    m = h.metrics(mport)
+    fenced = sum(v for k, v in m.items() if k.startswith("baton_fenced_by_sink_total"))
+    print("    fence %r; fenced %r" % (fence, fenced))
+    t.check(sorted(fence) == ["events", "orders"], "one fence field per endpoint: %r" % fence)
+    t.check(fence["orders"] != fence["events"], "the endpoints' epochs differ: %r" % fence)
+    time.sleep(0.5)
+    t.check(numbered() == 30, "every message of both endpoints written once "
+            "(nothing fenced by the other endpoint's epoch): %r" % numbered())
+    t.check(not fenced, "no fence counted: %r" % fenced)
+    rc = b.term()
+    t.check(rc == 0, "clean exit: %r" % rc)
 
 
 def test_bad_input(t):

@@ -309,6 +309,16 @@ def rows(R):
             text += ". (Like for like: not in this run.)"
         return (text, "≥ 0.9 at 1 %s, at 64 %s" % (verdict(a), verdict(b)))
 
+    @row("redis_stream sink (issue 38): 200,000 envelopes in batches of 64 through the sink "
+         "(in process, unguarded) vs a bare hiredis loop running the same Lua script by EVALSHA "
+         "per batch, one redis-server", "`bench/bench_redis_stream.py`")
+    def _():
+        a = R.get("redis_stream sink, batch 64,")
+        c = R.get("redis_stream sink client CPU per message, batch 64")
+        return ("**%.2f** (%s vs %s msg/s; client CPU %.2f vs %.2f µs per message)"
+                % (a["ratio"], rate(a["baton"]), rate(a["baseline"]), c["baton"], c["baseline"]),
+                "≥ 0.9 %s" % verdict(a))
+
     @row("HTTP sink requests in flight together: redis_psub → http sink, batch_max 1, "
          "to a receiver that answers every POST after 20 ms (`http_receiver_bench.c --latency-ms`, "
          "epoll + timerfd), offered 1.5× the limit over 1,024 channels, steady state; against the "

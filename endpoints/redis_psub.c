@@ -99,23 +99,7 @@
 #define LAG_SUSPECT_BEHIND_MS 1000
 
 static const struct setting_def psub_defs[] = {
-    {"host", SETTING_STRING, offsetof(struct redis_psub_settings, host), .def = "127.0.0.1",
-     .help = "host name or address of the source Redis"},
-    {"port", SETTING_INT, offsetof(struct redis_psub_settings, port), .def = "6379", .min = 1,
-     .max = 65535, .help = "TCP port of the source Redis"},
-    {"db", SETTING_INT, offsetof(struct redis_psub_settings, db), .def = "0", .min = 0,
-     .max = 1000000, .help = "database number to SELECT (pub/sub itself ignores it)"},
-    {"user", SETTING_STRING, offsetof(struct redis_psub_settings, user),
-     .help = "ACL user name for AUTH (optional)"},
-    {"password_env", SETTING_STRING, offsetof(struct redis_psub_settings, password_env),
-     .help = "name of the environment variable holding the password"},
-    {"password_file", SETTING_STRING, offsetof(struct redis_psub_settings, password_file),
-     .help = "path of a file whose first line is the password"},
-    {"connect_timeout_ms", SETTING_INT, offsetof(struct redis_psub_settings, connect_timeout_ms),
-     .def = "1000", .min = 1, .max = 600000, .help = "TCP connect timeout in ms"},
-    {"command_timeout_ms", SETTING_INT, offsetof(struct redis_psub_settings, command_timeout_ms),
-     .def = "1000", .min = 1, .max = 600000,
-     .help = "timeout in ms of AUTH, SELECT and the subscription confirmations"},
+    REDIS_CONN_DEFS(struct redis_psub_settings, conn),
     {"patterns", SETTING_STRLIST, offsetof(struct redis_psub_settings, patterns),
      .help = "glob patterns to PSUBSCRIBE to, e.g. [\"orders.*\"]"},
     {"channels", SETTING_STRLIST, offsetof(struct redis_psub_settings, channels),
@@ -340,7 +324,7 @@ int redis_psub_validate(const struct redis_psub_settings *s, enum guard_kind gua
                  s->reconnect_max_ms, s->reconnect_min_ms);
         return -1;
     }
-    if (s->password_env && s->password_file) {
+    if (s->conn.password_env && s->conn.password_file) {
         snprintf(msg, msglen, "set either 'password_env' or 'password_file', not both");
         return -1;
     }
@@ -938,9 +922,9 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
             partial_since = 0;
         } else if (completed > 0 || partial_since == 0) {
             partial_since = read_at.mono_us / 1000;
-        } else if (clock_mono_ms() - partial_since > p->s->command_timeout_ms) {
+        } else if (clock_mono_ms() - partial_since > p->s->conn.command_timeout_ms) {
             snprintf(err, errlen, "redis %s: no complete message within %" PRId64 " ms",
-                     p->where, p->s->command_timeout_ms);
+                     p->where, p->s->conn.command_timeout_ms);
             return;
         }
         if (atomic_load_explicit(&p->loop.stop, memory_order_relaxed)) {
@@ -998,9 +982,9 @@ static void conn_read(struct psub *p, redisContext *c, int tfd, char *err, size_
             continue; /* the silence clock was just reset */
         }
         if (!tick) continue;
-        if (partial_since && clock_mono_ms() - partial_since > p->s->command_timeout_ms) {
+        if (partial_since && clock_mono_ms() - partial_since > p->s->conn.command_timeout_ms) {
             snprintf(err, errlen, "redis %s: no complete message within %" PRId64 " ms",
-                     p->where, p->s->command_timeout_ms);
+                     p->where, p->s->conn.command_timeout_ms);
             return;
         }
         if (timeout < 0 || clock_mono_ms() - quiet_since < timeout) continue;
@@ -1024,7 +1008,7 @@ static void conn_run(struct psub *p, redisContext *c, char *err, size_t errlen)
      * for a switch) and not over TLS (kept to the per-connection PING; not
      * tried with the bridge yet) */
     p->probed = p->ro.n_sentinels == 0 && !p->s->tls.present && p->s->ping_interval_ms > 0 &&
-                probe_join(&p->probe, p->s->host, (int)p->s->port, p->s->ping_interval_ms, c->fd);
+                probe_join(&p->probe, p->s->conn.host, (int)p->s->conn.port, p->s->ping_interval_ms, c->fd);
     if (p->probed) {
         /* a flow that dies alone (a middlebox) is left to TCP keepalive
          * (redis_conn_open enables it) */
@@ -1133,8 +1117,8 @@ static void *psub_create(const void *settings, struct endpoint_host *host, char 
         snprintf(err, errlen, "endpoint '%s': %s", host->name, msg);
         return NULL;
     }
-    char *password = NULL;
-    if (secret_resolve(s->password_env, s->password_file, &password, msg, sizeof msg)) {
+    struct baton_redis_opts ro = {0};
+    if (redis_conn_settings_apply(&ro, &s->conn, msg, sizeof msg)) {
         snprintf(err, errlen, "endpoint '%s': password: %s", host->name, msg);
         return NULL;
     }
@@ -1142,13 +1126,7 @@ static void *psub_create(const void *settings, struct endpoint_host *host, char 
     p->s = s;
     p->host = host;
     p->replay = host->replay;
-    p->ro.host = xstrdup(s->host ? s->host : "127.0.0.1");
-    p->ro.port = (int)s->port;
-    p->ro.db = (int)s->db;
-    p->ro.user = s->user ? xstrdup(s->user) : NULL;
-    p->ro.password = password;
-    p->ro.connect_timeout_ms = s->connect_timeout_ms;
-    p->ro.command_timeout_ms = s->command_timeout_ms;
+    p->ro = ro;
     p->ro.max_reply_bytes = s->max_reply_bytes > 0 ? s->max_reply_bytes : REDIS_MAX_REPLY_SOURCE;
     redis_settings_apply(&p->ro, &s->sentinels, s->master_name, &s->tls);
     if (p->ro.n_sentinels)

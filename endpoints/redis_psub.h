@@ -16,14 +16,7 @@
 
 /* The settings table fills this struct. */
 struct redis_psub_settings {
-    char *host;
-    int64_t port;
-    int64_t db;
-    char *user;
-    char *password_env;
-    char *password_file;
-    int64_t connect_timeout_ms;
-    int64_t command_timeout_ms;
+    struct redis_conn_settings conn; /* host, port, db, user, password, timeouts */
     struct strlist patterns; /* PSUBSCRIBE */
     struct strlist channels; /* SUBSCRIBE */
     int64_t reconnect_min_ms;

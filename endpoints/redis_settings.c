@@ -135,3 +135,38 @@ void redis_settings_apply(struct baton_redis_opts *o, const struct strlist *sent
         o->tls.server_name = tls->server_name ? xstrdup(tls->server_name) : NULL;
     }
 }
+
+int redis_conn_settings_validate(const struct redis_conn_settings *s, char *msg, size_t msglen)
+{
+    if (!s->host || !s->host[0]) {
+        snprintf(msg, msglen, "'host' must not be empty");
+        return -1;
+    }
+    if (s->password_env && s->password_file) {
+        snprintf(msg, msglen, "'password_file' and password_env: set one, not both");
+        return -1;
+    }
+    char *pw = NULL;
+    char why[400];
+    if (secret_resolve(s->password_env, s->password_file, &pw, why, sizeof why)) {
+        snprintf(msg, msglen, "'%s': %s", s->password_env ? "password_env" : "password_file", why);
+        return -1;
+    }
+    secret_free(pw);
+    return 0;
+}
+
+int redis_conn_settings_apply(struct baton_redis_opts *o, const struct redis_conn_settings *s,
+                              char *msg, size_t msglen)
+{
+    char *pw = NULL;
+    if (secret_resolve(s->password_env, s->password_file, &pw, msg, msglen)) return -1;
+    o->host = xstrdup(s->host ? s->host : "127.0.0.1");
+    o->port = (int)s->port;
+    o->db = (int)s->db;
+    o->user = s->user ? xstrdup(s->user) : NULL;
+    o->password = pw;
+    o->connect_timeout_ms = s->connect_timeout_ms;
+    o->command_timeout_ms = s->command_timeout_ms;
+    return 0;
+}

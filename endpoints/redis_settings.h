@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "redis/io.h"
 #include "common/settings.h"
@@ -45,6 +46,54 @@ extern const struct setting_def redis_tls_defs[];
      .help = "largest reply accepted, in bytes (a bulk string, or one whole reply); a bigger "  \
              "one closes the connection. 0 = the default: 1 MiB for the locker, 64 MiB for a "  \
              "source"}
+
+/* host/port, db, ACL user, password (from an environment variable or a
+ * file, never the config file) and the timeouts of a Redis connection, for
+ * settings tables that embed it as a member (redis_psub, the redis_stream
+ * sink; the locker's group in src/config.c still has its own):
+ *
+ *   struct my_settings { struct redis_conn_settings conn; ... };
+ *   static const struct setting_def defs[] = { REDIS_CONN_DEFS(struct my_settings, conn), ... };
+ */
+struct redis_conn_settings {
+    char *host;
+    int64_t port;
+    int64_t db;
+    char *user;
+    char *password_env;
+    char *password_file;
+    int64_t connect_timeout_ms;
+    int64_t command_timeout_ms;
+};
+
+#define REDIS_CONN_DEFS(type, m)                                                                \
+    {"host", SETTING_STRING, offsetof(type, m.host), .def = "127.0.0.1",                        \
+     .help = "Redis host name or address"},                                                     \
+    {"port", SETTING_INT, offsetof(type, m.port), .def = "6379", .min = 1, .max = 65535,        \
+     .help = "Redis TCP port"},                                                                 \
+    {"db", SETTING_INT, offsetof(type, m.db), .def = "0", .min = 0, .max = 1000000,             \
+     .help = "Redis database number to SELECT"},                                                \
+    {"user", SETTING_STRING, offsetof(type, m.user), .help = "Redis ACL user"},                 \
+    {"password_env", SETTING_STRING, offsetof(type, m.password_env),                            \
+     .help = "name of the environment variable holding the Redis password"},                    \
+    {"password_file", SETTING_STRING, offsetof(type, m.password_file),                          \
+     .help = "file whose first line is the Redis password"},                                    \
+    {"connect_timeout_ms", SETTING_INT, offsetof(type, m.connect_timeout_ms), .def = "1000",    \
+     .min = 1, .max = 600000, .help = "TCP connect timeout in ms"},                                   \
+    {"command_timeout_ms", SETTING_INT, offsetof(type, m.command_timeout_ms), .def = "1000",    \
+     .min = 1, .max = 600000,                                                                   \
+     .help = "timeout in ms of each request: AUTH, SELECT, a command, a subscription's "   \
+             "confirmation"}
+
+/* 0, or -1 with msg naming the setting first ("'password_file' ..."):
+ * host not empty, not both password_env and password_file, the password
+ * resolvable (so --check-config reports an unset variable or an unreadable
+ * file). */
+int redis_conn_settings_validate(const struct redis_conn_settings *s, char *msg, size_t msglen);
+/* Fills o's host, port, db, user, password (resolved) and timeouts; 0, or -1
+ * with msg when the password cannot be read. o owns its copies. */
+int redis_conn_settings_apply(struct baton_redis_opts *o, const struct redis_conn_settings *s,
+                              char *msg, size_t msglen);
 
 /* Checks group's sentinels / master_name / tls (after settings_parse):
  * both or neither of sentinels and master_name, no host/port beside

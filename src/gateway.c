@@ -269,7 +269,7 @@ static void on_fenced(void *arg, uint64_t epoch, const char *what)
 {
     struct gw_endpoint *e = arg;
     if (epoch == 0) {
-        log_warn("gateway", e->cfg->name, "the receiver answered that it saw a newer epoch (%s), "
+        log_warn("gateway", e->cfg->name, "the sink (its receiver or store) answered that it saw a newer epoch (%s), "
                  "but this endpoint has no lease term to end (guard \"%s\"): the message is "
                  "settled as term_ended", what, e->guard ? "active" : "none or once");
         return;
@@ -280,7 +280,7 @@ static void on_fenced(void *arg, uint64_t epoch, const char *what)
     } while (!atomic_compare_exchange_weak(&e->fenced_epoch, &cur, epoch));
     atomic_fetch_add_explicit(&e->stats.fenced_by_sink, 1, memory_order_relaxed);
     char reason[200];
-    snprintf(reason, sizeof reason, "fenced by the receiver: epoch %llu is older than one it saw",
+    snprintf(reason, sizeof reason, "fenced by the sink: epoch %llu is older than one its receiver or store saw",
              (unsigned long long)epoch);
     log_warn("gateway", e->cfg->name, "%s (%s): ending the term now, settling its messages as "
              "term_ended, giving the lease up", reason, what);

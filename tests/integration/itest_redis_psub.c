@@ -133,10 +133,10 @@ static int setup(void **state)
     emitted = lost_calls = 0;
     last_json[0] = lost_reason[0] = 0;
     memset(&settings, 0, sizeof settings);
-    settings.host = (char *)"127.0.0.1";
-    settings.port = redis_port;
-    settings.connect_timeout_ms = 200;
-    settings.command_timeout_ms = 200;
+    settings.conn.host = (char *)"127.0.0.1";
+    settings.conn.port = redis_port;
+    settings.conn.connect_timeout_ms = 200;
+    settings.conn.command_timeout_ms = 200;
     settings.patterns.v = patterns;
     settings.patterns.n = 1;
     settings.channels.v = channels;
@@ -221,7 +221,7 @@ static void test_start_cycles(void **state)
 static void test_start_fails_when_source_down(void **state)
 {
     (void)state;
-    settings.port = test_free_port();
+    settings.conn.port = test_free_port();
     void *ep = create_ep();
     int64_t t0 = clock_mono_ms();
     assert_int_equal(ep_redis_psub_ops.start(ep), -1);

@@ -11,11 +11,9 @@ the fence and stops within 1 s of B's first delivery; A's
 baton_fenced_by_sink_total is 1; the receiver stored no message of A's
 epoch after the first of B's; every id is stored once.
 """
-import datetime
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 import json
 
@@ -30,15 +28,6 @@ RECEIVER = os.path.join(ROOT, "examples", "receiver", "receiver.py")
 ENDPOINT = """name = "orders"; type = "redis_psub"; sink = "hook";
 host = "127.0.0.1"; port = %d; patterns = [ "orders.*" ];
 """
-
-
-def log_time(text, needle):
-    """The timestamp (seconds) of the first log line containing needle."""
-    for line in text.splitlines():
-        if needle in line:
-            ts = line.split(" ", 1)[0].rstrip("Z")
-            return datetime.datetime.fromisoformat(ts).timestamp()
-    return None
 
 
 def start_receiver(t):
@@ -62,49 +51,14 @@ def test_split_brain_fenced_by_the_receiver(t):
     url = "http://127.0.0.1:%d/ingest" % rport
     redis = t.redis()
     sinks = '{ name = "hook"; type = "http"; url = "%s"; backoff_ms = 50; backoff_max_ms = 500; }' % url
-    lease = {"ttl_ms": 30000, "renew_ms": 10000, "retry_ms": 100}
-    ports = {}
-    reps = {}
-    for name in ("a", "b"):
-        ports[name] = h.free_port()
-        main = h.main_cfg(redis.port, sinks=sinks, lease=lease,
-                          extra='metrics = { listen = "127.0.0.1:%d"; };' % ports[name])
-        reps[name] = t.baton(main, {"orders.cfg": ENDPOINT % redis.port}, name=name)
-        if name == "a":
-            t.require(h.wait_until(lambda: "consuming as leader" in reps["a"].stderr_text(), 10), "a leads")
-    a, b = reps["a"], reps["b"]
-    t.require(h.wait_until(lambda: "competing for the lease" in b.stderr_text(), 10), "b is a standby")
+    a, b, ports = h.split_brain_pair(t, redis.port, sinks, {"orders.cfg": ENDPOINT % redis.port})
     pub = Publisher(redis.port, channel="orders.x", rate=200)
     pub.start()
     t.cleanup(pub.stop)
     t.require(h.wait_until(lambda: len(stored(rport)) >= 100, 10), "a delivers")
-    # A's renewals fall on a grid of renew_ms on the boot clock
-    # (active_guard.c next_renewal): one made just after the deletion
-    # would end A's term by itself (held with another token) before the
-    # receiver could fence it. Delete well away from the grid instants.
-    renew_ms = lease["renew_ms"]
-    while not 2000 <= (time.clock_gettime(time.CLOCK_BOOTTIME) * 1000) % renew_ms <= renew_ms - 4000:
-        time.sleep(0.05)
-    c = redis.client()
-    key = "baton:active:redis_psub:orders"
-    t.require(c.cmd("EXISTS", key) == 1, "the lease key %s exists" % key)
-    # deleted, and the release announced as a holder's release would be:
-    # the standby takes the lease at once, while a still believes it leads
-    c.cmd("DEL", key)
-    c.cmd("PUBLISH", key + ":released", "released")
-    t_del = time.time()
-    h.log("lease key deleted at %s" % datetime.datetime.utcfromtimestamp(t_del).isoformat())
-    t.require(h.wait_until(lambda: "consuming as leader" in b.stderr_text(), 10), "b leads")
-    t.require(h.wait_until(lambda: "fenced by the receiver" in a.stderr_text(), 10),
-              "a is told it is fenced")
-    t.require(h.wait_until(lambda: "stopped consuming" in a.stderr_text(), 10), "a stops")
-    time.sleep(1.0)
-    pub.stop()
-    time.sleep(1.0)
-    ea, eb = a.stderr_text(), b.stderr_text()
-    t_b = log_time(eb, "consuming as leader")
-    t_fenced = log_time(ea, "fenced by the receiver")
-    t_stop = log_time(ea, "stopped consuming")
+    ts = h.split_brain(t, redis, a, b, pub, "fenced by the receiver")
+    t_del, t_b, t_fenced, t_stop = ts["del"], ts["b"], ts["fenced"], ts["stop"]
+    ea = a.stderr_text()
     rows = stored(rport)
     epochs = sorted({r["epoch"] for r in rows})
     first_new = next(i for i, r in enumerate(rows) if r["epoch"] == epochs[-1])

@@ -28,6 +28,7 @@ EXIT_USAGE = 64  # BATON_EXIT_USAGE (src/config.h)
 # Where the setting tables live: the main file's (and what every endpoint
 # and every sink has), the sinks', the endpoint types', the shared Redis ones.
 TABLE_SOURCES = ["src/config.c", "src/sink_http.c", "src/sink_stdout.c", "src/sink_file.c",
+                 "src/sink_redis_stream.c",
                  "endpoints/redis_psub.c", "endpoints/rabbitmq.c", "endpoints/mysql_cdc.c",
                  "endpoints/mqtt.c", "endpoints/schedule.c", "endpoints/redis_settings.c",
                  "endpoints/redis_settings.h"]

@@ -77,13 +77,7 @@ def records(b, channel="chan.x"):
     return out
 
 
-def wait_subscribers(t, port, n, timeout=15):
-    c = h.Resp(port)
-    try:
-        ok = h.wait_until(lambda: c.cmd("PUBLISH", "chan.probe", "probe") == n, timeout, 0.05)
-    finally:
-        c.close()
-    t.require(ok, "expected %d subscribers within %ds" % (n, timeout))
+wait_subscribers = h.wait_subscribers
 
 
 def current_leader(batons, since):

@@ -317,9 +317,9 @@ static char *with_empty[] = {(char *)"x", (char *)""};
 static struct redis_psub_settings base(void)
 {
     struct redis_psub_settings s = {0};
-    s.host = (char *)"127.0.0.1";
-    s.port = 6379;
-    s.connect_timeout_ms = s.command_timeout_ms = 1000;
+    s.conn.host = (char *)"127.0.0.1";
+    s.conn.port = 6379;
+    s.conn.connect_timeout_ms = s.conn.command_timeout_ms = 1000;
     s.reconnect_min_ms = 100;
     s.reconnect_max_ms = 2000;
     s.ping_interval_ms = 1000;
@@ -361,8 +361,8 @@ static void test_validate(void **state)
     assert_non_null(strstr(msg, "reconnect_max_ms"));
 
     s = base();
-    s.password_env = (char *)"X";
-    s.password_file = (char *)"/y";
+    s.conn.password_env = (char *)"X";
+    s.conn.password_file = (char *)"/y";
     assert_int_equal(redis_psub_validate(&s, GUARD_ACTIVE, false, msg, sizeof msg), -1);
     assert_non_null(strstr(msg, "not both"));
 
@@ -390,8 +390,8 @@ static void test_create_errors_and_cycle(void **state)
     assert_int_equal(ops->auto_guard(NULL), GUARD_ACTIVE);
     char err[512];
     struct redis_psub_settings s = base();
-    s.password_env = (char *)"BATON_TEST_SURELY_UNSET_VARIABLE";
-    unsetenv(s.password_env);
+    s.conn.password_env = (char *)"BATON_TEST_SURELY_UNSET_VARIABLE";
+    unsetenv(s.conn.password_env);
     assert_null(ops->create(&s, &host, err, sizeof err));
     assert_non_null(strstr(err, "BATON_TEST_SURELY_UNSET_VARIABLE"));
 
@@ -402,7 +402,7 @@ static void test_create_errors_and_cycle(void **state)
 
     s = base();
     setenv("BATON_TEST_PSUB_PW", "secret", 1);
-    s.password_env = (char *)"BATON_TEST_PSUB_PW";
+    s.conn.password_env = (char *)"BATON_TEST_PSUB_PW";
     void *ep = ops->create(&s, &host, err, sizeof err);
     assert_non_null(ep);
     ops->stop(ep); /* never started: a no-op */

@@ -138,6 +138,28 @@ def wait_until(pred, timeout, interval=0.02, what="condition"):
         time.sleep(interval)
 
 
+def log_time(text, needle):
+    """The timestamp (seconds) of the first baton log line containing needle,
+    or None."""
+    import datetime
+    for line in text.splitlines():
+        if needle in line:
+            ts = line.split(" ", 1)[0].rstrip("Z")
+            return datetime.datetime.fromisoformat(ts).timestamp()
+    return None
+
+
+def wait_subscribers(t, port, n, timeout=15, channel="chan.probe"):
+    """Requires n subscribers of channel on the Redis at port within timeout
+    (PUBLISH answers how many received it)."""
+    c = Resp(port)
+    try:
+        ok = wait_until(lambda: c.cmd("PUBLISH", channel, "probe") == n, timeout, 0.05)
+    finally:
+        c.close()
+    t.require(ok, "expected %d subscribers within %ds" % (n, timeout))
+
+
 def port_open(port, host="127.0.0.1"):
     try:
         with socket.create_connection((host, port), timeout=0.2):
@@ -552,6 +574,65 @@ def main_cfg(redis_port=None, extra="", sinks=None, lease=None, log_level="info"
     parts.append('log = { level = "%s"; };' % log_level)
     parts.append(extra)
     return "\n".join(parts) + "\n"
+
+
+# --------------------------------------------------------------------------
+# A split brain made on purpose (tests of fencing sinks and receivers)
+
+SPLIT_BRAIN_LEASE = {"ttl_ms": 30000, "renew_ms": 10000, "retry_ms": 100}
+
+
+def split_brain_pair(t, redis_port, sinks, endpoints):
+    """Replicas a (the leader) and b (a standby) of the same config, with a
+    long lease (SPLIT_BRAIN_LEASE: a would not find out by itself before its
+    next renewal, up to 10 s) and a metrics listener each. Returns
+    (a, b, {"a": metrics port, "b": ...})."""
+    ports, reps = {}, {}
+    for name in ("a", "b"):
+        ports[name] = free_port()
+        main = main_cfg(redis_port, sinks=sinks, lease=SPLIT_BRAIN_LEASE,
+                        extra='metrics = { listen = "127.0.0.1:%d"; };' % ports[name])
+        reps[name] = t.baton(main, endpoints, name=name)
+        if name == "a":
+            t.require(wait_until(lambda: "consuming as leader" in reps["a"].stderr_text(), 10), "a leads")
+    a, b = reps["a"], reps["b"]
+    t.require(wait_until(lambda: "competing for the lease" in b.stderr_text(), 10), "b is a standby")
+    return a, b, ports
+
+
+def split_brain(t, redis, a, b, pub, fenced_needle, key="baton:active:redis_psub:orders"):
+    """While a leads and delivers: deletes the lease key by hand and
+    announces its release, so b acquires a newer epoch at once while a still
+    believes it leads; waits for b to lead, for a to log fenced_needle and to
+    stop consuming, then stops pub. Returns the log times (s) of the
+    deletion, b leading, a fenced and a stopped: {"del", "b", "fenced",
+    "stop"}.
+
+    a's renewals fall on a grid of renew_ms on the boot clock
+    (active_guard.c next_renewal): one made just after the deletion would
+    end a's term by itself (held with another token) before the sink or
+    receiver could fence it. The deletion is made well away from the grid
+    instants."""
+    import datetime
+    renew_ms = SPLIT_BRAIN_LEASE["renew_ms"]
+    while not 2000 <= (time.clock_gettime(time.CLOCK_BOOTTIME) * 1000) % renew_ms <= renew_ms - 4000:
+        time.sleep(0.05)
+    c = redis.client()
+    t.require(c.cmd("EXISTS", key) == 1, "the lease key %s exists" % key)
+    c.cmd("DEL", key)
+    c.cmd("PUBLISH", key + ":released", "released")
+    t_del = time.time()
+    log("lease key deleted at %s" % datetime.datetime.utcfromtimestamp(t_del).isoformat())
+    t.require(wait_until(lambda: "consuming as leader" in b.stderr_text(), 10), "b leads")
+    t.require(wait_until(lambda: fenced_needle in a.stderr_text(), 10),
+              "a is told it is fenced (%r)" % fenced_needle)
+    t.require(wait_until(lambda: "stopped consuming" in a.stderr_text(), 10), "a stops")
+    time.sleep(1.0)
+    pub.stop()
+    time.sleep(1.0)
+    ea, eb = a.stderr_text(), b.stderr_text()
+    return {"del": t_del, "b": log_time(eb, "consuming as leader"),
+            "fenced": log_time(ea, fenced_needle), "stop": log_time(ea, "stopped consuming")}
 
 
 # --------------------------------------------------------------------------

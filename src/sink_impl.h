@@ -10,5 +10,6 @@
 extern const struct sink_ops sink_stdout_ops;
 extern const struct sink_ops sink_http_ops;
 extern const struct sink_ops sink_file_ops;
+extern const struct sink_ops sink_postgresql_ops;
 
 #endif

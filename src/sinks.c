@@ -11,6 +11,7 @@ const struct sink_ops *const sink_registry[] = {
     &sink_stdout_ops,
     &sink_http_ops,
     &sink_file_ops,
+    &sink_postgresql_ops,
     NULL,
 };
 

@@ -4,7 +4,7 @@
  * reopened with back-off after a loss, while the term lives. A batch:
  *
  *   BEGIN; SET LOCAL statement_timeout = <lease left>;
- *          SET LOCAL idle_in_transaction_session_timeout = <lease left>
+ *          SET LOCAL idle_in_transaction_session_timeout = <lease left, 2 s at most>
  *   INSERT INTO baton_fence (endpoint, epoch) VALUES ($1, $2)
  *     ON CONFLICT (endpoint) DO UPDATE SET epoch = EXCLUDED.epoch
  *     WHERE baton_fence.epoch <= EXCLUDED.epoch RETURNING epoch
@@ -58,6 +58,11 @@
 #define PG_CHECK_MS 2000          /* /readyz */
 #define PG_UNGUARDED_TIMEOUT_MS 60000 /* statement timeouts without a lease */
 #define PG_IDENT_MAX 63
+/* idle_in_transaction_session_timeout at most: a batch's transaction is
+ * never idle longer than a round trip unless its client stopped (paused,
+ * partitioned); meanwhile it holds the fence row, so the next leader waits
+ * for it at most this long (or the lease left, when shorter). */
+#define PG_IDLE_MAX_MS 2000
 
 struct pg_settings {
     char *conninfo;
@@ -409,6 +414,14 @@ static PGconn *pg_open(struct pg_sink *k, struct pg_bound *b, struct pg_fail *f)
     return c;
 }
 
+/* Why a wait stopped: the term or shutdown (sqlstate ""), or no answer
+ * before the deadline (08006: the connection is given up). */
+static void stopped(const struct pg_bound *b, struct pg_fail *f, const char *what)
+{
+    if (b->why != MSG_DELIVERED) fail_set(f, "", "stopped while %s", what);
+    else fail_set(f, "08006", "no answer from the server in time (%s)", what);
+}
+
 /* Sends what is buffered and collects the results of one query within b:
  * the first error result, else the last one (the caller clears it). NULL
  * = the connection failed or b stopped (f / b->why say which; f->sqlstate
@@ -424,7 +437,7 @@ static PGresult *pg_wait(PGconn *c, struct pg_bound *b, struct pg_fail *f)
             return NULL;
         }
         if (bound_check(b) != 0) {
-            fail_set(f, "", "stopped while sending");
+            stopped(b, f, "sending");
             return NULL;
         }
         wait_fd(fd, POLLIN | POLLOUT);
@@ -438,7 +451,7 @@ static PGresult *pg_wait(PGconn *c, struct pg_bound *b, struct pg_fail *f)
         while (sym_PQisBusy(c)) {
             if (bound_check(b) != 0) {
                 sym_PQclear(keep);
-                fail_set(f, "", "stopped while waiting for the answer");
+                stopped(b, f, "waiting for the answer");
                 return NULL;
             }
             wait_fd(fd, POLLIN);
@@ -590,11 +603,12 @@ static enum pg_rc txn(struct pg_sink *k, struct message *const *msgs, size_t n,
     int64_t left = sink_time_left(b->call, b->epoch);
     int64_t tmo = left == INT64_MAX || left <= 0 ? PG_UNGUARDED_TIMEOUT_MS : left;
     if (tmo < 1) tmo = 1;
+    int64_t idle = tmo < PG_IDLE_MAX_MS ? tmo : PG_IDLE_MAX_MS;
     char begin[200];
     snprintf(begin, sizeof begin,
              "BEGIN; SET LOCAL statement_timeout = %lld; "
              "SET LOCAL idle_in_transaction_session_timeout = %lld",
-             (long long)tmo, (long long)tmo);
+             (long long)tmo, (long long)idle);
     enum pg_rc r = simple(k, b, begin, f);
     if (r != PG_OK) return r;
 
@@ -667,6 +681,13 @@ static enum pg_rc attempt(struct pg_sink *k, struct message *const *msgs, size_t
                               struct pg_bound *b, struct pg_fail *f)
 {
     if (k->conn && sym_PQstatus(k->conn) == CONNECTION_BAD) drop_conn(k);
+    /* Besides the term: a server that stopped answering (a partition, a
+     * paused host) gives up the connection after the statement timeout
+     * (the lease left) and a second more. */
+    int64_t left = sink_time_left(b->call, b->epoch);
+    int64_t wait = left <= 0 || left > PG_UNGUARDED_TIMEOUT_MS ? PG_UNGUARDED_TIMEOUT_MS : left;
+    if (wait < 2000) wait = 2000;
+    b->deadline_ms = clock_mono_ms() + wait + 1000;
     if (!k->conn) {
         k->conn = pg_open(k, b, f);
         if (!k->conn) return b->why != MSG_DELIVERED ? PG_STOP : PG_RETRY;
@@ -701,6 +722,7 @@ static enum pg_rc attempt(struct pg_sink *k, struct message *const *msgs, size_t
 static int backoff_sleep(struct pg_bound *b, int64_t ms)
 {
     int64_t end = clock_mono_ms() + ms;
+    b->deadline_ms = 0; /* the term and the cancel flag only */
     for (;;) {
         if (bound_check(b) != 0) return -1;
         int64_t rem = end - clock_mono_ms();

@@ -8,14 +8,7 @@ processes and a real redis-server (locker and source):
      prints the DDL, --apply creates it and is idempotent
   2. delivery: every message once, a statement run once per id, a
      non-retryable error in the statement dead-letters that message only
-  3. 3 replicas, redis_psub failover = "replay" at 1,000 msg/s, the leader
-     SIGKILLed and SIGSTOPped (2 x ttl) alternately every 4 s for 40 s
-     (BATON_PG_CHAOS_S): rows = published, 0 duplicates, epochs never
-     decrease along seq
-  4. split brain on purpose (the lease key deleted while the leader is
-     SIGSTOPped): the store refuses the stale replica's writes, which ends
-     its term within 1 s; no row of the old epoch after the new one's first
-  5. PostgreSQL restarted mid-stream, and a COMMIT whose answer is lost (a
+  3. PostgreSQL restarted mid-stream, and a COMMIT whose answer is lost (a
      fault proxy cuts the connection right after COMMIT went out): with a
      statement that increments a counter per id, every counter is exactly 1
 """
@@ -31,8 +24,7 @@ import harness as h  # noqa: E402
 import postgres as pg  # noqa: E402
 from publisher import Publisher, now_ms  # noqa: E402
 
-ORDER = ["test_bad_input", "test_delivery", "test_chaos", "test_split_brain",
-         "test_restart_and_lost_commit"]
+ORDER = ["test_bad_input", "test_delivery", "test_restart_and_lost_commit"]
 
 TTL = 1000
 LEASE = {"ttl_ms": TTL, "renew_ms": 300, "retry_ms": 100}
@@ -122,11 +114,11 @@ def leader(batons, ep="orders"):
     return None
 
 
-def cluster(t, srv, redis, n=3, table="t_chaos", statement=None):
+def cluster(t, srv, redis, n=3, table="t_chaos", statement=None, lease=None):
     batons = []
     for i in range(n):
         mport = h.free_port()
-        main = h.main_cfg(redis_port=redis.port, lease=LEASE,
+        main = h.main_cfg(redis_port=redis.port, lease=lease or LEASE,
                           sinks=sink_cfg(srv, table=table, statement=statement),
                           extra='metrics = { listen = "127.0.0.1:%d"; };' % mport)
         b = t.baton(main, {"orders.cfg": psub_cfg(redis.port)}, name="r%d" % i, start=False)
@@ -250,90 +242,6 @@ def test_delivery(t):
     t.check(b.term() == 0, "baton did not exit 0 on SIGTERM")
 
 
-def test_chaos(t):
-    srv = pg_or_skip(t)
-    redis = t.redis()
-    batons = cluster(t, srv, redis)
-    wait_subscribers(t, redis.port, 3)
-    pub = Publisher(redis.port, rate=1000).start()
-    t.require(h.wait_until(lambda: leader(batons), 15, 0.1), "no leader")
-    faults = 0
-    t_end = time.monotonic() + CHAOS_S
-    while time.monotonic() < t_end:
-        time.sleep(4)
-        b = leader(batons)
-        if b is None:
-            continue
-        if faults % 2 == 0:
-            b.proc.send_signal(signal.SIGKILL)
-            b.proc.wait(5)
-            b.start()
-        else:
-            b.signal(signal.SIGSTOP)
-            time.sleep(2 * TTL / 1000.0)
-            b.signal(signal.SIGCONT)
-        faults += 1
-    time.sleep(1)
-    pub.stop()
-    published = {e[0] for e in pub.snapshot() if e[2]}
-    h.wait_until(lambda: int(srv.sql("SELECT count(*) FROM t_chaos")[0][0]) >= len(published),
-                 15, 0.25)
-    time.sleep(1)
-    analyse(t, "chaos", srv, "t_chaos", pub)
-    print("RESULT pg_chaos_faults %d" % faults)
-    t.check(faults >= CHAOS_S // 4 - 2, "only %d faults happened" % faults)
-
-
-def test_split_brain(t):
-    """The leader is SIGSTOPped, its lease key deleted by hand, a standby
-    takes over and writes; the old leader resumes believing it still leads
-    (its renew is due only later on the renew grid): its next transaction is
-    refused by the fence row, which ends its term at once."""
-    srv = pg_or_skip(t)
-    redis = t.redis()
-    batons = cluster(t, srv, redis, n=2, table="t_split")
-    wait_subscribers(t, redis.port, 2)
-    pub = Publisher(redis.port, rate=1000).start()
-    old = h.wait_until(lambda: leader(batons), 15, 0.1)
-    t.require(old, "no leader")
-    time.sleep(1)
-    c = h.Resp(redis.port)
-    keys = [k.decode() if isinstance(k, bytes) else k for k in c.cmd("KEYS", "*")]
-    lease_keys = [k for k in keys if "orders" in k and "epoch" not in k and "replay" not in k
-                  and "mark" not in k]
-    old.signal(signal.SIGSTOP)
-    for k in lease_keys:
-        c.cmd("DEL", k)
-    new = h.wait_until(lambda: leader([b for b in batons if b is not old]), 10, 0.05)
-    t.require(new, "no new leader after the lease key was deleted (keys %r)" % lease_keys)
-    new_epoch = int(h.status_endpoints(new.mport)["orders"].get("epoch", 0) or 0)
-    t.require(h.wait_until(lambda: srv.sql("SELECT count(*) FROM t_split WHERE epoch = %d"
-                                           % new_epoch)[0][0] != "0", 10, 0.05),
-              "the new leader wrote nothing")
-    t_cont = time.monotonic()
-    old.signal(signal.SIGCONT)
-    # the stale replica's next batch is refused: its term ends within 1 s
-    ended = h.wait_until(lambda: "fenced by the store" in old.stderr_text(), 3, 0.02)
-    t_fenced = time.monotonic() - t_cont
-    t.check(ended, "the stale replica was never fenced by the store")
-    stood_down = h.wait_until(
-        lambda: h.status_endpoints(old.mport, 0.5).get("orders", {}).get("role") != "leader",
-        1.0, 0.02)
-    t_down = time.monotonic() - t_cont
-    h.log("split brain: fenced %.3f s after SIGCONT, not leading %.3f s after" % (t_fenced, t_down))
-    print("RESULT pg_split_brain_term_end_s %.3f" % t_down)
-    t.check(stood_down, "the stale replica still leads 1 s after it was fenced")
-    time.sleep(1)
-    pub.stop()
-    got = rows(srv, "t_split")
-    first_new = next((r[0] for r in got if r[2] >= new_epoch), None)
-    late = [r for r in got if first_new is not None and r[0] > first_new and r[2] < new_epoch]
-    t.check(not late, "%d rows of an older epoch after the new epoch's first, e.g. %r"
-            % (len(late), late[:3]))
-    ids = [r[1] for r in got]
-    t.check(len(ids) == len(set(ids)), "duplicate ids")
-
-
 class CommitCutter:
     """A TCP proxy to PostgreSQL that, when armed, cuts the client's
     connection right after it forwarded a simple-query COMMIT to the server
@@ -407,6 +315,12 @@ class CommitCutter:
                 c.sendall(d)
         except OSError:
             pass
+        for x in (c, s):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            x.close()
 
 
 def test_restart_and_lost_commit(t):
@@ -439,7 +353,8 @@ def test_restart_and_lost_commit(t):
     h.log("lost commit: %d published, counters %r, readbacks logged %d" % (
         len(published), got, b.stderr_text().count("had gone through")))
     t.check(int(got[1]) == 1 and int(got[2]) == 1, "a counter is not exactly 1: %r" % (got,))
-    t.check(int(got[0]) == len(published), "%s counters for %d published" % (got[0], len(published)))
+    n_rows = int(srv.sql("SELECT count(*) FROM t_lost")[0][0])  # the probes included
+    t.check(int(got[0]) == n_rows, "%s counters for %d rows" % (got[0], n_rows))
     analyse(t, "lost_commit", srv, "t_lost", pub)
     t.check("COMMIT's answer was lost" in b.stderr_text(), "the lost COMMIT was not noticed")
 

@@ -323,6 +323,8 @@ static void fail_set(struct pg_fail *f, const char *state, const char *fmt, ...)
     va_end(ap);
     size_t l = strlen(f->what);
     while (l > 0 && (f->what[l - 1] == '\n' || f->what[l - 1] == ' ')) f->what[--l] = '\0';
+    for (char *p = f->what; *p; p++) /* libpq's messages span lines: one log line */
+        if (*p == '\n' || *p == '\t') *p = ' ';
 }
 
 /* Not retried: data, integrity, syntax/access, check option, PL/pgSQL

@@ -22,7 +22,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
 import harness as h  # noqa: E402
 import postgres as pg  # noqa: E402
-from publisher import Publisher, now_ms  # noqa: E402
+from publisher import Publisher  # noqa: E402
+from test_replay import wait_subscribers  # noqa: E402,F401
 
 ORDER = ["test_bad_input", "test_delivery", "test_restart_and_lost_commit"]
 
@@ -95,15 +96,6 @@ def analyse(t, name, srv, table, pub):
     t.check(not dups, "%d messages have several rows, e.g. %r" % (len(dups), list(dups.items())[:5]))
     t.check(not drops, "the epoch decreases along seq %d times, e.g. %r" % (len(drops), drops[:3]))
     return got
-
-
-def wait_subscribers(t, port, n, timeout=15):
-    c = h.Resp(port)
-    try:
-        ok = h.wait_until(lambda: c.cmd("PUBLISH", "chan.probe", "probe") == n, timeout, 0.05)
-    finally:
-        c.close()
-    t.require(ok, "expected %d subscribers within %ds" % (n, timeout))
 
 
 def leader(batons, ep="orders"):
@@ -242,6 +234,15 @@ def test_delivery(t):
     t.check(b.term() == 0, "baton did not exit 0 on SIGTERM")
 
 
+def _close(*socks):
+    for x in socks:
+        try:
+            x.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        x.close()
+
+
 class CommitCutter:
     """A TCP proxy to PostgreSQL that, when armed, cuts the client's
     connection right after it forwarded a simple-query COMMIT to the server
@@ -299,12 +300,7 @@ class CommitCutter:
                     break
         except OSError:
             pass
-        for x in (c, s):
-            try:
-                x.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            x.close()
+        _close(c, s)
 
     def _down(self, s, c, st):
         try:
@@ -315,12 +311,7 @@ class CommitCutter:
                 c.sendall(d)
         except OSError:
             pass
-        for x in (c, s):
-            try:
-                x.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            x.close()
+        _close(c, s)
 
 
 def test_restart_and_lost_commit(t):

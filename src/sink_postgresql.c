@@ -294,6 +294,8 @@ struct pg_sink {
     bool unknown;      /* a COMMIT's answer was lost: read back before retrying */
     unsigned failures; /* failed attempts since the last success */
     struct jbuf batch; /* the jsonb array of a batch */
+    int *row_of;       /* per message of a batch: its row in the INSERT's answer, -1 none */
+    size_t row_cap;
     struct ratelimit rl_err, rl_drop, rl_fatal;
 };
 
@@ -571,17 +573,19 @@ static void batch_build(struct pg_sink *k, struct message *const *msgs, size_t n
     jbuf_char(&k->batch, '\0');
 }
 
-/* The message of msgs[0..n) with id (NULL when none); from *hint on. */
-static struct message *find_id(struct message *const *msgs, size_t n, const char *id, size_t *hint)
+/* The index in msgs[0..n) of the first message with id whose row is not
+ * taken yet (row_of[i] < 0), searching from *hint on; n when none. */
+static size_t find_id(struct message *const *msgs, size_t n, const int *row_of, const char *id,
+                      size_t *hint)
 {
     for (size_t j = 0; j < n; j++) {
         size_t i = (*hint + j) % n;
-        if (strcmp(msgs[i]->id, id) == 0) {
+        if (row_of[i] < 0 && strcmp(msgs[i]->id, id) == 0) {
             *hint = i + 1;
-            return msgs[i];
+            return i;
         }
     }
-    return NULL;
+    return n;
 }
 
 /* A COMMIT answer was lost: true (PG_OK) when every id of the batch is in
@@ -632,19 +636,30 @@ static enum pg_rc txn(struct pg_sink *k, struct message *const *msgs, size_t n,
     r = run(k, b, sym_PQsendQueryPrepared(k->conn, "baton_insert", 3, fp, NULL, NULL, 0), &res, f);
     if (r != PG_OK) return r;
     if (k->statement) {
+        /* in the batch's order (a CDC stream's updates after their
+         * inserts), for the messages whose id the INSERT returned */
+        if (n > k->row_cap) {
+            k->row_cap = n;
+            k->row_of = xrealloc(k->row_of, n * sizeof *k->row_of);
+        }
+        for (size_t i = 0; i < n; i++) k->row_of[i] = -1;
         int rows = sym_PQntuples(res);
         size_t hint = 0;
-        for (int i = 0; i < rows && r == PG_OK; i++) {
-            const char *id = sym_PQgetvalue(res, i, 0);
-            struct message *m = find_id(msgs, n, id, &hint);
+        for (int i = 0; i < rows; i++) {
+            size_t at = find_id(msgs, n, k->row_of, sym_PQgetvalue(res, i, 0), &hint);
+            if (at < n) k->row_of[at] = i;
+        }
+        for (size_t m = 0; m < n && r == PG_OK; m++) {
+            int i = k->row_of[m];
+            if (i < 0) continue; /* recorded before: its statement ran then */
             const char *up[7] = {
-                id,
+                sym_PQgetvalue(res, i, 0),
                 epoch,
                 sym_PQgetisnull(res, i, 1) ? NULL : sym_PQgetvalue(res, i, 1),
                 k->endpoint,
                 sym_PQgetisnull(res, i, 2) ? NULL : sym_PQgetvalue(res, i, 2),
                 sym_PQgetisnull(res, i, 3) ? NULL : sym_PQgetvalue(res, i, 3),
-                m ? m->json : NULL,
+                msgs[m]->json,
             };
             PGresult *ur;
             r = run(k, b, sym_PQsendQueryPrepared(k->conn, "baton_statement", 7, up, NULL, NULL, 0),
@@ -841,6 +856,7 @@ static void pg_destroy(void *sink)
     drop_conn(k);
     sql_free(&k->sql);
     jbuf_free(&k->batch);
+    free(k->row_of);
     secret_free(k->password);
     free(k->port);
     free(k->statement);

@@ -7,6 +7,10 @@ real mariadbd (lib/mariadb.py), RabbitMQ (lib/rabbitmq.py), redis-server
      while the leader is SIGKILLed 5 times; afterwards the mirror equals
      the source table (the CDC's repeats after a failover are skipped by
      id, so the statement runs once per row event)
+  2. rabbitmq mode = "group" -> postgresql, 3,000 messages at 500 msg/s
+     with message ids, the leader SIGKILLed 3 times: every message exactly
+     once in the table (the broker redelivers what was unacked; the sink
+     skips the ids already recorded)
 """
 import os
 import random
@@ -17,10 +21,10 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
 import harness as h  # noqa: E402
 import mariadb as mdb  # noqa: E402
-import postgres as pg  # noqa: E402
+import rabbitmq as rmq  # noqa: E402
 from test_sink_postgresql import LEASE, TTL, init_tables, leader, pg_or_skip, sink_cfg  # noqa: E402
 
-ORDER = ["test_mysql_cdc_mirror"]
+ORDER = ["test_mysql_cdc_mirror", "test_rabbitmq_group"]
 CDC_USER, CDC_PW = "cdc", "cdc-pw"
 OPS = int(os.environ.get("BATON_PG_CDC_OPS", "5000"))
 KILLS = 5
@@ -110,6 +114,64 @@ def test_mysql_cdc_mirror(t):
         diff = [(k, w.get(k), g.get(k)) for k in sorted(set(w) | set(g)) if w.get(k) != g.get(k)]
         t.check(False, "the mirror differs from the source in %d keys, e.g. %r" % (len(diff), diff[:5]))
     t.check(events == OPS, "%d row events recorded for %d statements" % (events, OPS))
+
+
+def test_rabbitmq_group(t):
+    from test_rabbitmq import SteadyPublisher
+    srv = pg_or_skip(t)
+    redis = t.redis()
+    broker = rmq.shared_server()
+    c = rmq.Amqp(broker.port)
+    c.exchange_declare("pgfan", "fanout")
+    ep = ('name = "grp"; type = "rabbitmq"; sink = "db"; host = "127.0.0.1"; port = %d;\n'
+          'exchange = "pgfan"; mode = "group"; prefetch = 50;\n' % broker.port)
+    batons = []
+    for i in range(3):
+        mport = h.free_port()
+        main = h.main_cfg(redis_port=redis.port, lease=LEASE, sinks=sink_cfg(srv, table="t_rmq"),
+                          extra='metrics = { listen = "127.0.0.1:%d"; };' % mport)
+        b = t.baton(main, {"g.cfg": ep}, name="g%d" % i, start=False)
+        b.mport = mport
+        batons.append(b)
+    init_tables(t, batons[0].cfg)
+    for b in batons:
+        b.start()
+    t.require(h.wait_until(lambda: leader(batons, "grp"), 20, 0.1), "no leader")
+    time.sleep(1.0)  # the group queue is declared and bound
+    total = 3000
+    pub = SteadyPublisher(broker.port, "pgfan", count=total, rate=500, prefix="pg")
+    pub.start()
+    kills = 0
+    while kills < 3 and pub.is_alive():
+        time.sleep(1.2)
+        b = leader(batons, "grp")
+        if b is None:
+            continue
+        b.proc.send_signal(signal.SIGKILL)
+        b.proc.wait(5)
+        kills += 1
+        time.sleep(1.5 * TTL / 1000.0)
+        b.start()
+    pub.join(60)
+    t.require(pub.error is None, "publisher: %r" % pub.error)
+
+    def count():
+        return int(srv.sql("SELECT count(*) FROM t_rmq WHERE endpoint = 'grp'")[0][0])
+
+    h.wait_until(lambda: count() >= total, 30, 0.25)
+    time.sleep(1.0)
+    got = srv.sql("SELECT (payload #>> '{}')::jsonb->>'seq' FROM t_rmq WHERE endpoint = 'grp'")
+    seqs = [int(r[0]) for r in got]
+    missing = set(range(total)) - set(seqs)
+    dups = h.duplicates(seqs)
+    h.log("rabbitmq group: %d published, %d rows, %d missing, %d duplicated, %d leader kills"
+          % (total, len(seqs), len(missing), len(dups), kills))
+    print("RESULT pg_rabbitmq_missing %d" % len(missing))
+    print("RESULT pg_rabbitmq_duplicates %d" % len(dups))
+    t.check(kills == 3, "only %d leader kills happened while publishing" % kills)
+    t.check(not missing, "%d messages missing, e.g. %r" % (len(missing), sorted(missing)[:10]))
+    t.check(not dups, "%d messages twice, e.g. %r" % (len(dups), sorted(dups)[:10]))
+    c.close()
 
 
 if __name__ == "__main__":

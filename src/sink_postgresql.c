@@ -290,6 +290,7 @@ struct pg_sink {
     char *statement;
     struct pg_sql sql;
     PGconn *conn;      /* the sender's thread only */
+    PGconn *check_conn; /* check()'s (the observer's thread) */
     bool prepared;     /* the statements are prepared on conn */
     bool unknown;      /* a COMMIT's answer was lost: read back before retrying */
     unsigned failures; /* failed attempts since the last success */
@@ -854,6 +855,7 @@ static void pg_destroy(void *sink)
     struct pg_sink *k = sink;
     if (!k) return;
     drop_conn(k);
+    if (k->check_conn) sym_PQfinish(k->check_conn);
     sql_free(&k->sql);
     jbuf_free(&k->batch);
     free(k->row_of);
@@ -925,12 +927,21 @@ static struct pg_sink *pg_new(const char *name, const char *endpoint, const stru
 /* Connects within ms and checks that both tables exist and that the user's
  * statement prepares. 0; -1 with msg (*reached: the server answered, so
  * the problem is in the schema or the statement, not the connection). */
-static int probe(struct pg_sink *k, int64_t ms, bool *reached, char *msg, size_t msglen)
+static int probe(struct pg_sink *k, PGconn **keep, int64_t ms, bool *reached, char *msg,
+                 size_t msglen)
 {
     struct pg_bound b = {.deadline_ms = clock_mono_ms() + ms};
     struct pg_fail f = {"", ""};
     *reached = false;
-    PGconn *c = pg_open(k, &b, &f);
+    PGconn *c = NULL;
+    if (keep && *keep) {
+        if (sym_PQstatus(*keep) == CONNECTION_OK && sym_PQtransactionStatus(*keep) == PQTRANS_IDLE)
+            c = *keep;
+        else
+            sym_PQfinish(*keep);
+        *keep = NULL;
+    }
+    if (!c) c = pg_open(k, &b, &f);
     if (!c) {
         snprintf(msg, msglen, "cannot connect to PostgreSQL: %s", f.what);
         return -1;
@@ -960,7 +971,7 @@ static int probe(struct pg_sink *k, int64_t ms, bool *reached, char *msg, size_t
             rc = -1;
         }
     }
-    if (rc == 0) {
+    if (rc == 0 && !keep) {
         k->prepared = false;
         r = prepare_all(k, &b, &f);
         if (r != PG_OK) {
@@ -970,7 +981,10 @@ static int probe(struct pg_sink *k, int64_t ms, bool *reached, char *msg, size_t
             rc = -1;
         }
     }
-    sym_PQfinish(c);
+    if (keep && sym_PQstatus(c) == CONNECTION_OK)
+        *keep = c; /* the next check reuses it */
+    else
+        sym_PQfinish(c);
     k->conn = saved;
     k->prepared = saved_prep;
     return rc;
@@ -992,7 +1006,7 @@ static void *pg_create(const char *name, const char *endpoint, const void *setti
      * says so meanwhile). */
     bool reached = false;
     char msg[700];
-    if (probe(k, PG_PROBE_MS, &reached, msg, sizeof msg) != 0) {
+    if (probe(k, NULL, PG_PROBE_MS, &reached, msg, sizeof msg) != 0) {
         if (reached) {
             snprintf(err, errlen, "%s", msg);
             pg_destroy(k);
@@ -1007,13 +1021,14 @@ static int pg_check(void *sink, char *msg, size_t msglen)
 {
     struct pg_sink *k = sink;
     bool reached;
-    /* its own connection: send() owns k->conn on another thread */
+    /* its own connection, kept from one check to the next (the observer's
+     * thread only): send() owns k->conn on another thread. The tables are
+     * checked; the statements were prepared at start. */
     struct pg_sink probe_k = *k;
     probe_k.conn = NULL;
     probe_k.prepared = false;
-    probe_k.statement = NULL; /* prepared at start already */
     char m[600];
-    if (probe(&probe_k, PG_CHECK_MS, &reached, m, sizeof m) == 0) return 0;
+    if (probe(&probe_k, &k->check_conn, PG_CHECK_MS, &reached, m, sizeof m) == 0) return 0;
     snprintf(msg, msglen, "sink '%s': %s", k->name, m);
     return -1;
 }

@@ -93,6 +93,10 @@ def test_split_brain(t):
     a = h.wait_until(lambda: leader(batons), 15, 0.1)
     t.require(a, "no leader")
     b = [x for x in batons if x is not a][0]
+    # /readyz probes the sink (its own connection, kept between probes)
+    for x in batons:
+        t.check(h.wait_until(lambda: h.readyz(x.mport)[0] == 200, 5, 0.1),
+                "%s /readyz: %r" % (x.name, h.readyz(x.mport)))
     t.require(h.wait_until(lambda: len(rows(srv, "t_split")) >= 200, 10, 0.1), "a writes")
     renew_ms = lease["renew_ms"]
     while not 2000 <= (time.clock_gettime(time.CLOCK_BOOTTIME) * 1000) % renew_ms <= renew_ms - 4000:

@@ -4,7 +4,8 @@
  *   bench_postgresql_sink_baseline CONNINFO TABLE N BATCH ENVELOPE
  *
  * One connection, statements prepared once, then N/BATCH transactions:
- * BEGIN + SET LOCAL timeouts, the fence upsert, the INSERT ... SELECT FROM
+ * BEGIN + SET LOCAL timeouts + the fence upsert (one simple query, one
+ * round trip, as the sink sends them), the INSERT ... SELECT FROM
  * jsonb_array_elements of BATCH envelopes (ENVELOPE with "id" made unique
  * per message), COMMIT; the same SQL as src/sink_postgresql.c. Blocking
  * libpq calls (PQexec*): no lease, no poll loop. Prints the elapsed time
@@ -48,12 +49,7 @@ int main(int argc, char **argv)
     PGconn *c = PQconnectdb(argv[1]);
     if (PQstatus(c) != CONNECTION_OK) die(c, NULL, "connect");
     char sql[1024];
-    snprintf(sql, sizeof sql,
-             "INSERT INTO baton_fence AS f (endpoint, epoch) VALUES ($1, $2) "
-             "ON CONFLICT (endpoint) DO UPDATE SET epoch = EXCLUDED.epoch "
-             "WHERE f.epoch <= EXCLUDED.epoch RETURNING f.epoch");
     Oid types[3] = {25, 20, 25};
-    ok(c, PQprepare(c, "fence", sql, 2, types), "prepare fence");
     snprintf(sql, sizeof sql,
              "INSERT INTO %s (endpoint, id, epoch, received_at, source, payload) "
              "SELECT $1, e->>'id', $2, (e->>'received_at')::timestamptz, e->>'type', "
@@ -81,12 +77,15 @@ int main(int argc, char **argv)
         }
         buf[len++] = ']';
         buf[len] = '\0';
-        ok(c, PQexec(c, "BEGIN; SET LOCAL statement_timeout = 1000; "
-                        "SET LOCAL idle_in_transaction_session_timeout = 1000"), "begin");
-        const char *p[3] = {"bench-base", "1", buf};
-        PGresult *r = PQexecPrepared(c, "fence", 2, p, NULL, NULL, 0);
+        /* BEGIN, the timeouts and the fence in one round trip, as the sink */
+        PGresult *r = PQexec(c, "BEGIN; SET LOCAL statement_timeout = 1000; "
+                                "SET LOCAL idle_in_transaction_session_timeout = 1000; "
+                                "INSERT INTO baton_fence AS f (endpoint, epoch) VALUES "
+                                "('bench-base', 1) ON CONFLICT (endpoint) DO UPDATE SET epoch = "
+                                "EXCLUDED.epoch WHERE f.epoch <= EXCLUDED.epoch RETURNING f.epoch");
         if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) die(c, r, "fence");
         PQclear(r);
+        const char *p[3] = {"bench-base", "1", buf};
         ok(c, PQexecPrepared(c, "insert", 3, p, NULL, NULL, 0), "insert");
         ok(c, PQexec(c, "COMMIT"), "commit");
         done += m;

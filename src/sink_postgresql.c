@@ -4,13 +4,15 @@
  * reopened with back-off after a loss, while the term lives. A batch:
  *
  *   BEGIN; SET LOCAL statement_timeout = <lease left>;
- *          SET LOCAL idle_in_transaction_session_timeout = <lease left, 2 s at most>
- *   INSERT INTO baton_fence (endpoint, epoch) VALUES ($1, $2)
+ *          SET LOCAL idle_in_transaction_session_timeout = <lease left, 2 s at most>;
+ *   INSERT INTO baton_fence (endpoint, epoch) VALUES ('<endpoint>', <epoch>)
  *     ON CONFLICT (endpoint) DO UPDATE SET epoch = EXCLUDED.epoch
  *     WHERE baton_fence.epoch <= EXCLUDED.epoch RETURNING epoch
  *       -- creates the row on first use, else locks it (as SELECT ... FOR
  *       -- UPDATE), compares and raises it in one statement; no row
- *       -- returned = a newer epoch has written: ROLLBACK, fenced
+ *       -- returned = a newer epoch has written: ROLLBACK, fenced.
+ *       -- One simple query with BEGIN: one round trip (endpoint names
+ *       -- are [A-Za-z0-9_.-], safe as a literal)
  *   INSERT INTO <table> (endpoint, id, epoch, received_at, source, payload)
  *     SELECT ... FROM jsonb_array_elements($3) ON CONFLICT (endpoint, id)
  *     DO NOTHING [RETURNING id, payload, source, received_at]
@@ -291,6 +293,10 @@ struct pg_sink {
     struct pg_sql sql;
     PGconn *conn;      /* the sender's thread only */
     PGconn *check_conn; /* check()'s (the observer's thread) */
+    /* "INSERT INTO <fence> AS f (endpoint, epoch) VALUES ('<endpoint>', ":
+     * the fence in BEGIN's round trip; NULL when the name would need
+     * quoting (then the prepared fence, a round trip of its own) */
+    char *fence_inline;
     bool prepared;     /* the statements are prepared on conn */
     bool unknown;      /* a COMMIT's answer was lost: read back before retrying */
     unsigned failures; /* failed attempts since the last success */
@@ -611,19 +617,34 @@ static enum pg_rc txn(struct pg_sink *k, struct message *const *msgs, size_t n,
     int64_t tmo = left == INT64_MAX || left <= 0 ? PG_UNGUARDED_TIMEOUT_MS : left;
     if (tmo < 1) tmo = 1;
     int64_t idle = tmo < PG_IDLE_MAX_MS ? tmo : PG_IDLE_MAX_MS;
-    char begin[200];
-    snprintf(begin, sizeof begin,
-             "BEGIN; SET LOCAL statement_timeout = %lld; "
-             "SET LOCAL idle_in_transaction_session_timeout = %lld",
-             (long long)tmo, (long long)idle);
-    enum pg_rc r = simple(k, b, begin, f);
-    if (r != PG_OK) return r;
-
     char epoch[24];
     snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)b->epoch);
     const char *fp[3] = {k->endpoint, epoch, k->batch.data};
     PGresult *res;
-    r = run(k, b, sym_PQsendQueryPrepared(k->conn, "baton_fence", 2, fp, NULL, NULL, 0), &res, f);
+    enum pg_rc r;
+    if (k->fence_inline) {
+        /* one round trip: BEGIN, the timeouts and the fence as one simple
+         * query (the endpoint name is letters, digits, '_', '-' and '.'
+         * only, safe as a literal; the epoch a number); its last result
+         * is the fence's */
+        char *sql = xfmt("BEGIN; SET LOCAL statement_timeout = %lld; "
+                         "SET LOCAL idle_in_transaction_session_timeout = %lld; "
+                         "%s%s) ON CONFLICT (endpoint) DO UPDATE SET epoch = EXCLUDED.epoch "
+                         "WHERE f.epoch <= EXCLUDED.epoch RETURNING f.epoch",
+                         (long long)tmo, (long long)idle, k->fence_inline, epoch);
+        r = run(k, b, sym_PQsendQuery(k->conn, sql), &res, f);
+        free(sql);
+    } else {
+        char begin[200];
+        snprintf(begin, sizeof begin,
+                 "BEGIN; SET LOCAL statement_timeout = %lld; "
+                 "SET LOCAL idle_in_transaction_session_timeout = %lld",
+                 (long long)tmo, (long long)idle);
+        r = simple(k, b, begin, f);
+        if (r != PG_OK) return r;
+        r = run(k, b, sym_PQsendQueryPrepared(k->conn, "baton_fence", 2, fp, NULL, NULL, 0), &res,
+                f);
+    }
     if (r != PG_OK) return r;
     bool fenced = sym_PQntuples(res) == 0;
     sym_PQclear(res);
@@ -856,6 +877,7 @@ static void pg_destroy(void *sink)
     if (!k) return;
     drop_conn(k);
     if (k->check_conn) sym_PQfinish(k->check_conn);
+    free(k->fence_inline);
     sql_free(&k->sql);
     jbuf_free(&k->batch);
     free(k->row_of);
@@ -900,6 +922,9 @@ static struct pg_sink *pg_new(const char *name, const char *endpoint, const stru
         return NULL;
     }
     size_t i = 0;
+    /* before the connection string: what it says itself wins */
+    kv(k, &i, "application_name", "baton");
+    kv(k, &i, "connect_timeout", "10");
     if (s->conninfo) {
         kv(k, &i, "dbname", s->conninfo); /* expanded: a whole connection string */
     } else {
@@ -914,12 +939,14 @@ static struct pg_sink *pg_new(const char *name, const char *endpoint, const stru
         kv(k, &i, "sslkey", s->sslkey);
     }
     kv(k, &i, "password", k->password);
-    kv(k, &i, "application_name", "baton");
-    kv(k, &i, "connect_timeout", "10");
     k->kw[i] = NULL;
     k->val[i] = NULL;
     k->statement = s->statement ? xstrdup(s->statement) : NULL;
     sql_build(&k->sql, s);
+    if (k->endpoint[0] && strspn(k->endpoint, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                              "0123456789_-.") == strlen(k->endpoint))
+        k->fence_inline = xfmt("INSERT INTO %s AS f (endpoint, epoch) VALUES ('%s', ",
+                               k->sql.fence_table, k->endpoint);
     jbuf_init(&k->batch, 4096);
     return k;
 }

@@ -38,7 +38,7 @@ MIRROR_SQL = ("WITH del AS (DELETE FROM mirror WHERE $7->>'op' = 'delete' "
 
 def workload(n, seed=38):
     """n random statements on src.m (k 0..399): insert when absent, else
-    update or delete; paced to last ~12 s."""
+    update or delete; paced to last ~18 s (5 leader kills fit)."""
     rnd = random.Random(seed)
     present = set()
     out = []
@@ -53,7 +53,7 @@ def workload(n, seed=38):
             out.append("DELETE FROM src.m WHERE k = %d;" % k)
             present.discard(k)
         if i % 25 == 24:
-            out.append("DO SLEEP(0.05);")
+            out.append("DO SLEEP(0.08);")
     return "\n".join(out) + "\n"
 
 

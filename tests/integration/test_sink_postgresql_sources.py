@@ -57,6 +57,24 @@ def workload(n, seed=38):
     return "\n".join(out) + "\n"
 
 
+def kill_leaders(batons, ep, n, going, every_s):
+    """SIGKILLs the leader of ep every every_s, up to n times while going()
+    holds; each restarted 1.5 x ttl later, once a standby took over.
+    Returns how many were killed."""
+    kills = 0
+    while kills < n and going():
+        time.sleep(every_s)
+        b = leader(batons, ep)
+        if b is None:
+            continue
+        b.proc.send_signal(signal.SIGKILL)
+        b.proc.wait(5)
+        kills += 1
+        time.sleep(1.5 * TTL / 1000.0)
+        b.start()
+    return kills
+
+
 def test_mysql_cdc_mirror(t):
     srv = pg_or_skip(t)
     redis = t.redis()
@@ -83,17 +101,7 @@ def test_mysql_cdc_mirror(t):
     time.sleep(0.5)
     t0 = time.monotonic()
     p = maria.sql_background(workload(OPS))
-    kills = 0
-    while kills < KILLS and p.poll() is None:
-        time.sleep(1.5)
-        b = leader(batons, "cdc")
-        if b is None:
-            continue
-        b.proc.send_signal(signal.SIGKILL)
-        b.proc.wait(5)
-        kills += 1
-        time.sleep(1.5 * TTL / 1000.0)
-        b.start()
+    kills = kill_leaders(batons, "cdc", KILLS, lambda: p.poll() is None, 1.5)
     t.require(p.wait(120) == 0, "the workload failed: %s" % p.stderr.read()[-500:])
     t_load = time.monotonic() - t0
     want = maria.sql("SELECT k, v FROM src.m ORDER BY k")
@@ -141,17 +149,7 @@ def test_rabbitmq_group(t):
     total = 3000
     pub = SteadyPublisher(broker.port, "pgfan", count=total, rate=500, prefix="pg")
     pub.start()
-    kills = 0
-    while kills < 3 and pub.is_alive():
-        time.sleep(1.2)
-        b = leader(batons, "grp")
-        if b is None:
-            continue
-        b.proc.send_signal(signal.SIGKILL)
-        b.proc.wait(5)
-        kills += 1
-        time.sleep(1.5 * TTL / 1000.0)
-        b.start()
+    kills = kill_leaders(batons, "grp", 3, pub.is_alive, 1.2)
     pub.join(60)
     t.require(pub.error is None, "publisher: %r" % pub.error)
 

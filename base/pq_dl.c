@@ -1,12 +1,12 @@
 /* See pq_dl.h. */
 #include "base/pq_dl.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/dl.h"
 #include "base/glog.h"
 
 PGconn *(*sym_PQconnectStartParams)(const char *const *, const char *const *, int);
@@ -45,40 +45,12 @@ static int load_rc = -1;
 static char load_err[512];
 static void *handle; /* never closed: the sinks use it until exit */
 
-static int resolve(void **slot, const char *name)
-{
-    dlerror();
-    *slot = dlsym(handle, name);
-    if (*slot) return 0;
-    const char *e = dlerror();
-    snprintf(load_err, sizeof load_err, "%s has no symbol %s: %s", BATON_LIBPQ_SONAME, name,
-             e ? e : "not found");
-    return -1;
-}
-
 static void load_once(void)
 {
-    const char *lib = getenv("BATON_LIBPQ");
-    if (!lib || !*lib) lib = BATON_LIBPQ_SONAME;
-    handle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-        const char *e = dlerror();
-        snprintf(load_err, sizeof load_err,
-                 "the postgresql sink needs libpq, which could not be loaded (%s; on Debian: apt-get install libpq5)",
-                 e ? e : lib);
-        return;
-    }
-    /* object pointers from dlsym to function pointers: POSIX guarantees the
-     * representation; a union keeps -Wpedantic quiet */
-#define RESOLVE(var, name)                                                                         \
-    do {                                                                                           \
-        union {                                                                                    \
-            void *obj;                                                                             \
-            __typeof__(var) fn;                                                                    \
-        } u_;                                                                                      \
-        if (resolve(&u_.obj, name) != 0) return;                                                   \
-        var = u_.fn;                                                                               \
-    } while (0)
+    handle = dl_open("BATON_LIBPQ", BATON_LIBPQ_SONAME, "the postgresql sink", "libpq5", load_err,
+                     sizeof load_err);
+    if (!handle) return;
+#define RESOLVE(var, name) DL_RESOLVE(handle, BATON_LIBPQ_SONAME, var, name, load_err, sizeof load_err)
     RESOLVE(sym_PQconnectStartParams, "PQconnectStartParams");
     RESOLVE(sym_PQconnectPoll, "PQconnectPoll");
     RESOLVE(sym_PQstatus, "PQstatus");
@@ -108,7 +80,8 @@ static void load_once(void)
     RESOLVE(sym_PQfreemem, "PQfreemem");
     RESOLVE(sym_PQescapeIdentifier, "PQescapeIdentifier");
 #undef RESOLVE
-    glog_debug("pq", NULL, "loaded %s", lib);
+    const char *lib = getenv("BATON_LIBPQ");
+    glog_debug("pq", NULL, "loaded %s", lib && *lib ? lib : BATON_LIBPQ_SONAME);
     load_rc = 0;
 }
 

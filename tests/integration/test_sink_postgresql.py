@@ -137,6 +137,25 @@ def test_bad_input(t):
     t.check("baton.cfg:" in err and "conninfo" in err and "bogus_key" in err,
             "bad conninfo: no file:line and libpq's reason: %r" % err)
 
+    # libpq is loaded only for a postgresql sink; missing: a clear refusal
+    b = t.baton(h.main_cfg(sinks=sink_cfg(srv)), ep, name="nolibpq", start=False)
+    rc, out, err = h.run_baton(["-c", b.cfg, "--check-config"],
+                               env={"BATON_LIBPQ": "/nonexistent/libpq.so.5"})
+    t.check(rc == 78 and "libpq" in err and "/nonexistent/libpq.so.5" in err,
+            "libpq missing: %d %r" % (rc, err[-400:]))
+    rc, out, err = h.run_baton(["-c", b.cfg, "--check-config"])
+    t.check(rc == 0, "a good postgresql sink: --check-config %d %r" % (rc, err[-400:]))
+
+    # host/dbname and conninfo together; both password sources
+    for bad, want in (('host = "127.0.0.1"; conninfo = "dbname=x";', "not both"),
+                      ('host = "127.0.0.1"; password_env = "P"; password_file = "/f";',
+                       "password_env or password_file"),
+                      ('host = "127.0.0.1"; sslmode = "sometimes";', "'sslmode'")):
+        b = t.baton(h.main_cfg(sinks='{ name = "db"; type = "postgresql"; %s }' % bad), ep,
+                    name="bad%d" % len(t.batons), start=False)
+        rc, out, err = h.run_baton(["-c", b.cfg, "--check-config"])
+        t.check(rc == 78 and want in err and "baton.cfg:" in err, "%s: %d %r" % (bad, rc, err))
+
     # a table name that is not an identifier
     b = t.baton(h.main_cfg(sinks=sink_cfg(srv, table="x; DROP TABLE y")), ep, name="badtable",
                 start=False)

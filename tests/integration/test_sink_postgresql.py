@@ -25,7 +25,7 @@ import postgres as pg  # noqa: E402
 from publisher import Publisher  # noqa: E402
 from test_replay import wait_subscribers  # noqa: E402,F401
 
-ORDER = ["test_bad_input", "test_delivery", "test_restart_and_lost_commit"]
+ORDER = ["test_bad_input", "test_delivery", "test_password_file", "test_restart_and_lost_commit"]
 
 TTL = 1000
 LEASE = {"ttl_ms": TTL, "renew_ms": 300, "retry_ms": 100}
@@ -260,6 +260,54 @@ def _close(*socks):
         except OSError:
             pass
         x.close()
+
+
+def test_password_file(t):
+    """host/port/dbname/user with password_file against a role that must
+    authenticate (scram-sha-256 for it in pg_hba.conf): --init-sink --apply
+    and delivery work; a wrong password is refused by the server."""
+    srv = pg_or_skip(t)
+    redis = t.redis()
+    srv.sql("DROP DATABASE IF EXISTS pwdb; CREATE ROLE pwuser LOGIN PASSWORD 'pw-38-secret'")
+    srv.sql("CREATE DATABASE pwdb OWNER pwuser")
+    hba = os.path.join(srv.datadir, "pg_hba.conf")
+    with open(hba) as f:
+        text = f.read()
+    with open(hba, "w") as f:
+        f.write("host all pwuser 127.0.0.1/32 scram-sha-256\n" + text)
+    srv.sql("SELECT pg_reload_conf()")
+    pw = os.path.join(t.workdir, "pg.pass")
+    with open(pw, "w") as f:
+        f.write("pw-38-secret\n")
+    os.chmod(pw, 0o600)
+    bad = os.path.join(t.workdir, "bad.pass")
+    with open(bad, "w") as f:
+        f.write("wrong\n")
+    os.chmod(bad, 0o600)
+
+    def sink(pfile):
+        return ('{ name = "db"; type = "postgresql"; host = "127.0.0.1"; port = %d; '
+                'dbname = "pwdb"; user = "pwuser"; password_file = "%s"; sslmode = "disable"; }'
+                % (srv.port, pfile))
+    ep = {"orders.cfg": psub_cfg(redis.port, replay=False)}
+    b = t.baton(h.main_cfg(sinks=sink(bad)), ep, name="badpw", start=False)
+    rc, out, err = h.run_baton(["-c", b.cfg, "--init-sink", "db", "--apply"])
+    t.check(rc == 69 and "password authentication failed" in err and "wrong" not in err,
+            "a wrong password: %d %r" % (rc, err[-300:]))
+    b = t.baton(h.main_cfg(sinks=sink(pw)), ep, name="goodpw", start=False)
+    rc, out, err = h.run_baton(["-c", b.cfg, "--init-sink", "db", "--apply"])
+    t.require(rc == 0, "--init-sink --apply with password_file: %d %r" % (rc, err[-300:]))
+    b.start()
+    wait_subscribers(t, redis.port, 1)
+    c = h.Resp(redis.port)
+    for i in range(20):
+        c.cmd("PUBLISH", "chan.x", "p%d" % i)
+    c.close()
+    q = "SELECT count(*) FROM baton_messages WHERE payload #>> '{}' ~ '^p[0-9]+$'"
+    ok = h.wait_until(lambda: srv.sql("\\c pwdb\n" + q)[-1][0] == "20", 10, 0.1)
+    t.check(ok, "20 rows through a password-authenticated connection: %r"
+            % srv.sql("\\c pwdb\n" + q))
+    t.check("pw-38-secret" not in b.stderr_text(), "the password is in the log")
 
 
 class CommitCutter:

@@ -12,6 +12,7 @@ processes and a real redis-server (locker and source):
      fault proxy cuts the connection right after COMMIT went out): with a
      statement that increments a counter per id, every counter is exactly 1
 """
+import json
 import os
 import signal
 import socket
@@ -247,6 +248,10 @@ def test_delivery(t):
     t.check(n == 199, "t_delivery holds %d rows, want 199 (the poison one rolled back)" % n)
     ok = h.wait_until(lambda: os.path.exists(dl) and "poison" in open(dl).read(), 10, 0.1)
     t.check(ok, "the message the statement refused did not reach the dead-letter sink")
+    dead = [json.loads(line) for line in open(dl) if line.strip()] if ok else []
+    t.check(dead and dead[0]["dead_letter"]["reason"] == "rejected"
+            and dead[0]["dead_letter"]["body"].startswith("SQLSTATE 23514"),
+            "the dead letter does not carry the server's answer: %r" % dead[:1])
     err = b.stderr_text()
     t.check("23514" in err and "counters_payload_check" in err,
             "the server's message for the refused message is not logged: %r" % err[-800:])

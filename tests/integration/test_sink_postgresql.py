@@ -14,7 +14,6 @@ processes and a real redis-server (locker and source):
 """
 import json
 import os
-import signal
 import socket
 import sys
 import threading

@@ -20,6 +20,7 @@ BUILD=(
   libcurl4-openssl-dev  # headers; the HTTP sink and the etcd locker load libcurl.so.4 on first use
   libjson-c-dev         # the etcd locker parses etcd's JSON gateway answers
   libssl-dev            # Redis TLS: the OpenSSL bridge (redis/tls.c)
+  libpq-dev             # headers; the postgresql sink loads libpq.so.5 on first use
 )
 # Running the demo: config/demo/demo.py starts these brokers itself.
 DEMO=(
@@ -42,6 +43,7 @@ TESTS=(
   systemd binutils         # test_install.py: systemd-analyze verify, readelf/nm on the library
   dpkg-dev file lintian    # test_deb.py: builds the .debs (dpkg-shlibdeps; cpack runs file), checks them with lintian
   groff-base               # test_reference.py: the man pages render without warnings
+  postgresql               # the postgresql sink's tests start their own PostgreSQL 15
 )
 # .ci/run only: valgrind on the unit tests, the libFuzzer targets (clang),
 # the lease model (spin, guard/model/run.sh).

@@ -1,12 +1,12 @@
 /* See curl_dl.h. */
 #include "base/curl_dl.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/dl.h"
 #include "base/glog.h"
 
 CURL *(*sym_curl_easy_init)(void);
@@ -32,41 +32,13 @@ static int load_rc = -1;
 static char load_err[512];
 static void *handle; /* never closed: the sinks use it until exit */
 
-static int resolve(void **slot, const char *name)
-{
-    dlerror();
-    *slot = dlsym(handle, name);
-    if (*slot) return 0;
-    const char *e = dlerror();
-    snprintf(load_err, sizeof load_err, "%s has no symbol %s: %s", BATON_LIBCURL_SONAME, name,
-             e ? e : "not found");
-    return -1;
-}
-
 static void load_once(void)
 {
-    const char *lib = getenv("BATON_LIBCURL");
-    if (!lib || !*lib) lib = BATON_LIBCURL_SONAME;
-    handle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-        const char *e = dlerror();
-        snprintf(load_err, sizeof load_err,
-                 "the HTTP sink needs libcurl, which could not be loaded (%s; on Debian: apt-get install libcurl4)",
-                 e ? e : lib);
-        return;
-    }
+    handle = dl_open("BATON_LIBCURL", BATON_LIBCURL_SONAME, "the HTTP sink", "libcurl4", load_err,
+                     sizeof load_err);
+    if (!handle) return;
     CURLcode (*global_init)(long) = NULL;
-    /* object pointers from dlsym to function pointers: POSIX guarantees the
-     * representation; a union keeps -Wpedantic quiet */
-#define RESOLVE(var, name)                                                                         \
-    do {                                                                                           \
-        union {                                                                                    \
-            void *obj;                                                                             \
-            __typeof__(var) fn;                                                                    \
-        } u_;                                                                                      \
-        if (resolve(&u_.obj, name) != 0) return;                                                   \
-        var = u_.fn;                                                                               \
-    } while (0)
+#define RESOLVE(var, name) DL_RESOLVE(handle, BATON_LIBCURL_SONAME, var, name, load_err, sizeof load_err)
     RESOLVE(global_init, "curl_global_init");
     RESOLVE(sym_curl_easy_init, "curl_easy_init");
     RESOLVE(sym_curl_easy_setopt, "curl_easy_setopt");
@@ -91,7 +63,8 @@ static void load_once(void)
         snprintf(load_err, sizeof load_err, "curl_global_init failed: %s", sym_curl_easy_strerror(rc));
         return;
     }
-    glog_debug("curl", NULL, "loaded %s", lib);
+    const char *lib = getenv("BATON_LIBCURL");
+    glog_debug("curl", NULL, "loaded %s", lib && *lib ? lib : BATON_LIBCURL_SONAME);
     load_rc = 0;
 }
 

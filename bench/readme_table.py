@@ -319,6 +319,15 @@ def rows(R):
                 % (a["ratio"], rate(a["baton"]), rate(a["baseline"]), c["baton"], c["baseline"]),
                 "≥ 0.9 %s" % verdict(a))
 
+    @row("redis_psub → postgresql sink (queue_batch_max 64: one transaction per 64 rows, the fence "
+         "and one INSERT ... jsonb_array_elements) vs a bare blocking libpq loop doing the same "
+         "transaction per batch of 64; both measured by the server's clock",
+         "`bench/bench_postgresql_sink.py`")
+    def _():
+        a = R.get("redis_psub -> postgresql sink, transactions of 64")
+        return ("**%.2f** (%s vs %s rows/s)" % (a["ratio"], rate(a["baton"]), rate(a["baseline"])),
+                "≥ 0.9 %s" % verdict(a))
+
     @row("HTTP sink requests in flight together: redis_psub → http sink, batch_max 1, "
          "to a receiver that answers every POST after 20 ms (`http_receiver_bench.c --latency-ms`, "
          "epoll + timerfd), offered 1.5× the limit over 1,024 channels, steady state; against the "

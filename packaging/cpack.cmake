@@ -46,9 +46,9 @@ set(CPACK_DEBIAN_COMPRESSION_TYPE xz)
 # baton: the daemon
 set(CPACK_DEBIAN_DAEMON_PACKAGE_NAME baton)
 set(CPACK_DEBIAN_DAEMON_PACKAGE_SECTION net)
-# libcurl.so.4 is loaded on first use (an HTTP sink, the etcd locker), so
-# dpkg-shlibdeps does not see it
-set(CPACK_DEBIAN_DAEMON_PACKAGE_RECOMMENDS libcurl4)
+# libcurl.so.4 is loaded on first use (an HTTP sink, the etcd locker), and
+# libpq.so.5 likewise (a postgresql sink), so dpkg-shlibdeps sees neither
+set(CPACK_DEBIAN_DAEMON_PACKAGE_RECOMMENDS "libcurl4, libpq5")
 set(CPACK_DEBIAN_DAEMON_DESCRIPTION "single-active consumer gateway
 baton consumes from Redis (pub/sub), MQTT, RabbitMQ, MySQL/MariaDB change
 data capture and schedules, and delivers to sinks (HTTP, files, stdout),

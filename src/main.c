@@ -2,6 +2,7 @@
  *
  *   baton -c FILE [--check-config] [--log-level LEVEL]
  *   baton status -c FILE
+ *   baton -c FILE --init-sink NAME [--apply]
  *   baton --print-reference[=markdown|man]
  *   baton --version | --help
  *
@@ -52,12 +53,16 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: baton -c FILE [--check-config] [--log-level LEVEL]\n"
             "       baton status -c FILE\n"
+            "       baton -c FILE --init-sink NAME [--apply]\n"
             "       baton --print-reference[=markdown|man]\n"
             "       baton --version | --help\n"
             "\n"
             "  -c, --config FILE     main configuration file (libconfig)\n"
             "      --check-config    validate the configuration and the endpoint files, then exit\n"
             "      --log-level LEVEL error, warn, info or debug (overrides the file)\n"
+            "      --init-sink NAME  print what sink NAME needs in its store (postgresql: the\n"
+            "                        idempotent DDL of its tables), then exit\n"
+            "      --apply           with --init-sink: run it instead of printing it\n"
             "      --print-reference[=markdown|man]\n"
             "                        print the reference of every setting (default markdown; man:\n"
             "                        the baton.cfg(5) page), then exit\n"
@@ -112,6 +117,30 @@ static void watchdog_tick(struct gateway *gw)
     notify_watchdog_ping();
 }
 
+/* --init-sink NAME [--apply]: the named sink's store set-up, printed or
+ * run. */
+static int init_sink_run(const struct baton_config *cfg, const char *name, bool apply)
+{
+    const struct sink_config *sc = NULL;
+    for (size_t i = 0; i < cfg->n_sinks; i++)
+        if (strcmp(cfg->sinks[i].name, name) == 0) sc = &cfg->sinks[i];
+    if (!sc) {
+        fprintf(stderr, "baton: --init-sink: %s declares no sink named '%s'\n", cfg->path, name);
+        return BATON_EXIT_CONFIG;
+    }
+    if (!sc->ops->init) {
+        fprintf(stderr, "baton: --init-sink: sink '%s' (%s:%d) is of type %s, which needs nothing set up\n",
+                name, sc->file, sc->line, sc->type);
+        return BATON_EXIT_USAGE;
+    }
+    char err[1024] = "";
+    if (sc->ops->init(sc->name, sc->settings, apply, stdout, err, sizeof err) != 0) {
+        fprintf(stderr, "baton: --init-sink: %s\n", err);
+        return BATON_EXIT_START;
+    }
+    return BATON_EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
     const char *config_path = NULL;
@@ -120,6 +149,8 @@ int main(int argc, char **argv)
     bool status_cmd = false;
 
     const char *reference = NULL; /* the format asked for; NULL: not asked */
+    const char *init_sink = NULL;  /* --init-sink NAME */
+    bool apply = false;
 
     if (argc > 1 && strcmp(argv[1], "status") == 0) {
         status_cmd = true;
@@ -132,6 +163,8 @@ int main(int argc, char **argv)
         {"check-config", no_argument, NULL, 'k'},
         {"log-level", required_argument, NULL, 'l'},
         {"print-reference", optional_argument, NULL, 'r'},
+        {"init-sink", required_argument, NULL, 'i'},
+        {"apply", no_argument, NULL, 'a'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -143,6 +176,8 @@ int main(int argc, char **argv)
         case 'k': check_only = true; break;
         case 'l': cli_level = optarg; break;
         case 'r': reference = optarg ? optarg : "markdown"; break;
+        case 'i': init_sink = optarg; break;
+        case 'a': apply = true; break;
         case 'V': printf("baton %s\n", BATON_VERSION); return BATON_EXIT_OK;
         case 'h': usage(stdout); return BATON_EXIT_OK;
         default: return usage_error(); /* getopt said what is wrong */
@@ -168,6 +203,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "baton: missing -c FILE\n");
         return usage_error();
     }
+    if (apply && !init_sink) {
+        fprintf(stderr, "baton: --apply goes with --init-sink NAME\n");
+        return usage_error();
+    }
     enum log_level level;
     if (cli_level && log_level_parse(cli_level, &level) != 0) {
         fprintf(stderr, "baton: --log-level '%s': expected error, warn, info or debug\n", cli_level);
@@ -191,6 +230,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "baton: configuration error: %s\n", redact_urls(msg, shown, sizeof shown));
         config_free(&cfg);
         return BATON_EXIT_CONFIG;
+    }
+    if (init_sink) {
+        int rc = init_sink_run(&cfg, init_sink, apply);
+        config_free(&cfg);
+        return rc;
     }
     if (check_only) {
         size_t enabled = 0;

@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "common/message.h"
 #include "common/settings.h"
@@ -127,6 +128,12 @@ struct sink_ops {
     const struct sink_async_ops *async;
     /* Readiness: 0 when the sink looks reachable, -1 with msg otherwise. */
     int (*check)(void *sink, char *msg, size_t msglen);
+    /* Optional: `baton --init-sink NAME [--apply]`. Writes to out what the
+     * store needs before the sink can run (the postgresql sink: its
+     * idempotent DDL), or creates it when apply. 0, or -1 with err. NULL:
+     * the sink needs nothing set up. */
+    int (*init)(const char *name, const void *settings, bool apply, FILE *out, char *err,
+                size_t errlen);
     void (*destroy)(void *sink);
 };
 

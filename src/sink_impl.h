@@ -14,5 +14,6 @@ extern const struct sink_ops sink_redis_stream_ops;
 /* The redis_stream sink's Lua script (its keys and arguments: src/sink_redis_stream.c),
  * for its benchmark's bare loop. */
 extern const char sink_redis_stream_script[];
+extern const struct sink_ops sink_postgresql_ops;
 
 #endif

@@ -12,6 +12,7 @@ const struct sink_ops *const sink_registry[] = {
     &sink_http_ops,
     &sink_file_ops,
     &sink_redis_stream_ops,
+    &sink_postgresql_ops,
     NULL,
 };
 

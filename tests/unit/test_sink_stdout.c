@@ -253,7 +253,9 @@ static void test_registry(void **state)
         assert_non_null(sink_registry[n]->destroy);
         assert_non_null(sink_registry[n]->settings);
     }
-    assert_int_equal(n, 3); /* stdout, http, file */
+    assert_int_equal(n, 5); /* stdout, http, file, redis_stream, postgresql */
+    assert_non_null(sink_lookup("redis_stream"));
+    assert_non_null(sink_lookup("postgresql"));
 }
 
 struct fake_lease {

@@ -97,6 +97,12 @@ struct baton_active_guard {
     /* logging only: "standby for ..." was said since the last promotion */
     atomic_bool said_standby;
     char give_up_reason[160];
+    /* how long the next sit-out lasts (under mu): ttl after a give-up, the
+     * asked hold after a step-down, INT64_MAX = until resumed */
+    int64_t give_up_hold_ms;
+    bool give_up_asked; /* (under mu) an operator's step-down, not a failure: logged at info */
+    _Atomic int64_t hold_until; /* boot ms while sitting out; 0 = not; INT64_MAX = until resumed */
+    atomic_bool resume_req;     /* set (under mu) only while sitting out */
     /* worker mailbox (under mu) */
     enum wk_cmd wk_cmd;
     uint64_t wk_epoch;
@@ -129,7 +135,7 @@ struct baton_active_guard {
     struct baton_active_guard_stats stats;
 };
 
-enum wake { W_TIMEOUT, W_STOP, W_GIVE_UP, W_GEN, W_DEADLINE, W_WORKER, W_RENEWER, W_ACQUIRER };
+enum wake { W_TIMEOUT, W_STOP, W_GIVE_UP, W_RESUME, W_GEN, W_DEADLINE, W_WORKER, W_RENEWER, W_ACQUIRER };
 enum lead_end { LEAD_STANDBY, LEAD_REACQUIRE, LEAD_STOPPED };
 
 int baton_active_guard_check_timings(int64_t ttl, int64_t renew, int64_t retry, int64_t margin,
@@ -256,6 +262,10 @@ static enum wake wait_until(struct baton_active_guard *g, int64_t until, bool wa
         }
         if (watch_flags && atomic_load(&g->give_up)) {
             w = W_GIVE_UP;
+            break;
+        }
+        if (watch_flags && atomic_load(&g->resume_req)) {
+            w = W_RESUME;
             break;
         }
         if (atomic_load(&g->wk_done)) {
@@ -641,6 +651,7 @@ static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_
             ls.end = END_GRACEFUL; /* guard_main sits out afterwards */
             break;
         case W_DEADLINE:
+        case W_RESUME:   /* only while sitting out */
         case W_ACQUIRER: /* not delegated while leading */
             break; /* handled at the top */
         case W_RENEWER: {
@@ -876,16 +887,34 @@ static bool standby_wait(struct baton_active_guard *g, int64_t wait_ms, uint64_t
     }
 }
 
+/* Out of the race after a give-up (one ttl) or a step-down (its hold, or
+ * until resumed). A new give-up or step-down, a resume or a stop ends it
+ * early (the caller's loop then sits out again for the new request). */
 static void sit_out(struct baton_active_guard *g)
 {
     char reason[sizeof g->give_up_reason];
     pthread_mutex_lock(&g->mu);
     snprintf(reason, sizeof reason, "%s", g->give_up_reason);
+    int64_t hold = g->give_up_hold_ms;
+    bool asked = g->give_up_asked;
+    int64_t until = hold == INT64_MAX ? INT64_MAX : clock_boot_ms() + hold;
+    atomic_store(&g->hold_until, until > 0 ? until : 1);
     atomic_store(&g->give_up, false);
+    atomic_store(&g->resume_req, false);
     pthread_mutex_unlock(&g->mu);
-    glog_warn("guard", g->log_name, "giving up %s (%s): not competing for %lld ms", g->key, reason,
-             (long long)g->ttl_ms);
-    wait_until(g, clock_boot_ms() + g->ttl_ms, true, false, 0);
+    if (asked && hold == INT64_MAX)
+        glog_info("guard", g->log_name, "%s: not competing for %s until resumed", reason, g->key);
+    else if (asked)
+        glog_info("guard", g->log_name, "%s: not competing for %s for %lld ms", reason, g->key, (long long)hold);
+    else
+        glog_warn("guard", g->log_name, "giving up %s (%s): not competing for %lld ms", g->key, reason,
+                  (long long)hold);
+    enum wake w = wait_until(g, until, true, false, 0);
+    pthread_mutex_lock(&g->mu);
+    atomic_store(&g->hold_until, 0);
+    atomic_store(&g->resume_req, false);
+    pthread_mutex_unlock(&g->mu);
+    if (w == W_RESUME) glog_info("guard", g->log_name, "resumed: competing for %s again", g->key);
 }
 
 static void run_single(struct baton_active_guard *g)
@@ -1124,15 +1153,62 @@ uint64_t baton_active_guard_epoch(const struct baton_active_guard *g)
     return g ? atomic_load(&g->stats.epoch) : 0;
 }
 
-void baton_active_guard_give_up(struct baton_active_guard *g, const char *reason)
+/* A give-up or step-down never shortens a hold already running or asked
+ * for (a drain stays a drain when a standby's source is lost meanwhile):
+ * only resume does. */
+static void request_give_up(struct baton_active_guard *g, const char *reason, int64_t hold_ms, bool asked)
 {
-    if (g == NULL) return;
     pthread_mutex_lock(&g->mu);
+    int64_t cur = atomic_load(&g->hold_until);
+    int64_t want = hold_ms == INT64_MAX ? INT64_MAX : clock_boot_ms() + hold_ms;
+    bool pending = atomic_load(&g->give_up);
+    if ((cur != 0 && cur >= want) || (pending && g->give_up_hold_ms >= hold_ms)) {
+        pthread_mutex_unlock(&g->mu);
+        return;
+    }
     snprintf(g->give_up_reason, sizeof g->give_up_reason, "%s", reason ? reason : "");
+    g->give_up_hold_ms = hold_ms;
+    g->give_up_asked = asked;
     atomic_store(&g->give_up, true);
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
     if (g->locker && g->locker->ops->wake_waiters) g->locker->ops->wake_waiters(g->locker);
+}
+
+void baton_active_guard_give_up(struct baton_active_guard *g, const char *reason)
+{
+    if (g == NULL) return;
+    request_give_up(g, reason, g->ttl_ms, false);
+}
+
+void baton_active_guard_step_down(struct baton_active_guard *g, const char *reason, int64_t hold_ms)
+{
+    if (g == NULL) return;
+    request_give_up(g, reason, hold_ms < 0 ? INT64_MAX : hold_ms == 0 ? 2 * g->ttl_ms : hold_ms, true);
+}
+
+void baton_active_guard_resume(struct baton_active_guard *g)
+{
+    if (g == NULL) return;
+    pthread_mutex_lock(&g->mu);
+    /* a step-down not yet acted on still steps down, but holds no longer */
+    if (atomic_load(&g->give_up)) g->give_up_hold_ms = 0;
+    if (atomic_load(&g->hold_until) != 0) {
+        atomic_store(&g->resume_req, true);
+        pthread_cond_broadcast(&g->cv);
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (g->locker && g->locker->ops->wake_waiters) g->locker->ops->wake_waiters(g->locker);
+}
+
+int64_t baton_active_guard_hold_left_ms(const struct baton_active_guard *g)
+{
+    if (g == NULL) return 0;
+    int64_t until = atomic_load(&((struct baton_active_guard *)g)->hold_until);
+    if (until == 0) return 0;
+    if (until == INT64_MAX) return -1;
+    int64_t left = until - clock_boot_ms();
+    return left > 0 ? left : 1;
 }
 
 const char *baton_active_guard_key(const struct baton_active_guard *g)

@@ -125,6 +125,25 @@
  *   NO_KEY_BUSY          a key's next message may start while its previous
  *                        one is still in flight (two requests on one key):
  *                        they complete out of order (S5)
+ *   an operator's step-down (must verify like the real model):
+ *   STEPDOWN             baton_active_guard_step_down (POST /v1/endpoints/
+ *                        NAME/step-down, /v1/drain): asked at any moment of
+ *                        a term -- also while the guard's (or the
+ *                        renewer's) renew is in flight and while standbys'
+ *                        try_locks are on their way; from then on the
+ *                        replica consumes nothing more (no arrivals), the
+ *                        lease keeps being renewed while what was received
+ *                        drains, and only once drained (no write in
+ *                        flight) and with the renew answered is the term
+ *                        ended and the lease released (the graceful path of
+ *                        a stop, for one guard). The hold that follows (no
+ *                        try_lock for hold_ms, or until resumed) only takes
+ *                        behaviours away: not modelled, so the runs cover
+ *                        every hold, 0 included
+ *   STEPDOWN_RELEASE_EARLY (wrong, with STEPDOWN) the unlock is sent when
+ *                        the step-down is asked, before the drain finished:
+ *                        the write in flight completes after the lease was
+ *                        let go (S3; a standby may take the lease meanwhile)
  *   with RENEWER, wrong designs:
  *   REN_NO_CAS           the renewer's extension is a read, then (another
  *                        step) a plain store: it revives an ended term
@@ -309,6 +328,18 @@ byte frem;         /* FENCE: ticks until grants resume */
 
 /* ---- budgets used, sink ---- */
 byte grants, nbrk, nrst, nmsg, nrel, nfence;
+#ifdef STEPDOWN
+#ifndef MAXSD
+#define MAXSD 1          /* step-downs asked, all replicas together */
+#endif
+bool sd[N];        /* a step-down was asked in the current term */
+byte nsd;
+#define SD(i) sd[i]
+#define SD_RESET(i) sd[i] = 0;
+#else
+#define SD(i) 0
+#define SD_RESET(i)
+#endif
 byte last;         /* the sink: highest epoch received so far */
 
 #ifdef LIVE
@@ -416,7 +447,7 @@ inline arrive(i) {
 }
 inline maybe_arrive(i) {
 	do
-	:: nmsg < MAXMSG && tdl[i] > 0 && qn[i] < QLEN -> arrive(i)
+	:: nmsg < MAXMSG && tdl[i] > 0 && qn[i] < QLEN && !SD(i) -> arrive(i)
 	:: true -> break
 	od
 }
@@ -466,8 +497,8 @@ inline arrive(i, key) {
 /* (reduction) the keys are symmetric: the first message is on key 0 */
 inline maybe_arrive(i) {
 	do
-	:: nmsg < MAXMSG && tdl[i] > 0 && qn[i] < QLEN -> arrive(i, 0)
-	:: nmsg < MAXMSG && tdl[i] > 0 && qn[i] < QLEN && nmsg > 0 -> arrive(i, 1)
+	:: nmsg < MAXMSG && tdl[i] > 0 && qn[i] < QLEN && !SD(i) -> arrive(i, 0)
+	:: nmsg < MAXMSG && tdl[i] > 0 && qn[i] < QLEN && nmsg > 0 && !SD(i) -> arrive(i, 1)
 	:: true -> break
 	od
 }
@@ -524,6 +555,7 @@ inline abort_all(i) {
 /* back to standby; what mattered only in the term is reset */
 inline standby(i) {
 	done_req(i); gst[i] = G_STBY; tep[i] = 0; tend[i] = 0; chg[i] = 0; chgs[i] = 0; pn[i] = 0;
+	SD_RESET(i)
 #ifdef RENEWER
 	ren_on[i] = 0; hb[i] = HB_NONE;  /* (the renewer's slot is idle: the guard waited) */
 #endif
@@ -905,6 +937,36 @@ proctype Guard(byte i) {
 		nfence++; term_end(i); send(i, R_UNL, tep[i]); gst[i] = G_UNL;
 #endif
 		printf("r%d: FENCED by the receiver (409) in term %d: term ended, requests aborted, unlock sent\n", i, tep[i]) }
+#endif
+#ifdef STEPDOWN
+	/* an operator asks this replica to step down: at any moment of its
+	 * term, whatever its lease requests in flight (G_REN, G_CHK) */
+	:: atomic { ALIVE(i) && tep[i] != 0 && tdl[i] > 0 && !sd[i] && nsd < MAXSD &&
+	            (gst[i] == G_LEAD || gst[i] == G_REN || gst[i] == G_CHK) ->
+		nsd++; sd[i] = 1;
+		printf("r%d: STEP-DOWN asked in term %d (guard state %d): consuming stops, draining\n", i, tep[i], gst[i]);
+#ifdef STEPDOWN_RELEASE_EARLY
+		if
+		:: gst[i] == G_LEAD && !DRAINED(i) ->
+			send(i, R_UNL, tep[i]); gst[i] = G_UNL; /* wrong: the drain goes on */
+			printf("r%d: unlock sent before the drain finished\n", i)
+		:: else -> skip
+		fi
+#else
+		skip
+#endif
+	}
+	/* stepping down: drained (no write in flight) and no lease request of
+	 * the guard in flight (G_LEAD): the graceful release below */
+#ifndef RENEWER
+	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] > 0 && sd[i] && DRAINED(i) ->
+		term_end(i); send(i, R_UNL, tep[i]); gst[i] = G_UNL;
+		printf("r%d: stepped down from term %d: drained, term ended, unlock sent\n", i, tep[i]) }
+#else
+	:: atomic { ALIVE(i) && gst[i] == G_LEAD && tdl[i] > 0 && sd[i] && DRAINED(i) ->
+		term_end(i); gst[i] = G_DONE;
+		printf("r%d: stepped down from term %d: drained, term ended\n", i, tep[i]) }
+#endif
 #endif
 	/* leader: graceful release -- drained (no write in flight), term ended, unlock */
 #ifndef RENEWER

@@ -92,6 +92,12 @@ RUNS=(
 "RX_FENCE_RELEASE_FIRST|-DMAXTERMS=2 -DMAXBRK=0 -DINFLIGHT2 -DRX_FENCE -DRX_FENCE_RELEASE_FIRST|dfs|fail"
 "NO_ABORT_INFLIGHT|-DMAXTERMS=2 -DINFLIGHT2 -DNO_ABORT_INFLIGHT|dfs|fail"
 "NO_KEY_BUSY|-DMAXTERMS=2 -DINFLIGHT2 -DNO_KEY_BUSY|dfs|fail"
+# an operator's step-down (-DSTEPDOWN): asked at any moment of a term, also
+# with a renew in flight, racing the standbys' try_locks; released only once
+# drained. The mutation releases when it is asked, before the drain finished
+"stepdown|-DS4 -DSTEPDOWN -DMAXTERMS=2 -DMAXBRK=0|dfs|pass"
+"ren-stepdown|-DS4 -DRENEWER -DSTEPDOWN -DMAXTERMS=2 -DMAXBRK=0 -DMAXRESTART=0|dfs|pass"
+"STEPDOWN_RELEASE_EARLY|-DMAXTERMS=2 -DMAXBRK=0 -DMAXRESTART=0 -DSTEPDOWN -DSTEPDOWN_RELEASE_EARLY|dfs|fail"
 )
 if [ "${MODEL_EXTRA:-0}" = 1 ]; then
     RUNS+=(

@@ -136,6 +136,18 @@ BATON_API enum baton_leader_state baton_active_guard_term_state(const struct bat
  * release so that another replica can try; this replica waits at least one
  * ttl before competing again. Safe from any thread, including a callback. */
 BATON_API void baton_active_guard_give_up(struct baton_active_guard *g, const char *reason);
+/* An operator's step-down: the same graceful path as a stop for this guard
+ * only (on_demoted runs under the still-renewed lease, then the lease is
+ * released and the release announced), then this replica stays out of the
+ * race for hold_ms (0: 2 x ttl; < 0: until baton_active_guard_resume). A
+ * standby just holds. Safe from any thread; returns at once. */
+BATON_API void baton_active_guard_step_down(struct baton_active_guard *g, const char *reason, int64_t hold_ms);
+/* Ends a step-down's hold (or a give-up's sit-out) now: the guard competes
+ * again. A step-down asked for but not yet acted on still happens, without
+ * the hold. No-op otherwise. */
+BATON_API void baton_active_guard_resume(struct baton_active_guard *g);
+/* Time left of the hold: 0 = competing, -1 = until resumed, else ms. */
+BATON_API int64_t baton_active_guard_hold_left_ms(const struct baton_active_guard *g);
 /* The full lease key, "<prefix>:active:<scope>" (epoch key: + ":epoch"). */
 BATON_API const char *baton_active_guard_key(const struct baton_active_guard *g);
 BATON_API const struct baton_active_guard_stats *baton_active_guard_stats(const struct baton_active_guard *g);

@@ -8,7 +8,7 @@
 #define BATON_PUBLIC_GUARD_H
 
 #define BATON_GUARD_VERSION_MAJOR 1
-#define BATON_GUARD_VERSION_MINOR 0
+#define BATON_GUARD_VERSION_MINOR 1 /* 1: baton_active_guard_step_down, _resume, _hold_left_ms */
 
 #include "baton/active_guard.h"
 #include "baton/etcd.h"

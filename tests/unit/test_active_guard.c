@@ -269,6 +269,7 @@ struct consumer {
     atomic_int promoted, demoted;
     atomic_int fail_promote;
     atomic_int promote_ms; /* a slow start (a broker handshake) */
+    atomic_int demote_ms;  /* a slow drain */
     atomic_ullong last_epoch;
     atomic_bool running;
 };
@@ -289,6 +290,7 @@ static void on_demoted(void *arg)
 {
     struct consumer *c = arg;
     atomic_fetch_add(&c->demoted, 1);
+    if (atomic_load(&c->demote_ms) > 0) fake_clock_sleep(atomic_load(&c->demote_ms));
     atomic_store(&c->running, false);
     note('D');
 }
@@ -646,6 +648,61 @@ static void test_give_up_hands_over_and_sits_out(void **state)
     baton_locker_destroy(l);
 }
 
+/* An operator's step-down: the drain (longer than a ttl) runs under the
+ * renewed lease and the lease goes to the standby only after it; then the
+ * replica holds back for hold_ms even with nobody else competing; a hold
+ * "until resumed" lasts until baton_active_guard_resume, whatever give-up
+ * comes meanwhile. */
+static void test_step_down_drains_then_holds(void **state)
+{
+    struct baton_locker *l = baton_locker_local_create();
+    struct consumer c1 = {0}, c2 = {0};
+    struct baton_active_guard *g1 = make_guard(l, &c1, 500, 150, 50);
+    baton_active_guard_start(g1);
+    assert_true(WAIT_FOR(baton_active_guard_is_leader_now(g1) && atomic_load(&c1.running), 2000) >= 0);
+    struct baton_active_guard *g2 = make_guard(l, &c2, 500, 150, 50);
+    baton_active_guard_start(g2);
+    fake_clock_sleep(50);
+    assert_int_equal(baton_active_guard_hold_left_ms(g1), 0);
+    atomic_store(&c1.demote_ms, 800);
+    int64_t t0 = clock_mono_ms();
+    baton_active_guard_step_down(g1, "operator", 1500);
+    while (!baton_active_guard_is_leader_now(g2) && clock_mono_ms() - t0 < 3000) fake_clock_sleep(2);
+    /* released only once on_demoted returned */
+    assert_false(atomic_load(&c1.running));
+    assert_true(baton_active_guard_is_leader_now(g2));
+    assert_true(clock_mono_ms() - t0 >= 800);
+    assert_int_equal(atomic_load(&c1.demoted), 1);
+    int64_t left = baton_active_guard_hold_left_ms(g1);
+    assert_true(left > 0 && left <= 1500);
+    /* g2 leaves: g1 holds back until 1500 ms after it sat out */
+    baton_active_guard_stop(g2);
+    fake_clock_sleep(200);
+    assert_false(baton_active_guard_is_leader_now(g1));
+    assert_true(WAIT_FOR(baton_active_guard_is_leader_now(g1) && atomic_load(&c1.promoted) == 2, 3000) >= 0);
+    assert_true(clock_mono_ms() - t0 >= 800 + 1500);
+    assert_int_equal(baton_active_guard_hold_left_ms(g1), 0);
+    /* held until resumed */
+    atomic_store(&c1.demote_ms, 0);
+    baton_active_guard_step_down(g1, "drain", -1);
+    assert_true(WAIT_FOR(baton_active_guard_hold_left_ms(g1) == -1, 2000) >= 0);
+    assert_false(baton_active_guard_is_leader_now(g1));
+    /* a give-up meanwhile (a standby's source lost) does not shorten it */
+    baton_active_guard_give_up(g1, "source lost");
+    fake_clock_sleep(3000);
+    assert_false(baton_active_guard_is_leader_now(g1));
+    assert_int_equal(baton_active_guard_hold_left_ms(g1), -1);
+    baton_active_guard_resume(g1);
+    assert_true(WAIT_FOR(baton_active_guard_is_leader_now(g1), 1000) >= 0);
+    /* resume without a hold changes nothing */
+    baton_active_guard_resume(g1);
+    fake_clock_sleep(200);
+    assert_true(baton_active_guard_is_leader_now(g1));
+    baton_active_guard_stop(g1);
+    baton_active_guard_destroy(g1);
+    baton_active_guard_destroy(g2);
+    baton_locker_destroy(l);
+}
 
 /* ---- terms: a passed deadline is final ------------------------------------ */
 
@@ -986,6 +1043,7 @@ int main(void)
         cmocka_unit_test(test_generation_change_verifies_then_demotes_if_lost),
         cmocka_unit_test(test_without_renew_release_and_reacquire),
         cmocka_unit_test(test_give_up_hands_over_and_sits_out),
+        cmocka_unit_test(test_step_down_drains_then_holds),
         cmocka_unit_test(test_late_renew_ends_the_term),
         cmocka_unit_test(test_slow_promote_keeps_the_lease),
         cmocka_unit_test(test_stop_during_slow_promote),

@@ -363,16 +363,25 @@ static int read_file(config_t *cf, const char *path, struct config_error *err)
 struct main_settings {
     char *owner;
     char *endpoints_dir;
+    int64_t priority;
+    int64_t prefer_after_ms;
 };
 static const struct setting_def main_defs[] = {
     { "owner", SETTING_STRING, offsetof(struct main_settings, owner),
       .help = "tenant id, " NAME_RULE },
     { "endpoints_dir", SETTING_STRING, offsetof(struct main_settings, endpoints_dir),
       .def = "endpoints.d", .help = "directory of endpoint files, relative to the main file" },
+    { "priority", SETTING_INT, offsetof(struct main_settings, priority), .def = "0", .min = 0, .max = 1000,
+      .help = "this replica's priority: a leader hands an endpoint over gracefully to a ready standby of "
+              "higher priority once that one has been a standby for prefer_after_ms" },
+    { "prefer_after_ms", SETTING_INT, offsetof(struct main_settings, prefer_after_ms), .def = "10000",
+      .min = 0, .max = 86400000,
+      .help = "how long a replica of higher priority must have been a ready standby before a leader hands "
+              "over to it (hysteresis: a flapping preferred replica causes no handover)" },
     SETTINGS_END
 };
 static const char *const main_groups[] = {
-    "locker", "lease", "sinks", "metrics", "log", "shutdown", NULL,
+    "locker", "lease", "sinks", "metrics", "log", "shutdown", "admin", NULL,
 };
 
 static const char *const locker_types[] = { "redis", "etcd", NULL };
@@ -479,6 +488,17 @@ struct shutdown_settings {
 static const struct setting_def shutdown_defs[] = {
     { "drain_timeout_ms", SETTING_INT, offsetof(struct shutdown_settings, drain_timeout_ms),
       .def = "5000", .min = 0, .max = 3600000, .help = "how long shutdown drains queues to sinks" },
+    SETTINGS_END
+};
+
+struct admin_settings {
+    char *token_file;
+};
+static const struct setting_def admin_defs[] = {
+    { "token_file", SETTING_STRING, offsetof(struct admin_settings, token_file),
+      .help = "file holding the bearer token that control requests (POST /v1/...: step-down, "
+              "drain, resume) must carry, read at start (first line; mode 600 or 640), relative "
+              "to the main file; without it control requests are taken from loopback peers only" },
     SETTINGS_END
 };
 
@@ -1394,6 +1414,8 @@ static int load_all(const char *path, struct baton_config *out, struct config_er
     const config_setting_t *root = config_root_setting(&cf);
     if (settings_parse(main_defs, root, main_groups, "main file", &ms, err)) rc = -1;
 
+    out->priority = ms.priority;
+    out->prefer_after_ms = ms.prefer_after_ms;
     if (ms.owner && ms.owner[0]) {
         if (check_name(config_setting_get_member(root, "owner"), "main file", "owner", ms.owner, err)) {
             rc = -1;
@@ -1411,7 +1433,7 @@ static int load_all(const char *path, struct baton_config *out, struct config_er
         is_group[i] = !s || strcmp(main_groups[i], "sinks") == 0 || expect_group(s, main_groups[i], err) == 0;
         if (!is_group[i]) rc = -1;
     }
-    /* main_groups order: locker, lease, sinks, metrics, log, shutdown */
+    /* main_groups order: locker, lease, sinks, metrics, log, shutdown, admin */
     const config_setting_t *locker = is_group[0] ? main_group_member(root, "locker") : NULL;
     const config_setting_t *lease = is_group[1] ? main_group_member(root, "lease") : NULL;
     ctx.locker_bad = !is_group[0] || (locker && parse_locker(out, locker, err) != 0);
@@ -1443,6 +1465,31 @@ static int load_all(const char *path, struct baton_config *out, struct config_er
         struct shutdown_settings sd = { 0 };
         if (settings_parse(shutdown_defs, s, NULL, "shutdown", &sd, err)) rc = -1;
         out->drain_timeout_ms = sd.drain_timeout_ms;
+    }
+    if (is_group[6] && (s = main_group_member(root, "admin"))) {
+        struct admin_settings a = { 0 };
+        if (settings_parse(admin_defs, s, NULL, "admin", &a, err)) {
+            rc = -1;
+        } else if (a.token_file) {
+            const config_setting_t *ts = config_setting_get_member(s, "token_file");
+            char *tfile = main_relative(path, a.token_file);
+            char msg[512];
+            char *token = NULL;
+            if (secret_resolve(NULL, tfile, &token, msg, sizeof msg)) {
+                config_error_set(err, config_setting_source_file(ts), line_of(ts), "admin: %s", msg);
+                rc = -1;
+            } else if (!token || strlen(token) < 16 || strspn(token, " \t") == strlen(token)) {
+                config_error_set(err, config_setting_source_file(ts), line_of(ts),
+                                 "admin: token_file %s: the token must be at least 16 characters "
+                                 "(e.g. openssl rand -hex 32 > FILE)", tfile);
+                secret_free(token);
+                rc = -1;
+            } else {
+                out->admin_token = token;
+            }
+            free(tfile);
+        }
+        free(a.token_file);
     }
 
     const config_setting_t *ds = config_setting_get_member(root, "endpoints_dir");
@@ -1582,6 +1629,7 @@ void config_free(struct baton_config *c)
     free(c->endpoints);
     free(c->metrics_listen);
     free(c->endpoints_dir);
+    secret_free(c->admin_token);
     memset(c, 0, sizeof *c);
 }
 
@@ -1647,6 +1695,7 @@ const struct setting_def *config_reference_table(const char *which)
     } tables[] = {
         {"main", main_defs},         {"locker", locker_defs},     {"lease", lease_defs},
         {"metrics", metrics_defs},   {"log", log_defs},           {"shutdown", shutdown_defs},
+        {"admin", admin_defs},
         {"sink", sink_common_defs},  {"endpoint", endpoint_common_defs}, {"replay", replay_defs},
     };
     for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)

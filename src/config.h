@@ -100,6 +100,9 @@ struct baton_config {
     enum log_format log_format; /* default text */
     char *endpoints_dir;  /* resolved path */
     int64_t drain_timeout_ms; /* shutdown drain bound, default 5000 */
+    char *admin_token;    /* admin.token_file's token (secret_free); NULL = control from loopback only */
+    int64_t priority;        /* preferred leader: higher wins after prefer_after_ms as a standby; default 0 */
+    int64_t prefer_after_ms; /* default 10000 */
 };
 
 /* Size cap of every configuration file (main and endpoint files), checked

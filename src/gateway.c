@@ -577,10 +577,14 @@ static int on_promoted(void *arg, uint64_t epoch)
     return 0;
 }
 
-/* How long a demotion may drain: at shutdown, until the drain deadline;
- * otherwise (give-up, a failed start, a lost term) one lease ttl. */
+/* How long a demotion may drain: at shutdown, until the drain deadline; at
+ * an operator's step-down, shutdown.drain_timeout_ms (the same path as
+ * SIGTERM: the lease keeps being renewed meanwhile); otherwise (give-up, a
+ * failed start, a lost term) one lease ttl. */
 static int64_t demotion_drain_bound(struct gw_endpoint *e)
 {
+    if (atomic_exchange(&e->stepping_down, false) && !atomic_load(&e->gw->stopping))
+        return e->gw->cfg->drain_timeout_ms;
     if (atomic_load(&e->gw->stopping)) {
         int64_t left = atomic_load(&e->gw->stop_deadline_ms) - clock_mono_ms();
         return left > 0 ? left : 0;
@@ -646,7 +650,9 @@ static int64_t standby_delay(void *arg)
     struct gw_endpoint *e = arg;
     /* The first attempt is paced by gateway_start instead. */
     if (atomic_load(&baton_active_guard_stats(e->guard)->attempts) == 0) return 0;
-    return balance_delay(e, atomic_load(&e->gw->leaders));
+    /* a replica of higher priority waits for this lease (src/prefer.c) */
+    int64_t yield = atomic_load(&e->prefer_yield) ? e->cfg->lease.ttl_ms : 0;
+    return balance_delay(e, atomic_load(&e->gw->leaders)) + yield;
 }
 
 /* ---- unguarded endpoints ------------------------------------------------ */
@@ -938,6 +944,67 @@ int gateway_start(struct gateway *gw)
         }
     }
     return 0;
+}
+
+/* ---- operator control ---------------------------------------------------- */
+
+static struct gw_endpoint *endpoint_named(struct gateway *gw, const char *name)
+{
+    for (size_t i = 0; i < gw->n_eps; i++)
+        if (strcmp(gw->eps[i].cfg->name, name) == 0) return &gw->eps[i];
+    return NULL;
+}
+
+static void step_down_one(struct gw_endpoint *e, const char *reason, int64_t hold_ms)
+{
+    /* a standby holds without a demotion: the flag is cleared at the next
+     * promotion's demotion at the latest, where it only lengthens a drain */
+    if (atomic_load(&e->leading)) atomic_store(&e->stepping_down, true);
+    baton_active_guard_step_down(e->guard, reason, hold_ms);
+}
+
+int gateway_step_down(struct gateway *gw, const char *name, int64_t hold_ms, char *msg, size_t len)
+{
+    struct gw_endpoint *e = endpoint_named(gw, name);
+    if (!e) {
+        snprintf(msg, len, "no enabled endpoint named \"%s\"", name);
+        return -1;
+    }
+    if (!e->guard) {
+        snprintf(msg, len, "endpoint \"%s\" has no lease (guard %s): nothing to step down from", name,
+                 guard_kind_name(e->cfg->guard));
+        return -2;
+    }
+    if (!gw->locker) {
+        snprintf(msg, len, "no locker (single-process mode): no other replica would take \"%s\" over", name);
+        return -2;
+    }
+    if (hold_ms <= 0) hold_ms = 2 * e->cfg->lease.ttl_ms;
+    bool leading = atomic_load(&e->leading);
+    step_down_one(e, "stepping down on request", hold_ms);
+    snprintf(msg, len, "%s: %s; not competing for %lld ms", name,
+             leading ? "stepping down (draining under the lease, then releasing)" : "not leading, holding back",
+             (long long)hold_ms);
+    return 0;
+}
+
+void gateway_drain(struct gateway *gw)
+{
+    atomic_store(&gw->draining, true);
+    for (size_t i = 0; i < gw->n_eps; i++)
+        if (gw->eps[i].guard) step_down_one(&gw->eps[i], "draining on request", -1);
+}
+
+void gateway_resume(struct gateway *gw)
+{
+    atomic_store(&gw->draining, false);
+    for (size_t i = 0; i < gw->n_eps; i++)
+        if (gw->eps[i].guard) baton_active_guard_resume(gw->eps[i].guard);
+}
+
+bool gateway_draining(const struct gateway *gw)
+{
+    return atomic_load(&((struct gateway *)gw)->draining);
 }
 
 /* Settled-without-delivery counters, for the shutdown log line. */

@@ -62,6 +62,12 @@ struct gw_endpoint {
     atomic_bool ep_stopping;  /* set before stop(): a producer blocked on a
                                  full queue gives up instead of holding stop */
     atomic_bool leading;      /* counted in gw->leaders */
+    atomic_bool stepping_down; /* an operator's step-down: the demotion drains as at shutdown */
+    /* preferred leaders (src/prefer.c; the observer thread only, but the yield flag) */
+    int64_t prefer_since_ms;     /* mono ms since when a ready standby here; 0 = not */
+    uint64_t prefer_acted_epoch; /* the term this replica stepped down from for a preferred one */
+    int64_t prefer_seen_ms;      /* leader: mono ms since when a marker for its term is seen; 0 = none */
+    atomic_bool prefer_yield;    /* a replica of higher priority waits: attempts one ttl later */
     pthread_mutex_t lifecycle; /* serialises start/stop of the endpoint */
 
     pthread_mutex_t source_mu; /* guards source */
@@ -91,6 +97,7 @@ struct gateway {
     struct gw_endpoint *eps;
     size_t n_eps;
     atomic_bool stopping;
+    atomic_bool draining;    /* POST /v1/drain until /v1/resume: standby everywhere */
     atomic_llong stop_deadline_ms; /* mono ms: drain bound at shutdown */
     atomic_int leaders;      /* endpoints this replica leads (balancing) */
     int n_guarded;           /* endpoints with an ActiveGuard (balancing) */
@@ -100,6 +107,7 @@ struct gateway {
     bool obs_started;
     atomic_bool obs_stop;
     size_t obs_cursor;       /* observer thread only: where observe_holders goes on */
+    size_t prefer_cursor;    /* observer thread only: where prefer_round goes on */
     pthread_mutex_t obs_wait_mu; /* the observer sleeps on obs_wait_cv between rounds */
     pthread_cond_t obs_wait_cv;  /* CLOCK_MONOTONIC; status_pages_obs_stop_now broadcasts it */
     pthread_t mark_thread;      /* replay marks, when an endpoint replays */

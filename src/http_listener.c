@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,6 +42,8 @@ struct conn {
     size_t inlen;
     char *out; /* the whole response once the request is complete */
     size_t outlen, outpos;
+    char peer[64];      /* "10.0.0.5:41234", for the control log lines */
+    bool peer_loopback; /* 127.0.0.0/8 */
 };
 
 struct http_listener {
@@ -48,6 +51,7 @@ struct http_listener {
     int stop_pipe[2];
     pthread_t thread;
     struct gateway *gw;
+    const char *admin_token; /* NULL: control only from loopback peers */
     int64_t accept_err_logged_ms;
     struct conn conns[MAX_CONNS];
 };
@@ -73,16 +77,21 @@ static const char *reason_phrase(int status)
     switch (status) {
     case 200: return "OK";
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
     case 431: return "Request Header Fields Too Large";
     case 503: return "Service Unavailable";
     default: return "Error";
     }
 }
 
-/* Builds the whole response in c->out; head_only leaves the body out (HEAD). */
-static void respond(struct conn *c, int status, const char *type, const struct jbuf *body, bool head_only)
+/* Builds the whole response in c->out; head_only leaves the body out (HEAD);
+ * extra: more header lines ("Name: value\r\n"), or "". */
+static void respond_with(struct conn *c, int status, const char *type, const struct jbuf *body, bool head_only,
+                         const char *extra)
 {
     struct jbuf r;
     jbuf_init(&r, body->len + 256);
@@ -90,8 +99,7 @@ static void respond(struct conn *c, int status, const char *type, const struct j
     int n = snprintf(line, sizeof line,
                      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s"
                      "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-                     status, reason_phrase(status), type, body->len,
-                     status == 405 ? "Allow: GET, HEAD\r\n" : "");
+                     status, reason_phrase(status), type, body->len, extra);
     jbuf_raw(&r, line, (size_t)n);
     if (!head_only) jbuf_raw(&r, body->data, body->len);
     free(c->out);
@@ -99,8 +107,163 @@ static void respond(struct conn *c, int status, const char *type, const struct j
     c->outpos = 0;
 }
 
-static void route(struct http_listener *l, struct conn *c, const char *method, const char *path)
+static void respond(struct conn *c, int status, const char *type, const struct jbuf *body, bool head_only)
 {
+    respond_with(c, status, type, body, head_only, status == 405 ? "Allow: GET, HEAD\r\n" : "");
+}
+
+/* ---- control: POST /v1/... -------------------------------------------------- */
+
+/* The value of header `name` in the request head (after the request line),
+ * copied into buf; false when absent or too long. */
+static bool header_value(const char *head, const char *name, char *buf, size_t len)
+{
+    size_t nl = strlen(name);
+    for (const char *p = head; p && *p; p = strchr(p, '\n')) {
+        p += strspn(p, "\r\n");
+        if (strncasecmp(p, name, nl) != 0 || p[nl] != ':') continue;
+        const char *v = p + nl + 1;
+        while (*v == ' ' || *v == '\t') v++;
+        size_t vl = strcspn(v, "\r\n");
+        while (vl > 0 && (v[vl - 1] == ' ' || v[vl - 1] == '\t')) vl--;
+        if (vl >= len) return false;
+        memcpy(buf, v, vl);
+        buf[vl] = '\0';
+        return true;
+    }
+    return false;
+}
+
+/* Compares in time that depends on the lengths only, never on where the
+ * first difference is. */
+static bool token_equal(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    volatile unsigned char d = (unsigned char)(la != lb);
+    for (size_t i = 0; i < la; i++) d |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
+    return d == 0;
+}
+
+/* 0 when the control request may run, else the status to refuse it with
+ * (401: no token, 403: wrong token or not allowed from this peer). */
+static int control_allowed(const struct http_listener *l, const struct conn *c, const char *head, const char **why)
+{
+    if (l->admin_token) {
+        char auth[600];
+        if (!header_value(head, "Authorization", auth, sizeof auth) || strncasecmp(auth, "Bearer ", 7) != 0) {
+            *why = "missing bearer token (admin.token_file is set)";
+            return 401;
+        }
+        const char *t = auth + 7;
+        while (*t == ' ') t++;
+        bool ok = token_equal(t, l->admin_token);
+        explicit_bzero(auth, sizeof auth);
+        if (!ok) {
+            *why = "wrong bearer token";
+            return 403;
+        }
+        return 0;
+    }
+    if (!c->peer_loopback) {
+        *why = "control requests come from loopback only, unless admin.token_file is set";
+        return 403;
+    }
+    return 0;
+}
+
+static void respond_control(struct conn *c, int status, const char *message)
+{
+    struct jbuf b;
+    jbuf_init(&b, 256);
+    bool first = true;
+    jbuf_char(&b, '{');
+    jbuf_key(&b, &first, "ok");
+    jbuf_bool(&b, status == 200);
+    jbuf_key(&b, &first, "message");
+    jbuf_strz(&b, message);
+    jbuf_rawz(&b, "}\n");
+    respond_with(c, status, "application/json", &b, false,
+                 status == 401 ? "WWW-Authenticate: Bearer realm=\"baton\"\r\n"
+                 : status == 405 ? "Allow: POST\r\n"
+                                 : "");
+    jbuf_free(&b);
+}
+
+/* hold_ms=N in the query string; 0 when absent (the default hold). */
+static int64_t query_hold_ms(const char *query)
+{
+    for (const char *p = query; p && *p;) {
+        if (strncmp(p, "hold_ms=", 8) == 0) {
+            long long v = strtoll(p + 8, NULL, 10);
+            return v > 0 ? (int64_t)v : 0;
+        }
+        p = strchr(p, '&');
+        if (p) p++;
+    }
+    return 0;
+}
+
+/* POST /v1/drain, /v1/resume, /v1/endpoints/{name}/step-down. */
+static void control(struct http_listener *l, struct conn *c, const char *method, const char *path,
+                    const char *query, const char *head)
+{
+    char msg[400];
+    int status = 200;
+    const char *why = NULL;
+    const char *ep = NULL;
+    size_t eplen = 0;
+    static const char sd_prefix[] = "/v1/endpoints/", sd_suffix[] = "/step-down";
+    size_t pl = strlen(path);
+    bool is_sd = strncmp(path, sd_prefix, sizeof sd_prefix - 1) == 0 && pl > sizeof sd_prefix - 1 + sizeof sd_suffix - 1 &&
+                 strcmp(path + pl - (sizeof sd_suffix - 1), sd_suffix) == 0;
+    if (is_sd) {
+        ep = path + sizeof sd_prefix - 1;
+        eplen = pl - (sizeof sd_prefix - 1) - (sizeof sd_suffix - 1);
+        if (memchr(ep, '/', eplen)) is_sd = false;
+    }
+    if (!is_sd && strcmp(path, "/v1/drain") != 0 && strcmp(path, "/v1/resume") != 0) {
+        respond_control(c, 404, "not found: POST /v1/drain, /v1/resume or /v1/endpoints/NAME/step-down");
+        return;
+    }
+    if (strcmp(method, "POST") != 0) {
+        respond_control(c, 405, "control requests are POST");
+        return;
+    }
+    if ((status = control_allowed(l, c, head, &why)) != 0) {
+        log_warn("http", NULL, "control: POST %s from %s refused (%d): %s", path, c->peer, status, why);
+        respond_control(c, status, why);
+        return;
+    }
+    status = 200;
+    if (is_sd) {
+        char name[256];
+        if (eplen >= sizeof name) eplen = sizeof name - 1;
+        memcpy(name, ep, eplen);
+        name[eplen] = '\0';
+        int rc = gateway_step_down(l->gw, name, query_hold_ms(query), msg, sizeof msg);
+        status = rc == 0 ? 200 : rc == -1 ? 404 : 409;
+    } else if (strcmp(path, "/v1/drain") == 0) {
+        gateway_drain(l->gw);
+        snprintf(msg, sizeof msg, "draining: stepping down from every endpoint, standby until resumed");
+    } else {
+        bool was = gateway_draining(l->gw);
+        gateway_resume(l->gw);
+        snprintf(msg, sizeof msg, "%s: competing for every endpoint again", was ? "resumed" : "not draining");
+    }
+    if (status == 200)
+        log_info("http", NULL, "control: POST %s from %s: %s", path, c->peer, msg);
+    else
+        log_warn("http", NULL, "control: POST %s from %s: %s", path, c->peer, msg);
+    respond_control(c, status, msg);
+}
+
+static void route(struct http_listener *l, struct conn *c, const char *method, const char *path, const char *query,
+                  const char *head_lines)
+{
+    if (strncmp(path, "/v1/", 4) == 0) {
+        control(l, c, method, path, query, head_lines);
+        return;
+    }
     bool head = strcmp(method, "HEAD") == 0;
     struct jbuf b;
     jbuf_init(&b, 4096);
@@ -120,6 +283,10 @@ static void route(struct http_listener *l, struct conn *c, const char *method, c
         jbuf_char(&b, '{');
         jbuf_key(&b, &first, "ready");
         jbuf_bool(&b, ok);
+        if (gateway_draining(l->gw)) {
+            jbuf_key(&b, &first, "state");
+            jbuf_strz(&b, "draining");
+        }
         if (!ok) {
             jbuf_key(&b, &first, "reason");
             jbuf_strz(&b, reason);
@@ -151,7 +318,11 @@ static void respond_text(struct conn *c, int status, const char *text)
 static void handle_request(struct http_listener *l, struct conn *c)
 {
     char *eol = strpbrk(c->in, "\r\n");
-    if (eol) *eol = '\0';
+    const char *head_lines = "";
+    if (eol) {
+        head_lines = eol + 1; /* the header lines */
+        *eol = '\0';
+    }
     char *method = c->in;
     char *sp1 = strchr(method, ' ');
     char *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
@@ -163,8 +334,8 @@ static void handle_request(struct http_listener *l, struct conn *c)
     *sp2 = '\0';
     char *path = sp1 + 1;
     char *q = strchr(path, '?');
-    if (q) *q = '\0';
-    route(l, c, method, path);
+    if (q) *q++ = '\0';
+    route(l, c, method, path, q ? q : "", head_lines);
 }
 
 static void conn_close(struct conn *c)
@@ -216,7 +387,10 @@ static void conn_write(struct conn *c)
 static void accept_all(struct http_listener *l)
 {
     for (;;) {
-        int fd = accept4(l->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_in peer;
+        socklen_t peerlen = sizeof peer;
+        memset(&peer, 0, sizeof peer);
+        int fd = accept4(l->lfd, (struct sockaddr *)&peer, &peerlen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR) continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK) {
@@ -251,6 +425,10 @@ static void accept_all(struct http_listener *l)
         }
         c->fd = fd;
         c->deadline_ms = clock_mono_ms() + CONN_TIMEOUT_MS;
+        char ip[INET_ADDRSTRLEN] = "?";
+        inet_ntop(AF_INET, &peer.sin_addr, ip, sizeof ip);
+        snprintf(c->peer, sizeof c->peer, "%s:%u", ip, (unsigned)ntohs(peer.sin_port));
+        c->peer_loopback = peer.sin_family == AF_INET && (ntohl(peer.sin_addr.s_addr) >> 24) == 127;
         c->in = xmalloc(REQ_MAX + 1);
         c->in[0] = '\0';
     }
@@ -300,7 +478,8 @@ static void *listener_thread(void *arg)
     return NULL;
 }
 
-struct http_listener *http_listener_start(const char *listen_addr, struct gateway *gw, char *err, size_t errlen)
+struct http_listener *http_listener_start(const char *listen_addr, struct gateway *gw, const char *admin_token,
+                                          char *err, size_t errlen)
 {
     char host[64];
     int port;
@@ -327,6 +506,7 @@ struct http_listener *http_listener_start(const char *listen_addr, struct gatewa
     }
     struct http_listener *l = xcalloc(1, sizeof *l);
     l->gw = gw;
+    l->admin_token = admin_token;
     l->lfd = fd;
     l->accept_err_logged_ms = INT64_MIN / 2;
     for (int i = 0; i < MAX_CONNS; i++) l->conns[i].fd = -1;
@@ -346,7 +526,8 @@ struct http_listener *http_listener_start(const char *listen_addr, struct gatewa
         free(l);
         return NULL;
     }
-    log_info("http", NULL, "listening on http://%s:%d (/metrics /healthz /readyz /status)", host, port);
+    log_info("http", NULL, "listening on http://%s:%d (/metrics /healthz /readyz /status; control POST /v1/...: %s)",
+             host, port, admin_token ? "bearer token" : "loopback peers only");
     return l;
 }
 

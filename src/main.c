@@ -3,6 +3,8 @@
  *   baton -c FILE [--check-config] [--log-level LEVEL]
  *   baton status -c FILE
  *   baton -c FILE --init-sink NAME [--apply]
+ *   baton step-down -c FILE [--hold-ms N] ENDPOINT...|--all
+ *   baton drain -c FILE | baton resume -c FILE
  *   baton --print-reference[=markdown|man]
  *   baton --version | --help
  *
@@ -34,6 +36,7 @@
 #include "common/redact.h"
 #include "common/util.h"
 #include "src/config.h"
+#include "src/control_cmd.h"
 #include "src/gateway.h"
 #include "src/http_listener.h"
 #include "src/notify.h"
@@ -54,6 +57,8 @@ static void usage(FILE *f)
             "usage: baton -c FILE [--check-config] [--log-level LEVEL]\n"
             "       baton status -c FILE\n"
             "       baton -c FILE --init-sink NAME [--apply]\n"
+            "       baton step-down -c FILE [--hold-ms N] ENDPOINT...|--all\n"
+            "       baton drain -c FILE | baton resume -c FILE\n"
             "       baton --print-reference[=markdown|man]\n"
             "       baton --version | --help\n"
             "\n"
@@ -70,6 +75,11 @@ static void usage(FILE *f)
             "  -h, --help            this text\n"
             "\n"
             "  status                ask the locker (Redis or etcd) who leads each endpoint of FILE\n"
+            "  step-down             ask the replica running with FILE (its ops listener) to hand the\n"
+            "                        endpoints over gracefully and not compete for them for N ms\n"
+            "                        (default 2 x ttl); --all: every endpoint with a lease\n"
+            "  drain                 ask it to step down from every endpoint and stay standby\n"
+            "  resume                ask it to compete again after a drain or a step-down\n"
             "\n"
             "endpoint types:");
     for (size_t i = 0; endpoint_registry[i]; i++) fprintf(f, " %s", endpoint_registry[i]->type);
@@ -147,14 +157,20 @@ int main(int argc, char **argv)
     const char *cli_level = NULL;
     bool check_only = false;
     bool status_cmd = false;
+    int control = -1; /* enum control_action of a control subcommand */
+    bool all = false;
+    int64_t hold_ms = 0;
 
     const char *reference = NULL; /* the format asked for; NULL: not asked */
     const char *init_sink = NULL;  /* --init-sink NAME */
     bool apply = false;
 
-    if (argc > 1 && strcmp(argv[1], "status") == 0) {
-        status_cmd = true;
-        argv[1] = argv[0]; /* getopt's messages name the program, not "status" */
+    if (argc > 1 && strcmp(argv[1], "step-down") == 0) control = CONTROL_STEP_DOWN;
+    if (argc > 1 && strcmp(argv[1], "drain") == 0) control = CONTROL_DRAIN;
+    if (argc > 1 && strcmp(argv[1], "resume") == 0) control = CONTROL_RESUME;
+    if (argc > 1 && (strcmp(argv[1], "status") == 0 || control >= 0)) {
+        status_cmd = control < 0;
+        argv[1] = argv[0]; /* getopt's messages name the program, not the subcommand */
         argv++;
         argc--;
     }
@@ -167,6 +183,8 @@ int main(int argc, char **argv)
         {"apply", no_argument, NULL, 'a'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
+        {"all", no_argument, NULL, 'A'},
+        {"hold-ms", required_argument, NULL, 'H'},
         {NULL, 0, NULL, 0},
     };
     int opt;
@@ -180,10 +198,33 @@ int main(int argc, char **argv)
         case 'a': apply = true; break;
         case 'V': printf("baton %s\n", BATON_VERSION); return BATON_EXIT_OK;
         case 'h': usage(stdout); return BATON_EXIT_OK;
+        case 'A':
+        case 'H':
+            if (control != CONTROL_STEP_DOWN) {
+                fprintf(stderr, "baton: --%s is an option of 'baton step-down'\n", opt == 'A' ? "all" : "hold-ms");
+                return usage_error();
+            }
+            if (opt == 'A') {
+                all = true;
+            } else {
+                char *end = NULL;
+                long long v = strtoll(optarg, &end, 10);
+                if (!end || *end || v <= 0 || v > 86400000LL * 7) {
+                    fprintf(stderr, "baton: --hold-ms '%s': expected milliseconds, 1 to 604800000\n", optarg);
+                    return usage_error();
+                }
+                hold_ms = v;
+            }
+            break;
         default: return usage_error(); /* getopt said what is wrong */
         }
     }
-    if (optind < argc) {
+    if (control == CONTROL_STEP_DOWN) {
+        if ((optind < argc) == all) {
+            fprintf(stderr, "baton step-down: name the endpoints, or --all (not both)\n");
+            return usage_error();
+        }
+    } else if (optind < argc) {
         fprintf(stderr, "baton: unexpected argument '%s'\n", argv[optind]);
         return usage_error();
     }
@@ -250,6 +291,12 @@ int main(int argc, char **argv)
         config_free(&cfg);
         return BATON_EXIT_OK;
     }
+    if (control >= 0) {
+        int rc = control_cmd_run(&cfg, (enum control_action)control, argv + optind, argc - optind, all, hold_ms,
+                                 stdout);
+        config_free(&cfg);
+        return rc;
+    }
     if (status_cmd) {
         int rc = status_cmd_run(&cfg, stdout);
         config_free(&cfg);
@@ -280,7 +327,7 @@ int main(int argc, char **argv)
     }
     struct http_listener *http = NULL;
     if (cfg.metrics_listen) {
-        http = http_listener_start(cfg.metrics_listen, gw, err, sizeof err);
+        http = http_listener_start(cfg.metrics_listen, gw, cfg.admin_token, err, sizeof err);
         if (!http) {
             log_error("main", NULL, "metrics listener %s: %s", cfg.metrics_listen, err);
             gateway_destroy(gw);

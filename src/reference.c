@@ -317,8 +317,8 @@ static void intro(struct out *o)
 static void main_file(struct out *o)
 {
     heading(o, 2, "The main file", "MAIN FILE");
-    para(o, "Top-level settings and the groups `locker`, `lease`, `sinks`, `metrics`, `log` "
-            "and `shutdown`, every one optional. For example:");
+    para(o, "Top-level settings and the groups `locker`, `lease`, `sinks`, `metrics`, `log`, "
+            "`shutdown` and `admin`, every one optional. For example:");
     example(o, MAIN_EXAMPLE);
     heading(o, 3, "Top level", NULL);
     table(o, config_reference_table("main"), 3, "the main file");
@@ -338,7 +338,13 @@ static void main_file(struct out *o)
                "Without a `metrics` group there is none.");
     main_group(o, "log", "`log = { ... }`",
                "Logging goes to stderr. The command line's `--log-level` wins over `level`.");
-    main_group(o, "shutdown", "`shutdown = { ... }`", "What SIGTERM and SIGINT do.");
+    main_group(o, "shutdown", "`shutdown = { ... }`",
+               "What SIGTERM and SIGINT do; an operator's step-down and drain drain as long.");
+    main_group(o, "admin", "`admin = { ... }`",
+               "Who may send control requests (`POST /v1/...` on the ops listener: step-down, "
+               "drain, resume; `baton step-down`, `baton drain`, `baton resume`). Without an "
+               "`admin` group only loopback peers may; with `token_file` every control request "
+               "must carry `Authorization: Bearer TOKEN`. `GET` pages are not affected.");
 }
 
 static void endpoint_files(struct out *o)

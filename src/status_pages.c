@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "common/redact.h"
 #include "common/util.h"
+#include "src/prefer.h"
 #include "src/queue.h"
 #include "src/warm.h"
 
@@ -124,6 +125,7 @@ static void observe_once(struct gateway *gw)
         snprintf(reason, sizeof reason, "no endpoint is enabled: baton does nothing (enable one in %.200s)",
                  gw->cfg->endpoints_dir ? gw->cfg->endpoints_dir : "the endpoints directory");
     observe_holders(gw, up);
+    prefer_round(gw, up && !reason[0]);
     pthread_mutex_lock(&gw->obs.mu);
     /* said once per change: a probe refused (an ACL without +ping) or failing
      * shows in the log, not only on /readyz and baton_locker_up */
@@ -370,6 +372,14 @@ void gateway_render_metrics(struct gateway *gw, struct jbuf *b)
     for (size_t i = 0; i < gw->n_eps; i++)
         metric_ep(b, "baton_endpoint_leader", &gw->eps[i], NULL,
                   gw->eps[i].guard ? baton_active_guard_is_leader_now(gw->eps[i].guard) : 1);
+    metric_head(b, "baton_draining", "gauge", "1 from POST /v1/drain (baton drain) until /v1/resume.");
+    jbuf_rawz(b, gateway_draining(gw) ? "baton_draining 1\n" : "baton_draining 0\n");
+    metric_head(b, "baton_endpoint_held", "gauge",
+                "1 while this replica stays out of the race for the endpoint (a step-down's hold, a drain, "
+                "a give-up's sit-out).");
+    for (size_t i = 0; i < gw->n_eps; i++)
+        metric_ep(b, "baton_endpoint_held", &gw->eps[i], NULL,
+                  gw->eps[i].guard && baton_active_guard_hold_left_ms(gw->eps[i].guard) != 0);
     metric_head(b, "baton_lease_epoch", "gauge", "Fencing epoch of the current or last lease.");
     for (size_t i = 0; i < gw->n_eps; i++)
         metric_ep(b, "baton_lease_epoch", &gw->eps[i], NULL,
@@ -505,6 +515,9 @@ void gateway_render_status(struct gateway *gw, struct jbuf *b)
         jbuf_strz(b, redact_urls(where, shown, sizeof shown)); /* http://root:***@host */
         explicit_bzero(where, sizeof where);
     }
+    /* "draining" from POST /v1/drain until /v1/resume, else "running" */
+    jbuf_key(b, &first, "state");
+    jbuf_strz(b, gateway_draining(gw) ? "draining" : "running");
     jbuf_key(b, &first, "endpoints");
     jbuf_char(b, '[');
     for (size_t i = 0; i < gw->n_eps; i++) {
@@ -551,6 +564,16 @@ void gateway_render_status(struct gateway *gw, struct jbuf *b)
                 clock_format_rfc3339(since, ts, sizeof ts);
                 jbuf_key(b, &f, "since");
                 jbuf_strz(b, ts);
+            }
+            /* out of the race after a step-down or a drain: "hold_ms_left"
+             * (ms) or "hold": "until-resume" */
+            int64_t hold = baton_active_guard_hold_left_ms(e->guard);
+            if (hold < 0) {
+                jbuf_key(b, &f, "hold");
+                jbuf_strz(b, "until-resume");
+            } else if (hold > 0) {
+                jbuf_key(b, &f, "hold_ms_left");
+                jbuf_u64(b, (uint64_t)hold);
             }
             jbuf_key(b, &f, "promotions");
             jbuf_u64(b, LOAD(s->promotions));
@@ -627,7 +650,10 @@ int gateway_ready(struct gateway *gw, char *reason, size_t len)
     /* as last observed by the observer thread: never waits for a backend */
     pthread_mutex_lock(&gw->obs.mu);
     int rc = 0;
-    if (!gw->obs.valid) {
+    if (gateway_draining(gw)) {
+        snprintf(reason, len, "draining: standby for every endpoint until POST /v1/resume (baton resume)");
+        rc = -1;
+    } else if (!gw->obs.valid) {
         snprintf(reason, len, "starting: the locker and the sinks were not probed yet");
         rc = -1;
     } else if (gw->obs.ready_reason[0]) {

@@ -233,7 +233,7 @@ static const struct bad_case bad_cases[] = {
       "baton.cfg", 2, "cannot parse: syntax error", NULL },
     { "main: unknown top-level key",
       { { "baton.cfg", SINKS_OUT "ownr = \"t\";\n" } },
-      "baton.cfg", 2, "main file: unknown key 'ownr' (did you mean 'owner'?); valid keys: owner, endpoints_dir, locker, lease, sinks", NULL },
+      "baton.cfg", 2, "main file: unknown key 'ownr' (did you mean 'owner'?); valid keys: owner, endpoints_dir, priority, prefer_after_ms, locker, lease, sinks", NULL },
     { "main: owner with a colon",
       { { "baton.cfg", SINKS_OUT "owner = \"a:b\";\n" } },
       "baton.cfg", 2, "owner = \"a:b\": expected 1 to 128 characters out of letters, digits", NULL },

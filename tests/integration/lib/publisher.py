@@ -143,6 +143,19 @@ def rfc3339_ms(s):
     return (calendar.timegm((y, mo, d, int(hh), int(mm), int(sec))) * 1000 + int(frac))
 
 
+def sequenced(baton, channel):
+    """[(seq, envelope)] of what one baton process forwarded on channel, in
+    output order (polls its out.jsonl first); envelopes without a
+    Publisher payload are left out."""
+    baton.poll_records()
+    out = []
+    for r in baton.records:
+        p = parse_payload(r.get("payload")) if r.get("channel") == channel else None
+        if p is not None:
+            out.append((p[0], r))
+    return out
+
+
 def forwarded(baton, channel="chan.x"):
     """[(seq, sent_ms, received_ms)] forwarded by one baton process on channel,
     in output order (polls its out.jsonl first)."""

@@ -79,6 +79,10 @@ struct endpoint_host {
     void (*end_term)(struct endpoint_host *h, const char *reason);
     /* True once the gateway started shutting down. */
     bool (*stopping)(const struct endpoint_host *h);
+    /* Optional (NULL: never): true while this replica is drained (baton
+     * drain, until baton resume). An endpoint that claims work item by item
+     * (schedule's OnceGuard slots) leaves the items to the other replicas. */
+    bool (*draining)(const struct endpoint_host *h);
 
     /* OnceGuard options from the endpoint file (once_ttl_ms,
      * once_fail_open), for endpoints that keep their own OnceGuard.

@@ -11,8 +11,10 @@
  * "schedule:<owner>:<name>"); only the replica that wins it emits. Backend
  * failure: fail-closed by default, so the tick is skipped with a warning and
  * the next one tries again. A claim answered more than max_late_ms after its
- * slot is not fired (see fire()). Guard "active": only the leader runs the clock.
- * Guard "none" (forced): every replica fires every slot.
+ * slot is not fired (see fire()). A drained replica (baton drain) claims
+ * no slot until resumed: the others claim them. Guard "active": only the
+ * leader runs the clock (a drain steps it down like any leased endpoint).
+ * Guard "none" (forced): every replica fires every slot, drained or not.
  *
  * Envelope: {"endpoint":..,"type":"schedule","epoch":..,"id":"<name>:<slot>",
  *   "received_at":..,"slot":1733148000,"slot_time":"2024-12-02T14:00:00Z",
@@ -251,7 +253,8 @@ struct schedule {
     bool stop;         /* under mu */
 
     struct envelope env; /* consumer thread only */
-    atomic_ullong fired, skipped_guard, skipped_backend, missed;
+    atomic_ullong fired, skipped_guard, skipped_backend, skipped_drained, missed;
+    bool said_drained; /* schedule thread only: "left to the others" logged since the drain began */
     struct ratelimit rl_late; /* consumer thread only */
 };
 
@@ -404,6 +407,18 @@ static void fire(struct schedule *sc, int64_t slot)
     char when[40];
     cron_format_time(sc->expr, slot, when, sizeof when);
     if (sc->once) {
+        /* drained (baton drain): not claimed, so another replica claims it */
+        if (h->draining && h->draining(h)) {
+            atomic_fetch_add(&sc->skipped_drained, 1);
+            if (!sc->said_drained)
+                log_info(COMPONENT, h->name, "slot %s (%s) left to the other replicas: this one is drained "
+                         "(further slots until baton resume: debug)", key, when);
+            else
+                log_debug(COMPONENT, h->name, "slot %s (%s) left to the other replicas (drained)", key, when);
+            sc->said_drained = true;
+            return;
+        }
+        sc->said_drained = false;
         if (too_late(sc, slot, key, when, false)) return; /* not claimed either */
         const struct baton_once_guard_stats *gs = baton_once_guard_stats(sc->once);
         unsigned long long errs = atomic_load(&gs->backend_errors);
@@ -507,9 +522,10 @@ static void schedule_stop(void *ep)
     pthread_join(sc->thread, NULL);
     sc->running = false;
     log_info(COMPONENT, sc->host->name, "stopped: %llu fired, %llu taken by other replicas, %llu skipped "
-             "(locker unreachable), %llu missed",
+             "(locker unreachable), %llu left to the others while drained, %llu missed",
              (unsigned long long)atomic_load(&sc->fired), (unsigned long long)atomic_load(&sc->skipped_guard),
-             (unsigned long long)atomic_load(&sc->skipped_backend), (unsigned long long)atomic_load(&sc->missed));
+             (unsigned long long)atomic_load(&sc->skipped_backend),
+             (unsigned long long)atomic_load(&sc->skipped_drained), (unsigned long long)atomic_load(&sc->missed));
 }
 
 static void schedule_destroy(void *ep)

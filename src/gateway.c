@@ -258,6 +258,12 @@ static bool host_stopping(const struct endpoint_host *h)
     return atomic_load(&e->gw->stopping);
 }
 
+static bool host_draining(const struct endpoint_host *h)
+{
+    const struct gw_endpoint *e = h->gw;
+    return gateway_draining(e->gw);
+}
+
 /* The receiver answered that it saw a newer epoch than `epoch` (HTTP 409,
  * from the sink on the forwarder's thread): the term ends here at once.
  * Every term up to it counts as ended for this endpoint's forwarding from
@@ -791,6 +797,7 @@ static int endpoint_setup(struct gateway *gw, struct gw_endpoint *e, const struc
     h->source_lost = host_source_lost;
     h->end_term = host_end_term;
     h->stopping = host_stopping;
+    h->draining = host_draining;
     h->once_ttl_ms = c->once_ttl_ms;
     h->once_fail_open = c->once_fail_open;
     h->replay = e->warm != NULL;

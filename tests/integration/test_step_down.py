@@ -34,8 +34,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib
 import harness as h  # noqa: E402
 from publisher import Publisher, sequenced  # noqa: E402
 
-ORDER = ["test_step_down_one", "test_step_down_replay", "test_drain_resume", "test_control_auth",
-         "test_preferred_leader"]
+ORDER = ["test_step_down_one", "test_step_down_replay", "test_drain_resume", "test_drain_schedule",
+         "test_control_auth", "test_preferred_leader"]
 
 TTL = 1000
 LEASE = {"ttl_ms": TTL, "renew_ms": 300, "retry_ms": 100}
@@ -209,6 +209,54 @@ def test_drain_resume(t):
     t.check(ok, "after resume: a %s, b %s" % (role(d, "a"), role(d, "b")))
     st, body = h.readyz(d.mport)
     t.check(st == 200, "/readyz after resume: %s %s" % (st, body))
+
+
+def test_drain_schedule(t):
+    """A drained replica claims no schedule slot (guard once): the other
+    claims every one, none missed, none twice; resumed, it claims again."""
+    redis = t.redis()
+    tick = 'name = "tick"; type = "schedule"; sink = "out"; cron = "* * * * * *";\n'
+    bs = []
+    for i in range(2):
+        mport = h.free_port()
+        main = h.main_cfg(redis_port=redis.port, lease=LEASE, extra='metrics = { listen = "127.0.0.1:%d"; };' % mport)
+        b = t.baton(main, {"tick.cfg": tick}, name="s%d" % i)
+        b.mport = mport
+        bs.append(b)
+    d, other = bs
+    time.sleep(3.0)
+    rc, out, err = ctl(d, "drain")
+    t.require(rc == 0, "baton drain: exit %d: %s %s" % (rc, out, err))
+    t0 = time.time()
+    time.sleep(6.0)
+    rc, out, err = ctl(d, "resume")
+    t.require(rc == 0, "baton resume: exit %d: %s %s" % (rc, out, err))
+    t1 = time.time()
+    time.sleep(2.0)
+    other.kill()  # d alone now: it must claim the slots again
+    t2 = time.time()
+    time.sleep(3.0)
+    t3 = time.time()
+    slots = {}
+    for b in bs:
+        b.poll_records()
+        for r in b.records:
+            if r.get("endpoint") == "tick":
+                slots.setdefault(r["slot"], []).append(b.name)
+    drained = range(int(t0) + 1, int(t1) - 1)
+    by_d = [s for s in drained if d.name in slots.get(s, [])]
+    missing = [s for s in range(int(t0) - 1, int(t2)) if s not in slots]
+    dups = {s: v for s, v in slots.items() if len(v) > 1}
+    after = [s for s in range(int(t2) + 1, int(t3)) if d.name in slots.get(s, [])]
+    h.log("drained %d s: slots fired by the drained replica %r, missing %r, duplicates %r; "
+          "after resume, alone: %d of %d slots" % (len(drained), by_d, missing, dups, len(after),
+                                                    len(range(int(t2) + 1, int(t3)))))
+    t.check(len(drained) >= 3 and not by_d, "the drained replica fired slots %r" % by_d)
+    t.check(not missing, "slots missed: %r" % missing)
+    t.check(not dups, "slots fired twice: %r" % dups)
+    t.check(len(after) >= 1, "the resumed replica, alone, fired none of the slots after the other's end")
+    t.check("left to the other replicas: this one is drained" in d.stderr_text(),
+            "the drained replica did not log the slot it left")
 
 
 def non_loopback_ip():

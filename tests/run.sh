@@ -10,9 +10,7 @@
 #
 # Environment: BUILD_DIR (default build), BATON_CMAKE_ARGS (extra cmake args),
 # BATON_FAIL_ON_SKIP=1 (.ci/run sets it): a skipped test fails the run (on a
-# machine that has everything, a skip means a test lost its ground),
-# BATON_BUILD_ONLY=1: configure and build, run nothing (.ci/run builds the
-# sanitizer trees ahead this way).
+# machine that has everything, a skip means a test lost its ground).
 # A selection that runs no test at all fails (ctest --no-tests=error), and a
 # test that could not run shows as skipped, never as passed.
 set -euo pipefail
@@ -22,7 +20,6 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 bash "$ROOT/.ci/deps.sh"
 cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBATON_WERROR=ON -DBATON_TESTS=ON ${BATON_CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
-if [ "${BATON_BUILD_ONLY:-0}" = 1 ]; then exit 0; fi
 
 cd "$BUILD_DIR"
 # ctest with --no-tests=error; with BATON_FAIL_ON_SKIP=1 a skipped test fails.

@@ -7,7 +7,7 @@
 # it unset for exploratory runs (a new random seed each time).
 # Crash inputs land in tests/fuzz/crashes/<target>/; add each one to the
 # target's corpus directory as a regression case once fixed (corpus files are
-# replayed by every run). BATON_BUILD_ONLY=1 builds the targets and stops.
+# replayed by every run).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SECS="${1:-60}"
@@ -15,7 +15,6 @@ BUILD="$ROOT/build-fuzz"
 command -v clang >/dev/null || apt-get install -y -qq clang libclang-rt-14-dev >/dev/null
 CC=clang cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DBATON_FUZZ=ON -DBATON_TESTS=OFF >/dev/null
 cmake --build "$BUILD" -j"$(nproc)" --target fuzz_config fuzz_cron fuzz_envelope fuzz_redis_reply fuzz_etcd_answer >/dev/null
-if [ "${BATON_BUILD_ONLY:-0}" = 1 ]; then exit 0; fi
 export LSAN_OPTIONS="suppressions=$ROOT/tests/fuzz/lsan.supp:${LSAN_OPTIONS:-}"
 SEED_ARG=()
 if [ -n "${FUZZ_SEED:-}" ]; then SEED_ARG=(-seed="$FUZZ_SEED"); fi

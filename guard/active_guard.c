@@ -887,6 +887,14 @@ static bool standby_wait(struct baton_active_guard *g, int64_t wait_ms, uint64_t
     }
 }
 
+/* The boot-clock time a hold of hold_ms that starts now ends; INT64_MAX
+ * (until resumed) for INT64_MAX or a hold too long to add. */
+static int64_t hold_end(int64_t hold_ms)
+{
+    int64_t now = clock_boot_ms();
+    return hold_ms >= INT64_MAX - now ? INT64_MAX : now + hold_ms;
+}
+
 /* Out of the race after a give-up (one ttl) or a step-down (its hold, or
  * until resumed). A new give-up or step-down, a resume or a stop ends it
  * early (the caller's loop then sits out again for the new request). */
@@ -897,7 +905,7 @@ static void sit_out(struct baton_active_guard *g)
     snprintf(reason, sizeof reason, "%s", g->give_up_reason);
     int64_t hold = g->give_up_hold_ms;
     bool asked = g->give_up_asked;
-    int64_t until = hold == INT64_MAX ? INT64_MAX : clock_boot_ms() + hold;
+    int64_t until = hold_end(hold);
     atomic_store(&g->hold_until, until > 0 ? until : 1);
     atomic_store(&g->give_up, false);
     atomic_store(&g->resume_req, false);
@@ -1160,7 +1168,7 @@ static void request_give_up(struct baton_active_guard *g, const char *reason, in
 {
     pthread_mutex_lock(&g->mu);
     int64_t cur = atomic_load(&g->hold_until);
-    int64_t want = hold_ms == INT64_MAX ? INT64_MAX : clock_boot_ms() + hold_ms;
+    int64_t want = hold_end(hold_ms);
     bool pending = atomic_load(&g->give_up);
     if ((cur != 0 && cur >= want) || (pending && g->give_up_hold_ms >= hold_ms)) {
         pthread_mutex_unlock(&g->mu);
@@ -1204,8 +1212,18 @@ void baton_active_guard_resume(struct baton_active_guard *g)
 int64_t baton_active_guard_hold_left_ms(const struct baton_active_guard *g)
 {
     if (g == NULL) return 0;
-    int64_t until = atomic_load(&((struct baton_active_guard *)g)->hold_until);
-    if (until == 0) return 0;
+    struct baton_active_guard *mg = (struct baton_active_guard *)g;
+    int64_t until = atomic_load(&mg->hold_until);
+    if (until == 0) {
+        /* a step-down asked for and not yet acted on (a standby's thread may
+         * be in a round trip): its hold, as it will be, so that what the
+         * operator asked shows at once */
+        int64_t pending = 0;
+        pthread_mutex_lock(&mg->mu);
+        if (atomic_load(&mg->give_up) && mg->give_up_asked) pending = mg->give_up_hold_ms;
+        pthread_mutex_unlock(&mg->mu);
+        return pending == INT64_MAX ? -1 : pending;
+    }
     if (until == INT64_MAX) return -1;
     int64_t left = until - clock_boot_ms();
     return left > 0 ? left : 1;

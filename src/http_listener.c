@@ -189,13 +189,20 @@ static void respond_control(struct conn *c, int status, const char *message)
     jbuf_free(&b);
 }
 
-/* hold_ms=N in the query string; 0 when absent (the default hold). */
+/* hold_ms=N in the query string, N from 1 to CONTROL_HOLD_MAX_MS (as
+ * baton step-down --hold-ms takes it); 0 when absent (the default hold),
+ * -1 when malformed or out of range. */
+#define CONTROL_HOLD_MAX_MS 604800000LL /* 7 days: a longer hold is a drain */
 static int64_t query_hold_ms(const char *query)
 {
     for (const char *p = query; p && *p;) {
         if (strncmp(p, "hold_ms=", 8) == 0) {
-            long long v = strtoll(p + 8, NULL, 10);
-            return v > 0 ? (int64_t)v : 0;
+            char *end;
+            errno = 0;
+            long long v = strtoll(p + 8, &end, 10);
+            if (errno != 0 || end == p + 8 || (*end != '\0' && *end != '&') || v < 1 || v > CONTROL_HOLD_MAX_MS)
+                return -1;
+            return (int64_t)v;
         }
         p = strchr(p, '&');
         if (p) p++;
@@ -240,8 +247,14 @@ static void control(struct http_listener *l, struct conn *c, const char *method,
         if (eplen >= sizeof name) eplen = sizeof name - 1;
         memcpy(name, ep, eplen);
         name[eplen] = '\0';
-        int rc = gateway_step_down(l->gw, name, query_hold_ms(query), msg, sizeof msg);
-        status = rc == 0 ? 200 : rc == -1 ? 404 : 409;
+        int64_t hold = query_hold_ms(query);
+        if (hold < 0) {
+            snprintf(msg, sizeof msg, "hold_ms: expected milliseconds, 1 to %lld", CONTROL_HOLD_MAX_MS);
+            status = 400;
+        } else {
+            int rc = gateway_step_down(l->gw, name, hold, msg, sizeof msg);
+            status = rc == 0 ? 200 : rc == -1 ? 404 : 409;
+        }
     } else if (strcmp(path, "/v1/drain") == 0) {
         gateway_drain(l->gw);
         snprintf(msg, sizeof msg, "draining: stepping down from every endpoint, standby until resumed");
@@ -314,7 +327,8 @@ static void respond_text(struct conn *c, int status, const char *text)
 }
 
 /* Parses "METHOD SP target SP HTTP/x.y" at the start of the complete
- * request in c->in and builds the answer. The query string is ignored. */
+ * request in c->in and builds the answer. The query string goes to the
+ * route (only control requests read it: hold_ms). */
 static void handle_request(struct http_listener *l, struct conn *c)
 {
     char *eol = strpbrk(c->in, "\r\n");

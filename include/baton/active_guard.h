@@ -146,7 +146,8 @@ BATON_API void baton_active_guard_step_down(struct baton_active_guard *g, const 
  * again. A step-down asked for but not yet acted on still happens, without
  * the hold. No-op otherwise. */
 BATON_API void baton_active_guard_resume(struct baton_active_guard *g);
-/* Time left of the hold: 0 = competing, -1 = until resumed, else ms. */
+/* Time left of the hold: 0 = competing, -1 = until resumed, else ms. A
+ * step-down asked for and not yet acted on counts with its whole hold. */
 BATON_API int64_t baton_active_guard_hold_left_ms(const struct baton_active_guard *g);
 /* The full lease key, "<prefix>:active:<scope>" (epoch key: + ":epoch"). */
 BATON_API const char *baton_active_guard_key(const struct baton_active_guard *g);

@@ -314,6 +314,10 @@ def test_control_auth(t):
     t.check(role(b, "a") == "leader" and epoch(b, "a") == e0, "a refused request changed something")
     st, body = post(b.mport, "/v1/endpoints/nope/step-down", token="s3cret-token-0123456789abcdef")
     t.check(st == 404, "unknown endpoint: %d %s" % (st, body))
+    for bad in ("abc", "0", "-5", "12x", "604800001", "99999999999999999999"):
+        st, body = post(b.mport, "/v1/endpoints/a/step-down?hold_ms=" + bad, token="s3cret-token-0123456789abcdef")
+        t.check(st == 400 and "hold_ms" in body, "hold_ms=%s: %d %s" % (bad, st, body))
+    t.check(role(b, "a") == "leader" and epoch(b, "a") == e0, "a malformed hold_ms changed something")
     rc, out, err = ctl(b, "step-down", "--hold-ms", "500", "a")  # the command sends the file's token
     t.check(rc == 0 and "stepping down" in out, "baton step-down with the token: %d %s %s" % (rc, out, err))
     t.check(h.wait_until(lambda: (epoch(b, "a") or 0) > e0, 5, 0.05), "a was not taken again after the hold")

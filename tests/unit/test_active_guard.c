@@ -685,8 +685,10 @@ static void test_step_down_drains_then_holds(void **state)
     /* held until resumed */
     atomic_store(&c1.demote_ms, 0);
     baton_active_guard_step_down(g1, "drain", -1);
-    assert_true(WAIT_FOR(baton_active_guard_hold_left_ms(g1) == -1, 2000) >= 0);
-    assert_false(baton_active_guard_is_leader_now(g1));
+    /* the hold shows at once, before the guard acted on it */
+    assert_int_equal(baton_active_guard_hold_left_ms(g1), -1);
+    assert_true(WAIT_FOR(!baton_active_guard_is_leader_now(g1) && atomic_load(&c1.demoted) == 2, 2000) >= 0);
+    assert_int_equal(baton_active_guard_hold_left_ms(g1), -1);
     /* a give-up meanwhile (a standby's source lost) does not shorten it */
     baton_active_guard_give_up(g1, "source lost");
     fake_clock_sleep(3000);
@@ -698,6 +700,12 @@ static void test_step_down_drains_then_holds(void **state)
     baton_active_guard_resume(g1);
     fake_clock_sleep(200);
     assert_true(baton_active_guard_is_leader_now(g1));
+    /* a hold too long to add to the clock saturates: until resumed */
+    baton_active_guard_step_down(g1, "huge", INT64_MAX - 1);
+    assert_true(WAIT_FOR(!baton_active_guard_is_leader_now(g1) && baton_active_guard_hold_left_ms(g1) == -1, 2000) >=
+                0);
+    baton_active_guard_resume(g1);
+    assert_true(WAIT_FOR(baton_active_guard_is_leader_now(g1), 1000) >= 0);
     baton_active_guard_stop(g1);
     baton_active_guard_destroy(g1);
     baton_active_guard_destroy(g2);

@@ -353,12 +353,14 @@ struct seq_popper {
     uint64_t seqs[16];
     atomic_size_t got; /* set once the pop returned */
     atomic_bool returned;
+    atomic_bool entered; /* set right before the pop */
 };
 
 static void *seq_pop_thread(void *arg)
 {
     struct seq_popper *p = arg;
     struct message *out[16];
+    atomic_store(&p->entered, true);
     size_t n = queue_pop_batch(p->q, out, p->max, 10000);
     for (size_t i = 0; i < n; i++) {
         p->seqs[i] = out[i]->seq;
@@ -367,6 +369,17 @@ static void *seq_pop_thread(void *arg)
     atomic_store(&p->got, n);
     atomic_store(&p->returned, true);
     return NULL;
+}
+
+/* Starts the popper and lets it settle, idle, in queue_pop_batch: it is
+ * waited for until it is about to pop (a thread can start late on a loaded
+ * machine: a message pushed before would be popped at once, not waited
+ * for), then 50 ms more. */
+static void start_popper(pthread_t *t, struct seq_popper *p)
+{
+    pthread_create(t, NULL, seq_pop_thread, p);
+    for (int i = 0; i < 10000 && !atomic_load(&p->entered); i++) sleep_ms_cancellable(1, NULL);
+    sleep_ms_cancellable(50, NULL);
 }
 
 /* Waits (bounded) until the popper sits in queue_pop_batch: a claim
@@ -396,8 +409,7 @@ static void test_claim_only_while_consumer_idle(void **state)
 
     struct seq_popper p = {.q = q, .max = 4};
     pthread_t t;
-    pthread_create(&t, NULL, seq_pop_thread, &p);
-    sleep_ms_cancellable(50, NULL);
+    start_popper(&t, &p);
     /* a quiet push does not wake the idle consumer ... */
     assert_int_equal(queue_push_quiet(q, mk(2), NULL, NULL, NULL), 0);
     sleep_ms_cancellable(100, NULL);
@@ -424,8 +436,7 @@ static void test_release_gives_back_in_front_in_order(void **state)
     struct queue *q = queue_create(8, QUEUE_BLOCK);
     struct seq_popper p = {.q = q, .max = 8};
     pthread_t t;
-    pthread_create(&t, NULL, seq_pop_thread, &p);
-    sleep_ms_cancellable(50, NULL); /* the consumer waits, idle */
+    start_popper(&t, &p); /* the consumer waits, idle */
     for (uint64_t i = 1; i <= 3; i++) assert_int_equal(queue_push_quiet(q, mk(i), NULL, NULL, NULL), 0);
     struct message *mine[2];
     assert_int_equal(claim_when_idle(q, mine, 2), 2);
@@ -455,8 +466,7 @@ static void test_claim_more_while_holding(void **state)
 
     struct seq_popper p = {.q = q, .max = 8};
     pthread_t t;
-    pthread_create(&t, NULL, seq_pop_thread, &p);
-    sleep_ms_cancellable(50, NULL);
+    start_popper(&t, &p);
     for (uint64_t i = 1; i <= 5; i++) assert_int_equal(queue_push_quiet(q, mk(i), NULL, NULL, NULL), 0);
     assert_int_equal(claim_when_idle(q, mine, 2), 2);
     uint64_t next = 1;
@@ -486,8 +496,7 @@ static void test_quiet_push_wakes_at_limit_and_when_full(void **state)
     queue_set_quiet_limit(q, 3);
     struct seq_popper p = {.q = q, .max = 8};
     pthread_t t;
-    pthread_create(&t, NULL, seq_pop_thread, &p);
-    sleep_ms_cancellable(50, NULL);
+    start_popper(&t, &p);
     assert_int_equal(queue_push_quiet(q, mk(1), NULL, NULL, NULL), 0);
     assert_int_equal(queue_push_quiet(q, mk(2), NULL, NULL, NULL), 0);
     sleep_ms_cancellable(100, NULL);
@@ -592,8 +601,7 @@ static void test_token_keeps_order_and_one_deliverer(void **state)
     /* close while a producer holds the token: the consumer waits for the
      * release and then drains what was given back */
     struct seq_popper p = {.q = q, .max = 8};
-    pthread_create(&t, NULL, seq_pop_thread, &p);
-    sleep_ms_cancellable(50, NULL); /* the consumer waits, idle */
+    start_popper(&t, &p); /* the consumer waits, idle */
     assert_int_equal(queue_push_quiet(q, mk(7), NULL, NULL, NULL), 0);
     struct message *mine[1];
     assert_int_equal(claim_when_idle(q, mine, 1), 1);

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The broker launcher of the C tests: a command line in front of the
 Python launchers the Python tests use (tests/integration/lib: harness.py's
-RedisServer, sentinel.py's SentinelCluster, etcd.py's EtcdCluster), so that
-each broker is started one way only (issue 35). tests/support/child.h
-(launcher_*) spawns it.
+RedisServer, sentinel.py's SentinelCluster, etcd.py's EtcdCluster,
+postgres.py's PgServer), so that each broker is started one way only
+(issue 35). tests/support/child.h (launcher_*) spawns it.
 
     python3 tests/support/brokers.py redis [-- EXTRA REDIS-SERVER ARGS...]
     python3 tests/support/brokers.py redis-tls no yes   (one TLS-only server
@@ -11,6 +11,7 @@ each broker is started one way only (issue 35). tests/support/child.h
     python3 tests/support/brokers.py sentinel --name N --redis 2 --sentinels 3 \\
             --down-after-ms 1000 --failover-timeout-ms 2000
     python3 tests/support/brokers.py etcd [--base DIR] [-- EXTRA ETCD ARGS...]
+    python3 tests/support/brokers.py postgres   (PostgreSQL 15; needs root)
 
 Once everything is up it prints one JSON line on stdout ({"ok": true, ...}:
 the ports, pids, directories; {"ok": false, "error": ...} and exit 1 when it
@@ -23,6 +24,8 @@ with one JSON line (what a command found, e.g. "port", besides "ok"):
                wait_synced I MS ("synced") | wait_new_master NOT_PORT MS ("port")
                wait_settled MS ("port") | dump_logs N   (see sentinel.py)
     etcd:      kill I | stop I | restart I | pause I | resume I   (+ "pids")
+    postgres:  kill | stop | restart | pause | resume   (+ "pid": the postmaster's;
+               pause and kill reach its backends too; restart: same port, same data)
 
 End of stdin (the test closed the pipe or died), SIGTERM (the C side's
 PR_SET_PDEATHSIG) or SIGINT: everything is stopped and its temporary
@@ -243,6 +246,35 @@ def etcd(args):
             "resume": cl.resume}, pids
 
 
+def postgres(args):
+    """One PostgreSQL 15 (postgres.PgServer) on a free port (a port taken
+    meanwhile: another)."""
+    import postgres as pg
+    why = pg.available()
+    if why:
+        raise RuntimeError(why)
+    srv = pg.PgServer(start=False)  # its stop (a cleanup) resumes a paused one
+    for attempt in range(5):
+        try:
+            srv.start()
+            break
+        except RuntimeError:
+            if attempt == 4:
+                raise
+            srv.port = h.free_port()
+
+    def restart():
+        srv.kill()
+        retry(srv.start)
+
+    def state():
+        return {"pid": srv.postmaster_pid()}
+    answer(ok=True, port=srv.port, dir=srv.dir, conninfo=srv.conninfo(), log=srv.log,
+           **state())
+    return {"kill": srv.kill, "stop": srv.stop, "restart": restart, "pause": srv.pause,
+            "resume": srv.resume}, state
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="broker", required=True)
@@ -260,12 +292,13 @@ def main():
     pe = sub.add_parser("etcd")
     pe.add_argument("--base", help="the parent of the data directory (default: $TMPDIR)")
     pe.add_argument("extra", nargs=argparse.REMAINDER, help="-- then extra etcd arguments")
+    sub.add_parser("postgres")
     args = p.parse_args()
     if getattr(args, "extra", None) and args.extra[0] == "--":
         args.extra = args.extra[1:]
     try:
         commands, state = {"redis": redis, "redis-tls": redis_tls, "sentinel": sentinel,
-                           "etcd": etcd}[args.broker](args)
+                           "etcd": etcd, "postgres": postgres}[args.broker](args)
     except Exception as ex:  # noqa: BLE001: reported to the C side
         answer(ok=False, error="%s: %s" % (type(ex).__name__, ex))
         sys.exit(1)
@@ -278,6 +311,10 @@ def main():
             answer(ok=True, **state(), **result)
         except Exception as ex:  # noqa: BLE001: one command failed, the rest goes on
             answer(ok=False, error="%s: %s" % (type(ex).__name__, ex), **state())
+    # A test that died closes the pipe and sends its SIGTERM (PR_SET_PDEATHSIG)
+    # at once: a signal arriving now must not break into the cleanups below.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     sys.exit(0)  # the harness's cleanups (atexit): stopped, directories removed
 
 

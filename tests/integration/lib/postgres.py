@@ -6,15 +6,23 @@ free 127.0.0.1 port with its socket in that directory, all through
 `runuser -u postgres`. Startup takes ~1-2 s. SQL goes through psql as the
 superuser `postgres` over TCP. Always stopped at exit (harness cleanups).
 
+self.proc is runuser; the postmaster is its child (postmaster_pid(), from
+postmaster.pid) and every backend or auxiliary process is a child of the
+postmaster in a session of its own (PostgreSQL setsid()s them), so
+signals meant for the whole server go to server_pids(), not to a process
+group.
+
     import postgres as pg
     srv = pg.PgServer()                 # started; registered for cleanup
     srv.sql("CREATE TABLE t (x int)")   # -> list of rows (tuples of str/None)
     srv.conninfo()                      # "host=127.0.0.1 port=P dbname=postgres user=postgres"
     srv.restart(); srv.kill()
+    srv.pause(); srv.resume()           # SIGSTOP / SIGCONT, backends too
 """
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 
@@ -38,6 +46,26 @@ class SqlError(Exception):
     pass
 
 
+_setpriv = None
+
+
+def _pdeathsig():
+    """`setpriv --pdeathsig KILL` (util-linux >= 2.33) to run postgres with:
+    the postmaster dies with its runuser (PR_SET_PDEATHSIG; its backends
+    follow, they watch it), which dies with a parent that set the same for
+    it (tests/support/brokers.py), so that a killed launcher leaves no
+    server behind; [] when setpriv cannot."""
+    global _setpriv
+    if _setpriv is None:
+        try:
+            p = subprocess.run(["setpriv", "--help"], capture_output=True, text=True, timeout=10)
+            ok = "--pdeathsig" in p.stdout
+        except (OSError, subprocess.SubprocessError):
+            ok = False
+        _setpriv = ["setpriv", "--pdeathsig", "KILL"] if ok else []
+    return _setpriv
+
+
 class PgServer:
     def __init__(self, start=True, port=None):
         self.port = port or h.free_port()
@@ -52,18 +80,20 @@ class PgServer:
         if p.returncode != 0:
             raise RuntimeError("initdb failed: %s" % p.stderr[-2000:])
         self.proc = None
+        self.paused = False
         h._cleanups.append(self.stop)
         if start:
             self.start()
 
     def start(self):
         self.proc = subprocess.Popen(
-            ["runuser", "-u", "postgres", "--", os.path.join(PG_BIN, "postgres"),
+            ["runuser", "-u", "postgres", "--"] + _pdeathsig() + [os.path.join(PG_BIN, "postgres"),
              "-D", self.datadir, "-p", str(self.port), "-k", self.dir,
              "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
-             "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+             "-c", "synchronous_commit=on", "-c", "full_page_writes=off",
              "-c", "max_connections=100", "-c", "logging_collector=off"],
             stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"), start_new_session=True)
+        self.paused = False
         if not h.wait_until(self._ready, 60, 0.1):
             self.stop()
             raise RuntimeError("postgres did not start on port %d (log %s)" % (self.port, self.log))
@@ -84,33 +114,78 @@ class PgServer:
         except OSError:
             return ""
 
+    def postmaster_pid(self):
+        """The postmaster's pid (the first line of postmaster.pid), or 0 when
+        it is not running."""
+        if self.proc is None or self.proc.poll() is not None:
+            return 0
+        try:
+            with open(os.path.join(self.datadir, "postmaster.pid")) as f:
+                pid = int(f.readline())
+        except (OSError, ValueError):
+            return 0
+        return pid if _ppid(pid) == self.proc.pid else 0
+
+    def server_pids(self):
+        """The postmaster and its children (backends, auxiliary processes);
+        [] when it is not running."""
+        pm = self.postmaster_pid()
+        return [pm] + _children(pm) if pm else []
+
     def stop(self):
         """Fast shutdown (SIGINT to the postmaster via pg_ctl), else kill."""
         if self.proc is None:
             return
         if self.proc.poll() is None:
+            if self.paused:
+                self.resume()
             subprocess.run(["runuser", "-u", "postgres", "--", os.path.join(PG_BIN, "pg_ctl"),
                             "-D", self.datadir, "-m", "fast", "-w", "-t", "20", "stop"],
                            capture_output=True, timeout=40)
             try:
                 self.proc.wait(20)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                self.kill()
         self.proc = None
 
     def kill(self):
-        """SIGKILL to the postmaster's whole process group (a crash)."""
+        """SIGKILL to runuser, the postmaster and all its children (a crash:
+        the data stays); returns once they are gone."""
         if self.proc is not None and self.proc.poll() is None:
+            pids = self.server_pids()
+            for pid in pids:  # the postmaster first: it forks no more
+                _signal(pid, signal.SIGKILL)
             try:
-                os.killpg(self.proc.pid, 9)
+                os.killpg(self.proc.pid, signal.SIGKILL)
             except OSError:
                 pass
             self.proc.wait()
+            h.wait_until(lambda: all(_state(p) in (None, "Z", "X") for p in pids), 10, 0.01)
         self.proc = None
+        self.paused = False
         pid = os.path.join(self.datadir, "postmaster.pid")
         if os.path.exists(pid):
             os.unlink(pid)
+
+    def pause(self):
+        """SIGSTOP to the postmaster, then (it forks no more) to all its
+        children: no new connection is accepted, no existing one answers.
+        Returns once all of them are stopped."""
+        pm = self.postmaster_pid()
+        if not pm:
+            raise RuntimeError("postgres is not running")
+        self.paused = True
+        _stop_all([pm])
+        _stop_all(_children(pm))
+
+    def resume(self):
+        """SIGCONT to the postmaster and all its children, and to runuser
+        (which stopped itself when it saw its child stop)."""
+        for pid in self.server_pids()[::-1]:
+            _signal(pid, signal.SIGCONT)
+        if self.proc is not None and self.proc.poll() is None:
+            _signal(self.proc.pid, signal.SIGCONT)
+        self.paused = False
 
     def restart(self, down_s=0.0):
         self.stop()
@@ -131,3 +206,48 @@ class PgServer:
         if p.returncode != 0:
             raise SqlError(p.stderr.decode(errors="replace").strip())
         return [tuple(line.split("\t")) for line in p.stdout.decode(errors="replace").splitlines()]
+
+
+def _stat(pid):
+    """The fields of /proc/PID/stat after the command (state, ppid, ...), or
+    None."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _state(pid):
+    st = _stat(pid)
+    return st[0] if st else None
+
+
+def _ppid(pid):
+    st = _stat(pid)
+    return int(st[1]) if st else 0
+
+
+def _children(pid):
+    """The pids whose parent is pid."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and _ppid(int(name)) == pid:
+            out.append(int(name))
+    return out
+
+
+def _signal(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
+def _stop_all(pids, timeout=5.0):
+    """SIGSTOP to each, then waits until each is stopped (or gone)."""
+    for pid in pids:
+        _signal(pid, signal.SIGSTOP)
+    if not h.wait_until(lambda: all(_state(p) in (None, "T", "t", "Z", "X") for p in pids),
+                        timeout, 0.005):
+        raise RuntimeError("postgres processes %s did not stop" % pids)

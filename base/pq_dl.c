@@ -39,6 +39,10 @@ PQconninfoOption *(*sym_PQconninfoParse)(const char *, char **);
 void (*sym_PQconninfoFree)(PQconninfoOption *);
 void (*sym_PQfreemem)(void *);
 char *(*sym_PQescapeIdentifier)(PGconn *, const char *, size_t);
+PGnotify *(*sym_PQnotifies)(PGconn *);
+int (*sym_PQgetlength)(const PGresult *, int, int);
+char *(*sym_PQhost)(const PGconn *);
+char *(*sym_PQport)(const PGconn *);
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int load_rc = -1;
@@ -79,6 +83,10 @@ static void load_once(void)
     RESOLVE(sym_PQconninfoFree, "PQconninfoFree");
     RESOLVE(sym_PQfreemem, "PQfreemem");
     RESOLVE(sym_PQescapeIdentifier, "PQescapeIdentifier");
+    RESOLVE(sym_PQnotifies, "PQnotifies");
+    RESOLVE(sym_PQgetlength, "PQgetlength");
+    RESOLVE(sym_PQhost, "PQhost");
+    RESOLVE(sym_PQport, "PQport");
 #undef RESOLVE
     const char *lib = getenv("BATON_LIBPQ");
     glog_debug("pq", NULL, "loaded %s", lib && *lib ? lib : BATON_LIBPQ_SONAME);

@@ -1,5 +1,6 @@
 /* libpq, loaded on first use (dlopen of libpq.so.5) instead of linked: only
- * the postgresql sink needs it, and most replicas never configure one. The
+ * the postgresql sink and the postgresql locker need it, and most replicas
+ * configure neither. The
  * pattern of base/curl_dl.h: libpq-fe.h for types and constants, a sym_
  * pointer per function used, resolved all at once.
  *
@@ -44,6 +45,10 @@ extern PQconninfoOption *(*sym_PQconninfoParse)(const char *, char **);
 extern void (*sym_PQconninfoFree)(PQconninfoOption *);
 extern void (*sym_PQfreemem)(void *);
 extern char *(*sym_PQescapeIdentifier)(PGconn *, const char *, size_t);
+extern PGnotify *(*sym_PQnotifies)(PGconn *);
+extern int (*sym_PQgetlength)(const PGresult *, int, int);
+extern char *(*sym_PQhost)(const PGconn *);
+extern char *(*sym_PQport)(const PGconn *);
 
 /* 0, or -1 with err naming the library and what failed (not installed, a
  * symbol missing); the same answer every call. */

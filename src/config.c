@@ -16,6 +16,7 @@
 
 #include "baton/active_guard.h"
 #include "baton/locker.h"
+#include "base/pq_dl.h"
 #include "endpoints/redis_settings.h"
 #include "redis/io.h" /* redis_opts_clear: the Redis connection unit */
 #include "common/redact.h"
@@ -384,7 +385,7 @@ static const char *const main_groups[] = {
     "locker", "lease", "sinks", "metrics", "log", "shutdown", "admin", NULL,
 };
 
-static const char *const locker_types[] = { "redis", "etcd", NULL };
+static const char *const locker_types[] = { "redis", "etcd", "postgresql", NULL };
 struct locker_settings {
     int type;
     int backend;
@@ -406,6 +407,7 @@ struct locker_settings {
     int64_t connect_timeout_ms;
     int64_t command_timeout_ms;
     char *prefix;
+    char *conninfo;
 };
 static const struct setting_def locker_defs[] = {
     { "backend", SETTING_ENUM, offsetof(struct locker_settings, backend), .def = "redis",
@@ -437,6 +439,9 @@ static const struct setting_def locker_defs[] = {
       .def = "1000", .min = 1, .max = 600000, .help = "command timeout (one request)" },
     { "prefix", SETTING_STRING, offsetof(struct locker_settings, prefix), .def = "baton",
       .help = "prefix of every lock key" },
+    { "conninfo", SETTING_STRING, offsetof(struct locker_settings, conninfo),
+      .help = "postgresql: libpq connection string (\"host=... dbname=...\" or postgresql://...); "
+              "the password from password_file or password_env, not from here" },
     REDIS_HA_TLS_DEFS(struct locker_settings),
     { "hash_tag", SETTING_BOOL, offsetof(struct locker_settings, hash_tag), .def = "false",
       .help = "lease keys <prefix>:active:{<scope>}: a lease's keys share one Redis Cluster slot "
@@ -651,14 +656,58 @@ static int parse_locker(struct baton_config *c, const config_setting_t *g, struc
     static const char *const redis_only[] = { "host", "port", "db", "sentinels", "master_name", "tls",
                                               "hash_tag", NULL };
     static const char *const etcd_only[] = { "endpoints", "ca_file", "cert_file", "key_file", NULL };
-    const char *const *foreign = backend == LOCKER_BACKEND_ETCD ? redis_only : etcd_only;
-    for (size_t i = 0; rc == 0 && foreign[i]; i++) {
-        const config_setting_t *s = config_setting_get_member(g, foreign[i]);
-        if (!s) continue;
-        config_error_set(err, file, line_of(s), "locker: '%s' is a setting of the %s backend, not of %s",
-                         foreign[i], backend == LOCKER_BACKEND_ETCD ? "redis" : "etcd",
-                         locker_types[backend]);
-        rc = -1;
+    static const char *const pg_only[] = { "conninfo", NULL };
+    static const char *const *const only[] = { redis_only, etcd_only, pg_only };
+    for (int b = 0; b < 3; b++) {
+        if (b == backend) continue;
+        for (size_t i = 0; rc == 0 && only[b][i]; i++) {
+            const config_setting_t *s = config_setting_get_member(g, only[b][i]);
+            if (!s) continue;
+            config_error_set(err, file, line_of(s), "locker: '%s' is a setting of the %s backend, not of %s",
+                             only[b][i], locker_types[b], locker_types[backend]);
+            rc = -1;
+        }
+    }
+    if (rc == 0 && backend == LOCKER_BACKEND_PG) {
+        static const char *const redis_conn[] = { "host", "port", "db", "user", NULL };
+        for (size_t i = 0; rc == 0 && redis_conn[i]; i++) {
+            const config_setting_t *s = config_setting_get_member(g, redis_conn[i]);
+            if (!s) continue;
+            config_error_set(err, file, line_of(s),
+                             "locker: '%s' is not a setting of the postgresql backend: put it in conninfo",
+                             redis_conn[i]);
+            rc = -1;
+        }
+        const config_setting_t *s = config_setting_get_member(g, "conninfo");
+        char why[300];
+        if (rc == 0 && (!ls.conninfo || !ls.conninfo[0])) {
+            config_error_set(err, file, line_of(s ? s : backend_s ? backend_s : type_s ? type_s : g),
+                             "locker: backend \"postgresql\" needs conninfo = \"host=... dbname=...\"");
+            rc = -1;
+        } else if (rc == 0 && pq_dl_load(why, sizeof why) != 0) {
+            config_error_set(err, file, line_of(s), "locker: %s", why);
+            rc = -1;
+        } else if (rc == 0) {
+            char *perr = NULL;
+            PQconninfoOption *o = sym_PQconninfoParse(ls.conninfo, &perr);
+            bool has_password = false;
+            for (PQconninfoOption *p = o; p && p->keyword; p++)
+                if (strcmp(p->keyword, "password") == 0 && p->val && p->val[0]) has_password = true;
+            if (!o) {
+                size_t l = perr ? strlen(perr) : 0;
+                while (l > 0 && (perr[l - 1] == '\n' || perr[l - 1] == ' ')) l--;
+                config_error_set(err, file, line_of(s), "locker: conninfo is not a libpq connection string: %.*s",
+                                 (int)l, perr ? perr : "unknown error");
+                rc = -1;
+            } else if (has_password) {
+                /* never echoed: it holds a password */
+                config_error_set(err, file, line_of(s),
+                                 "locker: conninfo holds a password; set password_file (or password_env) instead");
+                rc = -1;
+            }
+            if (perr) sym_PQfreemem(perr);
+            if (o) sym_PQconninfoFree(o);
+        }
     }
     if (rc == 0 && backend == LOCKER_BACKEND_REDIS && !ls.host[0]) {
         const config_setting_t *s = config_setting_get_member(g, "host");
@@ -739,7 +788,14 @@ static int parse_locker(struct baton_config *c, const config_setting_t *g, struc
         c->locker_backend = (enum locker_backend)backend;
         c->locker_hash_tag = ls.hash_tag;
         c->locker_command_timeout_set = g && config_setting_get_member(g, "command_timeout_ms") != NULL;
-        if (backend == LOCKER_BACKEND_ETCD) {
+        if (backend == LOCKER_BACKEND_PG) {
+            struct baton_pg_opts *p = &c->locker_pg;
+            p->conninfo = ls.conninfo;
+            ls.conninfo = NULL;
+            p->password = password;
+            p->connect_timeout_ms = ls.connect_timeout_ms;
+            p->command_timeout_ms = ls.command_timeout_ms;
+        } else if (backend == LOCKER_BACKEND_ETCD) {
             struct baton_etcd_opts *e = &c->locker_etcd;
             e->endpoints = ls.endpoints.v;
             e->n_endpoints = ls.endpoints.n;
@@ -799,6 +855,7 @@ static int parse_lease(struct lease_config *l, const config_setting_t *g, struct
  * timeout, 0 in single-process mode (no locker, nothing can time out). */
 static int64_t *locker_command_timeout(struct baton_config *c)
 {
+    if (c->locker_backend == LOCKER_BACKEND_PG) return &c->locker_pg.command_timeout_ms;
     return c->locker_backend == LOCKER_BACKEND_ETCD ? &c->locker_etcd.command_timeout_ms
                                                     : &c->locker_redis.command_timeout_ms;
 }
@@ -1606,6 +1663,11 @@ void config_free(struct baton_config *c)
     free(c->owner);
     redis_opts_clear(&c->locker_redis);
     etcd_settings_free(&c->locker_etcd);
+    free(c->locker_pg.conninfo);
+    if (c->locker_pg.password) {
+        explicit_bzero(c->locker_pg.password, strlen(c->locker_pg.password));
+        free(c->locker_pg.password);
+    }
     free(c->key_prefix);
     for (size_t i = 0; i < c->n_sinks; i++) {
         struct sink_config *s = &c->sinks[i];
@@ -1636,13 +1698,16 @@ void config_free(struct baton_config *c)
 const char *config_locker_backend(const struct baton_config *c)
 {
     if (!c->has_locker) return "none";
-    return c->locker_backend == LOCKER_BACKEND_ETCD ? "etcd" : "redis";
+    return locker_types[c->locker_backend];
 }
 
 void config_locker_describe(const struct baton_config *c, char *buf, size_t len)
 {
     if (!c->has_locker) {
         snprintf(buf, len, "none");
+    } else if (c->locker_backend == LOCKER_BACKEND_PG) {
+        /* conninfo holds no password (refused when parsed) */
+        snprintf(buf, len, "postgresql %s", c->locker_pg.conninfo);
     } else if (c->locker_backend == LOCKER_BACKEND_ETCD) {
         /* shown in logs, STATUS= and errors: user information masked */
         size_t off = (size_t)snprintf(buf, len, "etcd");
@@ -1665,15 +1730,15 @@ void config_locker_describe(const struct baton_config *c, char *buf, size_t len)
 int64_t config_locker_command_timeout(const struct baton_config *c)
 {
     if (!c->has_locker) return 0;
-    return c->locker_backend == LOCKER_BACKEND_ETCD ? c->locker_etcd.command_timeout_ms
-                                                    : c->locker_redis.command_timeout_ms;
+    return *locker_command_timeout((struct baton_config *)c);
 }
 
 struct baton_locker *config_locker_create(const struct baton_config *c, char *err, size_t errlen)
 {
     char lerr[BATON_LOCKER_ERR_MAX] = "";
-    struct baton_locker *l = c->locker_backend == LOCKER_BACKEND_ETCD ? baton_locker_etcd_create(&c->locker_etcd, lerr)
-                                                                : baton_locker_redis_create(&c->locker_redis, lerr);
+    struct baton_locker *l = c->locker_backend == LOCKER_BACKEND_PG     ? baton_locker_pg_create(&c->locker_pg, lerr)
+                             : c->locker_backend == LOCKER_BACKEND_ETCD ? baton_locker_etcd_create(&c->locker_etcd, lerr)
+                                                                        : baton_locker_redis_create(&c->locker_redis, lerr);
     if (l == NULL) {
         char where[300];
         config_locker_describe(c, where, sizeof where);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "baton/etcd.h"
+#include "baton/pg.h"
 #include "baton/redis.h"
 #include "endpoints/endpoint.h"
 #include "common/log.h"
@@ -81,9 +82,14 @@ struct baton_config {
     char *path;           /* main file as given */
     char *owner;          /* NULL when absent */
     bool has_locker;      /* false: single-process mode */
-    enum locker_backend { LOCKER_BACKEND_REDIS = 0, LOCKER_BACKEND_ETCD } locker_backend;
+    enum locker_backend {
+        LOCKER_BACKEND_REDIS = 0,
+        LOCKER_BACKEND_ETCD,
+        LOCKER_BACKEND_PG
+    } locker_backend;
     struct baton_redis_opts locker_redis; /* backend redis */
     struct baton_etcd_opts locker_etcd;   /* backend etcd */
+    struct baton_pg_opts locker_pg;       /* backend postgresql */
     /* command_timeout_ms was given; otherwise its default (1000) is lowered
      * to fit the shortest lease (ttl - margin - renew, at least 50 ms). */
     bool locker_command_timeout_set;

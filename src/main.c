@@ -3,6 +3,7 @@
  *   baton -c FILE [--check-config] [--log-level LEVEL]
  *   baton status -c FILE
  *   baton -c FILE --init-sink NAME [--apply]
+ *   baton -c FILE --init-locker [--apply]
  *   baton step-down -c FILE [--hold-ms N] ENDPOINT...|--all
  *   baton drain -c FILE | baton resume -c FILE
  *   baton --print-reference[=markdown|man]
@@ -57,6 +58,7 @@ static void usage(FILE *f)
             "usage: baton -c FILE [--check-config] [--log-level LEVEL]\n"
             "       baton status -c FILE\n"
             "       baton -c FILE --init-sink NAME [--apply]\n"
+            "       baton -c FILE --init-locker [--apply]\n"
             "       baton step-down -c FILE [--hold-ms N] ENDPOINT...|--all\n"
             "       baton drain -c FILE | baton resume -c FILE\n"
             "       baton --print-reference[=markdown|man]\n"
@@ -67,14 +69,16 @@ static void usage(FILE *f)
             "      --log-level LEVEL error, warn, info or debug (overrides the file)\n"
             "      --init-sink NAME  print what sink NAME needs in its store (postgresql: the\n"
             "                        idempotent DDL of its tables), then exit\n"
-            "      --apply           with --init-sink: run it instead of printing it\n"
+            "      --init-locker     print what the locker needs in its store (postgresql: the\n"
+            "                        idempotent DDL of its tables), then exit\n"
+            "      --apply           with --init-sink or --init-locker: run it instead of printing it\n"
             "      --print-reference[=markdown|man]\n"
             "                        print the reference of every setting (default markdown; man:\n"
             "                        the baton.cfg(5) page), then exit\n"
             "  -V, --version         print the version\n"
             "  -h, --help            this text\n"
             "\n"
-            "  status                ask the locker (Redis or etcd) who leads each endpoint of FILE\n"
+            "  status                ask the locker (Redis, etcd, PostgreSQL) who leads each endpoint of FILE\n"
             "  step-down             ask the replica running with FILE (its ops listener) to hand the\n"
             "                        endpoints over gracefully and not compete for them for N ms\n"
             "                        (default 2 x ttl); --all: every endpoint with a lease\n"
@@ -129,6 +133,28 @@ static void watchdog_tick(struct gateway *gw)
 
 /* --init-sink NAME [--apply]: the named sink's store set-up, printed or
  * run. */
+/* --init-locker [--apply]: the locker's tables (postgresql), printed or
+ * created. */
+static int init_locker_run(const struct baton_config *cfg, bool apply)
+{
+    if (!cfg->has_locker || cfg->locker_backend != LOCKER_BACKEND_PG) {
+        fprintf(stderr, "baton: --init-locker: the locker of %s is %s, which needs nothing set up\n",
+                cfg->path, config_locker_backend(cfg));
+        return BATON_EXIT_USAGE;
+    }
+    if (!apply) {
+        fputs(baton_locker_pg_ddl(), stdout);
+        return BATON_EXIT_OK;
+    }
+    char err[BATON_LOCKER_ERR_MAX];
+    if (baton_locker_pg_init_schema(&cfg->locker_pg, err) != 0) {
+        fprintf(stderr, "baton: --init-locker: %s\n", err);
+        return BATON_EXIT_START;
+    }
+    printf("the locker's tables are in place (postgresql)\n");
+    return BATON_EXIT_OK;
+}
+
 static int init_sink_run(const struct baton_config *cfg, const char *name, bool apply)
 {
     const struct sink_config *sc = NULL;
@@ -163,6 +189,7 @@ int main(int argc, char **argv)
 
     const char *reference = NULL; /* the format asked for; NULL: not asked */
     const char *init_sink = NULL;  /* --init-sink NAME */
+    bool init_locker = false;      /* --init-locker */
     bool apply = false;
 
     if (argc > 1 && strcmp(argv[1], "step-down") == 0) control = CONTROL_STEP_DOWN;
@@ -180,6 +207,7 @@ int main(int argc, char **argv)
         {"log-level", required_argument, NULL, 'l'},
         {"print-reference", optional_argument, NULL, 'r'},
         {"init-sink", required_argument, NULL, 'i'},
+        {"init-locker", no_argument, NULL, 'L'},
         {"apply", no_argument, NULL, 'a'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
@@ -195,6 +223,7 @@ int main(int argc, char **argv)
         case 'l': cli_level = optarg; break;
         case 'r': reference = optarg ? optarg : "markdown"; break;
         case 'i': init_sink = optarg; break;
+        case 'L': init_locker = true; break;
         case 'a': apply = true; break;
         case 'V': printf("baton %s\n", BATON_VERSION); return BATON_EXIT_OK;
         case 'h': usage(stdout); return BATON_EXIT_OK;
@@ -244,8 +273,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "baton: missing -c FILE\n");
         return usage_error();
     }
-    if (apply && !init_sink) {
-        fprintf(stderr, "baton: --apply goes with --init-sink NAME\n");
+    if (apply && !init_sink && !init_locker) {
+        fprintf(stderr, "baton: --apply goes with --init-sink NAME or --init-locker\n");
+        return usage_error();
+    }
+    if (init_sink && init_locker) {
+        fprintf(stderr, "baton: --init-sink and --init-locker: one at a time\n");
         return usage_error();
     }
     enum log_level level;
@@ -271,6 +304,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "baton: configuration error: %s\n", redact_urls(msg, shown, sizeof shown));
         config_free(&cfg);
         return BATON_EXIT_CONFIG;
+    }
+    if (init_locker) {
+        int rc = init_locker_run(&cfg, apply);
+        config_free(&cfg);
+        return rc;
     }
     if (init_sink) {
         int rc = init_sink_run(&cfg, init_sink, apply);

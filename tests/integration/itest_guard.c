@@ -40,15 +40,22 @@
 #include "redis/open.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "baton/pg.h"
 #include "tests/support/etcd_server.h"
+#include "tests/support/pg_server.h"
 #include "tests/support/redis_server.h"
 #include "tests/support/wait.h"
 
 /* ---- the backend under test ---------------------------------------------------- */
 
-enum backend { BK_REDIS, BK_ETCD };
+enum backend { BK_REDIS, BK_ETCD, BK_PG };
 static enum backend BK = BK_REDIS;
+static const char *const BK_NAME[] = {"redis", "etcd", "postgresql"};
 #define IS_ETCD (BK == BK_ETCD)
+#define IS_PG (BK == BK_PG)
+/* The backend keeps its data across a crash (etcd, PostgreSQL; Redis here
+ * restarts empty). */
+#define DURABLE (BK != BK_REDIS)
 
 /* Tests about Redis itself (its scripts, types, connections). */
 #define REDIS_ONLY()                                                     \
@@ -63,18 +70,38 @@ static enum backend BK = BK_REDIS;
 struct srv {
     struct redis_server *r;
     struct etcd_server *e;
+    struct pg_server *p;
+    pid_t redis_pid; /* srv_pause: a paused Redis cannot be asked for it */
 };
+
+static struct baton_pg_opts pg_opts(const struct pg_server *p, int timeout_ms)
+{
+    struct baton_pg_opts o = {.conninfo = (char *)pg_server_conninfo(p),
+                              .connect_timeout_ms = timeout_ms,
+                              .command_timeout_ms = timeout_ms};
+    return o;
+}
 
 static struct srv shared;
 
 static bool srv_open(struct srv *s)
 {
     memset(s, 0, sizeof *s);
-    if (IS_ETCD)
+    if (IS_ETCD) {
         s->e = etcd_server_start(NULL);
-    else
+    } else if (IS_PG) {
+        s->p = pg_server_start();
+        char err[BATON_LOCKER_ERR_MAX];
+        struct baton_pg_opts o = pg_opts(s->p, 5000);
+        if (s->p && baton_locker_pg_init_schema(&o, err) != 0) {
+            fprintf(stderr, "baton_locker_pg_init_schema: %s\n", err);
+            pg_server_destroy(s->p);
+            s->p = NULL;
+        }
+    } else {
         s->r = redis_server_start(NULL);
-    return s->r || s->e;
+    }
+    return s->r || s->e || s->p;
 }
 
 static struct srv *srv_start(void)
@@ -90,23 +117,24 @@ static void srv_destroy(struct srv *s)
     if (s == NULL) return;
     redis_server_destroy(s->r);
     etcd_server_destroy(s->e);
+    pg_server_destroy(s->p);
     if (s != &shared) free(s);
 }
 
 static int srv_port(const struct srv *s)
 {
-    return s->e ? etcd_server_port(s->e) : redis_server_port(s->r);
+    return s->e ? etcd_server_port(s->e) : s->p ? pg_server_port(s->p) : redis_server_port(s->r);
 }
 
-/* A crash: SIGKILL. Redis loses its data, etcd keeps it. */
+/* A crash: SIGKILL. Redis loses its data, etcd and PostgreSQL keep it. */
 static int srv_kill(struct srv *s)
 {
-    return s->e ? etcd_server_kill(s->e) : redis_server_stop(s->r);
+    return s->e ? etcd_server_kill(s->e) : s->p ? pg_server_kill(s->p) : redis_server_stop(s->r);
 }
 
 static int srv_restart(struct srv *s)
 {
-    return s->e ? etcd_server_restart(s->e) : redis_server_restart(s->r);
+    return s->e ? etcd_server_restart(s->e) : s->p ? pg_server_restart(s->p) : redis_server_restart(s->r);
 }
 
 /* Lease TTLs: as given for Redis; whole seconds of at least 2000 ms for etcd. */
@@ -154,8 +182,19 @@ static struct baton_locker *etcd_locker(const char *url)
     return l;
 }
 
+static struct baton_locker *pg_locker(const struct pg_server *p, int timeout_ms)
+{
+    char err[BATON_LOCKER_ERR_MAX];
+    struct baton_pg_opts o = pg_opts(p, timeout_ms);
+    struct baton_locker *l = baton_locker_pg_create(&o, err);
+    if (l == NULL) fprintf(stderr, "baton_locker_pg_create: %s\n", err);
+    assert_non_null(l);
+    return l;
+}
+
 static struct baton_locker *locker_for(const struct srv *s)
 {
+    if (s->p) return pg_locker(s->p, 500);
     return s->e ? etcd_locker(etcd_server_url(s->e)) : redis_locker(redis_server_port(s->r));
 }
 
@@ -165,6 +204,7 @@ static struct baton_locker *locker_patient(const struct srv *s, int timeout_ms)
 {
     char err[BATON_LOCKER_ERR_MAX];
     struct baton_locker *l;
+    if (s->p) return pg_locker(s->p, timeout_ms);
     if (s->e) {
         char *eps[1] = {(char *)etcd_server_url(s->e)};
         struct baton_etcd_opts o = {.endpoints = eps, .n_endpoints = 1,
@@ -286,9 +326,42 @@ static long long eraw_lease_ttl_ms(struct etcd_server *s, long long id)
     return ttl < 0 ? -1 : ttl * 1000;
 }
 
+/* ---- raw PostgreSQL access (psql) ---------------------------------------------- */
+
+/* Runs sql on p (fails the test on an error): its output, rows one a line,
+ * the trailing newline removed. */
+static void praw(const struct pg_server *p, char *out, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void praw(const struct pg_server *p, char *out, size_t len, const char *fmt, ...)
+{
+    char sql[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    int rc = pg_server_sql(p, sql, out, len);
+    if (rc != 0) fail_msg("psql %s: exit %d: %s", sql, rc, out);
+    size_t n = strlen(out);
+    while (n > 0 && out[n - 1] == '\n') out[--n] = '\0';
+}
+
+/* What a key name means in the PostgreSQL backend's tables: a live lease
+ * of that key, or a live shared value "<lease key>:<name>" (the tests' keys
+ * need no quoting). */
+#define PG_LIVE(col)                                                                    \
+    "SELECT " col " FROM baton_leases WHERE key = '%s' AND token IS NOT NULL "         \
+    "AND expires_at > clock_timestamp() UNION ALL SELECT " col " FROM baton_shared "   \
+    "WHERE key || ':' || name = '%s' AND expires_at > clock_timestamp()"
+#define PG_TTL "ceil(extract(epoch FROM (expires_at - clock_timestamp())) * 1000)::bigint"
+
 /* Backend-neutral raw reads of the shared server. */
 static bool raw_exists(const char *key)
 {
+    if (IS_PG) {
+        char out[256];
+        praw(shared.p, out, sizeof out, PG_LIVE("1"), key, key);
+        return out[0] != '\0';
+    }
     if (IS_ETCD) return eraw_range(shared.e, key, NULL, 0, NULL, NULL, NULL) == 1;
     redisReply *r = raw(redis_server_port(shared.r), "EXISTS %s", key);
     bool e = r->integer == 1;
@@ -303,6 +376,15 @@ static void raw_value(const char *key, char *buf, size_t len)
         assert_int_equal(eraw_range(shared.e, key, buf, len, NULL, NULL, NULL), 1);
         return;
     }
+    if (IS_PG) { /* a lease's token, or a shared value (text) */
+        praw(shared.p, buf, len,
+             "SELECT token FROM baton_leases WHERE key = '%s' AND token IS NOT NULL "
+             "AND expires_at > clock_timestamp() UNION ALL SELECT encode(value, 'escape') "
+             "FROM baton_shared WHERE key || ':' || name = '%s' AND expires_at > clock_timestamp()",
+             key, key);
+        assert_true(buf[0] != '\0');
+        return;
+    }
     redisReply *r = raw(redis_server_port(shared.r), "GET %s", key);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
     snprintf(buf, len, "%s", r->str);
@@ -313,6 +395,11 @@ static void raw_value(const char *key, char *buf, size_t len)
  * expiry, -2 absent. */
 static long long raw_ttl_ms(const char *key)
 {
+    if (IS_PG) {
+        char out[256];
+        praw(shared.p, out, sizeof out, PG_LIVE(PG_TTL), key, key);
+        return out[0] ? strtoll(out, NULL, 10) : -2;
+    }
     if (IS_ETCD) {
         long long lease = 0;
         if (eraw_range(shared.e, key, NULL, 0, NULL, &lease, NULL) != 1) return -2;
@@ -389,7 +476,7 @@ static void test_expiry(void **state)
     int64_t ttl = T(150);
     assert_int_equal(baton_locker_try_lock(a, "exp", ttl, &ga, err), BATON_LOCKER_OK);
     assert_int_equal(baton_locker_try_lock(b, "exp", ttl, &gb, err), BATON_LOCKER_HELD);
-    if (IS_ETCD) { /* the member knows how long the holder's lease still runs */
+    if (DURABLE) { /* the server knows how long the holder's lease still runs */
         printf("expiry: held, holder's lease runs %lld ms more\n", (long long)gb.held_pttl_ms);
         assert_true(gb.held_pttl_ms > 0 && gb.held_pttl_ms <= ttl);
     }
@@ -483,7 +570,18 @@ static void test_epochs_strictly_increasing(void **state)
            (unsigned long long)er->epochs[EPOCH_TOTAL - 1]);
     struct baton_lock_grant g;
     char err[BATON_LOCKER_ERR_MAX];
-    if (!IS_ETCD) {
+    if (IS_PG) {
+        /* the lease row is lost (deleted by hand): the sequence and the clock
+         * floor keep the epoch increasing */
+        char out[64];
+        praw(shared.p, out, sizeof out, "DELETE FROM baton_leases WHERE key = 'epochs'");
+        assert_int_equal(baton_locker_try_lock(er->lockers[0], "epochs", 1000, &g, err), BATON_LOCKER_OK);
+        printf("after the lease row was deleted: epoch %llu\n", (unsigned long long)g.epoch);
+        assert_true(g.epoch > er->epochs[EPOCH_TOTAL - 1]);
+        er->epochs[EPOCH_TOTAL - 1] = g.epoch;
+        assert_int_equal(baton_locker_unlock(er->lockers[0], "epochs", g.token, err), BATON_LOCKER_OK);
+    }
+    if (BK == BK_REDIS) {
         /* Redis loses its data: the epoch still increases */
         freeReplyObject(raw(PORT, "FLUSHALL"));
         assert_int_equal(baton_locker_try_lock(er->lockers[0], "epochs", 1000, &g, err), BATON_LOCKER_OK);
@@ -492,7 +590,7 @@ static void test_epochs_strictly_increasing(void **state)
         assert_int_equal(strtoull(r->str, NULL, 10), g.epoch);
         freeReplyObject(r);
     } else {
-        /* the member crashes and comes back (its data survives): still increasing */
+        /* the server crashes and comes back (its data survives): still increasing */
         assert_int_equal(srv_kill(&shared), 0);
         assert_int_equal(srv_restart(&shared), 0);
         int rc = BATON_LOCKER_ERR;
@@ -504,9 +602,11 @@ static void test_epochs_strictly_increasing(void **state)
         assert_int_equal(rc, BATON_LOCKER_OK);
         printf("after a member restart: epoch %llu\n", (unsigned long long)g.epoch);
         assert_true(g.epoch > er->epochs[EPOCH_TOTAL - 1]);
-        long long mod = 0;
-        assert_int_equal(eraw_range(shared.e, "epochs:epoch", NULL, 0, NULL, NULL, &mod), 1);
-        assert_int_equal((uint64_t)mod, g.epoch); /* the epoch key's revision */
+        if (IS_ETCD) {
+            long long mod = 0;
+            assert_int_equal(eraw_range(shared.e, "epochs:epoch", NULL, 0, NULL, NULL, &mod), 1);
+            assert_int_equal((uint64_t)mod, g.epoch); /* the epoch key's revision */
+        }
         assert_int_equal(baton_locker_unlock(er->lockers[0], "epochs", g.token, err), BATON_LOCKER_OK);
     }
     baton_locker_destroy(er->lockers[0]);
@@ -573,21 +673,38 @@ static void test_non_string_key(void **state)
     baton_locker_destroy(a);
 }
 
-/* etcd: a member that was reachable goes away (SIGKILL): every call is
- * BATON_LOCKER_ERR naming the endpoint and the reason, never "held" or "lost";
- * it comes back: the next call works. Paused (SIGSTOP): BATON_LOCKER_ERR within
- * the command timeout. */
-static void unreachable_etcd(void)
+/* SIGSTOP / SIGCONT the server (PostgreSQL: the postmaster and every
+ * backend). */
+static long server_pid(int port);
+static int srv_pause(struct srv *s)
 {
-    struct etcd_server *s = etcd_server_start(NULL);
-    assert_non_null(s);
+    if (s->p) return pg_server_pause(s->p);
+    if (s->e) return etcd_server_pause(s->e);
+    s->redis_pid = (pid_t)server_pid(srv_port(s));
+    return kill(s->redis_pid, SIGSTOP);
+}
+
+static int srv_resume(struct srv *s)
+{
+    if (s->p) return pg_server_resume(s->p);
+    if (s->e) return etcd_server_resume(s->e);
+    return kill(s->redis_pid, SIGCONT);
+}
+
+/* etcd, PostgreSQL: a server that was reachable goes away (SIGKILL): every
+ * call is BATON_LOCKER_ERR naming the endpoint and the reason, never "held"
+ * or "lost"; it comes back: the next call works. Paused (SIGSTOP):
+ * BATON_LOCKER_ERR within the command timeout. */
+static void unreachable_durable(void)
+{
+    struct srv *sv = srv_start();
     char where[64], err[BATON_LOCKER_ERR_MAX];
-    snprintf(where, sizeof where, "127.0.0.1:%d", etcd_server_port(s));
-    struct baton_locker *l = etcd_locker(etcd_server_url(s));
+    snprintf(where, sizeof where, "127.0.0.1:%d", srv_port(sv));
+    struct baton_locker *l = locker_for(sv);
     struct baton_lock_grant g0, g;
     int64_t sent;
     assert_int_equal(baton_locker_try_lock(l, "held", 10000, &g0, err), BATON_LOCKER_OK);
-    assert_int_equal(etcd_server_kill(s), 0);
+    assert_int_equal(srv_kill(sv), 0);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(baton_locker_try_lock(l, "k", 2000, &g, err), BATON_LOCKER_ERR);
         assert_non_null(strstr(err, where));
@@ -600,7 +717,7 @@ static void unreachable_etcd(void)
     assert_int_equal(baton_locker_claim(l, "c", 2000, err), BATON_LOCKER_ERR);
     if (l->ops->ping) assert_int_equal(l->ops->ping(l, err), BATON_LOCKER_ERR);
     /* it comes up (data kept): the next call connects, the lease is still ours */
-    assert_int_equal(etcd_server_restart(s), 0);
+    assert_int_equal(srv_restart(sv), 0);
     assert_int_equal(baton_locker_try_lock(l, "k", 2000, &g, err), BATON_LOCKER_OK);
     assert_int_equal(l->ops->check(l, "held", g0.token, err), BATON_LOCKER_OK);
     /* held by this very locker: held, like anyone else's (never taken over) */
@@ -609,12 +726,12 @@ static void unreachable_etcd(void)
         fail_msg("try_lock of a key this locker holds (lease alive, check OK): %s, want held (%s)",
                  baton_locker_status_name(self), err);
     /* paused: an error within the command timeout (500 ms), never a hang */
-    assert_int_equal(etcd_server_pause(s), 0);
+    assert_int_equal(srv_pause(sv), 0);
     int64_t t0 = clock_mono_ms();
     int rc = baton_locker_try_lock(l, "k2", 2000, &g, err);
     int64_t took = clock_mono_ms() - t0;
-    assert_int_equal(etcd_server_resume(s), 0);
-    printf("paused member: try_lock %s after %lld ms: %s\n", baton_locker_status_name(rc),
+    assert_int_equal(srv_resume(sv), 0);
+    printf("paused server: try_lock %s after %lld ms: %s\n", baton_locker_status_name(rc),
            (long long)took, err);
     assert_int_equal(rc, BATON_LOCKER_ERR);
     assert_non_null(strstr(err, where));
@@ -626,13 +743,13 @@ static void unreachable_etcd(void)
     assert_int_equal(rc, BATON_LOCKER_OK);
     assert_int_equal(baton_locker_unlock(l, "held", g0.token, err), BATON_LOCKER_OK);
     baton_locker_destroy(l);
-    etcd_server_destroy(s);
+    srv_destroy(sv);
 }
 
 static void test_unreachable_backend(void **state)
 {
-    if (IS_ETCD) {
-        unreachable_etcd();
+    if (DURABLE) {
+        unreachable_durable();
         return;
     }
     /* a port nobody listens on: start a server to learn a free port, stop it */
@@ -728,6 +845,11 @@ static void wrong_password_etcd(void)
 
 static void test_wrong_password(void **state)
 {
+    if (IS_PG) {
+        /* authentication is libpq's; the test server trusts local connections */
+        printf("skipped: the PostgreSQL test server trusts every local connection\n");
+        skip();
+    }
     if (IS_ETCD) {
         wrong_password_etcd();
         return;
@@ -836,8 +958,46 @@ static void epoch_key_etcd(void)
     baton_locker_destroy(a);
 }
 
+/* PostgreSQL: the epoch is a column of the lease row; renewals (only
+ * expires_at changes) keep it, past the first grant's ttl, so the term's
+ * fenced writes keep working; renewing someone else's lease changes
+ * nothing. */
+static void epoch_key_pg(void)
+{
+    struct baton_locker *a = LOCKER();
+    struct baton_lock_grant g;
+    struct baton_lock_info info;
+    char err[BATON_LOCKER_ERR_MAX];
+    int64_t sent;
+    assert_int_equal(baton_locker_try_lock(a, "ep", 2000, &g, err), BATON_LOCKER_OK);
+    for (int i = 0; i < 3; i++) {
+        usleep(400 * 1000);
+        assert_int_equal(baton_locker_renew(a, "ep", g.token, 2000, &sent, err), BATON_LOCKER_OK);
+    }
+    usleep(1000 * 1000); /* past the first grant's 2 s: only the renewals kept it */
+    assert_int_equal(a->ops->check(a, "ep", g.token, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_inspect(a, "ep", &info, err), BATON_LOCKER_OK);
+    assert_true(info.held);
+    assert_int_equal(info.epoch, g.epoch);
+    assert_int_equal(baton_locker_fenced_set(a, "ep", "mark", g.epoch, "v", 1, 10000, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_renew(a, "ep", "ffffffffffffffffffffffffffffffff", 2000, &sent, err),
+                     BATON_LOCKER_LOST);
+    assert_int_equal(baton_locker_inspect(a, "ep", &info, err), BATON_LOCKER_OK);
+    assert_int_equal(info.epoch, g.epoch);
+    assert_int_equal(baton_locker_unlock(a, "ep", g.token, err), BATON_LOCKER_OK);
+    /* released: the row keeps the epoch (the next one counts from it) */
+    assert_int_equal(baton_locker_inspect(a, "ep", &info, err), BATON_LOCKER_OK);
+    assert_false(info.held);
+    assert_int_equal(info.epoch, g.epoch);
+    baton_locker_destroy(a);
+}
+
 static void test_epoch_expiry_renew_keeps_epoch_key(void **state)
 {
+    if (IS_PG) {
+        epoch_key_pg();
+        return;
+    }
     if (IS_ETCD) {
         epoch_key_etcd();
         return;
@@ -924,6 +1084,38 @@ static void missed_release_etcd(struct srv *sv, struct baton_locker *leader, str
     srv_destroy(sv);
 }
 
+/* PostgreSQL: the release is announced by NOTIFY in the releasing statement
+ * (no announce_release); a server restart breaks the LISTEN connection, and
+ * LISTENing again advances the counter (releases may have been missed
+ * meanwhile); after it, releases are counted again. An expiry is not
+ * announced: a standby retries when the holder's lease runs out
+ * (held_pttl_ms). */
+static void missed_release_pg(struct srv *sv, struct baton_locker *leader, struct baton_locker *standby,
+                              struct baton_lock_grant *h)
+{
+    char err[BATON_LOCKER_ERR_MAX];
+    assert_null(leader->ops->announce_release);
+    uint64_t s2 = standby->ops->release_seq(standby, "mr");
+    int64_t t0 = clock_mono_ms();
+    assert_int_equal(srv_kill(sv), 0);
+    assert_int_equal(srv_restart(sv), 0);
+    assert_true(standby->ops->wait_release(standby, "mr", s2, 8000));
+    printf("missed_release: counter advanced %lld ms after the server was killed (restart "
+           "included)\n",
+           (long long)(clock_mono_ms() - t0));
+    assert_true(WAIT_FOR(standby->ops->check(standby, "mr", h->token, err) == BATON_LOCKER_OK, 3000) >=
+                0);
+    uint64_t s3 = standby->ops->release_seq(standby, "mr");
+    assert_int_equal(baton_locker_unlock(standby, "mr", h->token, err), BATON_LOCKER_OK);
+    t0 = clock_mono_ms();
+    assert_true(standby->ops->wait_release(standby, "mr", s3, 2000));
+    printf("missed_release: release after the restart seen in %lld ms\n",
+           (long long)(clock_mono_ms() - t0));
+    baton_locker_destroy(leader);
+    baton_locker_destroy(standby);
+    srv_destroy(sv);
+}
+
 static void test_missed_release_counted_and_resubscribed(void **state)
 {
     struct srv *sv = srv_start(); /* CLIENT KILL / a restart hits only ours */
@@ -936,12 +1128,12 @@ static void test_missed_release_counted_and_resubscribed(void **state)
     uint64_t seen = standby->ops->release_seq(standby, "mr");
     printf("missed_release: first release_seq (subscribe confirmed) took %lld ms\n",
            (long long)(clock_mono_ms() - t0));
-    if (!IS_ETCD) assert_int_equal(numsub(port, "mr:released"), 1); /* confirmed before it returned */
+    if (BK == BK_REDIS) assert_int_equal(numsub(port, "mr:released"), 1); /* confirmed before it returned */
     assert_int_equal(baton_locker_try_lock(standby, "mr", 10000, &h, err), BATON_LOCKER_HELD);
     /* the standby is busy: the leader releases and announces now (etcd: the
      * release's DELETE is the announcement) */
     assert_int_equal(baton_locker_unlock(leader, "mr", g.token, err), BATON_LOCKER_OK);
-    if (!IS_ETCD || leader->ops->announce_release)
+    if (BK == BK_REDIS || leader->ops->announce_release)
         assert_int_equal(leader->ops->announce_release(leader, "mr", err), BATON_LOCKER_OK);
     usleep(50 * 1000); /* still busy; the subscriber thread counts it meanwhile */
     t0 = clock_mono_ms();
@@ -950,7 +1142,7 @@ static void test_missed_release_counted_and_resubscribed(void **state)
     printf("missed_release: wait_release after a past announcement returned in %lld ms\n",
            (long long)took);
     assert_true(took < 100);
-    if (!IS_ETCD) {
+    if (BK == BK_REDIS) {
         assert_int_equal(standby->ops->release_seq(standby, "mr"), seen + 1);
     } else {
         uint64_t now = standby->ops->release_seq(standby, "mr");
@@ -961,6 +1153,10 @@ static void test_missed_release_counted_and_resubscribed(void **state)
     assert_int_equal(baton_locker_try_lock(standby, "mr", 10000, &h, err), BATON_LOCKER_OK);
     if (IS_ETCD) {
         missed_release_etcd(sv, leader, standby, &h);
+        return;
+    }
+    if (IS_PG) {
+        missed_release_pg(sv, leader, standby, &h);
         return;
     }
 
@@ -1035,7 +1231,7 @@ static void gen_before_grant_etcd(void)
 
 static void test_gen_before_grant(void **state)
 {
-    if (IS_ETCD) {
+    if (DURABLE) { /* PostgreSQL as etcd: the lease connection's breaks */
         gen_before_grant_etcd();
         return;
     }
@@ -1239,7 +1435,7 @@ static void test_fenced_set_shared_get(void **state)
     struct baton_locker *a = LOCKER(), *b = LOCKER();
     struct baton_lock_grant ga, gb, gc;
     char err[BATON_LOCKER_ERR_MAX], buf[128];
-    if (!IS_ETCD) freeReplyObject(raw(PORT, "DEL fx fx:epoch fx:mark fx:none"));
+    if (BK == BK_REDIS) freeReplyObject(raw(PORT, "DEL fx fx:epoch fx:mark fx:none"));
     assert_int_equal(baton_locker_try_lock(a, "fx", 10000, &ga, err), BATON_LOCKER_OK);
     uint64_t gen = a->ops->generation(a);
     /* spaces, newlines, CR, quotes: one binary-safe argument */
@@ -1248,7 +1444,11 @@ static void test_fenced_set_shared_get(void **state)
                      BATON_LOCKER_OK);
     assert_int_equal(baton_locker_shared_get(b, "fx", "mark", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_string_equal(buf, v1);
-    if (!IS_ETCD) {
+    if (IS_PG) {
+        char rv[128];
+        raw_value("fx:mark", rv, sizeof rv);
+        assert_string_equal(rv, v1);
+    } else if (!IS_ETCD) {
         redisReply *r = raw(PORT, "GET fx:mark");
         assert_int_equal(r->type, REDIS_REPLY_STRING);
         assert_int_equal(r->len, strlen(v1));
@@ -1267,11 +1467,11 @@ static void test_fenced_set_shared_get(void **state)
     /* an embedded NUL goes through too */
     static const char v0[] = "a\0b";
     assert_int_equal(baton_locker_fenced_set(a, "fx", "mark", ga.epoch, v0, 3, 10000, err), BATON_LOCKER_OK);
-    if (!IS_ETCD) assert_int_equal(raw_int(PORT, "STRLEN %s", "fx:mark"), 3);
+    if (BK == BK_REDIS) assert_int_equal(raw_int(PORT, "STRLEN %s", "fx:mark"), 3);
     memset(buf, 'z', sizeof buf);
     assert_int_equal(baton_locker_shared_get(b, "fx", "mark", buf, sizeof buf, err), BATON_LOCKER_OK);
     assert_memory_equal(buf, v0, 4);
-    if (!IS_ETCD) {
+    if (BK == BK_REDIS) {
         /* the epoch compared is the one the acquire script stored */
         char dec[24];
         snprintf(dec, sizeof dec, "%llu", (unsigned long long)ga.epoch);
@@ -1294,7 +1494,7 @@ static void test_fenced_set_shared_get(void **state)
     /* the lease expired, nobody took it since: the fence is the epoch only */
     assert_int_equal(baton_locker_unlock(b, "fx", gb.token, err), BATON_LOCKER_OK);
     assert_int_equal(baton_locker_try_lock(b, "fx", T(100), &gb, err), BATON_LOCKER_OK);
-    if (!IS_ETCD) {
+    if (BK == BK_REDIS) {
         usleep(150 * 1000);
         assert_int_equal(raw_int(PORT, "EXISTS %s", "fx"), 0);
     } else {
@@ -1314,7 +1514,7 @@ static void test_fenced_set_shared_get(void **state)
     /* absent: no value, or no epoch at all (nothing written then) */
     assert_int_equal(baton_locker_shared_get(a, "fx", "none", buf, sizeof buf, err), BATON_LOCKER_LOST);
     assert_string_equal(buf, "");
-    if (!IS_ETCD) freeReplyObject(raw(PORT, "DEL nofx:epoch nofx:mark"));
+    if (BK == BK_REDIS) freeReplyObject(raw(PORT, "DEL nofx:epoch nofx:mark"));
     assert_int_equal(baton_locker_fenced_set(a, "nofx", "mark", gc.epoch, "v", 1, 10000, err),
                      BATON_LOCKER_LOST);
     assert_false(raw_exists("nofx:mark"));
@@ -1334,11 +1534,11 @@ static void test_fenced_set_shared_get(void **state)
     char small[8], exact[9];
     assert_int_equal(baton_locker_shared_get(a, "fx", "big", small, sizeof small, err), BATON_LOCKER_ERR);
     printf("shared_get, small buffer: %s\n", err);
-    if (!IS_ETCD) assert_non_null(strstr(err, "value of 8 bytes exceeds the buffer of 8"));
+    if (BK == BK_REDIS) assert_non_null(strstr(err, "value of 8 bytes exceeds the buffer of 8"));
     assert_non_null(strstr(err, "fx:big"));
     assert_int_equal(baton_locker_shared_get(a, "fx", "big", exact, sizeof exact, err), BATON_LOCKER_OK);
     assert_string_equal(exact, "12345678");
-    if (IS_ETCD) {
+    if (DURABLE) {
         /* all of it on the side connection: the lease generation never moved */
         assert_int_equal(a->ops->generation(a), gen);
         assert_int_equal(baton_locker_unlock(a, "fx", gc.token, err), BATON_LOCKER_OK);
@@ -1393,11 +1593,11 @@ static void fenced_set_etcd_down(void)
     for (int i = 0; i < 2; i++) {
         assert_int_equal(baton_locker_fenced_set(l, key, "mark", g.epoch, "down", 4, 10000, err),
                          BATON_LOCKER_ERR);
-        printf("fenced_set, etcd down (%d): %s\n", i, err);
+        printf("fenced_set, %s down (%d): %s\n", BK_NAME[BK], i, err);
         assert_non_null(strstr(err, where));
         assert_non_null(strstr(err, "baton:active:x:mark"));
         assert_int_equal(baton_locker_shared_get(l, key, "mark", buf, sizeof buf, err), BATON_LOCKER_ERR);
-        printf("shared_get, etcd down (%d): %s\n", i, err);
+        printf("shared_get, %s down (%d): %s\n", BK_NAME[BK], i, err);
         assert_non_null(strstr(err, where));
         assert_non_null(strstr(err, "baton:active:x:mark"));
     }
@@ -1423,7 +1623,7 @@ static void fenced_set_etcd_down(void)
 
 static void test_fenced_set_backend_down(void **state)
 {
-    if (IS_ETCD) {
+    if (DURABLE) {
         fenced_set_etcd_down();
         return;
     }
@@ -1547,17 +1747,17 @@ static void test_backend_restart_never_two_leaders(void **state)
         /* the leader notices at once (connection broke), not at the deadline;
          * etcd (no connection to watch): at its next renewal (every 1000 ms,
          * command timeout 500 ms), well before the deadline (~2850 ms) */
-        int64_t noticed = WAIT_FOR(leader_index(&s) == -1, IS_ETCD ? 4000 : 2000);
+        int64_t noticed = WAIT_FOR(leader_index(&s) == -1, DURABLE ? 4000 : 2000);
         printf("restart %d: leader-now false %lld ms after the %s server was killed\n", round,
-               (long long)noticed, IS_ETCD ? "etcd" : "Redis");
-        assert_true(noticed >= 0 && noticed < (IS_ETCD ? 2000 : 1000));
+               (long long)noticed, BK_NAME[BK]);
+        assert_true(noticed >= 0 && noticed < (DURABLE ? 2000 : 1000));
         usleep(1200 * 1000);
         assert_int_equal(leader_index(&s), -1);
         /* etcd keeps its data across the restart: a term survives an outage
          * shorter than its deadline (a renewal then succeeds, rightly). Stay
          * down past the ttl, so the deadline has surely passed and the next
          * leader needs a new epoch. (Redis here restarts empty.) */
-        if (IS_ETCD)
+        if (DURABLE)
             while (clock_mono_ms() - t0 < 3100) usleep(20 * 1000);
         unsigned long long errs = 0;
         for (int i = 0; i < 2; i++)
@@ -1570,10 +1770,10 @@ static void test_backend_restart_never_two_leaders(void **state)
         assert_int_equal(srv_restart(srv), 0);
         /* etcd keeps the old term's lease (its release failed while the member
          * was down), with its ttl running again from the restart */
-        int64_t back = WAIT_FOR(leader_index(&s) >= 0, IS_ETCD ? 10000 : 5000);
+        int64_t back = WAIT_FOR(leader_index(&s) >= 0, DURABLE ? 10000 : 5000);
         assert_true(back >= 0);
         printf("restart %d: a leader again %lld ms after %s came back (down %lld ms)\n", round,
-               (long long)back, IS_ETCD ? "etcd" : "Redis",
+               (long long)back, BK_NAME[BK],
                (long long)(clock_mono_ms() - t0 - back));
         int now_leader = leader_index(&s);
         assert_true(now_leader >= 0);
@@ -1663,7 +1863,7 @@ static void test_three_guards_leader_repeatedly_stopped(void **state)
  * a round trip is in flight), and every one of them leads throughout. */
 static void test_renewals_batched(void **state)
 {
-    if (IS_ETCD) {
+    if (BK != BK_REDIS) {
         uint64_t rt, calls;
         struct baton_locker *l = LOCKER();
         assert_int_equal(baton_locker_lease_traffic(l, &rt, &calls), -1); /* not counted */
@@ -1721,7 +1921,7 @@ static void test_renewals_batched(void **state)
  * larger epoch. */
 static void test_attempts_batched(void **state)
 {
-    if (IS_ETCD) return; /* etcd: each standby attempts itself (no batch) */
+    if (BK != BK_REDIS) return; /* etcd, PostgreSQL: each standby attempts itself (no batch) */
     enum { NG = 64 };
     struct baton_locker *la = LOCKER(), *lb = LOCKER();
     struct baton_active_guard *a[NG], *b[NG];
@@ -1796,7 +1996,6 @@ static void test_attempts_batched(void **state)
 static void test_backend_paused_never_two_leaders(void **state)
 {
     struct srv *srv = srv_start();
-    pid_t pid = IS_ETCD ? etcd_server_pid(srv->e) : (pid_t)server_pid(srv_port(srv));
     struct baton_locker *l[MAXG];
     struct sampler s = {.n = MAXG};
     pthread_mutex_init(&s.mu, NULL);
@@ -1812,7 +2011,7 @@ static void test_backend_paused_never_two_leaders(void **state)
         assert_true(li >= 0);
         uint64_t before = baton_active_guard_epoch(s.g[li]);
         int64_t t0 = clock_mono_ms();
-        assert_int_equal(kill(pid, SIGSTOP), 0);
+        assert_int_equal(srv_pause(srv), 0);
         int64_t noticed = WAIT_FOR(leader_index(&s) == -1, ttl + 1000);
         printf("pause %d: leader-now false %lld ms after the backend was stopped (ttl %lld)\n",
                round, (long long)noticed, (long long)ttl);
@@ -1821,7 +2020,7 @@ static void test_backend_paused_never_two_leaders(void **state)
             assert_int_equal(leader_index(&s), -1);
             usleep(20 * 1000);
         }
-        assert_int_equal(kill(pid, SIGCONT), 0);
+        assert_int_equal(srv_resume(srv), 0);
         int64_t back = WAIT_FOR(leader_index(&s) >= 0, 3 * ttl + 5000);
         printf("pause %d: a leader again %lld ms after the backend continued\n", round,
                (long long)back);
@@ -1865,14 +2064,21 @@ int main(int argc, char **argv)
     log_set_level(LOG_ERROR);
     const char *backend = argc > 1 ? argv[1] : getenv("BATON_GUARD_BACKEND");
     if (backend == NULL || backend[0] == '\0') backend = "redis";
-    if (strcmp(backend, "etcd") == 0) {
+    if (strcmp(backend, "postgresql") == 0) {
+        BK = BK_PG;
+        char why[256];
+        if (!pg_server_available(why, sizeof why)) {
+            fprintf(stderr, "itest_guard postgresql: %s: skipped\n", why);
+            return 77;
+        }
+    } else if (strcmp(backend, "etcd") == 0) {
         BK = BK_ETCD;
         if (!in_path("etcd") || !in_path("etcdctl")) {
             fprintf(stderr, "itest_guard etcd: etcd/etcdctl not installed: skipped\n");
             return 77;
         }
     } else if (strcmp(backend, "redis") != 0) {
-        fprintf(stderr, "usage: %s [redis|etcd] (got \"%s\")\n", argv[0], backend);
+        fprintf(stderr, "usage: %s [redis|etcd|postgresql] (got \"%s\")\n", argv[0], backend);
         return 2;
     }
     /* BATON_TEST_FILTER=test_orphan* runs only the matching tests */
@@ -1899,6 +2105,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_renewals_batched),
         cmocka_unit_test(test_attempts_batched),
     };
-    return cmocka_run_group_tests_name(IS_ETCD ? "guard.etcd" : "guard.redis", tests, group_setup,
+    char group[32];
+    snprintf(group, sizeof group, "guard.%s", BK_NAME[BK]);
+    return cmocka_run_group_tests_name(group, tests, group_setup,
                                        group_teardown);
 }

@@ -114,6 +114,9 @@ struct baton_active_guard {
     _Atomic int64_t deadline; /* CLOCK_BOOTTIME ms; 0 = no live term */
     _Atomic uint64_t lease_gen;
     char token[RANDOM_TOKEN_LEN]; /* lease thread only; the renewer reads it while delegated */
+    /* the term's token for its writers (baton_active_guard_term_token), under mu */
+    char shown_token[RANDOM_TOKEN_LEN];
+    uint64_t shown_epoch;
     /* the renewer: the entry, whether the lease thread delegated its
      * renewals (lease thread only), and what it handed back (under mu) */
     struct renewer *renewer;
@@ -571,6 +574,10 @@ static void renew_outcome(struct baton_active_guard *g, struct lead_state *ls, i
 static enum lead_end lead(struct baton_active_guard *g, const struct baton_lock_grant *grant, uint64_t gen0)
 {
     memcpy(g->token, grant->token, sizeof g->token);
+    pthread_mutex_lock(&g->mu);
+    memcpy(g->shown_token, grant->token, sizeof g->shown_token);
+    g->shown_epoch = grant->epoch;
+    pthread_mutex_unlock(&g->mu);
     g->watcher.mu = &g->mu;
     g->watcher.cv = &g->cv;
     locker_watch(g->locker, &g->watcher);
@@ -1154,6 +1161,18 @@ bool baton_active_guard_term_open(const struct baton_active_guard *g)
     if (g == NULL) return false;
     if (g->locker == NULL) return true;
     return atomic_load(&((struct baton_active_guard *)g)->deadline) > 0;
+}
+
+int baton_active_guard_term_token(struct baton_active_guard *g, uint64_t epoch,
+                                  char out[BATON_TOKEN_LEN])
+{
+    out[0] = '\0';
+    if (!g || epoch == 0) return -1;
+    pthread_mutex_lock(&g->mu);
+    bool same = g->shown_epoch == epoch;
+    if (same) memcpy(out, g->shown_token, BATON_TOKEN_LEN);
+    pthread_mutex_unlock(&g->mu);
+    return same ? 0 : -1;
 }
 
 uint64_t baton_active_guard_epoch(const struct baton_active_guard *g)

@@ -63,6 +63,13 @@ static void forward_fenced(void *arg, uint64_t epoch, const char *what)
     ctx->on_fenced(ctx->fenced_arg, epoch, what);
 }
 
+static int forward_lease(void *arg, uint64_t epoch, const char **key, char token[33])
+{
+    const struct forward_ctx *ctx = arg;
+    *key = baton_active_guard_key(ctx->guard);
+    return baton_active_guard_term_token(ctx->guard, epoch, token);
+}
+
 struct sink_call forward_call(const struct forward_ctx *ctx)
 {
     struct sink_call call = {
@@ -70,6 +77,7 @@ struct sink_call forward_call(const struct forward_ctx *ctx)
         .time_left = term_checked(ctx) ? forward_time_left : NULL,
         .arg = (void *)ctx,
         .fenced = ctx->on_fenced ? forward_fenced : NULL,
+        .lease = ctx->guard ? forward_lease : NULL,
     };
     return call;
 }

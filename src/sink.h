@@ -37,6 +37,11 @@ struct sink_call {
      * it; the term's other requests are aborted by the next term check.
      * NULL = not asked for (the sink then only settles as term_ended). */
     void (*fenced)(void *arg, uint64_t epoch, const char *what);
+    /* The lease behind the messages' term, for a store that checks it in the
+     * writer's own transaction (the postgresql sink's lease_fence): 0 with
+     * the lease key and the token of term `epoch`, -1 when this replica's
+     * latest term has another epoch. NULL = unguarded. */
+    int (*lease)(void *arg, uint64_t epoch, const char **key, char token[33]);
 };
 
 /* Why a message went to the dead-letter sink (its envelope's

@@ -80,6 +80,7 @@ struct pg_settings {
     char *sslkey;
     char *table;
     char *statement;
+    bool lease_fence;
 };
 
 #define OFF(f) offsetof(struct pg_settings, f)
@@ -106,6 +107,10 @@ static const struct setting_def pg_defs[] = {
     {"statement", SETTING_STRING, OFF(statement),
      .help = "SQL run in the batch's transaction once per new message id, with $1 id, $2 epoch, "
              "$3 payload (jsonb), $4 endpoint, $5 source, $6 received_at, $7 the envelope (jsonb)"},
+    {"lease_fence", SETTING_BOOL, OFF(lease_fence), .def = "false",
+     .help = "the locker is backend \"postgresql\" on this same database: every batch's "
+             "transaction also locks the lease row (FOR KEY SHARE) and commits only while it "
+             "holds this term's token and has not expired by the database's clock"},
     SETTINGS_END,
 };
 #undef OFF
@@ -201,6 +206,7 @@ struct pg_sql {
     char *insert;      /* $1 endpoint, $2 epoch, $3 jsonb array of envelopes */
     char *readback;    /* $1 endpoint, $2 jsonb array: true when every id is in */
     char *exists;      /* $1 table, $2 fence table: to_regclass of both */
+    char *lease;       /* lease_fence: $1 key, $2 token: one row while the term's lease holds */
 };
 
 static char *xfmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -237,7 +243,15 @@ static void sql_build(struct pg_sql *q, const struct pg_settings *s)
                        "(SELECT e->>'id' FROM jsonb_array_elements($2::jsonb) AS e)) = "
                        "(SELECT count(DISTINCT e->>'id') FROM jsonb_array_elements($2::jsonb) AS e)",
                        q->table);
-    q->exists = xstrdup("SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL");
+    q->exists = xstrdup("SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL, "
+                        "to_regclass('baton_leases') IS NOT NULL");
+    /* FOR KEY SHARE: a renewal (FOR NO KEY UPDATE) never waits for it; an
+     * acquisition (the locker's upsert sets the key column: FOR UPDATE)
+     * waits until this transaction ends, so no write of this term commits
+     * after the next term began */
+    q->lease = s->lease_fence ? xstrdup("SELECT 1 FROM baton_leases WHERE key = $1 AND token = $2 "
+                                        "AND expires_at > clock_timestamp() FOR KEY SHARE")
+                              : NULL;
 }
 
 static void sql_free(struct pg_sql *q)
@@ -248,6 +262,7 @@ static void sql_free(struct pg_sql *q)
     free(q->insert);
     free(q->readback);
     free(q->exists);
+    free(q->lease);
 }
 
 /* The idempotent DDL for the fence and the table (--init-sink). */
@@ -562,6 +577,8 @@ static enum pg_rc prepare_all(struct pg_sink *k, struct pg_bound *b, struct pg_f
     enum pg_rc r = prepare(k, b, "baton_fence", k->sql.fence, 2, insert_types, f);
     if (r == PG_OK) r = prepare(k, b, "baton_insert", k->sql.insert, 3, insert_types, f);
     if (r == PG_OK) r = prepare(k, b, "baton_readback", k->sql.readback, 2, readback_types, f);
+    if (r == PG_OK && k->sql.lease)
+        r = prepare(k, b, "baton_lease", k->sql.lease, 2, readback_types, f);
     if (r == PG_OK && k->statement)
         r = prepare(k, b, "baton_statement", k->statement, 7, user_types, f);
     if (r == PG_OK) k->prepared = true;
@@ -609,6 +626,39 @@ static enum pg_rc readback(struct pg_sink *k, struct pg_bound *b, bool *all, str
     return PG_OK;
 }
 
+/* lease_fence, inside the batch's transaction: PG_OK once the lease row
+ * holds this term's token unexpired by the database's clock (and stays
+ * so: the row is locked until the transaction ends); else rolled back,
+ * PG_FENCED (or PG_FATAL when there is no lease to check). */
+static enum pg_rc lease_check(struct pg_sink *k, struct pg_bound *b, struct pg_fail *f)
+{
+    const char *key = NULL;
+    char token[33] = "";
+    enum pg_rc r = PG_FENCED;
+    if (!b->call || !b->call->lease) {
+        fail_set(f, "", "lease_fence: the endpoint has no lease (it needs guard \"active\"; a "
+                        "dead-letter sink cannot fence by lease)");
+        r = PG_FATAL;
+    } else if (b->call->lease(b->call->arg, b->epoch, &key, token) != 0) {
+        fail_set(f, "", "term %llu is no longer this replica's latest", (unsigned long long)b->epoch);
+    } else {
+        const char *p[2] = {key, token};
+        PGresult *res;
+        r = run(k, b, sym_PQsendQueryPrepared(k->conn, "baton_lease", 2, p, NULL, NULL, 0), &res,
+                f);
+        if (r != PG_OK) return r;
+        bool held = sym_PQntuples(res) == 1;
+        sym_PQclear(res);
+        if (held) return PG_OK;
+        fail_set(f, "", "the lease row of %s does not hold term %llu's token unexpired by the "
+                        "database's clock", key, (unsigned long long)b->epoch);
+        r = PG_FENCED;
+    }
+    struct pg_fail rf;
+    if (simple(k, b, "ROLLBACK", &rf) != PG_OK) drop_conn(k);
+    return r;
+}
+
 /* One transaction for msgs[0..n) on the open connection. */
 static enum pg_rc txn(struct pg_sink *k, struct message *const *msgs, size_t n,
                           struct pg_bound *b, struct pg_fail *f)
@@ -654,6 +704,10 @@ static enum pg_rc txn(struct pg_sink *k, struct message *const *msgs, size_t n,
         struct pg_fail rf;
         if (simple(k, b, "ROLLBACK", &rf) != PG_OK) drop_conn(k);
         return PG_FENCED;
+    }
+    if (k->sql.lease) {
+        r = lease_check(k, b, f);
+        if (r != PG_OK) return r;
     }
     r = run(k, b, sym_PQsendQueryPrepared(k->conn, "baton_insert", 3, fp, NULL, NULL, 0), &res, f);
     if (r != PG_OK) return r;
@@ -988,8 +1042,15 @@ static int probe(struct pg_sink *k, PGconn **keep, int64_t ms, bool *reached, ch
     } else {
         bool t = strcmp(sym_PQgetvalue(res, 0, 0), "t") == 0;
         bool fe = strcmp(sym_PQgetvalue(res, 0, 1), "t") == 0;
+        bool le = strcmp(sym_PQgetvalue(res, 0, 2), "t") == 0;
         sym_PQclear(res);
-        if (!t || !fe) {
+        if (t && fe && k->sql.lease && !le) {
+            snprintf(msg, msglen,
+                     "lease_fence: no table baton_leases on this database: the locker must be "
+                     "backend \"postgresql\" on the database this sink writes to ('baton -c FILE "
+                     "--init-locker --apply' creates its tables)");
+            rc = -1;
+        } else if (!t || !fe) {
             snprintf(msg, msglen,
                      "missing table%s %s%s%s (baton creates none by itself: "
                      "'baton -c FILE --init-sink %s' prints the DDL, --apply runs it)",

@@ -22,6 +22,7 @@
 #define BATON_ACTIVE_GUARD_H
 
 #include "baton/api.h"
+#include "baton/locker.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -149,6 +150,13 @@ BATON_API void baton_active_guard_resume(struct baton_active_guard *g);
 /* Time left of the hold: 0 = competing, -1 = until resumed, else ms. A
  * step-down asked for and not yet acted on counts with its whole hold. */
 BATON_API int64_t baton_active_guard_hold_left_ms(const struct baton_active_guard *g);
+/* The lease token of the term with this epoch (this replica's latest
+ * acquisition), for a store that checks the lease itself in the writer's
+ * transaction (the postgresql sink's lease_fence): 0 with out filled, or -1
+ * (out "") when this replica's latest term has another epoch. The token
+ * says nothing about whether the term still runs: the store decides. */
+BATON_API int baton_active_guard_term_token(struct baton_active_guard *g, uint64_t epoch,
+                                            char out[BATON_TOKEN_LEN]);
 /* The full lease key, "<prefix>:active:<scope>" (epoch key: + ":epoch"). */
 BATON_API const char *baton_active_guard_key(const struct baton_active_guard *g);
 BATON_API const struct baton_active_guard_stats *baton_active_guard_stats(const struct baton_active_guard *g);

@@ -1,0 +1,173 @@
+"""Same-database fencing: the PostgreSQL locker and the postgresql sink on
+one real PostgreSQL 15 (lib/postgres.py), sink `lease_fence = true`: every
+batch's transaction locks the lease row (FOR KEY SHARE) and commits only
+while the row holds the term's token unexpired by the database's clock.
+Real redis-server (the redis_psub source) and real baton replicas.
+
+  1. test_lease_stolen: the leader A is SIGSTOPped; the lease row is handed
+     to a token nobody holds (a newer epoch, by hand, as a lost or
+     superseded term would look to the store) while no other replica has
+     written, so the sink's epoch fence row still holds A's epoch: only the
+     lease check can refuse A. On SIGCONT, A's next transaction is refused
+     ("fenced by the store", counted in baton_fenced_by_sink_total), A's
+     term ends within 1 s, and no row of A's epoch is written after the
+     steal.
+  2. test_chaos_same_db: 3 replicas, redis_psub failover = "replay" at
+     1,000 msg/s; the leader SIGKILLed and SIGSTOPped (2 x ttl) alternately
+     every 4 s for 40 s (BATON_PG_CHAOS_S), and PostgreSQL itself killed and
+     restarted once half-way: every published message has exactly one row,
+     and the epoch never decreases along seq (commit order of the inserts).
+"""
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
+import harness as h  # noqa: E402
+import postgres as pg  # noqa: E402
+from publisher import Publisher  # noqa: E402
+from test_sink_postgresql import (TTL, LEASE, analyse, init_tables, leader, psub_cfg,  # noqa: E402
+                                  rows, wait_subscribers)
+
+ORDER = ["test_lease_stolen", "test_chaos_same_db"]
+CHAOS_S = int(os.environ.get("BATON_PG_CHAOS_S", "40"))
+KEY = "baton:active:redis_psub:orders"
+
+
+def own_server(t):
+    why = pg.available()
+    if why:
+        t.skip(why)
+    return pg.PgServer()  # its own: test 2 restarts it
+
+
+def same_db_cluster(t, srv, redis, n, table, lease):
+    """n replicas, the locker and the sink on srv's database."""
+    batons = []
+    for i in range(n):
+        mport = h.free_port()
+        main = "\n".join([
+            'locker = { backend = "postgresql"; conninfo = "%s"; };' % srv.conninfo(),
+            "lease = { %s };" % "; ".join("%s = %s" % kv for kv in lease.items()),
+            'sinks = ( { name = "db"; type = "postgresql"; conninfo = "%s"; table = "%s"; '
+            'lease_fence = true; } );' % (srv.conninfo(), table),
+            'log = { level = "info"; };',
+            'metrics = { listen = "127.0.0.1:%d"; };' % mport, ""])
+        b = t.baton(main, {"orders.cfg": psub_cfg(redis.port)}, name="r%d" % i, start=False)
+        b.mport = mport
+        batons.append(b)
+    rc, out, err = h.run_baton(["-c", batons[0].cfg, "--init-locker", "--apply"])
+    t.require(rc == 0, "--init-locker --apply failed (%d): %s" % (rc, err))
+    init_tables(t, batons[0].cfg)
+    return batons
+
+
+def test_lease_stolen(t):
+    srv = own_server(t)
+    redis = t.redis()
+    lease = {"ttl_ms": 30000, "renew_ms": 10000, "retry_ms": 100}
+    a, = same_db_cluster(t, srv, redis, 1, "t_steal", lease)
+    a.start()
+    wait_subscribers(t, redis.port, 1)
+    pub = Publisher(redis.port, rate=500).start()
+    t.cleanup(pub.stop)
+    t.require(h.wait_until(lambda: leader([a]), 15, 0.1), "a does not lead")
+    t.require(h.wait_until(lambda: len(rows(srv, "t_steal")) >= 200, 10, 0.1), "a writes")
+    epoch_a = int(srv.sql("SELECT epoch FROM baton_leases WHERE key = '%s'" % KEY)[0][0])
+    a.signal(signal.SIGSTOP)
+    time.sleep(0.3)  # what was in flight commits or waits
+    before = len(rows(srv, "t_steal"))
+    stolen = srv.sql("UPDATE baton_leases SET token = 'stolen', holder = 'the test', "
+                     "epoch = epoch + 1, expires_at = clock_timestamp() + interval '60 s' "
+                     "WHERE key = '%s' RETURNING epoch" % KEY)
+    t.require(stolen, "the lease row %s exists" % KEY)
+    fence_epoch = int(srv.sql("SELECT epoch FROM baton_fence WHERE endpoint = 'orders'")[0][0])
+    t.check(fence_epoch == epoch_a, "the epoch fence holds a's epoch (%d), not %d: the lease "
+            "check is the only refusal left" % (epoch_a, fence_epoch))
+    t_cont = time.monotonic()
+    a.signal(signal.SIGCONT)
+    fenced = h.wait_until(lambda: "fenced by the store" in a.stderr_text(), 5, 0.01)
+    t_fenced = time.monotonic() - t_cont
+    t.check(fenced, "a was never fenced by the lease row")
+    t.check("lease row" in a.stderr_text(), "the refusal does not name the lease row")
+    down = h.wait_until(lambda: h.status_endpoints(a.mport, 0.5).get("orders", {})
+                        .get("role") != "leader", 2.0, 0.01)
+    t_down = time.monotonic() - t_cont
+    h.log("lease stolen: a fenced %.3f s after SIGCONT, not leading %.3f s after"
+          % (t_fenced, t_down))
+    print("RESULT pg_lease_fence_term_end_s %.3f" % t_down)
+    t.check(down and t_down - t_fenced < 1.0, "a still leads 1 s after the fence")
+    time.sleep(1)
+    after = rows(srv, "t_steal")
+    late = [r for r in after[before:] if r[2] == epoch_a]
+    t.check(not late, "%d rows of a's epoch written after the lease was taken, e.g. %r"
+            % (len(late), late[:3]))
+    m = h.metrics(a.mport)
+    fenced_n = m.get('baton_fenced_by_sink_total{endpoint="orders"}', 0)
+    h.log("a's baton_fenced_by_sink_total: %s" % fenced_n)
+    t.check(float(fenced_n) >= 1, "the fence is not counted: %r" % fenced_n)
+
+
+def test_chaos_same_db(t):
+    srv = own_server(t)
+    redis = t.redis()
+    batons = same_db_cluster(t, srv, redis, 3, "t_chaos", LEASE)
+    for b in batons:
+        b.start()
+    wait_subscribers(t, redis.port, 3)
+    pub = Publisher(redis.port, rate=1000).start()
+    t.cleanup(pub.stop)
+    t.require(h.wait_until(lambda: leader(batons), 15, 0.1), "no leader")
+    faults, restarted = 0, False
+    t_end = time.monotonic() + CHAOS_S
+    t_db = time.monotonic() + CHAOS_S / 2
+    next_t = time.monotonic()
+    while True:
+        next_t += 4
+        if next_t > t_end:
+            break
+        time.sleep(max(0.0, next_t - time.monotonic()))
+        if not restarted and time.monotonic() >= t_db:
+            srv.kill()
+            time.sleep(1.0)
+            srv.start()
+            restarted = True
+            h.log("chaos: PostgreSQL killed and restarted")
+            continue
+        b = leader(batons)
+        if b is None:
+            continue
+        if faults % 2 == 0:
+            b.proc.send_signal(signal.SIGKILL)
+            b.proc.wait(5)
+            time.sleep(1.5 * TTL / 1000.0)  # as test_sink_postgresql_chaos.py
+            b.start()
+        else:
+            b.signal(signal.SIGSTOP)
+            time.sleep(2 * TTL / 1000.0)
+            b.signal(signal.SIGCONT)
+        faults += 1
+    t.require(h.wait_until(lambda: leader(batons), 15, 0.1), "no leader after the faults")
+    time.sleep(1)
+    pub.stop()
+    published = {e[0] for e in pub.snapshot() if e[2]}
+    h.wait_until(lambda: int(srv.sql("SELECT count(*) FROM t_chaos")[0][0]) >= len(published),
+                 15, 0.25)
+    time.sleep(1)
+    got = analyse(t, "same_db_chaos", srv, "t_chaos", pub)
+    if t.failures:
+        for b in batons:
+            for line in b.stderr_text().splitlines():
+                if ("sink_postgresql" in line or "replay[" in line or "promoted" in line
+                        or "demoted" in line or "locker" in line):
+                    h.log("%s: %s" % (b.name, line[:300]))
+    epochs = sorted({r[2] for r in got})
+    print("RESULT pg_same_db_chaos_faults %d" % faults)
+    print("RESULT pg_same_db_chaos_terms %d" % len(epochs))
+    t.check(restarted, "PostgreSQL was never restarted")
+    t.check(faults >= CHAOS_S // 4 - 4, "only %d faults happened" % faults)
+
+
+if __name__ == "__main__":
+    h.main(globals())

@@ -27,8 +27,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
 import harness as h  # noqa: E402
 import postgres as pg  # noqa: E402
 from publisher import Publisher  # noqa: E402
-from test_sink_postgresql import (TTL, LEASE, analyse, init_tables, leader, psub_cfg,  # noqa: E402
+from test_sink_postgresql import (LEASE, analyse, init_tables, leader, psub_cfg,  # noqa: E402
                                   rows, wait_subscribers)
+from test_sink_postgresql_chaos import leader_faults  # noqa: E402
 
 ORDER = ["test_lease_stolen", "test_chaos_same_db"]
 CHAOS_S = int(os.environ.get("BATON_PG_CHAOS_S", "40"))
@@ -76,12 +77,20 @@ def test_lease_stolen(t):
     t.require(h.wait_until(lambda: len(rows(srv, "t_steal")) >= 200, 10, 0.1), "a writes")
     epoch_a = int(srv.sql("SELECT epoch FROM baton_leases WHERE key = '%s'" % KEY)[0][0])
     a.signal(signal.SIGSTOP)
-    time.sleep(0.3)  # what was in flight commits or waits
-    before = len(rows(srv, "t_steal"))
-    stolen = srv.sql("UPDATE baton_leases SET token = 'stolen', holder = 'the test', "
-                     "epoch = epoch + 1, expires_at = clock_timestamp() + interval '60 s' "
-                     "WHERE key = '%s' RETURNING epoch" % KEY)
+    # the locker's own upsert (its ON CONFLICT DO UPDATE sets the key column,
+    # so it takes the row's FOR UPDATE lock; a plain UPDATE of the same
+    # values would take FOR NO KEY UPDATE and not wait): the steal waits for
+    # a transaction of a's that holds the row (paused inside it: until the
+    # server ends it, idle_in_transaction_session_timeout 2 s)
+    t0 = time.monotonic()
+    stolen = srv.sql("INSERT INTO baton_leases AS l (key, token, holder, epoch, expires_at) "
+                     "VALUES ('%s', 'stolen', 'the test', 0, clock_timestamp() + interval '60 s') "
+                     "ON CONFLICT (key) DO UPDATE SET key = excluded.key, token = excluded.token, "
+                     "holder = excluded.holder, epoch = l.epoch + 1, "
+                     "expires_at = excluded.expires_at RETURNING l.epoch" % KEY)
+    h.log("lease stolen after waiting %.3f s" % (time.monotonic() - t0))
     t.require(stolen, "the lease row %s exists" % KEY)
+    before = len(rows(srv, "t_steal"))
     fence_epoch = int(srv.sql("SELECT epoch FROM baton_fence WHERE endpoint = 'orders'")[0][0])
     t.check(fence_epoch == epoch_a, "the epoch fence holds a's epoch (%d), not %d: the lease "
             "check is the only refusal left" % (epoch_a, fence_epoch))
@@ -119,35 +128,19 @@ def test_chaos_same_db(t):
     pub = Publisher(redis.port, rate=1000).start()
     t.cleanup(pub.stop)
     t.require(h.wait_until(lambda: leader(batons), 15, 0.1), "no leader")
-    faults, restarted = 0, False
-    t_end = time.monotonic() + CHAOS_S
+    restarted = []
     t_db = time.monotonic() + CHAOS_S / 2
-    next_t = time.monotonic()
-    while True:
-        next_t += 4
-        if next_t > t_end:
-            break
-        time.sleep(max(0.0, next_t - time.monotonic()))
-        if not restarted and time.monotonic() >= t_db:
-            srv.kill()
-            time.sleep(1.0)
-            srv.start()
-            restarted = True
-            h.log("chaos: PostgreSQL killed and restarted")
-            continue
-        b = leader(batons)
-        if b is None:
-            continue
-        if faults % 2 == 0:
-            b.proc.send_signal(signal.SIGKILL)
-            b.proc.wait(5)
-            time.sleep(1.5 * TTL / 1000.0)  # as test_sink_postgresql_chaos.py
-            b.start()
-        else:
-            b.signal(signal.SIGSTOP)
-            time.sleep(2 * TTL / 1000.0)
-            b.signal(signal.SIGCONT)
-        faults += 1
+
+    def restart_db():
+        if restarted or time.monotonic() < t_db:
+            return False
+        srv.kill()
+        time.sleep(1.0)
+        srv.start()
+        restarted.append(True)
+        h.log("chaos: PostgreSQL killed and restarted")
+        return True
+    faults = leader_faults(batons, CHAOS_S, restart_db)
     t.require(h.wait_until(lambda: leader(batons), 15, 0.1), "no leader after the faults")
     time.sleep(1)
     pub.stop()

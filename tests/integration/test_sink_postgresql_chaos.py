@@ -25,21 +25,21 @@ ORDER = ["test_split_brain", "test_chaos"]
 CHAOS_S = int(os.environ.get("BATON_PG_CHAOS_S", "40"))
 
 
-def test_chaos(t):
-    srv = pg_or_skip(t)
-    redis = t.redis()
-    batons = cluster(t, srv, redis)
-    wait_subscribers(t, redis.port, 3)
-    pub = Publisher(redis.port, rate=1000).start()
-    t.require(h.wait_until(lambda: leader(batons), 15, 0.1), "no leader")
+def leader_faults(batons, seconds, other=None):
+    """Every 4 s for `seconds`: the leader SIGKILLed (restarted 1.5 x ttl
+    later) or SIGSTOPped for 2 x ttl, alternately; other(), when given, is
+    asked first at every tick and, returning True, is that tick's fault
+    instead. Returns the number of leader faults."""
     faults = 0
-    t_end = time.monotonic() + CHAOS_S
+    t_end = time.monotonic() + seconds
     next_t = time.monotonic()
     while True:
         next_t += 4
         if next_t > t_end:
             break
         time.sleep(max(0.0, next_t - time.monotonic()))
+        if other and other():
+            continue
         b = leader(batons)
         if b is None:
             continue
@@ -56,6 +56,17 @@ def test_chaos(t):
             time.sleep(2 * TTL / 1000.0)
             b.signal(signal.SIGCONT)
         faults += 1
+    return faults
+
+
+def test_chaos(t):
+    srv = pg_or_skip(t)
+    redis = t.redis()
+    batons = cluster(t, srv, redis)
+    wait_subscribers(t, redis.port, 3)
+    pub = Publisher(redis.port, rate=1000).start()
+    t.require(h.wait_until(lambda: leader(batons), 15, 0.1), "no leader")
+    faults = leader_faults(batons, CHAOS_S)
     time.sleep(1)
     pub.stop()
     published = {e[0] for e in pub.snapshot() if e[2]}

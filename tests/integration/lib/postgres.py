@@ -163,9 +163,13 @@ class PgServer:
             h.wait_until(lambda: all(_state(p) in (None, "Z", "X") for p in pids), 10, 0.01)
         self.proc = None
         self.paused = False
-        pid = os.path.join(self.datadir, "postmaster.pid")
-        if os.path.exists(pid):
-            os.unlink(pid)
+        # the lock files name the dead postmaster's pid, which can linger as
+        # a zombie until init reaps it: a restart would take it for a live
+        # postmaster ("lock file ... already exists")
+        for f in (os.path.join(self.datadir, "postmaster.pid"),
+                  os.path.join(self.dir, ".s.PGSQL.%d.lock" % self.port)):
+            if os.path.exists(f):
+                os.unlink(f)
 
     def pause(self):
         """SIGSTOP to the postmaster, then (it forks no more) to all its

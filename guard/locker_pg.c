@@ -93,9 +93,10 @@ static const char DDL[] =
 /* $1 key, $2 token, $3 holder, $4 ttl, $5 lock_timeout (ms): rows (1,
  * epoch, 0) acquired, (0, 0, ms left) held, none: held (taken meanwhile by
  * another). An expired row locked by a writer's transaction (a sink's
- * lease fence) is waited for at most the lock timeout, set for this
- * statement alone (set_config(..., true): no session state), so a
- * statement whose client gave up does not linger on the server. */
+ * lease fence) is waited for at most the lock timeout (3/4 of the command
+ * timeout), set for this statement alone (set_config(..., true): no
+ * session state), so a statement whose client gave up does not linger on
+ * the server. */
 static const char SQL_ACQUIRE[] =
     "WITH cur AS (SELECT expires_at FROM baton_leases WHERE key = $1), "
     "up AS (INSERT INTO baton_leases AS l (key, token, holder, epoch, expires_at) "
@@ -397,7 +398,9 @@ static int pg_try_lock(struct baton_locker *l, const char *key, int64_t ttl_ms,
         return BATON_LOCKER_ERR;
     }
     snprintf(ttl, sizeof ttl, "%lld", (long long)ttl_ms);
-    snprintf(lock_ms, sizeof lock_ms, "%lld", (long long)pl->command_timeout_ms);
+    /* the server gives up before the client does: an error naming the lock,
+     * and the connection kept */
+    snprintf(lock_ms, sizeof lock_ms, "%lld", (long long)(pl->command_timeout_ms * 3 / 4 + 1));
     uint64_t gen = pg_generation(l);
     int64_t sent = 0;
     const char *v[5] = {key, token, pl->holder, ttl, lock_ms};

@@ -1425,6 +1425,80 @@ static void test_claim_holder_ping_inspect(void **state)
     baton_locker_destroy(m);
 }
 
+/* ---- PostgreSQL: the lease row lock (same-database fencing) ------------------ */
+
+struct row_holder {
+    const struct pg_server *p;
+    char sql[512];
+    int rc;
+};
+
+static void *hold_row(void *arg)
+{
+    struct row_holder *rh = arg;
+    char out[512];
+    rh->rc = pg_server_sql(rh->p, rh->sql, out, sizeof out);
+    return NULL;
+}
+
+/* A writer's transaction holding the lease row FOR KEY SHARE (the
+ * postgresql sink's lease_fence) keeps the next acquisition out until it
+ * ends: the acquisition (its upsert sets the key column: FOR UPDATE) waits
+ * for it, at most its command timeout (lock_timeout, then an error naming
+ * the lock), and is granted once the writer committed. A renewal (FOR NO
+ * KEY UPDATE) does not wait for it. */
+static void test_lease_row_lock(void **state)
+{
+    if (!IS_PG) {
+        printf("skipped: a PostgreSQL-only test\n");
+        skip();
+    }
+    struct baton_locker *a = LOCKER(), *quick = LOCKER(), *patient = locker_patient(&shared, 5000);
+    struct baton_lock_grant g, h;
+    char err[BATON_LOCKER_ERR_MAX];
+    int64_t sent;
+    /* a renewal under a writer's share lock: not held up */
+    assert_int_equal(baton_locker_try_lock(a, "rowlock", 2000, &g, err), BATON_LOCKER_OK);
+    struct row_holder rh = {.p = shared.p};
+    snprintf(rh.sql, sizeof rh.sql,
+             "BEGIN; SELECT 1 FROM baton_leases WHERE key = 'rowlock' FOR KEY SHARE; "
+             "SELECT pg_sleep(1.5); COMMIT;");
+    pthread_t th;
+    pthread_create(&th, NULL, hold_row, &rh);
+    usleep(300 * 1000);
+    int64_t t0 = clock_mono_ms();
+    assert_int_equal(baton_locker_renew(a, "rowlock", g.token, 200, &sent, err), BATON_LOCKER_OK);
+    int64_t renew_ms = clock_mono_ms() - t0;
+    printf("lease row lock: a renewal under a writer's share lock took %lld ms\n", (long long)renew_ms);
+    assert_true(renew_ms < 400);
+    pthread_join(th, NULL);
+    assert_int_equal(rh.rc, 0);
+    /* the lease (ttl 200 ms) has expired; a writer holds the row again */
+    pthread_create(&th, NULL, hold_row, &rh);
+    usleep(300 * 1000);
+    t0 = clock_mono_ms();
+    int rc = baton_locker_try_lock(quick, "rowlock", 2000, &h, err);
+    int64_t quick_ms = clock_mono_ms() - t0;
+    printf("lease row lock: acquisition with a 500 ms command timeout: %s after %lld ms: %s\n",
+           baton_locker_status_name(rc), (long long)quick_ms, err);
+    assert_int_equal(rc, BATON_LOCKER_ERR);
+    assert_non_null(strstr(err, "lock timeout"));
+    t0 = clock_mono_ms();
+    rc = baton_locker_try_lock(patient, "rowlock", 2000, &h, err);
+    int64_t waited = clock_mono_ms() - t0;
+    printf("lease row lock: acquisition with a 5 s command timeout: %s after %lld ms\n",
+           baton_locker_status_name(rc), (long long)waited);
+    assert_int_equal(rc, BATON_LOCKER_OK);
+    assert_true(waited >= 500); /* the writer held the row for 1.5 s from 0.3 s before */
+    assert_true(h.epoch > g.epoch);
+    pthread_join(th, NULL);
+    assert_int_equal(rh.rc, 0);
+    assert_int_equal(baton_locker_unlock(patient, "rowlock", h.token, err), BATON_LOCKER_OK);
+    baton_locker_destroy(a);
+    baton_locker_destroy(quick);
+    baton_locker_destroy(patient);
+}
+
 /* ---- shared state beside a lease (fenced_set / shared_get) ----------------- */
 
 /* "<key>:<name>" is written only while "<key>:epoch" holds the writer's
@@ -2097,6 +2171,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_orphan_per_key),
         cmocka_unit_test(test_side_connection_keeps_generation),
         cmocka_unit_test(test_claim_holder_ping_inspect),
+        cmocka_unit_test(test_lease_row_lock),
         cmocka_unit_test(test_fenced_set_shared_get),
         cmocka_unit_test(test_fenced_set_backend_down),
         cmocka_unit_test(test_backend_restart_never_two_leaders),

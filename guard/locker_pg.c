@@ -222,6 +222,17 @@ static int wait_fd(int fd, short events, int64_t deadline)
     return n < 0 && errno == EINTR ? 1 : n;
 }
 
+/* The server's notices ("relation ... already exists, skipping" when the
+ * DDL runs again) go to the debug log, not to stderr as libpq's default
+ * would print them. */
+static void notice(void *arg, const char *message)
+{
+    (void)arg;
+    size_t n = strlen(message);
+    while (n > 0 && message[n - 1] == '\n') n--;
+    glog_debug("locker", NULL, "postgresql: %.*s", (int)n, message);
+}
+
 /* Opens a connection by the deadline (clock_mono_ms): nonblocking, or
  * NULL with why. */
 static PGconn *open_conn(struct pg_locker *pl, int64_t deadline, char *why, size_t len)
@@ -249,6 +260,7 @@ static PGconn *open_conn(struct pg_locker *pl, int64_t deadline, char *why, size
         return NULL;
     }
     sym_PQsetnonblocking(c, 1);
+    sym_PQsetNoticeProcessor(c, notice, NULL);
     return c;
 }
 

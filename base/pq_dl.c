@@ -43,7 +43,7 @@ PGnotify *(*sym_PQnotifies)(PGconn *);
 int (*sym_PQgetlength)(const PGresult *, int, int);
 char *(*sym_PQhost)(const PGconn *);
 char *(*sym_PQport)(const PGconn *);
-PQnoticeProcessor (*sym_PQsetNoticeProcessor)(PGconn *, PQnoticeProcessor, void *);
+PQnoticeReceiver (*sym_PQsetNoticeReceiver)(PGconn *, PQnoticeReceiver, void *);
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int load_rc = -1;
@@ -88,7 +88,7 @@ static void load_once(void)
     RESOLVE(sym_PQgetlength, "PQgetlength");
     RESOLVE(sym_PQhost, "PQhost");
     RESOLVE(sym_PQport, "PQport");
-    RESOLVE(sym_PQsetNoticeProcessor, "PQsetNoticeProcessor");
+    RESOLVE(sym_PQsetNoticeReceiver, "PQsetNoticeReceiver");
 #undef RESOLVE
     const char *lib = getenv("BATON_LIBPQ");
     glog_debug("pq", NULL, "loaded %s", lib && *lib ? lib : BATON_LIBPQ_SONAME);

@@ -49,7 +49,7 @@ extern PGnotify *(*sym_PQnotifies)(PGconn *);
 extern int (*sym_PQgetlength)(const PGresult *, int, int);
 extern char *(*sym_PQhost)(const PGconn *);
 extern char *(*sym_PQport)(const PGconn *);
-extern PQnoticeProcessor (*sym_PQsetNoticeProcessor)(PGconn *, PQnoticeProcessor, void *);
+extern PQnoticeReceiver (*sym_PQsetNoticeReceiver)(PGconn *, PQnoticeReceiver, void *);
 
 /* 0, or -1 with err naming the library and what failed (not installed, a
  * symbol missing); the same answer every call. */

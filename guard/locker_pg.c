@@ -158,6 +158,10 @@ static const char SQL_INSPECT[] =
 struct pgc {
     pthread_mutex_t mu;
     PGconn *c;         /* NULL: opened by the next call */
+    /* the server sent FATAL while the connection was idle (a fast shutdown,
+     * pg_terminate_backend, idle_session_timeout): closed before the next
+     * statement is sent on it */
+    bool doomed;
     const char *name;  /* "lease", "side", "listen" */
     atomic_uint_fast64_t breaks; /* failures that closed it */
 };
@@ -222,20 +226,29 @@ static int wait_fd(int fd, short events, int64_t deadline)
     return n < 0 && errno == EINTR ? 1 : n;
 }
 
-/* The server's notices ("relation ... already exists, skipping" when the
- * DDL runs again) go to the debug log, not to stderr as libpq's default
- * would print them. */
-static void notice(void *arg, const char *message)
+/* What the server says outside an answer, on pc's connection: a notice
+ * ("relation ... already exists, skipping" when the DDL runs again) goes to
+ * the debug log, not to stderr as libpq's default would print it; a FATAL
+ * (the server ending the session while it was idle) dooms the connection.
+ * Runs inside libpq on the thread that holds pc->mu. */
+static void notice(void *arg, const PGresult *res)
 {
-    (void)arg;
-    size_t n = strlen(message);
-    while (n > 0 && message[n - 1] == '\n') n--;
-    glog_debug("locker", NULL, "postgresql: %.*s", (int)n, message);
+    struct pgc *pc = arg;
+    const char *sev = sym_PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    const char *msg = sym_PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    if (sev && (strcmp(sev, "FATAL") == 0 || strcmp(sev, "PANIC") == 0)) {
+        pc->doomed = true;
+        glog_info("locker", NULL, "postgresql: the server ended the %s connection: %s", pc->name,
+                  msg ? msg : "?");
+        return;
+    }
+    glog_debug("locker", NULL, "postgresql: %s: %s", sev ? sev : "NOTICE", msg ? msg : "?");
 }
 
-/* Opens a connection by the deadline (clock_mono_ms): nonblocking, or
- * NULL with why. */
-static PGconn *open_conn(struct pg_locker *pl, int64_t deadline, char *why, size_t len)
+/* Opens a connection for pc by the deadline (clock_mono_ms): nonblocking,
+ * or NULL with why. */
+static PGconn *open_conn(struct pg_locker *pl, struct pgc *pc, int64_t deadline, char *why,
+                         size_t len)
 {
     PGconn *c = sym_PQconnectStartParams(pl->kw, pl->val, 1);
     if (!c) {
@@ -260,7 +273,8 @@ static PGconn *open_conn(struct pg_locker *pl, int64_t deadline, char *why, size
         return NULL;
     }
     sym_PQsetnonblocking(c, 1);
-    sym_PQsetNoticeProcessor(c, notice, NULL);
+    pc->doomed = false;
+    sym_PQsetNoticeReceiver(c, notice, pc);
     return c;
 }
 
@@ -329,12 +343,15 @@ static PGresult *query(struct pg_locker *pl, struct pgc *pc, const char *what, c
 {
     char why[BATON_LOCKER_ERR_MAX];
     pthread_mutex_lock(&pc->mu);
-    /* an idle connection the server closed meanwhile (a restart, a killed
-     * backend) shows as EOF without blocking: nothing was sent on it, so it
-     * is opened again instead of failing this call */
-    if (pc->c && (!sym_PQconsumeInput(pc->c) || sym_PQstatus(pc->c) == CONNECTION_BAD)) drop(pc);
+    /* an idle connection the server closed meanwhile shows without
+     * blocking: EOF (a restart, a killed backend), or a FATAL it said first
+     * (parsed by PQisBusy: notice() dooms the connection). Nothing was sent
+     * on it, so it is opened again instead of failing this call. */
+    if (pc->c && (!sym_PQconsumeInput(pc->c) || (sym_PQisBusy(pc->c), false) ||
+                  sym_PQstatus(pc->c) == CONNECTION_BAD || pc->doomed))
+        drop(pc);
     if (!pc->c) {
-        pc->c = open_conn(pl, clock_mono_ms() + pl->connect_timeout_ms, why, sizeof why);
+        pc->c = open_conn(pl, pc, clock_mono_ms() + pl->connect_timeout_ms, why, sizeof why);
         if (!pc->c) {
             pthread_mutex_unlock(&pc->mu);
             errf(err, "postgresql %s: %s%s%s: %s", pl->where, what, key ? " " : "", key ? key : "",
@@ -360,8 +377,9 @@ static PGresult *query(struct pg_locker *pl, struct pgc *pc, const char *what, c
     ExecStatusType st = sym_PQresultStatus(res);
     if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) return res;
     const char *state = sym_PQresultErrorField(res, PG_DIAG_SQLSTATE);
-    const char *m = sym_PQresultErrorMessage(res);
-    if (m && strncmp(m, "ERROR:  ", 8) == 0) m += 8;
+    /* the primary message only: the full report quotes the statement, and
+     * would crowd the hint out of BATON_LOCKER_ERR_MAX */
+    const char *m = sym_PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
     /* 42P01 undefined table: the schema was never created */
     bool no_table = state && strcmp(state, "42P01") == 0;
     errf(err, "postgresql %s: %s%s%s: %s (SQLSTATE %s)%s", pl->where, what, key ? " " : "",
@@ -664,7 +682,7 @@ static void listen_sleep(struct pg_locker *pl, int64_t ms)
 /* Connects and LISTENs: 0, or -1 with why. */
 static int listen_start(struct pg_locker *pl, char *why, size_t len)
 {
-    PGconn *c = open_conn(pl, clock_mono_ms() + pl->connect_timeout_ms, why, len);
+    PGconn *c = open_conn(pl, &pl->listen, clock_mono_ms() + pl->connect_timeout_ms, why, len);
     if (!c) return -1;
     PGresult *res = NULL;
     if (sym_PQsendQuery(c, "LISTEN " RELEASE_CHANNEL))
@@ -716,8 +734,9 @@ static void *listen_main(void *arg)
         struct pollfd p = {.fd = sym_PQsocket(pl->listen.c), .events = POLLIN};
         int r = poll(&p, 1, LISTEN_POLL_MS);
         if (r <= 0) continue;
-        if (!sym_PQconsumeInput(pl->listen.c)) {
-            snprintf(why, sizeof why, "%s", conn_error(pl->listen.c));
+        if (!sym_PQconsumeInput(pl->listen.c) || (sym_PQisBusy(pl->listen.c), pl->listen.doomed)) {
+            snprintf(why, sizeof why, "%s", pl->listen.doomed ? "the server ended the session"
+                                                              : conn_error(pl->listen.c));
             listen_lost(pl, why);
             continue;
         }
@@ -972,7 +991,7 @@ int baton_locker_pg_init_schema(const struct baton_pg_opts *opts, char err[BATON
     int rc = -1;
     pthread_mutex_lock(&pl->side.mu);
     char why[BATON_LOCKER_ERR_MAX];
-    pl->side.c = open_conn(pl, clock_mono_ms() + pl->connect_timeout_ms, why, sizeof why);
+    pl->side.c = open_conn(pl, &pl->side, clock_mono_ms() + pl->connect_timeout_ms, why, sizeof why);
     PGresult *res = NULL;
     if (pl->side.c && sym_PQsendQuery(pl->side.c, DDL))
         res = collect(pl->side.c, clock_mono_ms() + pl->command_timeout_ms * 10, why, sizeof why);

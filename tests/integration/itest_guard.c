@@ -1499,6 +1499,64 @@ static void test_lease_row_lock(void **state)
     baton_locker_destroy(patient);
 }
 
+/* PostgreSQL ends sessions on its own (pg_terminate_backend, a fast
+ * shutdown, idle_session_timeout): it says FATAL on the idle connection
+ * and closes it. The next call opens a new connection instead of failing on
+ * the dead one, and the lease is untouched. A database without the
+ * locker's tables: every call's error names --init-locker. */
+static void test_pg_session_ended_and_missing_tables(void **state)
+{
+    if (!IS_PG) {
+        printf("skipped: a PostgreSQL-only test\n");
+        skip();
+    }
+    struct baton_locker *a = LOCKER(), *b = LOCKER();
+    struct baton_lock_grant g, h;
+    char err[BATON_LOCKER_ERR_MAX], out[512];
+    int64_t sent;
+    assert_int_equal(baton_locker_try_lock(a, "ended", 10000, &g, err), BATON_LOCKER_OK);
+    assert_int_equal(b->ops->ping(b, err), BATON_LOCKER_OK);
+    uint64_t s0 = b->ops->release_seq(b, "ended");
+    praw(shared.p, out, sizeof out,
+         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+         "WHERE application_name = 'baton-locker' AND pid <> pg_backend_pid()");
+    printf("session ended: %s locker sessions terminated\n", out);
+    assert_true(atoi(out) >= 4); /* a: lease, side; b: side, listen */
+    usleep(100 * 1000);
+    /* every call works at once: the dead connections are replaced first */
+    int rrc = baton_locker_renew(a, "ended", g.token, 10000, &sent, err);
+    if (rrc != BATON_LOCKER_OK) fail_msg("renew after the sessions ended: %s: %s", baton_locker_status_name(rrc), err);
+    assert_int_equal(a->ops->check(a, "ended", g.token, err), BATON_LOCKER_OK);
+    assert_int_equal(b->ops->ping(b, err), BATON_LOCKER_OK);
+    assert_int_equal(baton_locker_try_lock(b, "ended", 10000, &h, err), BATON_LOCKER_HELD);
+    /* LISTEN again: announcements may have been missed, so the count moved */
+    assert_true(b->ops->wait_release(b, "ended", s0, 3000));
+    uint64_t s1 = b->ops->release_seq(b, "ended");
+    assert_int_equal(baton_locker_unlock(a, "ended", g.token, err), BATON_LOCKER_OK);
+    assert_true(b->ops->wait_release(b, "ended", s1, 2000));
+    baton_locker_destroy(a);
+    baton_locker_destroy(b);
+
+    /* a database without the tables */
+    praw(shared.p, out, sizeof out, "CREATE DATABASE notables");
+    char conninfo[256];
+    snprintf(conninfo, sizeof conninfo, "%s dbname=notables", pg_server_conninfo(shared.p));
+    struct baton_pg_opts o = {.conninfo = conninfo, .connect_timeout_ms = 2000, .command_timeout_ms = 2000};
+    struct baton_locker *n = baton_locker_pg_create(&o, err);
+    assert_non_null(n);
+    assert_int_equal(baton_locker_try_lock(n, "k", 2000, &h, err), BATON_LOCKER_ERR);
+    printf("no tables: %s\n", err);
+    assert_non_null(strstr(err, "baton_leases"));
+    assert_non_null(strstr(err, "--init-locker --apply"));
+    assert_int_equal(baton_locker_claim(n, "c", 2000, err), BATON_LOCKER_ERR);
+    assert_non_null(strstr(err, "--init-locker --apply"));
+    baton_locker_destroy(n);
+    assert_int_equal(baton_locker_pg_init_schema(&o, err), 0);
+    n = baton_locker_pg_create(&o, err);
+    assert_int_equal(baton_locker_try_lock(n, "k", 2000, &h, err), BATON_LOCKER_OK);
+    baton_locker_destroy(n);
+}
+
 /* ---- shared state beside a lease (fenced_set / shared_get) ----------------- */
 
 /* "<key>:<name>" is written only while "<key>:epoch" holds the writer's
@@ -2172,6 +2230,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_side_connection_keeps_generation),
         cmocka_unit_test(test_claim_holder_ping_inspect),
         cmocka_unit_test(test_lease_row_lock),
+        cmocka_unit_test(test_pg_session_ended_and_missing_tables),
         cmocka_unit_test(test_fenced_set_shared_get),
         cmocka_unit_test(test_fenced_set_backend_down),
         cmocka_unit_test(test_backend_restart_never_two_leaders),

@@ -1,13 +1,16 @@
-/* Benchmark: the locker backends side by side, etcd against Redis, in one run.
+/* Benchmark: the locker backends side by side, etcd and PostgreSQL against
+ * Redis, in one run.
  *
  *   bench_locker [BUILD_DIR]      (run by bench/run; BUILD_DIR is ignored)
  *
- * Starts its own redis-server (no persistence) and a single etcd member
- * (data directory under $ETCD_DIR, default /tmp: a real disk, so etcd pays
- * its fsync as it would in production; ETCD_DIR=/dev/shm shows etcd without
- * it), both on free loopback ports, and for each backend, through baton's
- * own locker (guard/locker_redis.c, guard/locker_etcd.c), one connection,
- * one thread:
+ * Starts its own redis-server (no persistence), a single etcd member (data
+ * directory under $ETCD_DIR, default /tmp: a real disk, so etcd pays its
+ * fsync as it would in production; ETCD_DIR=/dev/shm shows etcd without it)
+ * and a PostgreSQL 15 (tests/support/pg_server.h: the tests' server, run as
+ * the user postgres, fsync=off, so a commit pays no disk flush: like the
+ * Redis without persistence, unlike etcd), each on free loopback ports, and
+ * for each backend, through baton's own locker (guard/locker_redis.c,
+ * guard/locker_etcd.c, guard/locker_pg.c), one connection, one thread:
  *
  * - acquisitions/s: try_lock (ttl 2000 ms) + unlock cycles on distinct keys
  *   for LOCKER_SECONDS (default 3) or LOCKER_CYCLES (default 100000)
@@ -15,12 +18,22 @@
  * - renew round trip: RENEW_N (default 1000) baton_locker_renew calls on one held
  *   lease (ttl 10000 ms), each timed; p50 / p99 / max in ms.
  *
+ * PostgreSQL also: the idle load of held leases: LOCKER_IDLE_LEASES (default
+ * 1000) leases (ttl 3000 ms, the default lease) held and renewed every ttl/3
+ * through the locker API for LOCKER_IDLE_S (default 5) s; the database's
+ * committed transactions (pg_stat_database.xact_commit: one per renewal,
+ * each an autocommit UPDATE) and WAL bytes (pg_current_wal_lsn) counted
+ * over that window, per second per 1,000 leases. A backend reports its
+ * counts at most once a second (and may hold them while idle), so the
+ * window is bracketed by lockers of their own whose backends have exited
+ * (they flush on exit) before each reading.
+ *
  * Prints each figure, the process's open file descriptors and threads after
  * each backend (a locker that keeps per-key state shows here), and the
- * contract lines of bench/run: RESULT {json}, the etcd figure as "baton"
- * and Redis as "baseline", ratio = etcd / redis (no target: informational).
- * Exit 1 when a backend answered wrongly, 0 otherwise (etcd not installed:
- * the Redis figures only). */
+ * contract lines of bench/run: RESULT {json}, the etcd or PostgreSQL figure
+ * as "baton" and Redis as "baseline", ratio = etcd / redis or postgresql /
+ * redis (no target: informational). Exit 1 when a backend answered wrongly,
+ * 0 otherwise (etcd or PostgreSQL not installed: the other figures only). */
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,9 +44,11 @@
 
 #include "baton/etcd.h"
 #include "baton/locker.h"
+#include "baton/pg.h"
 #include "baton/redis.h"
 #include "common/log.h"
 #include "tests/support/etcd_server.h"
+#include "tests/support/pg_server.h"
 #include "tests/support/redis_server.h"
 
 struct figures {
@@ -166,9 +181,128 @@ static int measure(struct baton_locker *l, struct figures *f)
     return 0;
 }
 
+/* The PostgreSQL idle load (see the top): 0, or -1 after a wrong answer or
+ * a failed reading. */
+struct idle_figures {
+    long leases, rounds, renewals;
+    double seconds;
+    double xacts_per_s, wal_bytes_per_s;       /* per 1,000 leases */
+    double renewals_per_s;                     /* per 1,000 leases, as sent */
+};
+
+/* xact_commit of the database and the WAL position (bytes): 0, or -1. */
+static int pg_counters(const struct pg_server *ps, long long *xacts, long long *wal)
+{
+    char out[256];
+    int rc = pg_server_sql(ps, "SELECT xact_commit, pg_current_wal_lsn() - '0/0'::pg_lsn "
+                               "FROM pg_stat_database WHERE datname = current_database()",
+                           out, sizeof out);
+    if (rc != 0 || sscanf(out, "%lld|%lld", xacts, wal) != 2) {
+        fprintf(stderr, "postgresql: reading pg_stat_database: exit %d: %s\n", rc, out);
+        return -1;
+    }
+    return 0;
+}
+
+/* Waits (up to 10 s) until no backend of baton's locker is left, so that
+ * every count they made has been reported (a backend flushes on exit). */
+static int pg_no_locker_backends(const struct pg_server *ps)
+{
+    char out[64];
+    for (int i = 0; i < 200; i++) {
+        if (pg_server_sql(ps, "SELECT count(*) FROM pg_stat_activity "
+                              "WHERE application_name = 'baton-locker'", out, sizeof out) == 0 &&
+            atoi(out) == 0)
+            return 0;
+        usleep(50000);
+    }
+    fprintf(stderr, "postgresql: the locker's backends did not exit within 10 s\n");
+    return -1;
+}
+
+static void sleep_until(double t)
+{
+    double left = t - now_s();
+    if (left > 0) {
+        struct timespec ts = {.tv_sec = (time_t)left, .tv_nsec = (long)((left - (double)(time_t)left) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int measure_pg_idle(const struct pg_server *ps, const struct baton_pg_opts *po,
+                           struct idle_figures *f)
+{
+    const int64_t ttl = 3000, renew_ms = ttl / 3;
+    long n = env_long("LOCKER_IDLE_LEASES", 1000);
+    double window = (double)env_long("LOCKER_IDLE_S", 5);
+    char err[BATON_LOCKER_ERR_MAX], key[96];
+    unsigned run = (unsigned)time(NULL) ^ (unsigned)getpid();
+    char (*tokens)[BATON_TOKEN_LEN] = calloc((size_t)n, sizeof *tokens);
+    if (tokens == NULL) return -1;
+    int rc = -1;
+    long long x0, w0, x1, w1;
+    /* the leases, taken by a locker of their own */
+    struct baton_locker *l = baton_locker_pg_create(po, err);
+    if (l == NULL) {
+        fprintf(stderr, "postgresql: baton_locker_pg_create: %s\n", err);
+        goto out;
+    }
+    for (long i = 0; i < n; i++) {
+        struct baton_lock_grant g;
+        snprintf(key, sizeof key, "bench:idle:%u:%ld", run, i);
+        int r = baton_locker_try_lock(l, key, ttl, &g, err);
+        if (r != BATON_LOCKER_OK) {
+            fprintf(stderr, "postgresql: idle: try_lock %s: %s: %s\n", key, baton_locker_status_name(r), err);
+            baton_locker_destroy(l);
+            goto out;
+        }
+        memcpy(tokens[i], g.token, BATON_TOKEN_LEN);
+    }
+    baton_locker_destroy(l);
+    if (pg_no_locker_backends(ps) != 0 || pg_counters(ps, &x0, &w0) != 0) goto out;
+    /* renewed every ttl/3 by another locker (a renewal names key and token) */
+    l = baton_locker_pg_create(po, err);
+    if (l == NULL) {
+        fprintf(stderr, "postgresql: baton_locker_pg_create: %s\n", err);
+        goto out;
+    }
+    double t0 = now_s();
+    long rounds = 0, renewals = 0;
+    for (; (double)rounds * (double)renew_ms / 1000.0 < window; rounds++) {
+        sleep_until(t0 + (double)rounds * (double)renew_ms / 1000.0);
+        for (long i = 0; i < n; i++) {
+            int64_t sent;
+            snprintf(key, sizeof key, "bench:idle:%u:%ld", run, i);
+            int r = baton_locker_renew(l, key, tokens[i], ttl, &sent, err);
+            if (r != BATON_LOCKER_OK) {
+                fprintf(stderr, "postgresql: idle: renew %s (round %ld): %s: %s\n", key, rounds,
+                        baton_locker_status_name(r), err);
+                baton_locker_destroy(l);
+                goto out;
+            }
+            renewals++;
+        }
+    }
+    sleep_until(t0 + window);
+    double secs = now_s() - t0;
+    baton_locker_destroy(l);
+    if (pg_no_locker_backends(ps) != 0 || pg_counters(ps, &x1, &w1) != 0) goto out;
+    f->leases = n;
+    f->rounds = rounds;
+    f->renewals = renewals;
+    f->seconds = secs;
+    f->xacts_per_s = (double)(x1 - x0) / secs * 1000.0 / (double)n;
+    f->wal_bytes_per_s = (double)(w1 - w0) / secs * 1000.0 / (double)n;
+    f->renewals_per_s = (double)renewals / secs * 1000.0 / (double)n;
+    rc = 0;
+out:
+    free(tokens);
+    return rc;
+}
+
 static void report(const struct figures *f)
 {
-    printf("  %-5s: %ld try_lock+unlock cycles in %.2f s = %.0f acquisitions/s; renew "
+    printf("  %-10s: %ld try_lock+unlock cycles in %.2f s = %.0f acquisitions/s; renew "
            "p50 %.3f ms, p99 %.3f ms, max %.3f ms, mean %.3f ms; after it: %d fds, %d threads\n",
            f->backend, f->cycles, f->seconds, f->acq_per_s, f->renew_p50_ms, f->renew_p99_ms,
            f->renew_max_ms, f->renew_mean_ms, f->fds, f->threads);
@@ -202,13 +336,16 @@ int main(int argc, char **argv)
     (void)argv;
     log_set_level(LOG_ERROR);
     int rc = 0;
-    struct figures fr = {.backend = "redis"}, fe = {.backend = "etcd"};
-    bool have_etcd = false, have_redis = false;
+    struct figures fr = {.backend = "redis"}, fe = {.backend = "etcd"}, fp = {.backend = "postgresql"};
+    struct idle_figures fi = {0};
+    bool have_etcd = false, have_redis = false, have_pg = false, have_idle = false;
 
-    printf("locker benchmark: baton's redis and etcd lockers, one connection, one thread; "
-           "acquisitions for %ld s (at most %ld), %ld renewals\n",
+    printf("locker benchmark: baton's redis, etcd and postgresql lockers, one connection, one "
+           "thread; acquisitions for %ld s (at most %ld), %ld renewals; postgresql idle load: "
+           "%ld leases renewed every ttl/3 for %ld s\n",
            env_long("LOCKER_SECONDS", 3), env_long("LOCKER_CYCLES", 100000),
-           env_long("RENEW_N", 1000));
+           env_long("RENEW_N", 1000), env_long("LOCKER_IDLE_LEASES", 1000),
+           env_long("LOCKER_IDLE_S", 5));
 
     struct redis_server *rs = redis_server_start(NULL);
     if (rs == NULL) {
@@ -259,7 +396,59 @@ int main(int argc, char **argv)
         etcd_server_destroy(es);
     }
 
+    char why[512];
+    struct pg_server *ps = pg_server_available(why, sizeof why) ? pg_server_start() : NULL;
+    if (ps == NULL) {
+        fprintf(stderr, "bench_locker: no PostgreSQL (%s): no postgresql figures\n",
+                why[0] ? why : "it did not start");
+    } else {
+        printf("  postgresql 15 %s (fsync=off), directory %s\n", pg_server_conninfo(ps),
+               pg_server_dir(ps));
+        struct baton_pg_opts po = {.conninfo = (char *)pg_server_conninfo(ps),
+                                   .connect_timeout_ms = 1000, .command_timeout_ms = 1000};
+        if (baton_locker_pg_init_schema(&po, err) != 0) {
+            fprintf(stderr, "bench_locker: baton_locker_pg_init_schema: %s\n", err);
+            rc = 1;
+        } else {
+            struct baton_locker *lp = baton_locker_pg_create(&po, err);
+            if (lp == NULL) {
+                fprintf(stderr, "bench_locker: baton_locker_pg_create: %s\n", err);
+                rc = 1;
+            } else {
+                if (measure(lp, &fp) != 0) {
+                    rc = 1;
+                } else {
+                    report(&fp);
+                    have_pg = true;
+                }
+                baton_locker_destroy(lp);
+            }
+            if (measure_pg_idle(ps, &po, &fi) != 0) {
+                rc = 1;
+            } else {
+                printf("  postgresql idle load: %ld leases (ttl 3000 ms) renewed every 1000 ms, %ld "
+                       "rounds, %ld renewals in %.2f s; per 1,000 leases: %.1f renewals/s sent, "
+                       "%.1f transactions/s committed, %.0f WAL bytes/s\n",
+                       fi.leases, fi.rounds, fi.renewals, fi.seconds, fi.renewals_per_s,
+                       fi.xacts_per_s, fi.wal_bytes_per_s);
+                fflush(stdout);
+                have_idle = true;
+            }
+        }
+        pg_server_destroy(ps);
+    }
+
     if (have_redis) {
+        if (have_pg) {
+            /* not "locker acquisitions/s...": bench/readme_table.py looks those
+             * (the etcd row) up by prefix */
+            result("locker postgresql vs redis: acquisitions/s, try_lock+unlock, distinct keys, 1 thread",
+                   fp.acq_per_s, fr.acq_per_s, "acquisitions/s", 0);
+            result("locker postgresql vs redis: renew round trip p50", fp.renew_p50_ms,
+                   fr.renew_p50_ms, "ms", 3);
+            result("locker postgresql vs redis: renew round trip p99", fp.renew_p99_ms,
+                   fr.renew_p99_ms, "ms", 3);
+        }
         if (have_etcd) {
             result("locker acquisitions/s, try_lock+unlock, distinct keys, 1 thread (etcd vs redis)",
                    fe.acq_per_s, fr.acq_per_s, "acquisitions/s", 0);
@@ -273,6 +462,12 @@ int main(int argc, char **argv)
             result1("locker renew round trip p50 (redis)", fr.renew_p50_ms, "ms", 3);
             result1("locker renew round trip p99 (redis)", fr.renew_p99_ms, "ms", 3);
         }
+    }
+    if (have_idle) {
+        result1("locker postgresql: idle load, transactions/s per 1,000 leases renewed every ttl/3 "
+                "(ttl 3000)", fi.xacts_per_s, "transactions/s", 1);
+        result1("locker postgresql: idle load, WAL bytes/s per 1,000 leases renewed every ttl/3 "
+                "(ttl 3000)", fi.wal_bytes_per_s, "bytes/s", 0);
     }
     return rc;
 }

@@ -34,6 +34,7 @@ int (*sym_PQntuples)(const PGresult *);
 char *(*sym_PQgetvalue)(const PGresult *, int, int);
 int (*sym_PQgetisnull)(const PGresult *, int, int);
 char *(*sym_PQcmdTuples)(PGresult *);
+char *(*sym_PQcmdStatus)(PGresult *);
 void (*sym_PQclear)(PGresult *);
 PQconninfoOption *(*sym_PQconninfoParse)(const char *, char **);
 void (*sym_PQconninfoFree)(PQconninfoOption *);
@@ -79,6 +80,7 @@ static void load_once(void)
     RESOLVE(sym_PQgetvalue, "PQgetvalue");
     RESOLVE(sym_PQgetisnull, "PQgetisnull");
     RESOLVE(sym_PQcmdTuples, "PQcmdTuples");
+    RESOLVE(sym_PQcmdStatus, "PQcmdStatus");
     RESOLVE(sym_PQclear, "PQclear");
     RESOLVE(sym_PQconninfoParse, "PQconninfoParse");
     RESOLVE(sym_PQconninfoFree, "PQconninfoFree");

@@ -40,6 +40,7 @@ extern int (*sym_PQntuples)(const PGresult *);
 extern char *(*sym_PQgetvalue)(const PGresult *, int, int);
 extern int (*sym_PQgetisnull)(const PGresult *, int, int);
 extern char *(*sym_PQcmdTuples)(PGresult *);
+extern char *(*sym_PQcmdStatus)(PGresult *);
 extern void (*sym_PQclear)(PGresult *);
 extern PQconninfoOption *(*sym_PQconninfoParse)(const char *, char **);
 extern void (*sym_PQconninfoFree)(PQconninfoOption *);

@@ -745,7 +745,18 @@ static enum pg_rc txn(struct pg_sink *k, struct message *const *msgs, size_t n,
     }
     sym_PQclear(res);
     if (r != PG_OK) return r;
-    r = simple(k, b, "COMMIT", f);
+    /* a transaction the server had already failed answers COMMIT with the
+     * tag ROLLBACK (and no error): nothing committed, so not delivered */
+    r = run(k, b, sym_PQsendQuery(k->conn, "COMMIT"), &res, f);
+    if (r == PG_OK) {
+        const char *tag = sym_PQcmdStatus(res);
+        if (!tag || strcmp(tag, "COMMIT") != 0) {
+            fail_set(f, "40000", "COMMIT answered %s: the transaction was rolled back",
+                     tag && tag[0] ? tag : "nothing");
+            r = PG_RETRY;
+        }
+        sym_PQclear(res);
+    }
     if (r == PG_RETRY && (!k->conn || sym_PQstatus(k->conn) == CONNECTION_BAD ||
                           strncmp(f->sqlstate, "08", 2) == 0))
         return PG_UNKNOWN;

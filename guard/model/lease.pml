@@ -151,6 +151,55 @@
  *                        renewer's request in flight: the late LOST of the
  *                        old term's renew is handed back in the next term
  *                        and ends it in the middle of a write (S3)
+ *   same-database fencing (issue 41; must verify, with no assumption on the
+ *   replicas' clocks, pauses or message delays):
+ *   STORE_FENCE          the lease store is PostgreSQL and the sink writes
+ *                        to the same database: Redis() stands for it (the
+ *                        lease row: ktok/krem live token, ptok the token
+ *                        column, kept after expiry; stored the epoch
+ *                        column) and Fwd(i)'s write is a transaction: (1)
+ *                        SELECT ... WHERE token = T AND expires_at >
+ *                        clock_timestamp() FOR KEY SHARE (0 rows: refused,
+ *                        the message is settled as fenced; no local check
+ *                        of the term before it), (2)+(3) the message row
+ *                        and COMMIT. An open transaction holds its share
+ *                        lock (sh) until it commits or is aborted (the
+ *                        store's idle_in_transaction timeout, the client's
+ *                        rollback, a broken connection: at any moment;
+ *                        nothing commits, the message stays queued). An
+ *                        acquisition of a free row takes FOR UPDATE: it is
+ *                        applied only while no share lock is held (waits;
+ *                        or gives up: lock_timeout, "held"), and re-checks
+ *                        and grants in that step; renewals and releases
+ *                        (FOR NO KEY UPDATE) never wait, and the share
+ *                        lock stays on the row they update. Replica clocks
+ *                        are independent of the store's (each ticks on its
+ *                        own steps: any drift, either way; margin 0; ttl 1
+ *                        tick of the store's clock, the lease 2 of the
+ *                        replica's, see "timings"), requests are applied
+ *                        arbitrarily late (no DMAX), pauses are arbitrary
+ *                        as everywhere, and a restart keeps the rows
+ *                        (durable) and aborts every open transaction (any
+ *                        time, mid-write included). S1 counts a write from
+ *                        its check to its commit or abort; S2 is on commit
+ *                        order; S3 becomes: when a write commits, no later
+ *                        term has been granted since its check (the epoch
+ *                        column is still its epoch) and its check found the
+ *                        term live on the store's clock (wlv): the write is
+ *                        equivalent to one made atomically at its check,
+ *                        inside its term. S4 does not hold there, by
+ *                        design: a commit may follow the row's expiry or
+ *                        its release (the next acquisition waits for it)
+ *   with STORE_FENCE, wrong designs:
+ *   STORE_FENCE_NO_LOCK  the check is a plain SELECT (no share lock): an
+ *                        acquisition commits between the check and the
+ *                        write's commit (S1; S2 or S3 otherwise)
+ *   STORE_FENCE_CLIENT_CLOCK the check compares the token only (the row
+ *                        keeps it after expiry) and takes the replica's own
+ *                        deadline for expires_at: a replica whose clock
+ *                        lags writes after its term expired on the store's
+ *                        clock (S3; S1 and S2 still hold: the lock and the
+ *                        token alone keep the terms apart)
  *
  * REDUCTIONS (each keeps every behaviour the properties can observe; marked
  * "(reduction)" where they are made)
@@ -173,12 +222,31 @@
  *     carries the same epoch and allows nothing more);
  *   - a renew (the guard's or the renewer's) is not sent in the tick its
  *     deadline was set (it could not move the deadline);
- *   - what matters only in a term is reset when the guard is back in standby.
+ *   - what matters only in a term is reset when the guard is back in standby;
+ *   - STORE_FENCE: a store tick changes nothing but the row's expiry, and
+ *     ticks are free steps, so ttl 1 lets the row expire at any moment after
+ *     its last grant or renewal, as any ttl would; a check's or an unlock's
+ *     age is not timed (no DMAX); the message row and the COMMIT are one
+ *     step (the row is invisible until the commit, and it takes no lock
+ *     another transaction waits for).
  */
 
 #define N 3
 
 /* ---- timings (ticks) ---- */
+#ifdef STORE_FENCE
+/* The replicas' clocks are unrelated to the store's (each ticks on its own
+ * steps, at any rate), and the store's ticks change nothing but the row's
+ * expiry: a timer's length only sets how many steps it takes. ttl 1: the
+ * row expires at any moment after its last grant or renewal, as with any
+ * ttl. The replica's lease, 2 ticks of its own clock (margin 0): a renewal
+ * can be sent before its deadline and move it. */
+#ifndef TTL
+#define TTL 1
+#endif
+#define MARGIN 0
+#define LEASE 2
+#else
 #ifndef TTL
 #define TTL 3            /* key ttl */
 #endif
@@ -189,6 +257,7 @@
 #define MARGIN 1         /* safety margin */
 #endif
 #define LEASE (TTL - MARGIN)
+#endif
 #ifndef DMAX
 #define DMAX 1           /* a request is applied by Redis within DMAX ticks of its send */
 #endif
@@ -230,6 +299,15 @@
 #endif
 #ifndef QLEN
 #define QLEN 1           /* forwarder queue per replica (1 or 2) */
+#endif
+#ifdef STORE_FENCE
+#if defined(INFLIGHT2) || defined(CHECK_PER_BATCH) || defined(LIVE) || defined(FENCE) || defined(RESTART_MID_WRITE)
+#error "STORE_FENCE: one transaction at a time per replica, safety only, restarts keep the rows"
+#endif
+#else
+#if defined(STORE_FENCE_NO_LOCK) || defined(STORE_FENCE_CLIENT_CLOCK)
+#error "STORE_FENCE_NO_LOCK and STORE_FENCE_CLIENT_CLOCK need STORE_FENCE"
+#endif
 #endif
 
 #ifdef LIVE
@@ -318,6 +396,12 @@ byte qn[N];
 bool wr[N];        /* inside a sink write */
 byte wdl[N];       /* ticks left on the write's bound (the time left when it started) */
 byte wn[N];        /* messages in the write (CHECK_PER_BATCH: several) */
+#ifdef STORE_FENCE
+/* wr[i]: replica i's sink transaction is open and its check found the row
+ * (from the check to the commit or the abort) */
+bool sh[N];        /* it holds the lease row's FOR KEY SHARE lock */
+bool wlv[N];       /* ghost: its check found the term live on the store's clock */
+#endif
 
 /* ---- Redis ---- */
 byte ktok;         /* the lock key: token (the term's epoch); 0 = absent */
@@ -325,6 +409,11 @@ byte krem;         /* ticks until it expires (Redis clock) */
 byte stored;       /* the epoch key; 0 = absent (data lost) */
 byte rtime;        /* TIME in us: above every epoch issued so far, survives restarts */
 byte frem;         /* FENCE: ticks until grants resume */
+#ifdef STORE_FENCE
+byte ptok;         /* the row's token column: kept after expiry (ktok = 0
+                      then: no live token), cleared by a release */
+#define SHARED (sh[0] || sh[1] || sh[2])   /* a share lock is held on the row */
+#endif
 
 /* ---- budgets used, sink ---- */
 byte grants, nbrk, nrst, nmsg, nrel, nfence;
@@ -359,7 +448,7 @@ bool rwait[N];     /* standby waits for the next tick before trying again */
 /* a write that can still reach the sink */
 #if defined(INFLIGHT2)
 #define LIVEW(j) (nfl[j] > 0)
-#elif defined(CHECK_PER_BATCH)
+#elif defined(CHECK_PER_BATCH) || defined(STORE_FENCE)
 #define LIVEW(j) (wr[j])
 #else
 #define LIVEW(j) (wr[j] && wdl[j] > 0)
@@ -392,7 +481,15 @@ inline notice(i) {
 inline send(i, kind, tok) {
 	rq[i] = kind; rp[i] = P_PEND; rtok[i] = tok;
 	chgs[i] = 0;                    /* the generation is read just before sending */
+#ifndef STORE_FENCE
 	cand[i] = LEASE                 /* send time + ttl - margin */
+#else
+	/* (reduction) no DMAX: a check's or an unlock's age is not timed */
+	if
+	:: kind == R_ACQ || kind == R_REN -> cand[i] = LEASE
+	:: else -> cand[i] = 0
+	fi
+#endif
 }
 
 inline done_req(i) {
@@ -630,7 +727,9 @@ inline ltick(i) {
 
 /* one tick of Redis's clock, as replica i's clock sees it */
 inline rtick(i) {
-#if defined(NO_DRIFT)
+#if defined(STORE_FENCE)
+	skip                            /* replica clocks tick on their own steps (Env) */
+#elif defined(NO_DRIFT)
 	ltick(i)
 #elif defined(DRIFT_WINDOW)
 	if
@@ -685,6 +784,9 @@ inline grant(i) {
 #endif
 		ktok = stored;
 #endif
+#ifdef STORE_FENCE
+		ptok = ktok;
+#endif
 		krem = TTL; gep[i] = ktok; rp[i] = P_OK;
 		printf("redis: grants r%d epoch %d (key expires in %d ticks)\n", i, ktok, TTL)
 	:: else -> standby(i);           /* held (reduction) */
@@ -720,6 +822,9 @@ inline apply(i) {
 	:: rq[i] == R_UNL ->             /* SCRIPT_UNLOCK: compare and delete */
 		if
 		:: ktok != 0 && ktok == rtok[i] -> ktok = 0; krem = 0;
+#ifdef STORE_FENCE
+			ptok = 0;                /* token cleared (the epoch column stays) */
+#endif
 			printf("redis: r%d's unlock deletes the key\n", i)
 		:: else -> skip
 		fi;
@@ -738,11 +843,32 @@ inline rapply(i) {
 }
 #endif
 
+#ifdef STORE_FENCE
+/* PostgreSQL: an acquisition of a free row (expired or released: ktok == 0)
+ * takes the row's FOR UPDATE lock, so it waits while a sink transaction
+ * holds FOR KEY SHARE; once none does it re-checks and grants, in one step
+ * (apply). A live row answers "held" at once. Renew, check and release do
+ * not wait (FOR NO KEY UPDATE, or no lock). STORE_FENCE_NO_LOCK: no share
+ * lock is ever held, so nothing waits. */
+#define APPLY_OK(i) (rq[i] != R_ACQ || ktok != 0 || !SHARED)
+/* the waiting acquisition gives up (lock_timeout): "held", nothing granted */
+#define LOCK_WAIT(i) (rq[i] == R_ACQ && rp[i] == P_PEND && ktok == 0 && SHARED)
+#endif
+
 proctype Redis() {
 	do
+#ifdef STORE_FENCE
+	:: atomic { rq[0] != R_NONE && rp[0] == P_PEND && APPLY_OK(0) -> apply(0) }
+	:: atomic { rq[1] != R_NONE && rp[1] == P_PEND && APPLY_OK(1) -> apply(1) }
+	:: atomic { rq[2] != R_NONE && rp[2] == P_PEND && APPLY_OK(2) -> apply(2) }
+	:: atomic { LOCK_WAIT(0) -> printf("pg: r0's acquisition: lock_timeout (held)\n"); standby(0) }
+	:: atomic { LOCK_WAIT(1) -> printf("pg: r1's acquisition: lock_timeout (held)\n"); standby(1) }
+	:: atomic { LOCK_WAIT(2) -> printf("pg: r2's acquisition: lock_timeout (held)\n"); standby(2) }
+#else
 	:: atomic { rq[0] != R_NONE && rp[0] == P_PEND -> apply(0) }
 	:: atomic { rq[1] != R_NONE && rp[1] == P_PEND -> apply(1) }
 	:: atomic { rq[2] != R_NONE && rp[2] == P_PEND -> apply(2) }
+#endif
 #ifdef RENEWER
 	:: atomic { rrq[0] == R_REN && rrp[0] == P_PEND -> rapply(0) }
 	:: atomic { rrq[1] == R_REN && rrp[1] == P_PEND -> rapply(1) }
@@ -761,7 +887,15 @@ inline deliver(i, e) {
 #endif
 	last = e;
 #ifndef NO_S3
+#ifndef STORE_FENCE
 	assert(tep[i] == e && tdl[i] > 0 && !tend[i]);       /* S3 */
+#else
+	/* S3 on the store: no later term has been granted since the check
+	 * (the epoch column is still e), and the check found term e live on
+	 * the store's clock */
+	assert(stored == e);                                 /* S3 */
+	assert(wlv[i]);                                      /* S3 */
+#endif
 #endif
 #ifdef S4
 	assert(ktok == e)                                    /* S4 */
@@ -836,6 +970,61 @@ proctype Fwd(byte i) {
 #if QLEN > 2
 	:: atomic { ALIVE(i) && q[i].f[2] -> complete(i, 2) }
 #endif
+	od
+}
+#elif defined(STORE_FENCE)
+/* The sink is the lease store: each write is one transaction, (1) the check
+ * SELECT 1 FROM baton_leases WHERE key = K AND token = T AND expires_at >
+ * clock_timestamp() FOR KEY SHARE, (2) the message row, (3) COMMIT. No local
+ * check of the term comes before it: the store alone decides (the queue
+ * still holds only messages of the replica's current term, settle()). */
+#ifdef STORE_FENCE_CLIENT_CLOCK
+/* wrong: token = T only (the row keeps it after expiry), and the replica's
+ * own deadline instead of expires_at > clock_timestamp() */
+#define ROW_OK(i, e) (ptok == e && tdl[i] > 0)
+#else
+#define ROW_OK(i, e) (ktok == e)        /* token = T AND expires_at > clock_timestamp() */
+#endif
+#ifdef STORE_FENCE_NO_LOCK
+#define SH_TAKE(i) skip                 /* wrong: a plain SELECT, no lock */
+#else
+#define SH_TAKE(i) sh[i] = 1            /* FOR KEY SHARE, held until commit or abort */
+#endif
+/* the transaction ends (commit or abort): its lock goes with it */
+inline txn_close(i) {
+	wr[i] = 0; sh[i] = 0; wlv[i] = 0; settle(i)
+}
+proctype Fwd(byte i) {
+	do
+	/* BEGIN and the check, in one step (a pause before it changes nothing) */
+	:: atomic { qn[i] > 0 && !wr[i] ->
+		if
+		:: ROW_OK(i, q[i].m[0]) ->
+#if defined(STORE_FENCE_NO_LOCK)
+			printf("r%d: sink txn: the row holds term %d (plain SELECT: no lock)\n", i, q[i].m[0]);
+#elif defined(STORE_FENCE_CLIENT_CLOCK)
+			printf("r%d: sink txn: the row has token %d (live on the store's clock: %d), own deadline in %d: FOR KEY SHARE held\n",
+			       i, q[i].m[0], ktok == q[i].m[0], tdl[i]);
+#else
+			printf("r%d: sink txn: the row holds term %d: FOR KEY SHARE held\n", i, q[i].m[0]);
+#endif
+			s1(i); wr[i] = 1; SH_TAKE(i); wlv[i] = (ktok == q[i].m[0])
+		:: else ->                      /* 0 rows: refused, rolled back */
+			printf("r%d: sink txn: no row for term %d: FENCED, rolled back (settled)\n", i, q[i].m[0]);
+			pop(i); settle(i); maybe_arrive(i)
+		fi }
+	/* (2) the message row and (3) COMMIT: at any later moment (a pause of
+	 * any length between the check and the commit) */
+	:: atomic { wr[i] ->
+		deliver(i, q[i].m[0]); pop(i); txn_close(i); maybe_arrive(i) }
+	/* or the transaction is aborted: the store's idle_in_transaction
+	 * timeout while the client is paused, a broken connection, a restart,
+	 * the client's own rollback. Its lock is released and nothing commits
+	 * (the client, when it continues, gets an error); the message stays
+	 * queued for another transaction */
+	:: atomic { wr[i] ->
+		printf("r%d: sink txn ABORTED (idle timeout / connection): lock released, nothing committed\n", i);
+		txn_close(i) }
 	od
 }
 #else
@@ -1129,6 +1318,10 @@ proctype Watch(byte i) {
 #define URGENT(i) (rq[i] == R_NONE || (dead[i] && rp[i] != P_PEND))
 #endif
 #define TICK_OK (URGENT(0) && URGENT(1) && URGENT(2))
+#elif defined(STORE_FENCE)
+/* no bound on message delays: a request is applied arbitrarily late (an
+ * acquisition waits for the share locks as long as they are held) */
+#define TICK_OK 1
 #else
 /* a request is applied (or dropped by a break) within DMAX ticks of its send */
 #ifdef RENEWER
@@ -1140,7 +1333,7 @@ proctype Watch(byte i) {
 #define TICK_OK (APPLIED(0) && APPLIED(1) && APPLIED(2))
 #endif
 
-#ifdef RESTART_MID_WRITE
+#if defined(RESTART_MID_WRITE) || defined(STORE_FENCE)
 #define RESTART_OK 1
 #else
 #define RESTART_OK NO_LIVE_WRITE
@@ -1163,11 +1356,28 @@ proctype Env() {
 		:: else -> skip
 		fi;
 		rtick(0); rtick(1); rtick(2) }
+#ifndef STORE_FENCE
 	/* Redis restarts: all data lost, every connection broken; TIME goes on */
 	:: atomic { nrst < MAXRESTART && RESTART_OK ->
 		nrst++; ktok = 0; krem = 0; stored = 0; frem = 0; rtime++;
 		printf("redis: RESTART: all data lost, every connection broken\n");
 		brk(0); brk(1); brk(2) }
+#else
+	/* the database restarts (any time, also mid-write): the rows are kept
+	 * (durable), every open transaction is aborted (its lock released,
+	 * nothing committed), every connection broken; the clock goes on */
+	:: atomic { nrst < MAXRESTART ->
+		nrst++; rtime++;
+		printf("pg: RESTART: rows kept, open transactions aborted, every connection broken\n");
+		txn_close(0); txn_close(1); txn_close(2);
+		brk(0); brk(1); brk(2) }
+	/* each replica's clock ticks on its own, at any rate relative to the
+	 * store's (drift unrestricted: stands still for any time, or runs
+	 * ahead); only when it times something */
+	:: atomic { cand[0] > 0 || tdl[0] > 0 -> printf("   (r0's clock ticks)\n"); ltick(0) }
+	:: atomic { cand[1] > 0 || tdl[1] > 0 -> printf("   (r1's clock ticks)\n"); ltick(1) }
+	:: atomic { cand[2] > 0 || tdl[2] > 0 -> printf("   (r2's clock ticks)\n"); ltick(2) }
+#endif
 	/* one replica's connection breaks (Redis keeps its data) */
 	:: atomic { nbrk < MAXBRK && gst[0] != G_STBY -> nbrk++; printf("r0: connection breaks\n"); brk(0) }
 	:: atomic { nbrk < MAXBRK && gst[1] != G_STBY -> nbrk++; printf("r1: connection breaks\n"); brk(1) }

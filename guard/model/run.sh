@@ -2,15 +2,19 @@
 # guard/model/run.sh -- model-check baton's lease protocol (lease.pml) with spin.
 #
 # Runs the real model, without and with the renewer thread (-DRENEWER) and
-# with two requests in flight per replica (-DINFLIGHT2)
+# with two requests in flight per replica (-DINFLIGHT2), and the
+# same-database fencing of a PostgreSQL store and sink (-DSTORE_FENCE)
 # (must verify: 0 errors, search complete) and every switch that
 # reintroduces a known wrong design or drops an assumption (each must give a
 # counterexample: errors >= 1), then prints a summary table. Exits non-zero
 # if any run does not give its expected verdict.
 #
 #   guard/model/run.sh            the CI set (4-7 minutes, one core)
-#   MODEL_EXTRA=1 run.sh          also the FENCE design candidate (~20 s more)
+#   MODEL_EXTRA=1 run.sh          also the FENCE design candidate and two
+#                                 more STORE_FENCE checks (~50 s more)
 #   MODEL_ONLY=name run.sh        only the run(s) whose name contains `name`
+#                                 (several: MODEL_ONLY="store-fence STORE_FENCE",
+#                                 spaces or commas between them)
 #   MODEL_TRAIL=all run.sh        print whole counterexample trails, not the end
 #
 # Nothing is written to the source tree: every run works in a mktemp -d that
@@ -98,11 +102,25 @@ RUNS=(
 "stepdown|-DS4 -DSTEPDOWN -DMAXTERMS=2 -DMAXBRK=0|dfs|pass"
 "ren-stepdown|-DS4 -DRENEWER -DSTEPDOWN -DMAXTERMS=2 -DMAXBRK=0 -DMAXRESTART=0|dfs|pass"
 "STEPDOWN_RELEASE_EARLY|-DMAXTERMS=2 -DMAXBRK=0 -DMAXRESTART=0 -DSTEPDOWN -DSTEPDOWN_RELEASE_EARLY|dfs|fail"
+# same-database fencing (-DSTORE_FENCE, issue 41): a PostgreSQL lease store
+# that is also the sink; each write a transaction that holds the lease row's
+# FOR KEY SHARE from its check to its commit; replica clocks unrelated to
+# the store's, no margin, no bound on delays or pauses. A restart and a break
+# together with 2 grants: 5.7M states, 38 s; 3 grants: MODEL_EXTRA. The
+# mutations need neither restarts nor breaks
+"store-fence-restart|-DSTORE_FENCE -DMAXTERMS=2 -DMAXBRK=0|dfs|pass"
+"store-fence-break|-DSTORE_FENCE -DMAXTERMS=2 -DMAXRESTART=0|dfs|pass"
+"STORE_FENCE_NO_LOCK|-DMAXTERMS=2 -DMAXBRK=0 -DMAXRESTART=0 -DSTORE_FENCE -DSTORE_FENCE_NO_LOCK|dfs|fail"
+"STORE_FENCE_CLIENT_CLOCK|-DMAXTERMS=2 -DMAXBRK=0 -DMAXRESTART=0 -DSTORE_FENCE -DSTORE_FENCE_CLIENT_CLOCK|dfs|fail"
 )
 if [ "${MODEL_EXTRA:-0}" = 1 ]; then
     RUNS+=(
     "FENCE:S1S2|-DMAXTERMS=2 -DMAXBRK=0 -DNO_S3 -DFENCE -DRESTART_MID_WRITE -DLATE_NOTICE|dfs|pass"
     "FENCE:S3|-DMAXTERMS=2 -DFENCE -DRESTART_MID_WRITE -DLATE_NOTICE|bfs|fail"
+    # three grants (neither restarts nor breaks); and S1, S2 without the
+    # store's expiry in the check: the lock and the token alone hold them
+    "store-fence-terms3|-DSTORE_FENCE -DMAXTERMS=3 -DMAXBRK=0 -DMAXRESTART=0|dfs|pass"
+    "STORE_FENCE_CLIENT_CLOCK:S1S2|-DMAXTERMS=2 -DMAXBRK=0 -DNO_S3 -DSTORE_FENCE -DSTORE_FENCE_CLIENT_CLOCK|dfs|pass"
     )
 fi
 
@@ -114,7 +132,7 @@ prop_of() { # the property a pan output says was violated
     case "$a" in
     *"ktok=="*) echo S4 ;;
     *">=last"*) echo S2 ;;
-    *tend*) echo S3 ;;
+    *tend* | *"stored=="* | *"wlv["*) echo S3 ;;
     *"kn["*) echo S5 ;;
     *"wr["* | *"nfl["*) echo S1 ;;
     "") echo "-" ;;
@@ -128,7 +146,13 @@ t_all0=$(date +%s.%N)
 n=0
 for r in "${RUNS[@]}"; do
     IFS='|' read -r name defs kind expect <<<"$r"
-    if [ -n "${MODEL_ONLY:-}" ] && [[ "$name" != *"$MODEL_ONLY"* ]]; then continue; fi
+    if [ -n "${MODEL_ONLY:-}" ]; then
+        sel=no
+        for w in ${MODEL_ONLY//,/ }; do
+            if [[ "$name" == *"$w"* ]]; then sel=yes; fi
+        done
+        [ $sel = yes ] || continue
+    fi
     n=$((n + 1))
     d="$tmp/run$n"
     mkdir -p "$d"
@@ -200,14 +224,14 @@ for r in "${RUNS[@]}"; do
     if [ "$expect" = fail ] && [ "$verdict" = counterexample ]; then ok=yes; fi
     [ $ok = yes ] || failed=$((failed + 1))
     echo "  verdict: $verdict -> $([ $ok = yes ] && echo OK || echo "NOT AS EXPECTED")"
-    summary+=("$(printf '%-22s %-6s %-15s %-5s %12s %12s %9s %8s  %s' \
+    summary+=("$(printf '%-29s %-6s %-15s %-5s %12s %12s %9s %8s  %s' \
         "$name" "$expect" "$verdict" "$prop" "$states" "$trans" "$mem" "$secs" "$ok")")
 done
 t_all1=$(date +%s.%N)
 
 echo
 echo "=== summary (states = states stored, memory in MB, time = pan seconds)"
-printf '%-22s %-6s %-15s %-5s %12s %12s %9s %8s  %s\n' \
+printf '%-29s %-6s %-15s %-5s %12s %12s %9s %8s  %s\n' \
     run expect verdict prop states transitions memory time ok
 for s in "${summary[@]}"; do echo "$s"; done
 echo "total wall clock: $(awk -v a="$t_all0" -v b="$t_all1" 'BEGIN { printf "%.0f", b - a }') s"

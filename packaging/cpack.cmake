@@ -6,7 +6,7 @@
 #
 #   baton              (daemon)     /usr/bin/baton, /etc/baton/ (conffiles),
 #                                   the systemd unit, README, docs, man pages
-#   libbaton-guard1    (guard_lib)  libbaton-guard.so.1 (its SONAME) and .so.1.0.0
+#   libbaton-guard1    (guard_lib)  libbaton-guard.so.1 (its SONAME) and .so.1.<minor>.<patch>
 #   libbaton-guard-dev (guard_dev)  headers, libbaton-guard.a, the .so link,
 #                                   baton-guard.pc
 #

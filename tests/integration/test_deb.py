@@ -17,7 +17,8 @@ Every test below uses those .debs:
   2. contents: baton holds /usr/bin/baton, /etc/baton/baton.cfg and every
      config/endpoints.d file, the unit (its ExecStart the installed paths),
      the README and, when man/ is in the source tree, its pages gzip'd;
-     libbaton-guard1 only the library (.so.1 -> .so.1.0.0); the -dev
+     libbaton-guard1 only the library (.so.1 -> .so.1.<minor>.<patch>, the
+     version CMakeLists.txt's BATON_GUARD_VERSION says); the -dev
      package the .so link, the .a, the headers and baton-guard.pc; nothing
      in /usr/local or /usr/etc, no path in two packages.
   3. conffiles: every file under /etc/baton is a conffile, nothing else;
@@ -207,10 +208,14 @@ def test_contents(t):
     ma = sh(["dpkg-architecture", "-qDEB_HOST_MULTIARCH"])[1].strip()
     libdir = "/usr/lib/" + ma
     files = sorted(p for p, (mode, _) in lib.items() if not mode.startswith("d"))
-    t.check(files == [libdir + "/libbaton-guard.so.1", libdir + "/libbaton-guard.so.1.0.0"],
-            "libbaton-guard1 holds the library alone: %s" % files)
-    t.check(lib.get(libdir + "/libbaton-guard.so.1", (None, None))[1] == "libbaton-guard.so.1.0.0",
-            "libbaton-guard.so.1 -> libbaton-guard.so.1.0.0")
+    with open(os.path.join(h.SOURCE_DIR, "CMakeLists.txt")) as f:
+        version = re.search(r"set\(BATON_GUARD_VERSION (1\.[0-9]+\.[0-9]+)\)", f.read())
+    t.require(version, "CMakeLists.txt sets BATON_GUARD_VERSION 1.x.y")
+    real = "libbaton-guard.so." + version.group(1)
+    t.check(files == [libdir + "/libbaton-guard.so.1", libdir + "/" + real],
+            "libbaton-guard1 holds the library alone (%s): %s" % (real, files))
+    t.check(lib.get(libdir + "/libbaton-guard.so.1", (None, None))[1] == real,
+            "libbaton-guard.so.1 -> %s" % real)
     t.check(dev.get(libdir + "/libbaton-guard.so", (None, None))[1] == "libbaton-guard.so.1",
             "the -dev package holds the link libbaton-guard.so -> libbaton-guard.so.1")
     for p in [libdir + "/libbaton-guard.a", libdir + "/pkgconfig/baton-guard.pc",

@@ -37,9 +37,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "lib"))
 import harness as h  # noqa: E402
 import postgres as pg  # noqa: E402
 from publisher import Publisher  # noqa: E402
-from test_sink_postgresql import (LEASE, TTL, analyse, init_tables, leader, psub_cfg,  # noqa: E402
+from test_sink_postgresql import (LEASE, TTL, init_tables, leader, psub_cfg,  # noqa: E402
                                   rows, wait_subscribers)
-from test_sink_postgresql_chaos import leader_faults  # noqa: E402
+from test_sink_postgresql_chaos import leader_faults, settle_and_analyse  # noqa: E402
 
 ORDER = ["test_lease_stolen", "test_paused_mid_write", "test_chaos_same_db"]
 CHAOS_S = int(os.environ.get("BATON_PG_CHAOS_S", "40"))
@@ -223,19 +223,7 @@ def test_chaos_same_db(t):
         return True
     faults = leader_faults(batons, CHAOS_S, restart_db)
     t.require(h.wait_until(lambda: leader(batons), 15, 0.1), "no leader after the faults")
-    time.sleep(1)
-    pub.stop()
-    published = {e[0] for e in pub.snapshot() if e[2]}
-    h.wait_until(lambda: int(srv.sql("SELECT count(*) FROM t_chaos")[0][0]) >= len(published),
-                 15, 0.25)
-    time.sleep(1)
-    got = analyse(t, "same_db_chaos", srv, "t_chaos", pub)
-    if t.failures:
-        for b in batons:
-            for line in b.stderr_text().splitlines():
-                if ("sink_postgresql" in line or "replay[" in line or "promoted" in line
-                        or "demoted" in line or "locker" in line):
-                    h.log("%s: %s" % (b.name, line[:300]))
+    got = settle_and_analyse(t, "same_db_chaos", srv, "t_chaos", pub, batons)
     epochs = sorted({r[2] for r in got})
     print("RESULT pg_same_db_chaos_faults %d" % faults)
     print("RESULT pg_same_db_chaos_terms %d" % len(epochs))

@@ -59,6 +59,27 @@ def leader_faults(batons, seconds, other=None):
     return faults
 
 
+def settle_and_analyse(t, name, srv, table, pub, batons):
+    """Stops the publisher, waits for the rows to settle, checks them
+    (analyse: none missing, none twice, epochs never decrease along seq) and,
+    on a failure, logs the replicas' sink, replay, term and locker lines.
+    Returns the rows."""
+    time.sleep(1)
+    pub.stop()
+    published = {e[0] for e in pub.snapshot() if e[2]}
+    h.wait_until(lambda: int(srv.sql("SELECT count(*) FROM %s" % table)[0][0]) >= len(published),
+                 15, 0.25)
+    time.sleep(1)
+    got = analyse(t, name, srv, table, pub)
+    if t.failures:
+        for b in batons:
+            for line in b.stderr_text().splitlines():
+                if ("sink_postgresql" in line or "replay[" in line or "promoted" in line
+                        or "demoted" in line or "locker" in line):
+                    h.log("%s: %s" % (b.name, line[:300]))
+    return got
+
+
 def test_chaos(t):
     srv = pg_or_skip(t)
     redis = t.redis()
@@ -67,21 +88,7 @@ def test_chaos(t):
     pub = Publisher(redis.port, rate=1000).start()
     t.require(h.wait_until(lambda: leader(batons), 15, 0.1), "no leader")
     faults = leader_faults(batons, CHAOS_S)
-    time.sleep(1)
-    pub.stop()
-    published = {e[0] for e in pub.snapshot() if e[2]}
-    h.wait_until(lambda: int(srv.sql("SELECT count(*) FROM t_chaos")[0][0]) >= len(published),
-                 15, 0.25)
-    time.sleep(1)
-    got = analyse(t, "chaos", srv, "t_chaos", pub)
-    if t.failures:
-        for b in batons:
-            for line in b.stderr_text().splitlines():
-                if ("sink_postgresql" in line or "replay[" in line or "promoted" in line
-                        or "demoted" in line):
-                    h.log("%s: %s" % (b.name, line[:300]))
-        for r in got:
-            pass
+    settle_and_analyse(t, "chaos", srv, "t_chaos", pub, batons)
     print("RESULT pg_chaos_faults %d" % faults)
     t.check(faults >= CHAOS_S // 4 - 3, "only %d faults happened" % faults)
 
